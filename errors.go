@@ -1,0 +1,90 @@
+package redisleader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Errors returned by this package. Match them with errors.Is: returned errors
+// may wrap them together with a cause (a Redis error, or the context's error).
+var (
+	// ErrInvalid is matched by every error about bad input: a nil client, a
+	// bad name, or options that break a rule. Such calls write nothing to Redis.
+	ErrInvalid = errors.New("redisleader: invalid argument")
+
+	// ErrLocked is returned by TryLock when another owner holds the key.
+	ErrLocked = errors.New("redisleader: held by another owner")
+
+	// ErrLost is matched by both ways of losing ownership without releasing it:
+	// ErrNotOwner and ErrExpired.
+	ErrLost = errors.New("redisleader: ownership lost")
+
+	// ErrNotOwner: Redis says the key no longer holds this acquisition's token
+	// (it was deleted, expired on the server, or taken by another owner).
+	// errors.Is(ErrNotOwner, ErrLost) is true.
+	ErrNotOwner error = &lostError{"not owner any more (key deleted, expired on the server, or taken)"}
+
+	// ErrExpired: the local deadline passed before a renewal succeeded, so
+	// ownership can no longer be assumed (Redis unreachable, slow, or paused).
+	// errors.Is(ErrExpired, ErrLost) is true.
+	ErrExpired error = &lostError{"local lease deadline passed before a renewal succeeded"}
+
+	// ErrReleased: the lock was released by its owner (Release, or Resign).
+	ErrReleased = errors.New("redisleader: released")
+
+	// ErrSessionClosed: the session was closed; blocking calls on it return
+	// this, and locks it held end with it.
+	ErrSessionClosed = errors.New("redisleader: session closed")
+)
+
+type lostError struct{ why string }
+
+func (e *lostError) Error() string        { return "redisleader: ownership lost: " + e.why }
+func (e *lostError) Is(target error) bool { return target == ErrLost }
+
+// invalidError is a bad-input error; it matches ErrInvalid.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return "redisleader: " + e.msg }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
+
+func invalidf(format string, args ...any) error {
+	return &invalidError{fmt.Sprintf(format, args...)}
+}
+
+// permanent reports whether a Redis error will not go away by retrying, so a
+// blocking acquire should return it instead of retrying until its context
+// ends. Everything else (network errors, timeouts, LOADING, READONLY, OOM,
+// NOSCRIPT, BUSY, TRYAGAIN, CLUSTERDOWN, MASTERDOWN) is transient. Renewals
+// treat every error as transient until the local deadline: an error never
+// means "lost" by itself.
+func permanent(err error) bool {
+	if err == nil {
+		return false
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	for _, p := range permanentPrefixes {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Redis error prefixes that retrying cannot fix: wrong key type at our key,
+// missing permissions or credentials, a server without scripting, a script
+// that does not compile.
+var permanentPrefixes = []string{"WRONGTYPE", "NOPERM", "NOAUTH", "WRONGPASS", "ERR unknown command", "ERR Error compiling script"}

@@ -1,0 +1,222 @@
+package redisleader
+
+import (
+	"context"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/redisserver"
+)
+
+// TestMain fails the run if any goroutine of this package is still running
+// after all tests: every test closes its sessions, and Close must leave none.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if leaked := waitNoLeaks(5 * time.Second); leaked != "" {
+			println("goroutines of redisleader outlived the tests:\n" + leaked)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// leakMarkers identify goroutines started by this package (or by go-redis on
+// our behalf, such as pub/sub readers).
+var leakMarkers = []string{
+	"redisleader.(*Session)",
+	"redisleader.(*Lock)",
+	"redisleader.(*Election)",
+	"redisleader.(*watcher)",
+	"go-redis/v9.(*PubSub)",
+}
+
+// ourGoroutines returns the stacks of goroutines of this package, other than
+// the caller's own.
+func ourGoroutines() string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for i, g := range strings.Split(string(buf), "\n\n") {
+		if i == 0 {
+			continue // the calling goroutine
+		}
+		for _, m := range leakMarkers {
+			if strings.Contains(g, m) {
+				out = append(out, g)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n\n")
+}
+
+// waitNoLeaks gives exiting goroutines up to d to finish returning (they may
+// have signalled completion a few instructions before they return), and
+// returns what is still running then.
+func waitNoLeaks(d time.Duration) string {
+	deadline := time.Now().Add(d)
+	for {
+		g := ourGoroutines()
+		if g == "" || time.Now().After(deadline) {
+			return g
+		}
+		runtime.Gosched()
+		<-time.After(time.Millisecond)
+	}
+}
+
+// checkNoLeaks fails t if goroutines of this package are still running.
+func checkNoLeaks(t testing.TB) {
+	t.Helper()
+	if g := waitNoLeaks(2 * time.Second); g != "" {
+		t.Fatalf("goroutines outlived Close:\n%s", g)
+	}
+}
+
+// newMini starts a miniredis and a client for it.
+func newMini(t testing.TB) (*miniredis.Miniredis, *redis.Client) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	return m, c
+}
+
+// newSession creates a session that is closed when the test ends.
+func newSession(t testing.TB, c Client, opts ...Option) *Session {
+	t.Helper()
+	s, err := NewSession(c, opts...)
+	if err != nil {
+		t.Fatalf("NewSession: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
+// backend is a Redis for a test: miniredis or a private redis-server.
+type backend struct {
+	name   string
+	addr   string
+	client *redis.Client
+	// get reads a key directly ("" when missing).
+	get func(key string) string
+	// del and set steal the key behind the library's back.
+	del func(key string)
+	set func(key, value string)
+	// expire makes a key expire now on the server.
+	expire func(key string)
+}
+
+// forBackends runs f against miniredis and against a real redis-server (which
+// skips locally, and fails under CI=true, when redis-server is missing).
+func forBackends(t *testing.T, f func(t *testing.T, b *backend)) {
+	t.Run("miniredis", func(t *testing.T) {
+		m, c := newMini(t)
+		f(t, &backend{
+			name: "miniredis", addr: m.Addr(), client: c,
+			get:    func(k string) string { v, _ := m.Get(k); return v },
+			del:    func(k string) { m.Del(k) },
+			set:    func(k, v string) { _ = m.Set(k, v) },
+			expire: func(k string) { m.FastForward(m.TTL(k)) },
+		})
+	})
+	t.Run("redis-server", func(t *testing.T) {
+		srv := redisserver.Start(t)
+		c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+		ctx := context.Background()
+		f(t, &backend{
+			name: "redis-server", addr: srv.Addr(), client: c,
+			get:    func(k string) string { v, _ := c.Get(ctx, k).Result(); return v },
+			del:    func(k string) { c.Del(ctx, k) },
+			set:    func(k, v string) { c.Set(ctx, k, v, 0) },
+			expire: func(k string) { c.PExpireAt(ctx, k, time.Unix(1, 0)) },
+		})
+	})
+}
+
+// rounds returns a session option that reports every renewal round, and the
+// channel the reports arrive on (most recent wins; never blocks the session).
+func rounds() (Option, <-chan bool) {
+	ch := make(chan bool, 1)
+	return withRoundHook(func(_ int, failed bool) {
+		select {
+		case ch <- failed:
+		default:
+		}
+	}), ch
+}
+
+// waitRound waits for a renewal round to finish and returns whether it failed.
+func waitRound(t testing.TB, ch <-chan bool, within time.Duration) bool {
+	t.Helper()
+	select {
+	case failed := <-ch:
+		return failed
+	case <-time.After(within):
+		t.Fatalf("no renewal round within %v", within)
+		return false
+	}
+}
+
+// waitClosed waits for ch to be closed and returns how long it took.
+func waitClosed(t testing.TB, ch <-chan struct{}, within time.Duration, what string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	select {
+	case <-ch:
+		return time.Since(start)
+	case <-time.After(within):
+		t.Fatalf("%s: not closed within %v", what, within)
+		return 0
+	}
+}
+
+// dropConn wraps a connection so the test can lose exactly the next reply:
+// the bytes of the reply are read and thrown away, so the client waits for its
+// read deadline as it would for a reply lost in the network.
+type dropConn struct {
+	net.Conn
+	drop *atomic.Int32 // replies still to drop, shared by all connections
+}
+
+func (c *dropConn) Read(p []byte) (int, error) {
+	for {
+		n, err := c.Conn.Read(p)
+		if n > 0 && c.drop.Load() > 0 && c.drop.Add(-1) >= 0 {
+			continue // reply lost; keep reading until the deadline
+		}
+		return n, err
+	}
+}
+
+// dropClient returns a client whose next `drop` replies (counter shared by
+// all its connections) are lost on the way back.
+func dropClient(t testing.TB, addr string, drop *atomic.Int32, configure func(*redis.Options)) *redis.Client {
+	t.Helper()
+	o := &redis.Options{
+		Addr:        addr,
+		ReadTimeout: 150 * time.Millisecond,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &dropConn{Conn: c, drop: drop}, nil
+		},
+	}
+	if configure != nil {
+		configure(o)
+	}
+	c := redis.NewClient(o)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}

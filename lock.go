@@ -1,0 +1,324 @@
+package redisleader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// A Lock is one successful acquisition of one name by a session. Its identity
+// (name, key, fence) never changes; it ends exactly once, when it is released,
+// lost, or its session closes. A Lock is safe for concurrent use.
+type Lock struct {
+	s     *Session
+	keys  keys
+	token string
+	fence int64
+
+	mu       sync.Mutex // protects deadline and err
+	deadline time.Time  // local deadline D on the monotonic clock
+	err      error      // nil while held
+	done     chan struct{}
+	timer    *time.Timer // fires at the deadline; re-arms if it moved
+}
+
+// Name returns the name the lock was acquired under.
+func (l *Lock) Name() string { return l.keys.name }
+
+// Key returns the Redis key that holds the lock ("redisleader:{name}").
+func (l *Lock) Key() string { return l.keys.lock }
+
+// Fence returns the fencing token of this acquisition. Fences strictly
+// increase across successive acquisitions of a name, so a resource that
+// rejects writes carrying a fence lower than the highest it has seen rejects
+// writes from a former owner that acts late (after a pause, say). Fences are
+// derived from the Redis server's clock in microseconds (see the package
+// documentation) and may have gaps.
+func (l *Lock) Fence() int64 { return l.fence }
+
+// Done returns a channel that is closed when the lock ends: released, lost,
+// or its session closed. It is closed exactly once, by this package.
+func (l *Lock) Done() <-chan struct{} { return l.done }
+
+// Err returns nil while the lock is held; after Done is closed it says why
+// it ended: ErrReleased, ErrNotOwner or ErrExpired (both match ErrLost), or
+// ErrSessionClosed.
+func (l *Lock) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Held reports whether the lock is still held: it has not ended and the local
+// deadline has not passed. It compares against the clock on every call, so a
+// late timer or a stuck heartbeat can never make it report a stale "true".
+func (l *Lock) Held() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err == nil && time.Now().Before(l.deadline)
+}
+
+// Deadline returns the current local deadline: the instant, on this process's
+// monotonic clock, until which the lock is held unless it is renewed. It moves
+// forward with every successful renewal.
+func (l *Lock) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// Release gives the lock up: the lock ends with ErrReleased first, then its
+// key is deleted in Redis if it still holds this acquisition's token, and
+// waiting owners are told at once. A lock that already ended is not written:
+// Release returns nil if it was released before, or the reason it ended
+// (ErrNotOwner, ErrExpired, ErrSessionClosed). If Redis says the key no
+// longer held the token, Release returns ErrNotOwner. A Redis error is
+// returned wrapped; the key then expires within the TTL. The call is bounded
+// by ctx and the call timeout.
+func (l *Lock) Release(ctx context.Context) error {
+	l.mu.Lock()
+	if l.err == nil && !time.Now().Before(l.deadline) {
+		l.mu.Unlock()
+		l.lose(ErrExpired)
+		l.mu.Lock()
+	}
+	if err := l.err; err != nil {
+		l.mu.Unlock()
+		if err == ErrReleased {
+			return nil
+		}
+		return err
+	}
+	l.endLocked(ErrReleased)
+	l.mu.Unlock()
+	l.s.remove(l)
+	return l.del(ctx)
+}
+
+// del runs the compare-and-delete for this lock's token.
+func (l *Lock) del(ctx context.Context) error {
+	ctx, cancel := l.s.callContext(ctx, time.Time{})
+	defer cancel()
+	n, err := releaseScript.Run(ctx, l.s.client, []string{l.keys.lock}, l.token, l.keys.channel).Int()
+	switch {
+	case err != nil:
+		return fmt.Errorf("redisleader: release %q (the key expires within the TTL): %w", l.keys.name, err)
+	case n == 0:
+		return ErrNotOwner
+	}
+	return nil
+}
+
+// liveDeadline returns the deadline if the lock is still held at now.
+func (l *Lock) liveDeadline(now time.Time) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline, l.err == nil && now.Before(l.deadline)
+}
+
+// extend moves the deadline after a successful renewal sent at sent. A reply
+// that arrives after the deadline is ignored: ownership never resurrects.
+func (l *Lock) extend(sent time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil || !time.Now().Before(l.deadline) {
+		return
+	}
+	if d := sent.Add(l.s.cfg.validity()); d.After(l.deadline) {
+		l.deadline = d
+	}
+}
+
+// onDeadline runs on the deadline timer. If a renewal moved the deadline it
+// re-arms; otherwise the lock is lost with ErrExpired.
+func (l *Lock) onDeadline() {
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		return
+	}
+	if left := time.Until(l.deadline); left > 0 {
+		l.timer.Reset(left)
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	l.lose(ErrExpired)
+}
+
+// lose ends the lock because ownership was lost, and logs it.
+func (l *Lock) lose(why error) {
+	if l.end(why) {
+		l.s.remove(l)
+		l.s.cfg.logger.Warn("redisleader: lock lost", "name", l.keys.name, "fence", l.fence, "err", why)
+	}
+}
+
+// end ends the lock with err unless it already ended, reporting whether it did.
+func (l *Lock) end(err error) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return false
+	}
+	l.endLocked(err)
+	return true
+}
+
+func (l *Lock) endLocked(err error) {
+	l.err = err
+	close(l.done)
+	l.timer.Stop()
+}
+
+// Lock acquires name, blocking until it is acquired, ctx ends, or the session
+// closes. While another owner holds the name it retries after the retry
+// interval plus jitter, or sooner when the holder's lease is about to expire.
+// It returns the lock, or: an error matching ErrInvalid for a bad name (no
+// Redis I/O); ErrSessionClosed; ctx's error joined with the last Redis error,
+// if any; or a Redis error that retrying cannot fix (wrong key type, missing
+// permission). Transient Redis errors are retried. If an attempt's outcome
+// was unknown when Lock gives up, the key is released with this attempt's
+// token, so no unowned lock is left behind.
+func (s *Session) Lock(ctx context.Context, name string) (*Lock, error) {
+	return s.acquire(ctx, name, "", true)
+}
+
+// TryLock makes one attempt to acquire name. It returns ErrLocked (wrapped
+// with the holder's fence) if another owner holds it, an error matching
+// ErrInvalid for a bad name, ErrSessionClosed, or a Redis error; in the last
+// case the key is released with this attempt's token in case the attempt took
+// effect.
+func (s *Session) TryLock(ctx context.Context, name string) (*Lock, error) {
+	return s.acquire(ctx, name, "", false)
+}
+
+// acquire runs acquisition attempts with one token until the key is ours, or
+// (blocking) ctx or the session ends, or (non-blocking) after one attempt.
+// Every attempt uses the same token, so an attempt whose reply was lost is
+// confirmed by the next one rather than mistaken for another owner.
+func (s *Session) acquire(ctx context.Context, name, value string, block bool) (*Lock, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	if err := checkValue(value); err != nil {
+		return nil, err
+	}
+	k := newKeys(name)
+	token := uuid.NewString()
+	var lastErr error // of the last attempt, when its outcome is unknown
+	for {
+		if err := s.Err(); err != nil {
+			return nil, s.abandon(k, token, lastErr, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, s.abandon(k, token, lastErr, err)
+		}
+		l, wait, err := s.attempt(ctx, k, token, value)
+		if err == nil {
+			return l, nil
+		}
+		lastErr = nil
+		if !errors.Is(err, ErrLocked) {
+			lastErr = err
+		}
+		if !block || permanent(err) {
+			return nil, s.abandon(k, token, lastErr, err)
+		}
+		if wait <= 0 || wait > s.cfg.retryInterval {
+			wait = s.retryDelay()
+		} else {
+			wait += time.Millisecond // Redis expires a key only after its PTTL has passed
+		}
+		if err := sleepCtx(ctx, s.done, wait); err != nil {
+			if err == errSessionDone {
+				err = ErrSessionClosed
+			}
+			return nil, s.abandon(k, token, lastErr, err)
+		}
+	}
+}
+
+// attempt makes one acquire call. On success it returns the registered lock.
+// If another owner holds the key it returns ErrLocked and how long that
+// owner's lease has left on the server.
+func (s *Session) attempt(ctx context.Context, k keys, token, value string) (*Lock, time.Duration, error) {
+	sent := time.Now()
+	deadline := sent.Add(s.cfg.validity())
+	cctx, cancel := s.callContext(ctx, deadline)
+	res, err := acquireScript.Run(cctx, s.client, []string{k.lock, k.fence}, token, s.ttlArg, value, k.channel).Slice()
+	cancel()
+	if err != nil {
+		return nil, 0, fmt.Errorf("redisleader: acquire %q: %w", k.name, err)
+	}
+	if len(res) < 2 {
+		return nil, 0, fmt.Errorf("redisleader: acquire %q: unexpected reply %v", k.name, res)
+	}
+	if ok, _ := res[0].(int64); ok != 1 {
+		var fence int64
+		if stored, ok := res[1].(string); ok {
+			h, _ := parseHolder(stored)
+			fence = h.fence
+		}
+		var left time.Duration
+		if len(res) > 2 {
+			if ms, ok := res[2].(int64); ok && ms > 0 {
+				left = time.Duration(ms) * time.Millisecond
+			}
+		}
+		return nil, left, fmt.Errorf("%w (fence %d)", ErrLocked, fence)
+	}
+	fence, _ := res[1].(int64)
+	if !time.Now().Before(deadline) {
+		// The reply came too late to trust the lease. The key is ours, so the
+		// next attempt (same token) refreshes it and starts a new deadline.
+		return nil, 0, fmt.Errorf("redisleader: acquire %q: reply arrived after the lease's local deadline", k.name)
+	}
+	l := &Lock{s: s, keys: k, token: token, fence: fence, deadline: deadline, done: make(chan struct{})}
+	l.mu.Lock()
+	l.timer = time.AfterFunc(time.Until(deadline), l.onDeadline)
+	l.mu.Unlock()
+	if err := s.add(l); err != nil {
+		// The session closed while we acquired: give the key back now.
+		l.end(err)
+		_ = l.del(context.Background())
+		return nil, 0, err
+	}
+	return l, 0, nil
+}
+
+// abandon ends an acquisition that will not be returned. If the last attempt
+// failed with an unknown outcome, the key may hold our token: delete it with that token, on a fresh context, so no
+// phantom lock blocks others for a TTL. It returns err, joined with the last
+// attempt's error when they differ.
+func (s *Session) abandon(k keys, token string, lastErr, err error) error {
+	if lastErr != nil {
+		ctx, cancel := s.callContext(context.Background(), time.Time{})
+		_ = releaseScript.Run(ctx, s.client, []string{k.lock}, token, k.channel).Err()
+		cancel()
+	}
+	if lastErr != nil && lastErr != err {
+		return errors.Join(err, lastErr)
+	}
+	return err
+}
+
+var errSessionDone = errors.New("session done")
+
+// sleepCtx waits for d, or until ctx ends or done is closed.
+func sleepCtx(ctx context.Context, done <-chan struct{}, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-done:
+		return errSessionDone
+	}
+}

@@ -1,0 +1,482 @@
+package redisleader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fastOpts are the timings most tests use: a short lease renewed often.
+func fastOpts(extra ...Option) []Option {
+	return append([]Option{
+		WithTTL(600 * time.Millisecond),
+		WithRenewInterval(100 * time.Millisecond),
+		WithCallTimeout(100 * time.Millisecond),
+		WithRetryInterval(20 * time.Millisecond),
+	}, extra...)
+}
+
+func TestTryLockContention(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		const n = 100
+		sessions := make([]*Session, n)
+		for i := range sessions {
+			sessions[i] = newSession(t, b.client)
+		}
+		var (
+			wg      sync.WaitGroup
+			winners atomic.Int32
+			locked  atomic.Int32
+			start   = make(chan struct{})
+			won     = make(chan *Lock, n)
+		)
+		for _, s := range sessions {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				l, err := s.TryLock(context.Background(), "contended")
+				switch {
+				case err == nil:
+					winners.Add(1)
+					won <- l
+				case errors.Is(err, ErrLocked):
+					locked.Add(1)
+				default:
+					t.Errorf("TryLock: unexpected error %v", err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		require.Equal(t, int32(1), winners.Load(), "exactly one winner")
+		assert.Equal(t, int32(n-1), locked.Load(), "every other session sees ErrLocked")
+		l := <-won
+		h, ok := parseHolder(b.get(l.Key()))
+		require.True(t, ok)
+		assert.Equal(t, l.token, h.token, "the key holds the winner's token")
+		assert.Equal(t, l.Fence(), h.fence)
+		require.NoError(t, l.Release(context.Background()))
+		assert.Empty(t, b.get(l.Key()))
+	})
+}
+
+func TestFencesStrictlyIncrease(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		a, c := newSession(t, b.client), newSession(t, b.client)
+		var last int64
+		for i := 0; i < 20; i++ {
+			s := a
+			if i%2 == 1 {
+				s = c
+			}
+			l, err := s.TryLock(ctx, "fenced")
+			require.NoError(t, err)
+			assert.Greater(t, l.Fence(), last, "acquisition %d", i)
+			last = l.Fence()
+			if i == 10 {
+				// Redis loses its data (restart without persistence): the
+				// time-based fence still moves forward.
+				b.del(l.Key())
+				b.del(newKeys("fenced").fence)
+				require.ErrorIs(t, l.Release(ctx), ErrNotOwner)
+				continue
+			}
+			require.NoError(t, l.Release(ctx))
+		}
+	})
+}
+
+func TestFenceCounterAheadOfClock(t *testing.T) {
+	_, c := newMini(t)
+	ctx := context.Background()
+	s := newSession(t, c)
+	// A counter far ahead of the server clock (written by a server whose clock
+	// ran fast, say) still grows by one per acquisition.
+	ahead := int64(1) << 52
+	require.NoError(t, c.Set(ctx, newKeys("ahead").fence, ahead, 0).Err())
+	for i := int64(1); i <= 3; i++ {
+		l, err := s.TryLock(ctx, "ahead")
+		require.NoError(t, err)
+		assert.Equal(t, ahead+i, l.Fence())
+		require.NoError(t, l.Release(ctx))
+	}
+}
+
+func TestAcquireIsIdempotentForOwnToken(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		k := newKeys("idem")
+		run := func(token string) []any {
+			res, err := acquireScript.Run(ctx, b.client, []string{k.lock, k.fence}, token, "1000", "v", k.channel).Slice()
+			require.NoError(t, err)
+			return res
+		}
+		first := run("tok-a")
+		require.Equal(t, int64(1), first[0])
+		b.client.PExpire(ctx, k.lock, 100*time.Millisecond)
+		again := run("tok-a")
+		assert.Equal(t, first, again, "same token: acquired again with the same fence")
+		pttl, err := b.client.PTTL(ctx, k.lock).Result()
+		require.NoError(t, err)
+		assert.Greater(t, pttl, 500*time.Millisecond, "a confirmed acquire refreshes the TTL")
+		other := run("tok-b")
+		assert.Equal(t, int64(0), other[0], "another token: held")
+		h, ok := parseHolder(other[1].(string))
+		require.True(t, ok)
+		assert.Equal(t, holder{token: "tok-a", fence: first[1].(int64), value: "v"}, h)
+	})
+}
+
+func TestLossPaths(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		cases := []struct {
+			name  string
+			steal func(key string)
+		}{
+			{"key deleted", b.del},
+			{"key overwritten", func(k string) { b.set(k, "someone-else\n1\n") }},
+			{"key expired on the server", b.expire},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				s := newSession(t, b.client, fastOpts()...)
+				l, err := s.TryLock(context.Background(), "loss-"+strings.ReplaceAll(tc.name, " ", "-"))
+				require.NoError(t, err)
+				require.True(t, l.Held())
+				before := b.get(l.Key())
+				tc.steal(l.Key())
+				after := b.get(l.Key())
+				waitClosed(t, l.Done(), time.Second, "Done after "+tc.name)
+				assert.ErrorIs(t, l.Err(), ErrNotOwner)
+				assert.ErrorIs(t, l.Err(), ErrLost)
+				assert.False(t, l.Held())
+				assert.NotEqual(t, before, after)
+				assert.Equal(t, after, b.get(l.Key()), "renewal must not touch a key that is not ours")
+				assert.ErrorIs(t, l.Release(context.Background()), ErrNotOwner, "Release of a lost lock reports the loss")
+				assert.Equal(t, after, b.get(l.Key()), "Release of a lost lock writes nothing")
+			})
+		}
+	})
+}
+
+func TestDeadlineFiresWhileRedisFails(t *testing.T) {
+	m, c := newMini(t)
+	hook, roundsCh := rounds()
+	s := newSession(t, c, fastOpts(hook)...)
+	l, err := s.TryLock(context.Background(), "unreachable")
+	require.NoError(t, err)
+	require.False(t, waitRound(t, roundsCh, time.Second), "a healthy round succeeds")
+
+	m.SetError("LOADING Redis is loading the dataset in memory")
+	require.True(t, waitRound(t, roundsCh, time.Second), "rounds fail while Redis errors")
+	assert.True(t, l.Held(), "a Redis error is not a loss before the deadline")
+	assert.NoError(t, l.Err())
+
+	d := l.Deadline()
+	waitClosed(t, l.Done(), 2*time.Second, "Done at the deadline")
+	late := time.Since(d)
+	assert.GreaterOrEqual(t, late, time.Duration(0), "never before the deadline")
+	assert.Less(t, late, 50*time.Millisecond, "Done closes at the deadline")
+	assert.ErrorIs(t, l.Err(), ErrExpired)
+	assert.ErrorIs(t, l.Err(), ErrLost)
+
+	// Redis recovers and still holds our token: no resurrection.
+	m.SetError("")
+	h, ok := parseHolder(mustGet(t, m.Get, l.Key()))
+	require.True(t, ok)
+	assert.Equal(t, l.token, h.token)
+	assert.False(t, l.Held())
+	assert.ErrorIs(t, l.Err(), ErrExpired)
+	assert.ErrorIs(t, l.Release(context.Background()), ErrExpired)
+}
+
+func mustGet(t testing.TB, get func(string) (string, error), k string) string {
+	t.Helper()
+	v, err := get(k)
+	require.NoError(t, err)
+	return v
+}
+
+func TestRenewalKeepsTheKey(t *testing.T) {
+	m, c := newMini(t)
+	hook, roundsCh := rounds()
+	s := newSession(t, c, fastOpts(hook)...)
+	ctx := context.Background()
+	var locks []*Lock
+	for i := 0; i < 3; i++ {
+		l, err := s.TryLock(ctx, fmt.Sprint("renewed-", i))
+		require.NoError(t, err)
+		locks = append(locks, l)
+	}
+	for i := 0; i < 5; i++ {
+		// Server time moves 400ms per round, far past a TTL over 5 rounds.
+		m.FastForward(400 * time.Millisecond)
+		require.False(t, waitRound(t, roundsCh, time.Second))
+		for _, l := range locks {
+			assert.Equal(t, 600*time.Millisecond, m.TTL(l.Key()), "renewed to the full TTL")
+		}
+	}
+	for _, l := range locks {
+		assert.True(t, l.Held())
+		assert.Greater(t, time.Until(l.Deadline()), 300*time.Millisecond)
+	}
+}
+
+func TestScriptFlushDoesNotLoseLocks(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		for _, n := range []int{1, 3} { // one lock: Script.Run; several: pipeline
+			t.Run(fmt.Sprint(n, " locks"), func(t *testing.T) {
+				hook, roundsCh := rounds()
+				s := newSession(t, b.client, fastOpts(hook)...)
+				var locks []*Lock
+				for i := 0; i < n; i++ {
+					l, err := s.TryLock(ctx, fmt.Sprintf("flush-%d-%d", n, i))
+					require.NoError(t, err)
+					locks = append(locks, l)
+				}
+				for i := 0; i < 3; i++ {
+					require.NoError(t, b.client.ScriptFlush(ctx).Err())
+					assert.False(t, waitRound(t, roundsCh, time.Second), "NOSCRIPT is handled within the round")
+				}
+				for _, l := range locks {
+					assert.True(t, l.Held())
+					assert.NoError(t, l.Err())
+				}
+				require.NoError(t, b.client.ScriptFlush(ctx).Err())
+				for _, l := range locks {
+					require.NoError(t, l.Release(ctx), "release after SCRIPT FLUSH")
+				}
+			})
+		}
+	})
+}
+
+func TestRelease(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		s := newSession(t, b.client)
+		l, err := s.TryLock(ctx, "released")
+		require.NoError(t, err)
+		assert.Equal(t, "released", l.Name())
+		assert.Equal(t, "redisleader:{released}", l.Key())
+
+		sub := b.client.Subscribe(ctx, newKeys("released").channel)
+		defer sub.Close()
+		_, err = sub.Receive(ctx) // subscription confirmed
+		require.NoError(t, err)
+
+		require.NoError(t, l.Release(ctx))
+		waitClosed(t, l.Done(), time.Second, "Done after Release")
+		assert.ErrorIs(t, l.Err(), ErrReleased)
+		assert.False(t, l.Held())
+		assert.Empty(t, b.get(l.Key()), "key deleted")
+		select {
+		case msg := <-sub.Channel():
+			assert.Equal(t, newKeys("released").channel, msg.Channel)
+		case <-time.After(time.Second):
+			t.Fatal("release published nothing")
+		}
+		assert.NoError(t, l.Release(ctx), "a second Release is a no-op")
+
+		// Another owner takes it; the old handle cannot touch it.
+		l2, err := s.TryLock(ctx, "released")
+		require.NoError(t, err)
+		assert.NoError(t, l.Release(ctx))
+		assert.True(t, l2.Held())
+		assert.NotEmpty(t, b.get(l2.Key()))
+	})
+}
+
+func TestCloseReleasesEverything(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		for _, n := range []int{1, 4} {
+			t.Run(fmt.Sprint(n, " locks"), func(t *testing.T) {
+				s, err := NewSession(b.client, fastOpts()...)
+				require.NoError(t, err)
+				var locks []*Lock
+				for i := 0; i < n; i++ {
+					l, err := s.TryLock(ctx, fmt.Sprintf("close-%d-%d", n, i))
+					require.NoError(t, err)
+					locks = append(locks, l)
+				}
+				require.NoError(t, s.Close(ctx))
+				waitClosed(t, s.Done(), time.Second, "session Done")
+				assert.ErrorIs(t, s.Err(), ErrSessionClosed)
+				for _, l := range locks {
+					waitClosed(t, l.Done(), time.Second, "lock Done")
+					assert.ErrorIs(t, l.Err(), ErrSessionClosed)
+					assert.Empty(t, b.get(l.Key()), "released on Close")
+				}
+				_, err = s.TryLock(ctx, "after-close")
+				assert.ErrorIs(t, err, ErrSessionClosed)
+				_, err = s.Lock(ctx, "after-close")
+				assert.ErrorIs(t, err, ErrSessionClosed)
+				assert.Empty(t, b.get(newKeys("after-close").lock))
+				assert.NoError(t, s.Close(ctx), "Close is idempotent")
+				checkNoLeaks(t)
+			})
+		}
+	})
+}
+
+func TestBlockingLock(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		holder := newSession(t, b.client, fastOpts()...)
+		held, err := holder.TryLock(ctx, "blocking")
+		require.NoError(t, err)
+
+		t.Run("acquires after release", func(t *testing.T) {
+			waiter := newSession(t, b.client, fastOpts()...)
+			got := make(chan *Lock, 1)
+			go func() {
+				l, err := waiter.Lock(ctx, "blocking")
+				assert.NoError(t, err)
+				got <- l
+			}()
+			select {
+			case <-got:
+				t.Fatal("acquired while held")
+			case <-time.After(50 * time.Millisecond): // a few retry intervals
+			}
+			require.NoError(t, held.Release(ctx))
+			select {
+			case l := <-got:
+				assert.Greater(t, l.Fence(), held.Fence())
+				require.NoError(t, l.Release(ctx))
+				held, err = holder.TryLock(ctx, "blocking")
+				require.NoError(t, err)
+			case <-time.After(2 * time.Second):
+				t.Fatal("waiter did not acquire after release")
+			}
+		})
+
+		t.Run("ctx cancel leaves no key", func(t *testing.T) {
+			waiter := newSession(t, b.client, fastOpts()...)
+			cctx, cancel := context.WithCancel(ctx)
+			errc := make(chan error, 1)
+			go func() {
+				_, err := waiter.Lock(cctx, "blocking")
+				errc <- err
+			}()
+			cancel()
+			select {
+			case err := <-errc:
+				assert.ErrorIs(t, err, context.Canceled)
+			case <-time.After(time.Second):
+				t.Fatal("Lock ignored ctx")
+			}
+			h, ok := parseHolder(b.get(held.Key()))
+			require.True(t, ok)
+			assert.Equal(t, held.token, h.token, "the holder is untouched")
+		})
+
+		t.Run("session close ends the wait", func(t *testing.T) {
+			waiter, err := NewSession(b.client, fastOpts()...)
+			require.NoError(t, err)
+			errc := make(chan error, 1)
+			go func() {
+				_, err := waiter.Lock(ctx, "blocking")
+				errc <- err
+			}()
+			require.NoError(t, waiter.Close(ctx))
+			select {
+			case err := <-errc:
+				assert.ErrorIs(t, err, ErrSessionClosed)
+			case <-time.After(time.Second):
+				t.Fatal("Lock ignored the session's end")
+			}
+		})
+
+		t.Run("deadline-bounded", func(t *testing.T) {
+			waiter := newSession(t, b.client, fastOpts()...)
+			cctx, cancel := context.WithTimeout(ctx, 80*time.Millisecond)
+			defer cancel()
+			_, err := waiter.Lock(cctx, "blocking")
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+		})
+	})
+}
+
+func TestAmbiguousAcquire(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		t.Run("client retries (MaxRetries 3)", func(t *testing.T) {
+			var drop atomic.Int32
+			c := dropClient(t, b.addr, &drop, nil)
+			require.NoError(t, c.Ping(ctx).Err())
+			s := newSession(t, c)
+			drop.Store(1) // the reply to the acquire is lost; go-redis re-sends it
+			l, err := s.TryLock(ctx, "ambiguous-retried")
+			require.NoError(t, err, "the retried acquire must be recognised as ours")
+			assert.Zero(t, drop.Load(), "a reply was dropped")
+			h, ok := parseHolder(b.get(l.Key()))
+			require.True(t, ok)
+			assert.Equal(t, l.token, h.token)
+			assert.Equal(t, l.Fence(), h.fence, "one fence for one acquisition")
+			require.NoError(t, l.Release(ctx))
+		})
+		t.Run("no client retries, TryLock", func(t *testing.T) {
+			var drop atomic.Int32
+			c := dropClient(t, b.addr, &drop, func(o *redis.Options) { o.MaxRetries = -1 })
+			require.NoError(t, c.Ping(ctx).Err())
+			s := newSession(t, c)
+			drop.Store(1)
+			l, err := s.TryLock(ctx, "ambiguous-try")
+			require.Error(t, err)
+			assert.Nil(t, l)
+			assert.NotErrorIs(t, err, ErrLocked, "an unknown outcome is never 'held by another'")
+			assert.Empty(t, b.get(newKeys("ambiguous-try").lock), "the phantom lock was cleaned up")
+		})
+		t.Run("no client retries, Lock", func(t *testing.T) {
+			var drop atomic.Int32
+			c := dropClient(t, b.addr, &drop, func(o *redis.Options) { o.MaxRetries = -1 })
+			require.NoError(t, c.Ping(ctx).Err())
+			s := newSession(t, c, fastOpts()...)
+			drop.Store(1)
+			l, err := s.Lock(ctx, "ambiguous-lock")
+			require.NoError(t, err, "Lock retries with the same token and finds the key ours")
+			h, ok := parseHolder(b.get(l.Key()))
+			require.True(t, ok)
+			assert.Equal(t, l.token, h.token)
+			require.NoError(t, l.Release(ctx))
+		})
+	})
+}
+
+func TestCloseDuringAcquireLeavesNoKey(t *testing.T) {
+	_, c := newMini(t)
+	ctx := context.Background()
+	for i := 0; i < 20; i++ {
+		s, err := NewSession(c, fastOpts()...)
+		require.NoError(t, err)
+		name := fmt.Sprint("racing-", i)
+		got := make(chan *Lock, 1)
+		go func() {
+			l, _ := s.TryLock(ctx, name)
+			got <- l
+		}()
+		require.NoError(t, s.Close(ctx))
+		if l := <-got; l != nil {
+			waitClosed(t, l.Done(), time.Second, "lock of a closed session")
+			assert.ErrorIs(t, l.Err(), ErrSessionClosed)
+		}
+		n, err := c.Exists(ctx, newKeys(name).lock).Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "no key outlives a closed session (round %d)", i)
+	}
+	checkNoLeaks(t)
+}

@@ -1,0 +1,207 @@
+package redisleader
+
+import (
+	"io"
+	"log/slog"
+	"time"
+)
+
+// An Option configures a Session. Options are created by the With* functions
+// of this package; the set is sealed (Option cannot be implemented outside it).
+// NewSession validates the combined options and reports the first broken rule.
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// config is the validated, fully defaulted configuration of a Session.
+// Fields that have derived defaults record whether the user set them.
+type config struct {
+	ttl              time.Duration
+	renewInterval    time.Duration
+	renewIntervalSet bool
+	callTimeout      time.Duration
+	callTimeoutSet   bool
+	drift            float64
+	margin           time.Duration
+	marginSet        bool
+	retryInterval    time.Duration
+	retryJitter      time.Duration
+	retryJitterSet   bool
+	logger           *slog.Logger
+	onRound          func(held int, failed bool) // test hook: after each renewal round
+}
+
+// Defaults, stated once. Derived defaults depend on the TTL and are filled in
+// by buildConfig after all options have been applied.
+const (
+	// DefaultTTL is the lease TTL when WithTTL is not given.
+	DefaultTTL = 15 * time.Second
+	// DefaultDriftFactor is the clock drift factor ρ when WithDriftFactor is not given.
+	DefaultDriftFactor = 0.01
+	// DefaultRetryInterval is the base retry delay when WithRetryInterval is not given.
+	DefaultRetryInterval = 100 * time.Millisecond
+
+	maxNameLen     = 512
+	minMargin      = 2 * time.Millisecond
+	minDrift       = 0.001
+	maxDrift       = 0.1
+	minTTL         = 10 * time.Millisecond
+	defaultMaxCall = time.Second
+)
+
+// WithTTL sets the lease TTL: how long Redis keeps a key after the last
+// successful acquire or renew. It bounds how long followers wait after a
+// leader crashes. The default is 15s (DefaultTTL). It must be at least 10ms
+// and at least 20 × the margin.
+func WithTTL(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.ttl = d })
+}
+
+// WithRenewInterval sets how often the session's heartbeat renews every key it
+// holds, in one pipelined round trip. The default is TTL/3; it must be
+// positive and at most TTL/3, so that at least two renewals fit in a lease.
+func WithRenewInterval(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.renewInterval, c.renewIntervalSet = d, true })
+}
+
+// WithCallTimeout bounds every Redis call the session makes; calls made on
+// behalf of a held lease are further bounded by that lease's local deadline.
+// The default is min(TTL/6, 1s). It must be positive and small enough that
+// a renewal that times out can be retried once before the local deadline:
+// renewInterval + 2 × callTimeout < TTL·(1−drift) − margin.
+//
+// The bound is enforced through the context passed to go-redis, which honours
+// context deadlines on sockets only when the client was built with
+// redis.Options.ContextTimeoutEnabled. Without it a call may block up to the
+// client's own ReadTimeout; loss of ownership is still signalled on time
+// because it is timer-driven (see the package documentation).
+func WithCallTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.callTimeout, c.callTimeoutSet = d, true })
+}
+
+// WithDriftFactor sets ρ, the assumed relative clock-rate error between this
+// process and the Redis server, used in the local deadline
+// D = sendTime + TTL·(1−ρ) − margin. The default is 0.01; it must be within
+// [0.001, 0.1].
+func WithDriftFactor(f float64) Option {
+	return optionFunc(func(c *config) { c.drift = f })
+}
+
+// WithMargin sets the fixed safety margin subtracted from the local deadline
+// (expiry granularity, millisecond rounding, timer latency). The default is
+// max(5ms, TTL/100); it must be at least 2ms and at most TTL/20.
+func WithMargin(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.margin, c.marginSet = d, true })
+}
+
+// WithRetryInterval sets the base delay between attempts of a blocking
+// acquire whose key is held by another owner and who has not said when it will
+// be free, and between renewal attempts after a failed renewal. The default
+// is 100ms; it must be positive and at most the TTL.
+func WithRetryInterval(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.retryInterval = d })
+}
+
+// WithRetryJitter sets the largest random delay added to each retry, so that
+// candidates do not retry in lockstep. The default is retryInterval/2; it must
+// be at least 0 and at most the TTL.
+func WithRetryJitter(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.retryJitter, c.retryJitterSet = d, true })
+}
+
+// WithLogger sets the logger for renewal failures, lost leases and risky
+// client settings. The default discards everything. A nil logger is an error.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) {
+		if l == nil {
+			c.logger = nilLogger
+			return
+		}
+		c.logger = l
+	})
+}
+
+// withRoundHook is an unexported option for tests: f runs on the heartbeat
+// goroutine after every renewal round.
+func withRoundHook(f func(held int, failed bool)) Option {
+	return optionFunc(func(c *config) { c.onRound = f })
+}
+
+// nilLogger marks an explicit WithLogger(nil) so validation can reject it.
+var nilLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+var discardLogger = slog.New(slog.DiscardHandler)
+
+// buildConfig applies the options over the defaults, derives the dependent
+// defaults and validates the result. It is the one place defaults live.
+func buildConfig(opts []Option) (config, error) {
+	c := config{
+		ttl:           DefaultTTL,
+		drift:         DefaultDriftFactor,
+		retryInterval: DefaultRetryInterval,
+		logger:        discardLogger,
+	}
+	for _, o := range opts {
+		if o == nil {
+			return config{}, invalidf("nil Option")
+		}
+		o.apply(&c)
+	}
+	if c.ttl < minTTL {
+		return config{}, invalidf("WithTTL(%v) must be at least %v", c.ttl, minTTL)
+	}
+	if !c.renewIntervalSet {
+		c.renewInterval = c.ttl / 3
+	}
+	if !c.callTimeoutSet {
+		c.callTimeout = min(c.ttl/6, defaultMaxCall)
+	}
+	if !c.marginSet {
+		c.margin = max(5*time.Millisecond, c.ttl/100)
+	}
+	if !c.retryJitterSet {
+		c.retryJitter = c.retryInterval / 2
+	}
+	return c, c.validate()
+}
+
+func (c *config) validate() error {
+	switch {
+	case c.logger == nilLogger:
+		return invalidf("WithLogger(nil): pass a logger, or omit the option to discard logs")
+	case c.drift < minDrift || c.drift > maxDrift || c.drift != c.drift:
+		return invalidf("WithDriftFactor(%v) must be within [%v, %v]", c.drift, minDrift, maxDrift)
+	case c.margin < minMargin:
+		return invalidf("WithMargin(%v) must be at least %v", c.margin, minMargin)
+	case c.ttl < 20*c.margin:
+		return invalidf("WithTTL(%v) must be at least 20 × margin (%v)", c.ttl, 20*c.margin)
+	case c.renewInterval <= 0:
+		return invalidf("WithRenewInterval(%v) must be positive", c.renewInterval)
+	case c.renewInterval > c.ttl/3:
+		return invalidf("WithRenewInterval(%v) must be at most TTL/3 (%v)", c.renewInterval, c.ttl/3)
+	case c.callTimeout <= 0:
+		return invalidf("WithCallTimeout(%v) must be positive", c.callTimeout)
+	case c.renewInterval+2*c.callTimeout >= c.validity():
+		return invalidf("WithCallTimeout(%v) must leave room for a retried renewal: renewInterval (%v) + 2 × callTimeout must be less than TTL·(1−drift) − margin (%v)",
+			c.callTimeout, c.renewInterval, c.validity())
+	case c.retryInterval <= 0:
+		return invalidf("WithRetryInterval(%v) must be positive", c.retryInterval)
+	case c.retryInterval > c.ttl:
+		return invalidf("WithRetryInterval(%v) must be at most the TTL (%v)", c.retryInterval, c.ttl)
+	case c.retryJitter < 0:
+		return invalidf("WithRetryJitter(%v) must not be negative", c.retryJitter)
+	case c.retryJitter > c.ttl:
+		return invalidf("WithRetryJitter(%v) must be at most the TTL (%v)", c.retryJitter, c.ttl)
+	}
+	return nil
+}
+
+// validity is how long after the send time of a successful acquire or renew
+// this process may believe it holds the key: TTL·(1−ρ) − margin.
+func (c *config) validity() time.Duration {
+	return time.Duration(float64(c.ttl)*(1-c.drift)) - c.margin
+}

@@ -1,0 +1,148 @@
+package redisleader
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestNewSessionRejectsBadOptions(t *testing.T) {
+	m, c := newMini(t)
+	tests := []struct {
+		name string
+		opts []Option
+		want string
+	}{
+		{"zero TTL", []Option{WithTTL(0)}, "WithTTL(0s) must be at least 10ms"},
+		{"negative TTL", []Option{WithTTL(-time.Second)}, "WithTTL(-1s) must be at least 10ms"},
+		{"TTL below 20 margins", []Option{WithTTL(time.Second), WithMargin(100 * time.Millisecond)}, "WithTTL(1s) must be at least 20 × margin (2s)"},
+		{"zero renew", []Option{WithRenewInterval(0)}, "WithRenewInterval(0s) must be positive"},
+		{"renew above TTL/3", []Option{WithTTL(15 * time.Second), WithRenewInterval(8 * time.Second)}, "WithRenewInterval(8s) must be at most TTL/3 (5s)"},
+		{"zero call timeout", []Option{WithCallTimeout(0)}, "WithCallTimeout(0s) must be positive"},
+		{"call timeout too long", []Option{WithTTL(time.Second), WithCallTimeout(400 * time.Millisecond)}, "WithCallTimeout(400ms) must leave room for a retried renewal"},
+		{"drift too small", []Option{WithDriftFactor(0)}, "WithDriftFactor(0) must be within [0.001, 0.1]"},
+		{"drift too large", []Option{WithDriftFactor(0.5)}, "WithDriftFactor(0.5) must be within [0.001, 0.1]"},
+		{"drift NaN", []Option{WithDriftFactor(nan())}, "WithDriftFactor(NaN) must be within"},
+		{"margin too small", []Option{WithMargin(time.Millisecond)}, "WithMargin(1ms) must be at least 2ms"},
+		{"zero retry", []Option{WithRetryInterval(0)}, "WithRetryInterval(0s) must be positive"},
+		{"retry above TTL", []Option{WithTTL(time.Second), WithRetryInterval(2 * time.Second)}, "WithRetryInterval(2s) must be at most the TTL (1s)"},
+		{"negative jitter", []Option{WithRetryJitter(-time.Millisecond)}, "WithRetryJitter(-1ms) must not be negative"},
+		{"jitter above TTL", []Option{WithTTL(time.Second), WithRetryJitter(2 * time.Second)}, "WithRetryJitter(2s) must be at most the TTL (1s)"},
+		{"nil logger", []Option{WithLogger(nil)}, "WithLogger(nil)"},
+		{"nil option", []Option{nil}, "nil Option"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := NewSession(c, tt.opts...)
+			require.Error(t, err)
+			assert.Nil(t, s)
+			assert.ErrorIs(t, err, ErrInvalid)
+			assert.True(t, strings.HasPrefix(err.Error(), "redisleader: "), err.Error())
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+	assert.Zero(t, m.CommandCount(), "bad options must not reach Redis")
+}
+
+func TestNewSessionRejectsNilClient(t *testing.T) {
+	var typedNil *redis.Client
+	for _, c := range []Client{nil, typedNil, (*redis.ClusterClient)(nil), (*redis.Ring)(nil)} {
+		s, err := NewSession(c)
+		assert.Nil(t, s)
+		assert.ErrorIs(t, err, ErrInvalid)
+		assert.EqualError(t, err, "redisleader: NewSession: client must not be nil")
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := buildConfig(nil)
+	require.NoError(t, err)
+	assert.Equal(t, 15*time.Second, cfg.ttl)
+	assert.Equal(t, 5*time.Second, cfg.renewInterval)
+	assert.Equal(t, time.Second, cfg.callTimeout)
+	assert.Equal(t, 150*time.Millisecond, cfg.margin)
+	assert.Equal(t, 0.01, cfg.drift)
+	assert.Equal(t, 100*time.Millisecond, cfg.retryInterval)
+	assert.Equal(t, 50*time.Millisecond, cfg.retryJitter)
+	// D = s + 15s·0.99 − 150ms
+	assert.Equal(t, 14700*time.Millisecond, cfg.validity())
+
+	short, err := buildConfig([]Option{WithTTL(time.Second)})
+	require.NoError(t, err, "a 1s TTL must be valid with derived defaults")
+	assert.Equal(t, 333333333*time.Nanosecond, short.renewInterval)
+	assert.Equal(t, 166666666*time.Nanosecond, short.callTimeout)
+	assert.Equal(t, 10*time.Millisecond, short.margin)
+}
+
+func TestBadNamesWriteNothing(t *testing.T) {
+	m, c := newMini(t)
+	s := newSession(t, c)
+	tests := []struct {
+		name, lock, want string
+	}{
+		{"empty", "", "name must not be empty"},
+		{"open brace", "a{b", `name "a{b" must not contain '{' or '}'`},
+		{"close brace", "a}b", `must not contain '{' or '}'`},
+		{"too long", strings.Repeat("x", 513), "name is 513 bytes long; it must be at most 512"},
+		{"not UTF-8", "a\xffb", "must be valid UTF-8"},
+	}
+	ctx := context.Background()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, acquire := range []func(context.Context, string) (*Lock, error){s.Lock, s.TryLock} {
+				l, err := acquire(ctx, tt.lock)
+				assert.Nil(t, l)
+				assert.ErrorIs(t, err, ErrInvalid)
+				assert.Contains(t, err.Error(), tt.want)
+			}
+		})
+	}
+	assert.Zero(t, m.CommandCount(), "bad names must not reach Redis")
+	assert.Empty(t, m.Keys())
+
+	l, err := s.TryLock(ctx, strings.Repeat("x", 512))
+	require.NoError(t, err, "512 bytes is the longest valid name")
+	require.NoError(t, l.Release(ctx))
+}
+
+func TestRiskyClientIsLogged(t *testing.T) {
+	m, _ := newMini(t)
+	var buf strings.Builder
+	logger := slog.New(slog.NewTextHandler(&buf, nil))
+	risky := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer risky.Close()
+	newSession(t, risky, WithLogger(logger))
+	assert.Contains(t, buf.String(), "ContextTimeoutEnabled is false")
+
+	buf.Reset()
+	safe := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+	defer safe.Close()
+	newSession(t, safe, WithLogger(logger))
+	assert.Empty(t, buf.String())
+}
+
+func TestPermanentErrors(t *testing.T) {
+	assert.True(t, permanent(redisErr("WRONGTYPE Operation against a key holding the wrong kind of value")))
+	assert.True(t, permanent(redisErr("NOPERM this user has no permissions")))
+	for _, msg := range []string{"LOADING Redis is loading", "READONLY You can't write", "OOM command not allowed", "NOSCRIPT No matching script", "BUSY Redis is busy"} {
+		assert.False(t, permanent(redisErr(msg)), msg)
+	}
+	assert.False(t, permanent(context.DeadlineExceeded))
+	assert.False(t, permanent(errors.New("dial tcp: connection refused")))
+	assert.False(t, permanent(nil))
+}
+
+// redisErr makes an error that go-redis would return for a Redis error reply.
+type redisErr string
+
+func (e redisErr) Error() string { return string(e) }
+func (redisErr) RedisError()     {}
+
+func nan() float64 { zero := 0.0; return zero / zero }

@@ -1,0 +1,169 @@
+package redisleader
+
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Key layout. Every key of one name carries the same hash tag {name}, so a
+// script that touches the lock key and the fence key never fails with
+// CROSSSLOT on Redis Cluster, and the change channel maps to the same slot
+// for sharded pub/sub.
+//
+//	redisleader:{name}        the lock: "<token>\n<fence>\n<value>", with a PX TTL
+//	redisleader:{name}:fence  the last fence handed out (no TTL)
+//	redisleader:{name}:ch     channel: a message on every acquire and release
+type keys struct {
+	name, lock, fence, channel string
+}
+
+const keyPrefix = "redisleader:{"
+
+func newKeys(name string) keys {
+	lock := keyPrefix + name + "}"
+	return keys{name: name, lock: lock, fence: lock + ":fence", channel: lock + ":ch"}
+}
+
+// maxValueLen bounds the value an election candidate publishes.
+const maxValueLen = 64 << 10
+
+// checkName enforces the naming rule: 1 to 512 bytes of UTF-8, without '{' or
+// '}' (they would break the cluster hash tag).
+func checkName(name string) error {
+	switch {
+	case name == "":
+		return invalidf("name must not be empty")
+	case len(name) > maxNameLen:
+		return invalidf("name is %d bytes long; it must be at most %d", len(name), maxNameLen)
+	case strings.ContainsAny(name, "{}"):
+		return invalidf("name %q must not contain '{' or '}' (they would break the Redis Cluster hash tag)", name)
+	case !utf8.ValidString(name):
+		return invalidf("name %q must be valid UTF-8", name)
+	}
+	return nil
+}
+
+func checkValue(value string) error {
+	if len(value) > maxValueLen {
+		return invalidf("value is %d bytes long; it must be at most %d", len(value), maxValueLen)
+	}
+	return nil
+}
+
+// The scripts below compare the token as a prefix of the stored value:
+// "<token>\n" where the token is a fixed-length random UUID, so no value can
+// fake another owner's token.
+//
+// Scripts are run with go-redis Script.Run (EVALSHA, falling back to EVAL on
+// NOSCRIPT), so a flushed script cache costs one extra round trip and is never
+// mistaken for a lost lock.
+
+// acquireScript takes the lock, or confirms that this token already holds it.
+//
+//	KEYS[1] lock key, KEYS[2] fence key
+//	ARGV[1] token, ARGV[2] TTL in ms, ARGV[3] value, ARGV[4] channel
+//
+// Replies:
+//
+//	{1, fence}            acquired now, or already ours (idempotent: a retried
+//	                      or ambiguous acquire succeeds with the same fence and
+//	                      a refreshed TTL, never "held by another")
+//	{0, stored, pttl}     held by another owner: its stored value and PTTL in ms
+//
+// The fence is max(stored + 1, server TIME in µs). It is written before the
+// SET: a script error in between leaves a gap in the fences, never a lock
+// without a fence. Fences stay monotonic when Redis loses data (restart
+// without persistence, old snapshot) unless the server clock also goes back.
+// Numbers up to 2^53 are exact in Lua; µs since 1970 stay below that for
+// centuries.
+var acquireScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  if string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    local f = string.sub(cur, #ARGV[1] + 2)
+    return {1, tonumber(string.sub(f, 1, string.find(f, '\n', 1, true) - 1))}
+  end
+  return {0, cur, redis.call('PTTL', KEYS[1])}
+end
+local t = redis.call('TIME')
+local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local stored = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if stored >= fence then fence = stored + 1 end
+local fs = string.format('%.0f', fence)
+redis.call('SET', KEYS[2], fs)
+local v = ARGV[1] .. '\n' .. fs .. '\n' .. ARGV[3]
+redis.call('SET', KEYS[1], v, 'NX', 'PX', ARGV[2])
+redis.call('PUBLISH', ARGV[4], v)
+return {1, fence}
+`)
+
+// renewScript extends the TTL if, and only if, the key holds our token.
+//
+//	KEYS[1] lock key
+//	ARGV[1] token, ARGV[2] TTL in ms
+//
+// Replies 1 if renewed, 0 if the key is missing or holds another token.
+var renewScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+`)
+
+// releaseScript deletes the key if, and only if, it holds our token, and
+// tells subscribers of the channel that the name is free.
+//
+//	KEYS[1] lock key
+//	ARGV[1] token, ARGV[2] channel
+//
+// Replies 1 if deleted, 0 if the key is missing or holds another token (then
+// it writes nothing).
+var releaseScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], '')
+  return 1
+end
+return 0
+`)
+
+// inspectScript reads the holder and its remaining TTL in one call.
+//
+//	KEYS[1] lock key
+//
+// Replies {stored, pttl in ms}, or nil when nobody holds the key.
+var inspectScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if not cur then return false end
+return {cur, redis.call('PTTL', KEYS[1])}
+`)
+
+// holder is what a lock key says about its owner.
+type holder struct {
+	token string
+	fence int64
+	value string
+}
+
+// parseHolder splits a stored lock value "<token>\n<fence>\n<value>".
+func parseHolder(stored string) (holder, bool) {
+	tok, rest, ok := strings.Cut(stored, "\n")
+	if !ok {
+		return holder{}, false
+	}
+	fs, value, ok := strings.Cut(rest, "\n")
+	if !ok {
+		return holder{}, false
+	}
+	fence, err := strconv.ParseInt(fs, 10, 64)
+	if err != nil {
+		return holder{}, false
+	}
+	return holder{token: tok, fence: fence, value: value}, true
+}
