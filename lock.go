@@ -2,29 +2,36 @@ package redisleader
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/google/uuid"
 )
 
 // A Lock is one successful acquisition of one name by a session. Its identity
 // (name, key, fence) never changes; it ends exactly once, when it is released,
 // lost, or its session closes. A Lock is safe for concurrent use.
 type Lock struct {
-	s     *Session
-	keys  keys
-	token string
-	fence int64
+	s        *Session
+	keys     keys
+	token    string
+	tokenArg any // token, boxed once for script arguments
+	fence    int64
+	// argv is the script argument vector: {_, _, 2, lock key, fence key,
+	// token, TTL, value} for acquire, then {_, _, 1, lock key, token} for the
+	// release. Only the acquiring goroutine, then the one releaser, use it.
+	argv [8]any
 
-	mu       sync.Mutex // protects deadline and err
-	deadline time.Time  // local deadline D on the monotonic clock
-	err      error      // nil while held
-	done     chan struct{}
-	timer    *time.Timer // fires at the deadline; re-arms if it moved
+	mu       sync.Mutex    // protects deadline, err and done
+	deadline time.Time     // local deadline D on the monotonic clock
+	err      error         // nil while held
+	done     chan struct{} // created lazily by Done, closed by end
+	timer    *time.Timer   // fires at the deadline; re-arms if it moved
 }
+
+// closedChan is the Done channel of a lock that ended before anyone asked.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Name returns the name the lock was acquired under.
 func (l *Lock) Name() string { return l.keys.name }
@@ -42,7 +49,14 @@ func (l *Lock) Fence() int64 { return l.fence }
 
 // Done returns a channel that is closed when the lock ends: released, lost,
 // or its session closed. It is closed exactly once, by this package.
-func (l *Lock) Done() <-chan struct{} { return l.done }
+func (l *Lock) Done() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done == nil {
+		l.done = make(chan struct{})
+	}
+	return l.done
+}
 
 // Err returns nil while the lock is held; after Done is closed it says why
 // it ended: ErrReleased, ErrNotOwner or ErrExpired (both match ErrLost), or
@@ -99,11 +113,12 @@ func (l *Lock) Release(ctx context.Context) error {
 	return l.del(ctx)
 }
 
-// del runs the compare-and-delete for this lock's token.
+// del runs the compare-and-delete for this lock's token. It is called at most
+// once per lock, after the acquisition ended.
 func (l *Lock) del(ctx context.Context) error {
-	ctx, cancel := l.s.callContext(ctx, time.Time{})
-	defer cancel()
-	n, err := releaseScript.Run(ctx, l.s.client, []string{l.keys.lock}, l.token, l.keys.channel).Int()
+	argv := l.argv[:5]
+	argv[2], argv[4] = 1, l.tokenArg
+	n, err := releaseScript.run(l.s.bound(ctx, time.Time{}), l.s.client, argv).Int()
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisleader: release %q (the key expires within the TTL): %w", l.keys.name, err)
@@ -171,7 +186,11 @@ func (l *Lock) end(err error) bool {
 
 func (l *Lock) endLocked(err error) {
 	l.err = err
-	close(l.done)
+	if l.done == nil {
+		l.done = closedChan
+	} else {
+		close(l.done)
+	}
 	l.timer.Stop()
 }
 
@@ -208,17 +227,16 @@ func (s *Session) acquire(ctx context.Context, name, value string, block bool) (
 	if err := checkValue(value); err != nil {
 		return nil, err
 	}
-	k := newKeys(name)
-	token := uuid.NewString()
+	l := s.newLock(newKeys(name), value)
 	var lastErr error // of the last attempt, when its outcome is unknown
 	for {
 		if err := s.Err(); err != nil {
-			return nil, s.abandon(k, token, lastErr, err)
+			return nil, l.abandon(lastErr, err)
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, s.abandon(k, token, lastErr, err)
+			return nil, l.abandon(lastErr, err)
 		}
-		l, wait, err := s.attempt(ctx, k, token, value)
+		wait, err := l.attempt(ctx)
 		if err == nil {
 			return l, nil
 		}
@@ -226,8 +244,8 @@ func (s *Session) acquire(ctx context.Context, name, value string, block bool) (
 		if !errors.Is(err, ErrLocked) {
 			lastErr = err
 		}
-		if !block || permanent(err) {
-			return nil, s.abandon(k, token, lastErr, err)
+		if !block || permanent(err) || errors.Is(err, ErrSessionClosed) {
+			return nil, l.abandon(lastErr, err)
 		}
 		if wait <= 0 || wait > s.cfg.retryInterval {
 			wait = s.retryDelay()
@@ -238,25 +256,34 @@ func (s *Session) acquire(ctx context.Context, name, value string, block bool) (
 			if err == errSessionDone {
 				err = ErrSessionClosed
 			}
-			return nil, s.abandon(k, token, lastErr, err)
+			return nil, l.abandon(lastErr, err)
 		}
 	}
 }
 
-// attempt makes one acquire call. On success it returns the registered lock.
-// If another owner holds the key it returns ErrLocked and how long that
-// owner's lease has left on the server.
-func (s *Session) attempt(ctx context.Context, k keys, token, value string) (*Lock, time.Duration, error) {
+// newLock prepares an acquisition: a fresh random token (128 bits) and the
+// script argument vector, boxed once and reused by every attempt and by the
+// release.
+func (s *Session) newLock(k keys, value string) *Lock {
+	token := rand.Text()
+	l := &Lock{s: s, keys: k, token: token, tokenArg: token}
+	l.argv = [8]any{nil, nil, 2, k.lock, k.fence, l.tokenArg, s.ttlArg, value}
+	return l
+}
+
+// attempt makes one acquire call. On success the lock is armed (deadline
+// timer) and registered with the heartbeat. If another owner holds the key it
+// returns ErrLocked and how long that owner's lease has left on the server.
+func (l *Lock) attempt(ctx context.Context) (time.Duration, error) {
+	s := l.s
 	sent := time.Now()
 	deadline := sent.Add(s.cfg.validity())
-	cctx, cancel := s.callContext(ctx, deadline)
-	res, err := acquireScript.Run(cctx, s.client, []string{k.lock, k.fence}, token, s.ttlArg, value, k.channel).Slice()
-	cancel()
+	res, err := acquireScript.run(s.bound(ctx, deadline), s.client, l.argv[:]).Slice()
 	if err != nil {
-		return nil, 0, fmt.Errorf("redisleader: acquire %q: %w", k.name, err)
+		return 0, fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, err)
 	}
 	if len(res) < 2 {
-		return nil, 0, fmt.Errorf("redisleader: acquire %q: unexpected reply %v", k.name, res)
+		return 0, fmt.Errorf("redisleader: acquire %q: unexpected reply %v", l.keys.name, res)
 	}
 	if ok, _ := res[0].(int64); ok != 1 {
 		var fence int64
@@ -270,36 +297,34 @@ func (s *Session) attempt(ctx context.Context, k keys, token, value string) (*Lo
 				left = time.Duration(ms) * time.Millisecond
 			}
 		}
-		return nil, left, fmt.Errorf("%w (fence %d)", ErrLocked, fence)
+		return left, fmt.Errorf("%w (fence %d)", ErrLocked, fence)
 	}
-	fence, _ := res[1].(int64)
 	if !time.Now().Before(deadline) {
 		// The reply came too late to trust the lease. The key is ours, so the
 		// next attempt (same token) refreshes it and starts a new deadline.
-		return nil, 0, fmt.Errorf("redisleader: acquire %q: reply arrived after the lease's local deadline", k.name)
+		return 0, fmt.Errorf("redisleader: acquire %q: reply arrived after the lease's local deadline", l.keys.name)
 	}
-	l := &Lock{s: s, keys: k, token: token, fence: fence, deadline: deadline, done: make(chan struct{})}
+	l.fence, _ = res[1].(int64)
 	l.mu.Lock()
+	l.deadline = deadline
 	l.timer = time.AfterFunc(time.Until(deadline), l.onDeadline)
 	l.mu.Unlock()
 	if err := s.add(l); err != nil {
 		// The session closed while we acquired: give the key back now.
 		l.end(err)
 		_ = l.del(context.Background())
-		return nil, 0, err
+		return 0, err
 	}
-	return l, 0, nil
+	return 0, nil
 }
 
 // abandon ends an acquisition that will not be returned. If the last attempt
-// failed with an unknown outcome, the key may hold our token: delete it with that token, on a fresh context, so no
-// phantom lock blocks others for a TTL. It returns err, joined with the last
-// attempt's error when they differ.
-func (s *Session) abandon(k keys, token string, lastErr, err error) error {
+// failed with an unknown outcome, the key may hold our token: delete it with
+// that token, on a fresh context, so no phantom lock blocks others for a TTL.
+// It returns err, joined with the last attempt's error when they differ.
+func (l *Lock) abandon(lastErr, err error) error {
 	if lastErr != nil {
-		ctx, cancel := s.callContext(context.Background(), time.Time{})
-		_ = releaseScript.Run(ctx, s.client, []string{k.lock}, token, k.channel).Err()
-		cancel()
+		_ = l.del(context.Background())
 	}
 	if lastErr != nil && lastErr != err {
 		return errors.Join(err, lastErr)

@@ -118,7 +118,7 @@ func TestAcquireIsIdempotentForOwnToken(t *testing.T) {
 		ctx := context.Background()
 		k := newKeys("idem")
 		run := func(token string) []any {
-			res, err := acquireScript.Run(ctx, b.client, []string{k.lock, k.fence}, token, "1000", "v", k.channel).Slice()
+			res, err := acquireScript.run(ctx, b.client, []any{nil, nil, 2, k.lock, k.fence, token, "1000", "v"}).Slice()
 			require.NoError(t, err)
 			return res
 		}
@@ -236,7 +236,7 @@ func TestRenewalKeepsTheKey(t *testing.T) {
 func TestScriptFlushDoesNotLoseLocks(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
-		for _, n := range []int{1, 3} { // one lock: Script.Run; several: pipeline
+		for _, n := range []int{1, 3} { // one lock: a plain call; several: a pipeline
 			t.Run(fmt.Sprint(n, " locks"), func(t *testing.T) {
 				hook, roundsCh := rounds()
 				s := newSession(t, b.client, fastOpts(hook)...)
@@ -272,7 +272,7 @@ func TestRelease(t *testing.T) {
 		assert.Equal(t, "released", l.Name())
 		assert.Equal(t, "redisleader:{released}", l.Key())
 
-		sub := b.client.Subscribe(ctx, newKeys("released").channel)
+		sub := b.client.Subscribe(ctx, newKeys("released").channel())
 		defer sub.Close()
 		_, err = sub.Receive(ctx) // subscription confirmed
 		require.NoError(t, err)
@@ -284,7 +284,7 @@ func TestRelease(t *testing.T) {
 		assert.Empty(t, b.get(l.Key()), "key deleted")
 		select {
 		case msg := <-sub.Channel():
-			assert.Equal(t, newKeys("released").channel, msg.Channel)
+			assert.Equal(t, newKeys("released").channel(), msg.Channel)
 		case <-time.After(time.Second):
 			t.Fatal("release published nothing")
 		}

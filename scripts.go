@@ -1,6 +1,9 @@
 package redisleader
 
 import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -17,15 +20,24 @@ import (
 //	redisleader:{name}:fence  the last fence handed out (no TTL)
 //	redisleader:{name}:ch     channel: a message on every acquire and release
 type keys struct {
-	name, lock, fence, channel string
+	name, lock, fence string
 }
 
-const keyPrefix = "redisleader:{"
+const (
+	keyPrefix     = "redisleader:{"
+	fenceSuffix   = ":fence"
+	channelSuffix = ":ch" // appended to the lock key in the scripts too
+)
 
+// newKeys derives the keys of a name with one allocation: the lock key is a
+// prefix of the fence key.
 func newKeys(name string) keys {
-	lock := keyPrefix + name + "}"
-	return keys{name: name, lock: lock, fence: lock + ":fence", channel: lock + ":ch"}
+	fence := keyPrefix + name + "}" + fenceSuffix
+	return keys{name: name, lock: fence[:len(fence)-len(fenceSuffix)], fence: fence}
 }
+
+// channel is the pub/sub channel of the name's changes.
+func (k keys) channel() string { return k.lock + channelSuffix }
 
 // maxValueLen bounds the value an election candidate publishes.
 const maxValueLen = 64 << 10
@@ -53,18 +65,22 @@ func checkValue(value string) error {
 	return nil
 }
 
+// Each acquire publishes the new stored value, and each release an empty
+// message, on the channel lock key + ":ch" (not a key, so it need not be
+// declared; it hashes to the same slot for sharded pub/sub).
+//
 // The scripts below compare the token as a prefix of the stored value:
 // "<token>\n" where the token is a fixed-length random UUID, so no value can
 // fake another owner's token.
 //
-// Scripts are run with go-redis Script.Run (EVALSHA, falling back to EVAL on
-// NOSCRIPT), so a flushed script cache costs one extra round trip and is never
-// mistaken for a lost lock.
+// Scripts run as EVALSHA, falling back to EVAL on NOSCRIPT (see script.run),
+// so a flushed script cache costs one extra round trip and is never mistaken
+// for a lost lock.
 
 // acquireScript takes the lock, or confirms that this token already holds it.
 //
 //	KEYS[1] lock key, KEYS[2] fence key
-//	ARGV[1] token, ARGV[2] TTL in ms, ARGV[3] value, ARGV[4] channel
+//	ARGV[1] token, ARGV[2] TTL in ms, ARGV[3] value
 //
 // Replies:
 //
@@ -79,7 +95,7 @@ func checkValue(value string) error {
 // without persistence, old snapshot) unless the server clock also goes back.
 // Numbers up to 2^53 are exact in Lua; µs since 1970 stay below that for
 // centuries.
-var acquireScript = redis.NewScript(`
+var acquireScript = newScript(`
 local cur = redis.call('GET', KEYS[1])
 if cur then
   if string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
@@ -90,14 +106,14 @@ if cur then
   return {0, cur, redis.call('PTTL', KEYS[1])}
 end
 local t = redis.call('TIME')
-local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local stored = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-if stored >= fence then fence = stored + 1 end
+local fence = t[1] * 1000000 + t[2]
+local stored = tonumber(redis.call('GET', KEYS[2]))
+if stored and stored >= fence then fence = stored + 1 end
 local fs = string.format('%.0f', fence)
 redis.call('SET', KEYS[2], fs)
 local v = ARGV[1] .. '\n' .. fs .. '\n' .. ARGV[3]
 redis.call('SET', KEYS[1], v, 'NX', 'PX', ARGV[2])
-redis.call('PUBLISH', ARGV[4], v)
+redis.call('PUBLISH', KEYS[1] .. ':ch', v)
 return {1, fence}
 `)
 
@@ -107,7 +123,7 @@ return {1, fence}
 //	ARGV[1] token, ARGV[2] TTL in ms
 //
 // Replies 1 if renewed, 0 if the key is missing or holds another token.
-var renewScript = redis.NewScript(`
+var renewScript = newScript(`
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -116,18 +132,18 @@ return 0
 `)
 
 // releaseScript deletes the key if, and only if, it holds our token, and
-// tells subscribers of the channel that the name is free.
+// tells subscribers of the name's channel (lock key + ":ch") that it is free.
 //
 //	KEYS[1] lock key
-//	ARGV[1] token, ARGV[2] channel
+//	ARGV[1] token
 //
 // Replies 1 if deleted, 0 if the key is missing or holds another token (then
 // it writes nothing).
-var releaseScript = redis.NewScript(`
+var releaseScript = newScript(`
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], '')
+  redis.call('PUBLISH', KEYS[1] .. ':ch', '')
   return 1
 end
 return 0
@@ -138,11 +154,77 @@ return 0
 //	KEYS[1] lock key
 //
 // Replies {stored, pttl in ms}, or nil when nobody holds the key.
-var inspectScript = redis.NewScript(`
+var inspectScript = newScript(`
 local cur = redis.call('GET', KEYS[1])
 if not cur then return false end
 return {cur, redis.call('PTTL', KEYS[1])}
 `)
+
+// processor runs one command: a client, or a pipeline that queues it.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// script is a Lua script run as EVALSHA, falling back to EVAL when the server
+// does not have it cached (NOSCRIPT: after SCRIPT FLUSH, a restart or a
+// failover), exactly as go-redis's Script.Run does. Unlike Script.Run it takes
+// the whole argument vector, so the hot path reuses arguments it boxed once:
+// Script.Run boxes the command name, the SHA and every key again on every
+// call, four or more allocations that were a sixth of an acquire+release pair.
+type script struct {
+	src any // the source, boxed once
+	sha any // its hex SHA-1, boxed once
+}
+
+func newScript(src string) *script {
+	sum := sha1.Sum([]byte(src))
+	return &script{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// run executes the script once. argv is {_, _, numkeys, keys..., args...};
+// run fills the first two slots.
+func (s *script) run(ctx context.Context, c processor, argv []any) *redis.Cmd {
+	argv[0], argv[1] = "evalsha", s.sha
+	cmd := redis.NewCmd(ctx, argv...)
+	_ = c.Process(ctx, cmd)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		argv[0], argv[1] = "eval", s.src
+		cmd = redis.NewCmd(ctx, argv...)
+		_ = c.Process(ctx, cmd)
+	}
+	return cmd
+}
+
+// runAll executes the script once per argument vector in one round trip (a
+// pipeline; on Redis Cluster one per node), and re-sends as EVAL, in a
+// second round trip, those that met a server without the script. Replies
+// and errors are read from the returned commands, in the order of argvs.
+func (s *script) runAll(ctx context.Context, c Client, argvs [][]any) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(argvs))
+	if len(argvs) == 1 {
+		cmds[0] = s.run(ctx, c, argvs[0])
+		return cmds
+	}
+	pipe := c.Pipeline()
+	for i, argv := range argvs {
+		argv[0], argv[1] = "evalsha", s.sha
+		cmds[i] = redis.NewCmd(ctx, argv...)
+		_ = pipe.Process(ctx, cmds[i])
+	}
+	if _, err := pipe.Exec(ctx); !redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return cmds
+	}
+	pipe = c.Pipeline()
+	for i, argv := range argvs {
+		if redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
+			argv[0], argv[1] = "eval", s.src
+			cmds[i] = redis.NewCmd(ctx, argv...)
+			_ = pipe.Process(ctx, cmds[i])
+		}
+	}
+	_, _ = pipe.Exec(ctx)
+	return cmds
+}
 
 // holder is what a lock key says about its owner.
 type holder struct {

@@ -1,0 +1,104 @@
+package redisleader
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/redisserver"
+)
+
+// The baseline ("raw") is the floor any Redis lock pays: SET key token NX PX
+// with a fresh 16-byte random token, then EVALSHA compare-and-delete, through
+// go-redis with the same client. It has no fence, no deadline, no renewal.
+var rawRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+func rawPair(ctx context.Context, b *testing.B, c *redis.Client) {
+	var tok [16]byte
+	_, _ = rand.Read(tok[:])
+	token := hex.EncodeToString(tok[:])
+	ok, err := c.SetNX(ctx, "raw-key", token, 10*time.Second).Result()
+	if err != nil || !ok {
+		b.Fatalf("SET NX: %v %v", ok, err)
+	}
+	if err := rawRelease.Run(ctx, c, []string{"raw-key"}, token).Err(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func libPair(ctx context.Context, b *testing.B, s *Session) {
+	l, err := s.TryLock(ctx, "lib-key")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func benchServer(b *testing.B) (*redis.Client, *Session) {
+	srv := redisserver.Start(b)
+	c := srv.Client(b, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		b.Fatal(err)
+	}
+	s, err := NewSession(c, WithTTL(10*time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close(context.Background()) })
+	return c, s
+}
+
+// BenchmarkLockPair measures one acquire+release pair (TryLock + Release) on
+// a real redis-server next to the raw floor, for allocations (exact) and
+// ns/op (noisy on a shared machine: use BenchmarkLockPairRatio for time).
+//
+//	go test -run '^$' -bench LockPair -benchmem .
+func BenchmarkLockPair(b *testing.B) {
+	c, s := benchServer(b)
+	ctx := context.Background()
+	b.Run("raw", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			rawPair(ctx, b, c)
+		}
+	})
+	b.Run("redisleader", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			libPair(ctx, b, s)
+		}
+	})
+}
+
+// BenchmarkLockPairRatio alternates raw and library pairs in one loop, so
+// drift on a noisy machine hits both alike, and reports each one's median
+// latency and their ratio. Run it pinned to one CPU to see the client- and
+// server-side cost rather than cross-CPU wake-ups:
+//
+//	go test -c -o /tmp/rl.test . && taskset -c 0 /tmp/rl.test -test.run '^$' -test.bench LockPairRatio -test.benchtime 20000x -test.count 5
+func BenchmarkLockPairRatio(b *testing.B) {
+	c, s := benchServer(b)
+	ctx := context.Background()
+	var raw, lib []time.Duration
+	for b.Loop() {
+		t := time.Now()
+		rawPair(ctx, b, c)
+		raw = append(raw, time.Since(t))
+		t = time.Now()
+		libPair(ctx, b, s)
+		lib = append(lib, time.Since(t))
+	}
+	slices.Sort(raw)
+	slices.Sort(lib)
+	r, l := raw[len(raw)/2], lib[len(lib)/2]
+	b.ReportMetric(float64(r.Nanoseconds())/1e3, "raw-p50-µs")
+	b.ReportMetric(float64(l.Nanoseconds())/1e3, "lib-p50-µs")
+	b.ReportMetric(float64(l)/float64(r), "lib/raw-p50")
+	b.ReportMetric(float64(lib[len(lib)*99/100])/float64(raw[len(raw)*99/100]), "lib/raw-p99")
+}
