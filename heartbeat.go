@@ -172,16 +172,25 @@ func (s *Session) bound(ctx context.Context, deadline time.Time) context.Context
 
 // boundCtx is a context with an earlier deadline than its parent, made for
 // one go-redis call. go-redis bounds socket reads and writes by Deadline
-// (with ContextTimeoutEnabled) and checks Err; boundCtx reports both
-// correctly. Its Done is the parent's, though: it is not closed at the
-// deadline, so a wait for a free pool connection is bounded by the client's
-// PoolTimeout rather than by the deadline. In exchange it costs one
+// (with ContextTimeoutEnabled), checks Err, and selects on Done before it
+// waits for a pool connection or sleeps between its own retries. Done is the
+// parent's channel until the deadline and an already-closed channel after it,
+// so no wait starts after the deadline, but a wait that started before it is
+// not woken at it: it ends on its own bound (one retry backoff, or the
+// client's PoolTimeout for a full pool). In exchange boundCtx costs one
 // allocation instead of context.WithDeadline's timer, channel and closures
 // (about ten allocations per acquire+release pair). It never leaves this
 // package except as the context of a go-redis call.
 type boundCtx struct {
 	context.Context
 	deadline time.Time
+}
+
+func (c *boundCtx) Done() <-chan struct{} {
+	if !time.Now().Before(c.deadline) {
+		return closedChan
+	}
+	return c.Context.Done()
 }
 
 func (c *boundCtx) Deadline() (time.Time, bool) { return c.deadline, true }

@@ -146,3 +146,39 @@ func (e redisErr) Error() string { return string(e) }
 func (redisErr) RedisError()     {}
 
 func nan() float64 { zero := 0.0; return zero / zero }
+
+func TestBoundCtx(t *testing.T) {
+	_, c := newMini(t)
+	s := newSession(t, c, WithCallTimeout(50*time.Millisecond))
+	parent, cancel := context.WithCancel(context.Background())
+	ctx := s.bound(parent, time.Time{})
+	d, ok := ctx.Deadline()
+	require.True(t, ok)
+	assert.WithinDuration(t, time.Now().Add(50*time.Millisecond), d, 10*time.Millisecond)
+	assert.NoError(t, ctx.Err())
+	select {
+	case <-ctx.Done():
+		t.Fatal("Done closed before the deadline")
+	default:
+	}
+	<-time.After(time.Until(d))
+	assert.ErrorIs(t, ctx.Err(), context.DeadlineExceeded)
+	select {
+	case <-ctx.Done():
+	default:
+		t.Fatal("Done must be closed after the deadline")
+	}
+
+	// A lease deadline earlier than the call timeout wins; an earlier parent
+	// deadline is kept as it is; cancelling the parent shows through.
+	lease := time.Now().Add(10 * time.Millisecond)
+	d, _ = s.bound(parent, lease).Deadline()
+	assert.Equal(t, lease, d)
+	short, cancelShort := context.WithTimeout(parent, time.Millisecond)
+	defer cancelShort()
+	assert.Equal(t, short, s.bound(short, time.Time{}))
+	ctx = s.bound(parent, time.Time{})
+	cancel()
+	assert.ErrorIs(t, ctx.Err(), context.Canceled)
+	<-ctx.Done()
+}

@@ -50,3 +50,45 @@ func TestDeadlineWhileRedisPaused(t *testing.T) {
 	require.NoError(t, s.Close(ctx))
 	checkNoLeaks(t)
 }
+
+// Every call is bounded by the call timeout, whatever Redis does: with the
+// server stopped, TryLock and Close return within their bounds.
+func TestCallsBoundedWhileRedisPaused(t *testing.T) {
+	t.Run("default retries", func(t *testing.T) { testCallsBounded(t, 3) })
+	t.Run("many slow retries", func(t *testing.T) { testCallsBounded(t, 10) })
+}
+
+func testCallsBounded(t *testing.T, retries int) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t, func(o *redis.Options) {
+		o.ContextTimeoutEnabled = true
+		o.MaxRetries = retries
+		o.MinRetryBackoff, o.MaxRetryBackoff = 200*time.Millisecond, time.Second
+	})
+	const callTimeout = 100 * time.Millisecond
+	s, err := NewSession(c, WithTTL(time.Second), WithCallTimeout(callTimeout))
+	require.NoError(t, err)
+	ctx := context.Background()
+	held, err := s.TryLock(ctx, "bounded-held")
+	require.NoError(t, err)
+
+	srv.Pause(t)
+	defer srv.Resume(t)
+
+	start := time.Now()
+	_, err = s.TryLock(ctx, "bounded-new")
+	took := time.Since(start)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, ErrLocked, "a timeout is not 'held by another'")
+	// One acquire attempt plus the best-effort release of its token.
+	assert.Less(t, took, 2*callTimeout+50*time.Millisecond, "TryLock took %v", took)
+
+	start = time.Now()
+	err = s.Close(ctx)
+	took = time.Since(start)
+	assert.Error(t, err, "the release on Close cannot reach Redis")
+	// A renewal in flight plus the release, each bounded by the call timeout.
+	assert.Less(t, took, 2*callTimeout+50*time.Millisecond, "Close took %v", took)
+	assert.ErrorIs(t, held.Err(), ErrSessionClosed)
+	checkNoLeaks(t)
+}
