@@ -13,7 +13,8 @@ import (
 )
 
 // Client is the part of go-redis this package uses: running a command
-// (scripts, as EVALSHA/EVAL) and pipelining several. *redis.Client (also as
+// (scripts, as EVALSHA/EVAL), pipelining several, and one pub/sub connection
+// per session for release notifications. *redis.Client (also as
 // returned by redis.NewFailoverClient), *redis.ClusterClient, *redis.Ring and
 // redis.UniversalClient all implement it, as does any wrapper that embeds one
 // (to inject faults in tests, say). Hooks added to the client with AddHook see
@@ -21,6 +22,7 @@ import (
 type Client interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 	Pipeline() redis.Pipeliner
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
 // A Session is one participant's lease on Redis: a random owner ID, a TTL,
@@ -48,7 +50,9 @@ type Session struct {
 	done   chan struct{}
 	kick   chan struct{} // capacity 1: a lock was added while idle
 	cancel context.CancelFunc
-	hbDone chan struct{} // closed when the heartbeat goroutine has returned
+	hbDone chan struct{}  // closed when the heartbeat goroutine has returned
+	watch  *watcher       // the session's pub/sub connection, started on first use
+	obs    sync.WaitGroup // Observe goroutines
 }
 
 // NewSession validates the options and starts the session's heartbeat
@@ -79,6 +83,7 @@ func NewSession(client Client, opts ...Option) (*Session, error) {
 		cancel: cancel,
 		hbDone: make(chan struct{}),
 	}
+	s.watch = &watcher{s: s, chans: make(map[string]*channelSubs)}
 	warnRiskyClient(client, cfg)
 	go s.heartbeat(ctx)
 	return s, nil
@@ -99,7 +104,8 @@ func (s *Session) Err() error {
 	return s.err
 }
 
-// Close ends the session: it stops the heartbeat goroutine and waits for it,
+// Close ends the session: it stops the heartbeat goroutine and the pub/sub
+// connection and waits for them,
 // ends every lock the session holds with ErrSessionClosed, and then releases
 // their keys in Redis (compare-and-delete, one pipelined round trip), so that
 // waiting owners can take over at once. The release is bounded by ctx and by
@@ -122,6 +128,8 @@ func (s *Session) Close(ctx context.Context) error {
 
 	s.cancel()
 	<-s.hbDone
+	s.obs.Wait()
+	s.watch.close()
 
 	var toRelease []*Lock
 	for _, l := range held {

@@ -2,6 +2,7 @@ package redisleader
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"runtime"
@@ -219,4 +220,31 @@ func dropClient(t testing.TB, addr string, drop *atomic.Int32, configure func(*r
 	c := redis.NewClient(o)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+var errCrashed = errors.New("crashed (test)")
+
+// crash stops a session as if its process had died: the heartbeat, pub/sub
+// and observers stop and its locks end locally with errCrashed, but nothing
+// is released in Redis, so the keys stay until their TTL runs out.
+func crash(s *Session) {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.err = errCrashed
+	close(s.done)
+	var held []*Lock
+	for l := range s.locks {
+		held = append(held, l)
+	}
+	s.mu.Unlock()
+	s.cancel()
+	<-s.hbDone
+	s.obs.Wait()
+	s.watch.close()
+	for _, l := range held {
+		l.end(errCrashed)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"sync"
 	"time"
 )
@@ -17,17 +18,20 @@ type Lock struct {
 	keys     keys
 	token    string
 	tokenArg any // token, boxed once for script arguments
+	value    string
 	fence    int64
 	// argv is the script argument vector: {_, _, 2, lock key, fence key,
 	// token, TTL, value} for acquire, then {_, _, 1, lock key, token} for the
 	// release. Only the acquiring goroutine, then the one releaser, use it.
 	argv [8]any
 
-	mu       sync.Mutex    // protects deadline, err and done
+	mu       sync.Mutex    // protects deadline, renewed, err, done and onEnds
 	deadline time.Time     // local deadline D on the monotonic clock
+	renewed  time.Time     // send time of the last successful acquire or renew
 	err      error         // nil while held
 	done     chan struct{} // created lazily by Done, closed by end
 	timer    *time.Timer   // fires at the deadline; re-arms if it moved
+	onEnds   map[*func()]struct{}
 }
 
 // closedChan is the Done channel of a lock that ended before anyone asked.
@@ -35,6 +39,10 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 
 // Name returns the name the lock was acquired under.
 func (l *Lock) Name() string { return l.keys.name }
+
+// Value returns the value published with the lock: the candidate's value for
+// an election (see Election.Campaign), empty for a plain lock.
+func (l *Lock) Value() string { return l.value }
 
 // Key returns the Redis key that holds the lock ("redisleader:{name}").
 func (l *Lock) Key() string { return l.keys.lock }
@@ -107,8 +115,11 @@ func (l *Lock) Release(ctx context.Context) error {
 		}
 		return err
 	}
-	l.endLocked(ErrReleased)
+	fs := l.endLocked(ErrReleased)
 	l.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
 	l.s.remove(l)
 	return l.del(ctx)
 }
@@ -144,7 +155,7 @@ func (l *Lock) extend(sent time.Time) {
 		return
 	}
 	if d := sent.Add(l.s.cfg.validity()); d.After(l.deadline) {
-		l.deadline = d
+		l.deadline, l.renewed = d, sent
 	}
 }
 
@@ -176,15 +187,21 @@ func (l *Lock) lose(why error) {
 // end ends the lock with err unless it already ended, reporting whether it did.
 func (l *Lock) end(err error) bool {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.err != nil {
+		l.mu.Unlock()
 		return false
 	}
-	l.endLocked(err)
+	fs := l.endLocked(err)
+	l.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
 	return true
 }
 
-func (l *Lock) endLocked(err error) {
+// endLocked records the end and returns the onEnd callbacks, which the caller
+// runs after unlocking l.mu.
+func (l *Lock) endLocked(err error) []func() {
 	l.err = err
 	if l.done == nil {
 		l.done = closedChan
@@ -192,11 +209,43 @@ func (l *Lock) endLocked(err error) {
 		close(l.done)
 	}
 	l.timer.Stop()
+	fs := make([]func(), 0, len(l.onEnds))
+	for f := range l.onEnds {
+		fs = append(fs, *f)
+	}
+	l.onEnds = nil
+	return fs
+}
+
+// onEnd arranges for f to run once, on the goroutine that ends the lock (at
+// once if it has ended already), and returns a function that cancels that.
+// f must not block.
+func (l *Lock) onEnd(f func()) (stop func()) {
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		f()
+		return func() {}
+	}
+	if l.onEnds == nil {
+		l.onEnds = make(map[*func()]struct{})
+	}
+	key := &f
+	l.onEnds[key] = struct{}{}
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		delete(l.onEnds, key)
+		l.mu.Unlock()
+	}
 }
 
 // Lock acquires name, blocking until it is acquired, ctx ends, or the session
-// closes. While another owner holds the name it retries after the retry
-// interval plus jitter, or sooner when the holder's lease is about to expire.
+// closes. While another owner holds the name it waits on the session's
+// pub/sub connection: a release wakes it at once, and otherwise it tries
+// again when the holder's lease can have expired (about one command per TTL
+// while a healthy owner holds; within milliseconds of a crashed owner's
+// expiry).
 // It returns the lock, or: an error matching ErrInvalid for a bad name (no
 // Redis I/O); ErrSessionClosed; ctx's error joined with the last Redis error,
 // if any; or a Redis error that retrying cannot fix (wrong key type, missing
@@ -227,7 +276,18 @@ func (s *Session) acquire(ctx context.Context, name, value string, block bool) (
 	if err := checkValue(value); err != nil {
 		return nil, err
 	}
-	l := s.newLock(newKeys(name), value)
+	k := newKeys(name)
+	var sub *subscription
+	if block {
+		// Subscribe before the first attempt, so a release between a failed
+		// attempt and the wait is never missed.
+		var err error
+		if sub, err = s.watch.subscribe(ctx, k.channel()); err != nil {
+			return nil, err
+		}
+		defer sub.Close()
+	}
+	l := s.newLock(k, value)
 	var lastErr error // of the last attempt, when its outcome is unknown
 	for {
 		if err := s.Err(); err != nil {
@@ -236,29 +296,64 @@ func (s *Session) acquire(ctx context.Context, name, value string, block bool) (
 		if err := ctx.Err(); err != nil {
 			return nil, l.abandon(lastErr, err)
 		}
-		wait, err := l.attempt(ctx)
+		left, err := l.attempt(ctx)
 		if err == nil {
 			return l, nil
 		}
 		lastErr = nil
-		if !errors.Is(err, ErrLocked) {
+		wait := s.retryDelay()
+		if errors.Is(err, ErrLocked) {
+			wait = s.followDelay(left, sub)
+		} else {
 			lastErr = err
 		}
 		if !block || permanent(err) || errors.Is(err, ErrSessionClosed) {
 			return nil, l.abandon(lastErr, err)
 		}
-		if wait <= 0 || wait > s.cfg.retryInterval {
-			wait = s.retryDelay()
-		} else {
-			wait += time.Millisecond // Redis expires a key only after its PTTL has passed
-		}
-		if err := sleepCtx(ctx, s.done, wait); err != nil {
-			if err == errSessionDone {
-				err = ErrSessionClosed
-			}
+		if err := s.wait(ctx, sub, wait); err != nil {
 			return nil, l.abandon(lastErr, err)
 		}
 	}
+}
+
+// followDelay is how long a waiter sleeps after finding the name held with
+// left to go on the holder's lease: until that lease can have expired, plus
+// 1–3ms (Redis expires a key only after its PTTL has passed; the spread keeps
+// waiters from arriving all at once). A healthy holder renews meanwhile, so a
+// waiter sends about one command per TTL; a crashed one is replaced within
+// milliseconds of its expiry; a release wakes the waiter at once through its
+// subscription. Without a confirmed subscription, or when the key has no TTL,
+// it polls at the retry interval instead.
+func (s *Session) followDelay(left time.Duration, sub *subscription) time.Duration {
+	if left <= 0 {
+		return s.retryDelay()
+	}
+	d := left + time.Millisecond + mrand.N(2*time.Millisecond)
+	if sub == nil || !sub.confirmed() {
+		d = min(d, s.retryDelay())
+	}
+	return d
+}
+
+// wait sleeps for d, or until a message arrives on sub, ctx ends or the
+// session closes.
+func (s *Session) wait(ctx context.Context, sub *subscription, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var notify <-chan struct{}
+	if sub != nil {
+		notify = sub.notify
+	}
+	select {
+	case <-t.C:
+	case <-notify:
+		sub.take()
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.done:
+		return ErrSessionClosed
+	}
+	return nil
 }
 
 // newLock prepares an acquisition: a fresh random token (128 bits) and the
@@ -266,7 +361,7 @@ func (s *Session) acquire(ctx context.Context, name, value string, block bool) (
 // release.
 func (s *Session) newLock(k keys, value string) *Lock {
 	token := rand.Text()
-	l := &Lock{s: s, keys: k, token: token, tokenArg: token}
+	l := &Lock{s: s, keys: k, token: token, tokenArg: token, value: value}
 	l.argv = [8]any{nil, nil, 2, k.lock, k.fence, l.tokenArg, s.ttlArg, value}
 	return l
 }
@@ -306,7 +401,7 @@ func (l *Lock) attempt(ctx context.Context) (time.Duration, error) {
 	}
 	l.fence, _ = res[1].(int64)
 	l.mu.Lock()
-	l.deadline = deadline
+	l.deadline, l.renewed = deadline, sent
 	l.timer = time.AfterFunc(time.Until(deadline), l.onDeadline)
 	l.mu.Unlock()
 	if err := s.add(l); err != nil {
@@ -330,20 +425,4 @@ func (l *Lock) abandon(lastErr, err error) error {
 		return errors.Join(err, lastErr)
 	}
 	return err
-}
-
-var errSessionDone = errors.New("session done")
-
-// sleepCtx waits for d, or until ctx ends or done is closed.
-func sleepCtx(ctx context.Context, done <-chan struct{}, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-done:
-		return errSessionDone
-	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
@@ -65,9 +66,12 @@ func checkValue(value string) error {
 	return nil
 }
 
-// Each acquire publishes the new stored value, and each release an empty
-// message, on the channel lock key + ":ch" (not a key, so it need not be
-// declared; it hashes to the same slot for sharded pub/sub).
+// Each acquire and each release publishes an event on the channel lock key +
+// ":ch" (not a key, so it need not be declared; it carries the same hash tag
+// for sharded pub/sub): "A<ttl ms>\n<stored>" for an acquisition,
+// "R<stored>" for a release, where <stored> is the lock's value (see
+// parseEvent). Expiry publishes nothing: waiters re-read the state when a
+// lease can have expired.
 //
 // The scripts below compare the token as a prefix of the stored value:
 // "<token>\n" where the token is a fixed-length random UUID, so no value can
@@ -113,7 +117,7 @@ local fs = string.format('%.0f', fence)
 redis.call('SET', KEYS[2], fs)
 local v = ARGV[1] .. '\n' .. fs .. '\n' .. ARGV[3]
 redis.call('SET', KEYS[1], v, 'NX', 'PX', ARGV[2])
-redis.call('PUBLISH', KEYS[1] .. ':ch', v)
+redis.call('PUBLISH', KEYS[1] .. ':ch', 'A' .. ARGV[2] .. '\n' .. v)
 return {1, fence}
 `)
 
@@ -143,7 +147,7 @@ var releaseScript = newScript(`
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[1] .. ':ch', '')
+  redis.call('PUBLISH', KEYS[1] .. ':ch', 'R' .. cur)
   return 1
 end
 return 0
@@ -231,6 +235,37 @@ type holder struct {
 	token string
 	fence int64
 	value string
+}
+
+// An event is a message on a name's channel.
+type event struct {
+	acquired bool          // an acquisition; otherwise a release
+	ttl      time.Duration // the new lease's TTL (acquisitions only)
+	holder   holder        // the owner that acquired or released
+}
+
+// parseEvent decodes a channel message published by the scripts.
+func parseEvent(payload string) (event, bool) {
+	if payload == "" {
+		return event{}, false
+	}
+	switch payload[0] {
+	case 'A':
+		ms, stored, ok := strings.Cut(payload[1:], "\n")
+		if !ok {
+			return event{}, false
+		}
+		n, err := strconv.ParseInt(ms, 10, 64)
+		h, ok := parseHolder(stored)
+		if err != nil || !ok {
+			return event{}, false
+		}
+		return event{acquired: true, ttl: time.Duration(n) * time.Millisecond, holder: h}, true
+	case 'R':
+		h, ok := parseHolder(payload[1:])
+		return event{holder: h}, ok
+	}
+	return event{}, false
 }
 
 // parseHolder splits a stored lock value "<token>\n<fence>\n<value>".

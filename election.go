@@ -1,0 +1,340 @@
+package redisleader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrNoLeader is returned by Election.Leader when nobody leads.
+var ErrNoLeader = errors.New("redisleader: no leader")
+
+// An Election is a named leadership contest: a lock whose holder publishes a
+// value (its identity, such as host:port) that everyone can read. Create it
+// with Session.Election. An Election holds no state of its own and is safe
+// for concurrent use; every Campaign is a separate acquisition.
+type Election struct {
+	s    *Session
+	keys keys
+}
+
+// Leader describes who leads an election.
+type Leader struct {
+	// Value is what the leader passed to Campaign or Run.
+	Value string
+	// Fence is the leader's fencing token; it is never zero for a leader.
+	// Observe sends a Leader with Fence 0 when nobody leads.
+	Fence int64
+	// TTL is what was left of the leader's lease on the Redis server when it
+	// was read (the leader renews it), or zero when the information came from
+	// a change notification.
+	TTL time.Duration
+}
+
+// Election returns the election called name in this session. It does no I/O.
+// A bad name returns an error matching ErrInvalid (the naming rule is in the
+// package documentation).
+func (s *Session) Election(name string) (*Election, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	return &Election{s: s, keys: newKeys(name)}, nil
+}
+
+// Name returns the election's name.
+func (e *Election) Name() string { return e.keys.name }
+
+// Campaign blocks until this candidate leads, and returns its leadership as a
+// Lock: Done is closed when leadership ends and Err says why, Fence is the
+// leader's fencing token, Value is value, and Release resigns (at once: the
+// key is deleted and waiting candidates are woken through pub/sub).
+//
+// While another candidate leads, Campaign waits on the session's pub/sub
+// connection (subscribed before its first attempt, so a resignation is never
+// missed) and otherwise tries again when the leader's lease can have expired,
+// so it sends about one command per TTL while a healthy leader holds.
+//
+// Campaign returns ctx's error when ctx ends and ErrSessionClosed when the
+// session closes, promptly in both cases, leaving no key behind; an error
+// matching ErrInvalid when value is longer than 64 KiB; or a Redis error that
+// retrying cannot fix. Transient Redis errors are retried.
+func (e *Election) Campaign(ctx context.Context, value string) (*Lock, error) {
+	return e.s.acquire(ctx, e.keys.name, value, true)
+}
+
+// Leader returns the current leader with one Redis call, or ErrNoLeader.
+// The answer may be stale by the time it is used: leadership can change at
+// any moment. Only the leader's own Lock (Held, Done) says for sure that it
+// still leads.
+func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	l, ok, err := e.inspect(ctx)
+	switch {
+	case err != nil:
+		return Leader{}, err
+	case !ok:
+		return Leader{}, ErrNoLeader
+	}
+	return l, nil
+}
+
+// inspect reads the leader and its remaining TTL in one call.
+func (e *Election) inspect(ctx context.Context) (Leader, bool, error) {
+	argv := []any{nil, nil, 1, e.keys.lock}
+	res, err := inspectScript.run(e.s.bound(ctx, time.Time{}), e.s.client, argv).Slice()
+	if err != nil {
+		if errors.Is(err, redis.Nil) {
+			return Leader{}, false, nil
+		}
+		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", e.keys.name, err)
+	}
+	if len(res) != 2 {
+		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: unexpected reply %v", e.keys.name, res)
+	}
+	stored, _ := res[0].(string)
+	h, ok := parseHolder(stored)
+	if !ok {
+		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: key %s holds a value this package did not write", e.keys.name, e.keys.lock)
+	}
+	var ttl time.Duration
+	if ms, ok := res[1].(int64); ok && ms > 0 {
+		ttl = time.Duration(ms) * time.Millisecond
+	}
+	return Leader{Value: h.value, Fence: h.fence, TTL: ttl}, true, nil
+}
+
+// Observe returns a channel of leader changes: the current state first, then
+// one Leader per change, with Fence 0 meaning nobody leads. Changes arrive by
+// pub/sub as they happen; expiry of a crashed leader's lease (which publishes
+// nothing) is noticed when the lease can have expired, and the state is
+// re-read then and after any gap in the pub/sub connection, so a lost message
+// cannot leave the channel wrong for longer than about one TTL. While a
+// leader holds, an observer sends about one command per TTL.
+//
+// The channel buffers 16 changes. A slow reader never blocks the library:
+// when the buffer is full the oldest change is dropped, so the latest state
+// always arrives and a reader that falls far behind skips intermediate ones. The channel is
+// closed, by this package, when ctx ends or the session closes; errors
+// reading Redis are retried and are not reported on the channel.
+func (e *Election) Observe(ctx context.Context) <-chan Leader {
+	out := make(chan Leader, observeBuffer)
+	e.s.mu.Lock()
+	if e.s.err != nil {
+		e.s.mu.Unlock()
+		close(out)
+		return out
+	}
+	e.s.obs.Add(1) // under mu, so never concurrently with Close's Wait
+	e.s.mu.Unlock()
+	go func() {
+		defer e.s.obs.Done()
+		defer close(out)
+		e.observe(ctx, out)
+	}()
+	return out
+}
+
+// observeBuffer is how many changes an Observe channel holds.
+const observeBuffer = 16
+
+// observer tracks what an Observe goroutine knows. Events and reads can
+// arrive out of order (they use different connections), so they are ordered
+// by fence: fences of successive leaders strictly increase.
+type observer struct {
+	fence   int64 // highest fence seen
+	vacant  bool  // the holder of fence has gone (released or expired)
+	sent    bool
+	sentFen int64 // fence last sent; 0 for "no leader"
+}
+
+// apply records a state and reports whether it is news.
+func (o *observer) apply(fence int64, vacant bool) bool {
+	switch {
+	case fence > o.fence:
+	case fence == o.fence && vacant && !o.vacant:
+	default:
+		return false
+	}
+	o.fence, o.vacant = fence, vacant
+	return true
+}
+
+func (e *Election) observe(ctx context.Context, out chan Leader) {
+	sub, err := e.s.watch.subscribe(ctx, e.keys.channel())
+	if err != nil {
+		return
+	}
+	defer sub.Close()
+	var o observer
+	send := func(l Leader) {
+		if o.sent && l.Fence == o.sentFen {
+			return
+		}
+		o.sent, o.sentFen = true, l.Fence
+		for {
+			select {
+			case out <- l:
+				return
+			default:
+			}
+			select { // full: drop the oldest, the latest state wins
+			case <-out:
+			default:
+			}
+		}
+	}
+	next := e.s.cfg.ttl // until the state must be read again
+	// A new leader seen while the last one reported still leads means that
+	// one's term ended first (it expired; expiry publishes nothing): report
+	// the vacancy, however short, before the new leader.
+	elected := func(l Leader) {
+		if !o.apply(l.Fence, false) {
+			return
+		}
+		if o.sent && o.sentFen != 0 {
+			send(Leader{})
+		}
+		send(l)
+	}
+	// events applies what arrived on the channel, in order.
+	events := func() (gap bool) {
+		msgs, gap := sub.take()
+		for _, m := range msgs {
+			ev, ok := parseEvent(m)
+			switch {
+			case !ok:
+				gap = true
+			case ev.acquired:
+				elected(Leader{Value: ev.holder.value, Fence: ev.holder.fence})
+				next = ev.ttl + time.Millisecond
+			case o.apply(ev.holder.fence, true):
+				send(Leader{})
+				next = e.s.cfg.ttl
+			}
+		}
+		return gap
+	}
+	reread := true
+	for {
+		if reread {
+			reread = false
+			before := sub.deliveries()
+			l, ok, err := e.inspect(ctx)
+			// The read may have overtaken events still on their way through
+			// pub/sub (another connection): wait for them and apply them
+			// first, so no leader is skipped and nothing goes backwards.
+			e.s.watch.barrier(ctx)
+			quiet := sub.deliveries() == before
+			if events() {
+				reread = true
+			}
+			switch {
+			case err != nil:
+				next = e.s.retryDelay()
+			case ok:
+				elected(l) // a no-op unless the event for l was lost
+				next = l.TTL + time.Millisecond
+			case quiet:
+				// Nobody holds the key and nothing happened meanwhile: the
+				// last leader's lease expired.
+				if o.apply(o.fence, true) {
+					send(Leader{})
+				}
+				next = e.s.cfg.ttl
+			default:
+				// Events arrived during the read; they were applied above
+				// and the next read settles whether the newest leader's
+				// lease still runs.
+			}
+		}
+		t := time.NewTimer(max(next, 0))
+		select {
+		case <-t.C:
+			reread = true
+		case <-sub.notify:
+			if events() {
+				reread = true
+			}
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-e.s.done:
+			t.Stop()
+			return
+		}
+		t.Stop()
+	}
+}
+
+// Run campaigns for leadership with value and, each time this candidate is
+// elected, calls onElected on Run's own goroutine with a context that is
+// cancelled the moment leadership is lost (lease expired, key taken or
+// deleted, session closed) or ctx ends; context.Cause of that context says
+// why (ErrNotOwner, ErrExpired, ErrSessionClosed, or ctx's cause). Run waits
+// for onElected to return before it releases leadership, so this leader's
+// work never overlaps with the next leader's; then it campaigns again.
+// onElected is never run concurrently with itself.
+//
+// onElected should return when its context is cancelled:
+//   - If it returns after leadership was lost, whatever it returns, Run
+//     campaigns again (a non-nil error is logged).
+//   - If it returns nil while still leading, Run resigns and campaigns again
+//     (another candidate may win).
+//   - If it returns an error while still leading, Run resigns and returns
+//     that error.
+//   - If it panics, Run resigns first (so the others take over at once) and
+//     the panic continues up Run's caller.
+//
+// Run returns ctx's error when ctx ends, ErrSessionClosed when the session
+// closes, or an error matching ErrInvalid for a nil onElected or a value over
+// 64 KiB. To learn who leads while this candidate does not, use Observe.
+func (e *Election) Run(ctx context.Context, value string, onElected func(ctx context.Context) error) error {
+	if onElected == nil {
+		return invalidf("Run: onElected must not be nil")
+	}
+	if err := checkValue(value); err != nil {
+		return err
+	}
+	for {
+		lead, err := e.Campaign(ctx, value)
+		if err != nil {
+			return err
+		}
+		err = e.lead(ctx, lead, onElected)
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		if serr := e.s.Err(); serr != nil {
+			return serr
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// lead runs one term: onElected under a context tied to the leadership, then
+// the release, which happens only after onElected has returned (or panicked).
+// It returns onElected's error only if onElected gave up a leadership that
+// was still held.
+func (e *Election) lead(ctx context.Context, lead *Lock, onElected func(context.Context) error) error {
+	leaderCtx, cancel := context.WithCancelCause(ctx)
+	stop := lead.onEnd(func() { cancel(lead.Err()) })
+	defer func() {
+		stop()
+		cancel(ErrReleased)
+		// A fresh context: the release must happen even when ctx has ended.
+		_ = lead.Release(context.WithoutCancel(ctx))
+	}()
+	err := onElected(leaderCtx)
+	if lost := lead.Err(); lost != nil {
+		if err != nil {
+			e.s.cfg.logger.Warn("redisleader: onElected returned after leadership ended",
+				"election", e.keys.name, "fence", lead.Fence(), "why", lost, "err", err)
+		}
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,624 @@
+package redisleader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/redisserver"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func mustElection(t testing.TB, s *Session, name string) *Election {
+	t.Helper()
+	e, err := s.Election(name)
+	require.NoError(t, err)
+	return e
+}
+
+func TestElectionRejectsBadInput(t *testing.T) {
+	m, c := newMini(t)
+	s := newSession(t, c)
+	_, err := s.Election("a{b")
+	assert.ErrorIs(t, err, ErrInvalid)
+	e := mustElection(t, s, "ok")
+	_, err = e.Campaign(context.Background(), strings.Repeat("v", 64<<10+1))
+	assert.ErrorIs(t, err, ErrInvalid)
+	assert.Contains(t, err.Error(), "value is 65537 bytes long; it must be at most 65536")
+	err = e.Run(context.Background(), "v", nil)
+	assert.ErrorIs(t, err, ErrInvalid)
+	assert.Zero(t, m.CommandCount(), "bad input must not reach Redis")
+}
+
+func TestCampaignHandover(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		a := mustElection(t, newSession(t, b.client, fastOpts()...), "handover")
+		f := mustElection(t, newSession(t, b.client, fastOpts()...), "handover")
+
+		first, err := a.Campaign(ctx, "host-a:1")
+		require.NoError(t, err)
+		assert.Equal(t, "host-a:1", first.Value())
+
+		got := make(chan *Lock, 1)
+		go func() {
+			l, err := f.Campaign(ctx, "host-f:2")
+			assert.NoError(t, err)
+			got <- l
+		}()
+		l, err := a.Leader(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, "host-a:1", l.Value)
+		assert.Equal(t, first.Fence(), l.Fence)
+
+		start := time.Now()
+		require.NoError(t, first.Release(ctx), "resign")
+		select {
+		case second := <-got:
+			t.Logf("handover took %v", time.Since(start))
+			assert.Greater(t, second.Fence(), first.Fence())
+			assert.Equal(t, "host-f:2", second.Value())
+			// The follower was woken by the release, not by polling: on
+			// miniredis nothing expires without FastForward, and the leader's
+			// lease was far from its end.
+			assert.Less(t, time.Since(start), 300*time.Millisecond)
+			require.NoError(t, second.Release(ctx))
+		case <-time.After(2 * time.Second):
+			t.Fatal("the follower did not take over after the resignation")
+		}
+		assert.ErrorIs(t, first.Release(ctx), nil, "resigning twice is a no-op")
+	})
+}
+
+func TestLeader(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		e := mustElection(t, newSession(t, b.client, WithTTL(5*time.Second)), "who")
+		_, err := e.Leader(ctx)
+		assert.ErrorIs(t, err, ErrNoLeader)
+		lead, err := e.Campaign(ctx, "me")
+		require.NoError(t, err)
+		l, err := e.Leader(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, Leader{Value: "me", Fence: lead.Fence(), TTL: l.TTL}, l)
+		assert.InDelta(t, 5*time.Second, l.TTL, float64(time.Second))
+		require.NoError(t, lead.Release(ctx))
+		_, err = e.Leader(ctx)
+		assert.ErrorIs(t, err, ErrNoLeader)
+		b.set(e.keys.lock, "garbage")
+		_, err = e.Leader(ctx)
+		assert.ErrorContains(t, err, "holds a value this package did not write")
+	})
+}
+
+func TestCampaignEndsWithSessionOrContext(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		leader, err := mustElection(t, newSession(t, b.client), "busy").Campaign(ctx, "leader")
+		require.NoError(t, err)
+
+		t.Run("session closed while waiting", func(t *testing.T) {
+			s, err := NewSession(b.client)
+			require.NoError(t, err)
+			errc := make(chan error, 1)
+			go func() {
+				_, err := mustElection(t, s, "busy").Campaign(ctx, "waiter")
+				errc <- err
+			}()
+			require.NoError(t, s.Close(ctx))
+			select {
+			case err := <-errc:
+				assert.ErrorIs(t, err, ErrSessionClosed)
+			case <-time.After(time.Second):
+				t.Fatal("Campaign did not return when its session closed") // etcd's would not
+			}
+		})
+		t.Run("session closed before", func(t *testing.T) {
+			s, err := NewSession(b.client)
+			require.NoError(t, err)
+			require.NoError(t, s.Close(ctx))
+			_, err = mustElection(t, s, "busy").Campaign(ctx, "waiter")
+			assert.ErrorIs(t, err, ErrSessionClosed)
+		})
+		t.Run("ctx cancelled while waiting", func(t *testing.T) {
+			s := newSession(t, b.client)
+			cctx, cancel := context.WithCancel(ctx)
+			errc := make(chan error, 1)
+			go func() {
+				_, err := mustElection(t, s, "busy").Campaign(cctx, "waiter")
+				errc <- err
+			}()
+			cancel()
+			select {
+			case err := <-errc:
+				assert.ErrorIs(t, err, context.Canceled)
+			case <-time.After(time.Second):
+				t.Fatal("Campaign did not return when ctx was cancelled")
+			}
+		})
+		h, ok := parseHolder(b.get(leader.Key()))
+		require.True(t, ok)
+		assert.Equal(t, leader.token, h.token, "waiters that gave up left the leader's key alone")
+		assert.True(t, leader.Held())
+		checkNoLeaksExcept(t, 2) // the leader's session and the backend's own
+	})
+}
+
+// checkNoLeaksExcept is checkNoLeaks for a test that keeps some sessions
+// open: it only checks that no Observe or Campaign goroutine is left.
+func checkNoLeaksExcept(t testing.TB, _ int) {
+	t.Helper()
+	g := waitNoLeaks(2 * time.Second)
+	for _, stack := range strings.Split(g, "\n\n") {
+		if strings.Contains(stack, "(*Election).observe") || strings.Contains(stack, "(*Session).acquire") {
+			t.Fatalf("goroutine left behind:\n%s", stack)
+		}
+	}
+}
+
+// observed collects what an Observe channel delivers.
+type observed struct {
+	mu     sync.Mutex
+	events []Leader
+	more   chan struct{} // poked on every event
+	closed chan struct{}
+}
+
+func observe(ctx context.Context, e *Election) *observed {
+	o := &observed{more: make(chan struct{}, 1), closed: make(chan struct{})}
+	ch := e.Observe(ctx)
+	go func() {
+		defer close(o.closed)
+		for l := range ch {
+			o.mu.Lock()
+			o.events = append(o.events, l)
+			o.mu.Unlock()
+			select {
+			case o.more <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return o
+}
+
+// waitFor waits until the last event satisfies pred.
+func (o *observed) waitFor(t testing.TB, what string, pred func(Leader) bool) Leader {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		o.mu.Lock()
+		n := len(o.events)
+		var last Leader
+		if n > 0 {
+			last = o.events[n-1]
+		}
+		o.mu.Unlock()
+		if n > 0 && pred(last) {
+			return last
+		}
+		select {
+		case <-o.more:
+		case <-deadline:
+			t.Fatalf("Observe: no %s within 5s; saw %v", what, o.snapshot())
+		}
+	}
+}
+
+func (o *observed) snapshot() []Leader {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.events)
+}
+
+func TestObserve(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		bystander := mustElection(t, newSession(t, b.client, fastOpts()...), "watched")
+		o := observe(ctx, bystander)
+		o.waitFor(t, "initial vacancy", func(l Leader) bool { return l.Fence == 0 })
+
+		a := mustElection(t, newSession(t, b.client, fastOpts()...), "watched")
+		la, err := a.Campaign(ctx, "a")
+		require.NoError(t, err)
+		got := o.waitFor(t, "leader a", func(l Leader) bool { return l.Fence != 0 })
+		assert.Equal(t, "a", got.Value)
+		assert.Equal(t, la.Fence(), got.Fence)
+
+		require.NoError(t, la.Release(ctx))
+		o.waitFor(t, "vacancy after resign", func(l Leader) bool { return l.Fence == 0 })
+
+		cs, err := NewSession(b.client, fastOpts()...)
+		require.NoError(t, err)
+		lc, err := mustElection(t, cs, "watched").Campaign(ctx, "c")
+		require.NoError(t, err)
+		o.waitFor(t, "leader c", func(l Leader) bool { return l.Fence == lc.Fence() })
+		crash(cs)
+		b.expire(lc.Key()) // its lease runs out on the server: nothing is published
+		o.waitFor(t, "vacancy after crash", func(l Leader) bool { return l.Fence == 0 })
+
+		events := o.snapshot()
+		var fences []int64
+		for i, l := range events {
+			if i > 0 {
+				assert.NotEqual(t, events[i-1].Fence, l.Fence, "no duplicate events: %v", events)
+			}
+			if l.Fence != 0 {
+				fences = append(fences, l.Fence)
+			}
+		}
+		assert.True(t, slices.IsSorted(fences), "leaders in fence order: %v", events)
+		assert.Equal(t, []int64{0, la.Fence(), 0, lc.Fence(), 0}, fenceList(events))
+
+		cancel()
+		waitClosed(t, o.closed, time.Second, "Observe channel after ctx ends")
+	})
+}
+
+func fenceList(ls []Leader) []int64 {
+	out := make([]int64, len(ls))
+	for i, l := range ls {
+		out[i] = l.Fence
+	}
+	return out
+}
+
+func TestObserveEndsWithSession(t *testing.T) {
+	_, c := newMini(t)
+	s, err := NewSession(c)
+	require.NoError(t, err)
+	o := observe(context.Background(), mustElection(t, s, "x"))
+	o.waitFor(t, "initial state", func(Leader) bool { return true })
+	require.NoError(t, s.Close(context.Background()))
+	waitClosed(t, o.closed, time.Second, "Observe channel after Close")
+	closedCh := mustElection(t, s, "x").Observe(context.Background())
+	_, ok := <-closedCh
+	assert.False(t, ok, "Observe on a closed session returns a closed channel")
+	checkNoLeaks(t)
+}
+
+func TestRun(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		t.Run("ctx cancel: release only after the callback returns", func(t *testing.T) {
+			s := newSession(t, b.client, fastOpts()...)
+			e := mustElection(t, s, "run-cancel")
+			ctx, cancel := context.WithCancel(context.Background())
+			stillMine := make(chan bool, 1)
+			errc := make(chan error, 1)
+			go func() {
+				errc <- e.Run(ctx, "me", func(lctx context.Context) error {
+					cancel()
+					<-lctx.Done()
+					// Leadership is still ours in Redis until we return.
+					l, err := e.Leader(context.Background())
+					stillMine <- err == nil && l.Value == "me"
+					return lctx.Err()
+				})
+			}()
+			select {
+			case err := <-errc:
+				assert.ErrorIs(t, err, context.Canceled)
+			case <-time.After(2 * time.Second):
+				t.Fatal("Run did not return")
+			}
+			assert.True(t, <-stillMine, "the key was released before the callback returned")
+			assert.Empty(t, b.get(e.keys.lock), "released after the callback returned")
+		})
+
+		t.Run("loss cancels the callback, then it campaigns again", func(t *testing.T) {
+			s := newSession(t, b.client, fastOpts()...)
+			e := mustElection(t, s, "run-loss")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			terms := make(chan int64, 4)
+			causes := make(chan error, 4)
+			errc := make(chan error, 1)
+			go func() {
+				errc <- e.Run(ctx, "me", func(lctx context.Context) error {
+					l, _ := e.Leader(context.Background())
+					terms <- l.Fence
+					<-lctx.Done()
+					causes <- context.Cause(lctx)
+					return lctx.Err()
+				})
+			}()
+			first := recvWithin(t, terms, 2*time.Second, "first term")
+			b.del(e.keys.lock) // stolen
+			assert.ErrorIs(t, recvWithin(t, causes, 2*time.Second, "cancel on loss"), ErrNotOwner)
+			second := recvWithin(t, terms, 2*time.Second, "second term")
+			assert.Greater(t, second, first)
+			cancel()
+			assert.ErrorIs(t, recvWithin(t, errc, 2*time.Second, "Run's return"), context.Canceled)
+		})
+
+		t.Run("callback error while leading stops Run", func(t *testing.T) {
+			s := newSession(t, b.client, fastOpts()...)
+			e := mustElection(t, s, "run-error")
+			boom := errors.New("boom")
+			err := e.Run(context.Background(), "me", func(context.Context) error { return boom })
+			assert.ErrorIs(t, err, boom)
+			assert.Empty(t, b.get(e.keys.lock), "resigned")
+		})
+
+		t.Run("nil return campaigns again, never concurrently", func(t *testing.T) {
+			s := newSession(t, b.client, fastOpts()...)
+			e := mustElection(t, s, "run-again")
+			ctx, cancel := context.WithCancel(context.Background())
+			var running, calls int
+			var mu sync.Mutex
+			err := e.Run(ctx, "me", func(context.Context) error {
+				mu.Lock()
+				running++
+				calls++
+				concurrent := running > 1
+				if calls == 3 {
+					cancel()
+				}
+				mu.Unlock()
+				assert.False(t, concurrent)
+				mu.Lock()
+				running--
+				mu.Unlock()
+				return nil
+			})
+			assert.ErrorIs(t, err, context.Canceled)
+			assert.Equal(t, 3, calls)
+		})
+
+		t.Run("panic resigns, then propagates", func(t *testing.T) {
+			s := newSession(t, b.client, fastOpts()...)
+			e := mustElection(t, s, "run-panic")
+			func() {
+				defer func() {
+					assert.Equal(t, "kaboom", recover())
+				}()
+				_ = e.Run(context.Background(), "me", func(context.Context) error { panic("kaboom") })
+			}()
+			assert.Empty(t, b.get(e.keys.lock), "resigned before the panic propagated")
+		})
+
+		t.Run("session close ends Run", func(t *testing.T) {
+			s, err := NewSession(b.client, fastOpts()...)
+			require.NoError(t, err)
+			e := mustElection(t, s, "run-close")
+			errc := make(chan error, 1)
+			elected := make(chan struct{})
+			go func() {
+				errc <- e.Run(context.Background(), "me", func(lctx context.Context) error {
+					close(elected)
+					<-lctx.Done()
+					return nil
+				})
+			}()
+			recvWithin(t, elected, 2*time.Second, "elected")
+			require.NoError(t, s.Close(context.Background()))
+			assert.ErrorIs(t, recvWithin(t, errc, 2*time.Second, "Run's return"), ErrSessionClosed)
+		})
+	})
+	checkNoLeaks(t)
+}
+
+// With Redis stopped past the deadline, the callback's context is cancelled
+// at the local deadline, with ErrExpired as its cause.
+func TestRunCancelsWhenRedisPaused(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	s := newSession(t, c, WithTTL(time.Second))
+	e := mustElection(t, s, "paused-run")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type term struct {
+		deadline time.Time
+		cause    error
+		late     time.Duration
+	}
+	terms := make(chan term, 1)
+	elected := make(chan *Lock, 1)
+	go func() {
+		_ = e.Run(ctx, "me", func(lctx context.Context) error {
+			lead := s.anyLock()
+			elected <- lead
+			<-lctx.Done()
+			d := lead.Deadline()
+			terms <- term{deadline: d, cause: context.Cause(lctx), late: time.Since(d)}
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	recvWithin(t, elected, 2*time.Second, "elected")
+	srv.Pause(t)
+	got := recvWithin(t, terms, 3*time.Second, "cancel at the deadline")
+	srv.Resume(t)
+	assert.ErrorIs(t, got.cause, ErrExpired)
+	t.Logf("callback context cancelled %v after the local deadline", got.late)
+	assert.Less(t, got.late, 10*time.Millisecond)
+	assert.GreaterOrEqual(t, got.late, time.Duration(0))
+}
+
+// anyLock returns one lock the session holds (tests with exactly one).
+func (s *Session) anyLock() *Lock {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for l := range s.locks {
+		return l
+	}
+	return nil
+}
+
+func recvWithin[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("%s: nothing within %v", what, d)
+		var zero T
+		return zero
+	}
+}
+
+func TestHealth(t *testing.T) {
+	m, c := newMini(t)
+	hook, roundsCh := rounds()
+	s := newSession(t, c, WithTTL(2*time.Second), WithRenewInterval(50*time.Millisecond), hook)
+	_, err := s.TryLock(context.Background(), "healthy")
+	require.NoError(t, err)
+	require.False(t, waitRound(t, roundsCh, time.Second))
+	require.NoError(t, s.CheckHealth(100*time.Millisecond))
+	rec := httptest.NewRecorder()
+	s.HealthHandler(100*time.Millisecond).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	assert.Equal(t, http.StatusOK, rec.Code)
+
+	m.SetError("LOADING Redis is loading the dataset in memory")
+	deadline := time.After(2 * time.Second)
+	for s.CheckHealth(100*time.Millisecond) == nil {
+		select {
+		case <-roundsCh: // a failed round; check again
+		case <-deadline:
+			t.Fatal("still healthy while renewals fail")
+		}
+	}
+	err = s.CheckHealth(100 * time.Millisecond)
+	assert.ErrorContains(t, err, `"healthy" is held but was last renewed`)
+	rec = httptest.NewRecorder()
+	s.HealthHandler(100*time.Millisecond).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.Contains(t, rec.Body.String(), "last renewed")
+	m.SetError("")
+}
+
+// Twenty candidates on a real redis-server, over resign and crash cycles:
+// belief intervals never overlap, fences strictly increase, and a bystander's
+// Observe sees every leader and every vacancy.
+func TestTwentyCandidates(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.PoolSize = 64 })
+	opts := []Option{WithTTL(300 * time.Millisecond), WithRetryInterval(20 * time.Millisecond)}
+	const candidates, terms, crashEvery = 20, 60, 6
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	bystander := mustElection(t, newSession(t, c, opts...), "twenty")
+	octx, ocancel := context.WithCancel(context.Background())
+	defer ocancel()
+	o := observe(octx, bystander)
+	o.waitFor(t, "initial vacancy", func(l Leader) bool { return l.Fence == 0 })
+
+	type interval struct {
+		start, end time.Time
+		fence      int64
+		crashed    bool
+	}
+	var (
+		mu        sync.Mutex
+		intervals []interval
+		termsLeft = terms
+	)
+	var wg sync.WaitGroup
+	for i := 0; i < candidates; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			for {
+				s, err := NewSession(c, opts...)
+				if !assert.NoError(t, err) {
+					return
+				}
+				lead, err := mustElection(t, s, "twenty").Campaign(ctx, fmt.Sprint("candidate-", i))
+				if err != nil {
+					_ = s.Close(context.Background())
+					return // ctx ended: the run is over
+				}
+				start := time.Now()
+				mu.Lock()
+				termsLeft--
+				n := termsLeft
+				mu.Unlock()
+				if n < 0 {
+					_ = s.Close(context.Background())
+					return
+				}
+				// Hold for a little while, then resign or crash.
+				select {
+				case <-time.After(time.Duration(rand.N(5)) * time.Millisecond):
+				case <-lead.Done():
+				}
+				iv := interval{start: start, fence: lead.Fence()}
+				if n%crashEvery == 0 {
+					iv.end = time.Now()
+					crash(s)
+					iv.crashed = true
+				} else {
+					iv.end = time.Now() // belief ends before the release is sent
+					assert.NoError(t, lead.Release(context.Background()))
+				}
+				if err := lead.Err(); errors.Is(err, ErrLost) {
+					iv.end = lead.Deadline() // ended by loss: the deadline bounds it
+				}
+				mu.Lock()
+				intervals = append(intervals, iv)
+				done := len(intervals) >= terms
+				mu.Unlock()
+				_ = s.Close(context.Background())
+				if done {
+					cancel()
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+
+	require.Len(t, intervals, terms)
+	slices.SortFunc(intervals, func(a, b interval) int { return a.start.Compare(b.start) })
+	crashes := 0
+	for i, iv := range intervals {
+		if iv.crashed {
+			crashes++
+		}
+		if i == 0 {
+			continue
+		}
+		prev := intervals[i-1]
+		assert.False(t, iv.start.Before(prev.end), "term %d (fence %d) began %v before term %d (fence %d) ended",
+			i, iv.fence, prev.end.Sub(iv.start), i-1, prev.fence)
+		assert.Greater(t, iv.fence, prev.fence, "fences strictly increase")
+	}
+	assert.Equal(t, terms/crashEvery, crashes)
+
+	// The bystander saw every leader, in order, with a vacancy between each
+	// two (a resignation or an expiry publishes or is noticed before the next
+	// acquisition).
+	last := intervals[len(intervals)-1].fence
+	o.waitFor(t, "the last vacancy", func(l Leader) bool { return l.Fence == 0 })
+	var seen []int64
+	for _, l := range o.snapshot() {
+		if l.Fence != 0 {
+			seen = append(seen, l.Fence)
+		}
+	}
+	var want []int64
+	for _, iv := range intervals {
+		want = append(want, iv.fence)
+	}
+	assert.Equal(t, want, seen, "Observe saw every leader in order")
+	assert.Equal(t, last, seen[len(seen)-1])
+	events := fenceList(o.snapshot())
+	for i := 1; i < len(events); i++ {
+		if events[i] != 0 {
+			assert.Zero(t, events[i-1], "a vacancy before each new leader: %v", events)
+		}
+	}
+	ocancel()
+	waitClosed(t, o.closed, time.Second, "Observe")
+}

@@ -1,0 +1,52 @@
+package redisleader
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// CheckHealth reports whether the session's leases are being renewed. It
+// returns nil unless the session holds a lock (or leads an election) whose
+// last successful acquire or renewal was sent more than the renew interval
+// plus tolerance ago: such a process still believes it leads, but cannot
+// reach Redis or is not being scheduled, and operators may want it
+// restarted before its lease runs out. A tolerance that is not positive is
+// treated as zero. It does no I/O and is safe for concurrent use.
+//
+// This is the idea of client-go's leader-election healthz adaptor.
+func (s *Session) CheckHealth(tolerance time.Duration) error {
+	limit := s.cfg.renewInterval + max(tolerance, 0)
+	now := time.Now()
+	s.mu.Lock()
+	locks := make([]*Lock, 0, len(s.locks))
+	for l := range s.locks {
+		locks = append(locks, l)
+	}
+	s.mu.Unlock()
+	for _, l := range locks {
+		l.mu.Lock()
+		held := l.err == nil && now.Before(l.deadline)
+		since := now.Sub(l.renewed)
+		l.mu.Unlock()
+		if held && since > limit {
+			return fmt.Errorf("redisleader: %q is held but was last renewed %v ago (renew interval %v + tolerance %v)",
+				l.keys.name, since.Round(time.Millisecond), s.cfg.renewInterval, max(tolerance, 0))
+		}
+	}
+	return nil
+}
+
+// HealthHandler returns an http.Handler that serves CheckHealth(tolerance):
+// 200 "ok", or 503 with the error.
+func (s *Session) HealthHandler(tolerance time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if err := s.CheckHealth(tolerance); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, err)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+}

@@ -1,0 +1,373 @@
+package redisleader
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// watcher is a session's one pub/sub connection, shared by everything in the
+// session that waits for a name to change hands: blocking Lock and Campaign
+// (woken at once by a release) and Observe (told of every acquire and
+// release). It is started on first use and stopped by Session.Close.
+//
+// Pub/sub is at-most-once: messages are lost while the connection is down.
+// So it is only ever a hint to act sooner. Every waiter also re-reads the
+// state when the current lease can have expired, and whenever the watcher
+// reports a gap (reconnect, overflow), which bounds how long a lost message
+// can delay anyone.
+type watcher struct {
+	s *Session
+
+	mu      sync.Mutex // protects everything below
+	ps      *redis.PubSub
+	chans   map[string]*channelSubs
+	pings   map[string]chan struct{} // barrier payload → closed on its PONG
+	nping   uint64
+	closed  bool
+	stopped chan struct{} // closed when run has returned; nil until started
+}
+
+// channelSubs is the state of one subscribed channel.
+type channelSubs struct {
+	ready     chan struct{} // closed when the server confirmed SUBSCRIBE
+	confirmed bool
+	subs      map[*subscription]struct{}
+}
+
+// A subscription is one waiter's interest in one channel.
+type subscription struct {
+	w       *watcher
+	channel string
+	ready   <-chan struct{}
+	notify  chan struct{} // capacity 1: something arrived
+
+	mu   sync.Mutex // protects msgs, gap and seq
+	msgs []string   // payloads not yet taken, oldest first
+	gap  bool       // messages may have been lost since the last take
+	seq  uint64     // deliveries so far, including gaps
+}
+
+// maxQueued bounds the messages a slow subscriber keeps; past it the oldest
+// are dropped and the subscriber is told to re-read the state.
+const maxQueued = 256
+
+// subscribe registers interest in channel and waits, up to the call timeout
+// or ctx, until the server has confirmed the subscription, so that a release
+// published after subscribe returns is seen. If confirmation does not come
+// in time the subscription still works but reports a gap, and the waiter
+// falls back to reading the state.
+func (w *watcher) subscribe(ctx context.Context, channel string) (*subscription, error) {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil, ErrSessionClosed
+	}
+	sub := &subscription{w: w, channel: channel, notify: make(chan struct{}, 1)}
+	cs := w.chans[channel]
+	if cs == nil {
+		cs = &channelSubs{ready: make(chan struct{}), subs: make(map[*subscription]struct{})}
+		w.chans[channel] = cs
+	}
+	cs.subs[sub] = struct{}{}
+	sub.ready = cs.ready
+	first := len(cs.subs) == 1 && !cs.confirmed
+	if w.ps == nil {
+		w.ps = w.s.client.Subscribe(context.Background())
+	}
+	ps := w.ps
+	if w.stopped == nil {
+		w.stopped = make(chan struct{})
+		go w.run()
+	}
+	w.mu.Unlock()
+
+	if first {
+		if err := ps.Subscribe(w.s.bound(ctx, time.Time{}), channel); err != nil {
+			sub.markGap()
+		}
+	}
+	t := time.NewTimer(w.s.cfg.callTimeout)
+	defer t.Stop()
+	select {
+	case <-sub.ready:
+	case <-t.C:
+		sub.markGap()
+	case <-ctx.Done():
+		sub.Close()
+		return nil, ctx.Err()
+	case <-w.s.done:
+		sub.Close()
+		return nil, ErrSessionClosed
+	}
+	return sub, nil
+}
+
+// confirmed reports whether the server confirmed the subscription.
+func (sub *subscription) confirmed() bool {
+	select {
+	case <-sub.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close ends the subscription; the channel is unsubscribed when nobody else
+// in the session watches it.
+func (sub *subscription) Close() {
+	w := sub.w
+	w.mu.Lock()
+	cs := w.chans[sub.channel]
+	if cs == nil {
+		w.mu.Unlock()
+		return
+	}
+	delete(cs.subs, sub)
+	last := len(cs.subs) == 0
+	if last {
+		delete(w.chans, sub.channel)
+	}
+	ps, closed := w.ps, w.closed
+	w.mu.Unlock()
+	if last && !closed && ps != nil {
+		_ = ps.Unsubscribe(w.s.bound(context.Background(), time.Time{}), sub.channel)
+	}
+}
+
+// take returns the queued payloads and whether messages may have been lost,
+// and clears both.
+func (sub *subscription) take() (msgs []string, gap bool) {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	msgs, gap = sub.msgs, sub.gap
+	sub.msgs, sub.gap = nil, false
+	return msgs, gap
+}
+
+// deliveries returns how many deliveries (messages or gaps) have arrived.
+func (sub *subscription) deliveries() uint64 {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	return sub.seq
+}
+
+func (sub *subscription) deliver(payload string) {
+	sub.mu.Lock()
+	if len(sub.msgs) >= maxQueued {
+		sub.msgs = sub.msgs[1:]
+		sub.gap = true
+	}
+	sub.msgs = append(sub.msgs, payload)
+	sub.seq++
+	sub.mu.Unlock()
+	sub.poke()
+}
+
+func (sub *subscription) markGap() {
+	sub.mu.Lock()
+	sub.gap = true
+	sub.seq++
+	sub.mu.Unlock()
+	sub.poke()
+}
+
+func (sub *subscription) poke() {
+	select {
+	case sub.notify <- struct{}{}:
+	default:
+	}
+}
+
+// run reads the pub/sub connection until the watcher is closed. It pings when
+// the connection has been quiet for a TTL and replaces the connection when
+// two pings in a row go unanswered (a half-open connection never errors).
+func (w *watcher) run() {
+	defer close(w.stopped)
+	quiet := max(w.s.cfg.ttl, time.Second)
+	unanswered := 0
+	for {
+		w.mu.Lock()
+		ps, closed := w.ps, w.closed
+		w.mu.Unlock()
+		if closed {
+			return
+		}
+		msg, err := ps.ReceiveTimeout(context.Background(), quiet)
+		if w.isClosed() {
+			return
+		}
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				unanswered++
+				if unanswered > 2 {
+					w.replace(ps)
+					unanswered = 0
+				} else {
+					_ = ps.Ping(w.s.bound(context.Background(), time.Time{}))
+				}
+				continue
+			}
+			// go-redis reconnects and resubscribes on the next receive;
+			// whatever was published meanwhile is lost.
+			w.gapAll()
+			if w.s.wait(context.Background(), nil, w.s.retryDelay()) != nil {
+				return
+			}
+			continue
+		}
+		unanswered = 0
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				w.confirm(m.Channel)
+			}
+		case *redis.Message:
+			w.deliver(m.Channel, m.Payload)
+		case *redis.Pong:
+			w.pong(m.Payload)
+		}
+	}
+}
+
+// replace swaps a silent connection for a new one with the same channels.
+func (w *watcher) replace(old *redis.PubSub) {
+	w.mu.Lock()
+	if w.closed || w.ps != old {
+		w.mu.Unlock()
+		return
+	}
+	channels := make([]string, 0, len(w.chans))
+	for ch := range w.chans {
+		channels = append(channels, ch)
+	}
+	w.ps = w.s.client.Subscribe(context.Background())
+	ps := w.ps
+	w.mu.Unlock()
+	_ = old.Close()
+	w.gapAll()
+	if len(channels) > 0 {
+		_ = ps.Subscribe(w.s.bound(context.Background(), time.Time{}), channels...)
+	}
+}
+
+// barrier returns true once every message published before it was called
+// has been delivered to the subscribers: it sends a PING on the pub/sub
+// connection, which Redis answers after everything it queued there before.
+// A read made on another connection (Election.inspect) and followed by a
+// barrier is therefore never newer than the events delivered so far. It
+// returns false if the PONG does not come within the call timeout.
+func (w *watcher) barrier(ctx context.Context) bool {
+	w.mu.Lock()
+	ps := w.ps
+	if ps == nil || w.closed {
+		w.mu.Unlock()
+		return false
+	}
+	w.nping++
+	payload := "redisleader-barrier-" + strconv.FormatUint(w.nping, 10)
+	done := make(chan struct{})
+	if w.pings == nil {
+		w.pings = make(map[string]chan struct{})
+	}
+	w.pings[payload] = done
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.pings, payload)
+		w.mu.Unlock()
+	}()
+	if ps.Ping(w.s.bound(ctx, time.Time{}), payload) != nil {
+		return false
+	}
+	t := time.NewTimer(w.s.cfg.callTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	case <-w.s.done:
+	}
+	return false
+}
+
+func (w *watcher) pong(payload string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ch := w.pings[payload]; ch != nil {
+		close(ch)
+		delete(w.pings, payload)
+	}
+}
+
+func (w *watcher) isClosed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closed
+}
+
+func (w *watcher) confirm(channel string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if cs := w.chans[channel]; cs != nil && !cs.confirmed {
+		cs.confirmed = true
+		close(cs.ready)
+	}
+}
+
+func (w *watcher) deliver(channel, payload string) {
+	for _, sub := range w.subscribers(channel) {
+		sub.deliver(payload)
+	}
+}
+
+// gapAll tells every subscriber that messages may have been lost.
+func (w *watcher) gapAll() {
+	w.mu.Lock()
+	var subs []*subscription
+	for _, cs := range w.chans {
+		for sub := range cs.subs {
+			subs = append(subs, sub)
+		}
+	}
+	w.mu.Unlock()
+	for _, sub := range subs {
+		sub.markGap()
+	}
+}
+
+func (w *watcher) subscribers(channel string) []*subscription {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cs := w.chans[channel]
+	if cs == nil {
+		return nil
+	}
+	subs := make([]*subscription, 0, len(cs.subs))
+	for sub := range cs.subs {
+		subs = append(subs, sub)
+	}
+	return subs
+}
+
+// close stops the watcher and waits for its goroutine. Called once, by
+// Session.Close.
+func (w *watcher) close() {
+	w.mu.Lock()
+	w.closed = true
+	ps, stopped := w.ps, w.stopped
+	w.mu.Unlock()
+	if ps != nil {
+		_ = ps.Close()
+	}
+	if stopped != nil {
+		<-stopped
+	}
+}
