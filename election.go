@@ -120,16 +120,12 @@ func (e *Election) inspect(ctx context.Context) (Leader, bool, error) {
 // reading Redis are retried and are not reported on the channel.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader, observeBuffer)
-	e.s.mu.Lock()
-	if e.s.err != nil {
-		e.s.mu.Unlock()
+	if e.s.enter() != nil {
 		close(out)
 		return out
 	}
-	e.s.obs.Add(1) // under mu, so never concurrently with Close's Wait
-	e.s.mu.Unlock()
 	go func() {
-		defer e.s.obs.Done()
+		defer e.s.work.Done()
 		defer close(out)
 		e.observe(ctx, out)
 	}()

@@ -86,5 +86,5 @@ func permanent(err error) bool {
 
 // Redis error prefixes that retrying cannot fix: wrong key type at our key,
 // missing permissions or credentials, a server without scripting, a script
-// that does not compile.
-var permanentPrefixes = []string{"WRONGTYPE", "NOPERM", "NOAUTH", "WRONGPASS", "ERR unknown command", "ERR Error compiling script"}
+// that does not compile, a fence key that someone else overwrote.
+var permanentPrefixes = []string{"WRONGTYPE", "NOPERM", "NOAUTH", "WRONGPASS", "ERR unknown command", "ERR Error compiling script", "ERR redisleader:"}

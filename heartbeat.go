@@ -2,22 +2,26 @@ package redisleader
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
 // Client is the part of go-redis this package uses: running a command
 // (scripts, as EVALSHA/EVAL), pipelining several, and one pub/sub connection
 // per session for release notifications. *redis.Client (also as
-// returned by redis.NewFailoverClient), *redis.ClusterClient, *redis.Ring and
-// redis.UniversalClient all implement it, as does any wrapper that embeds one
-// (to inject faults in tests, say). Hooks added to the client with AddHook see
+// returned by redis.NewFailoverClient), *redis.ClusterClient and
+// redis.UniversalClient implement it, as does any wrapper that embeds one (to
+// inject faults in tests, say).
+//
+// *redis.Ring implements it too, but do not use it: each Ring client decides
+// on its own when a shard is down and moves that shard's keys to another, so
+// two clients can hold the same name on different shards at once. Hooks added to the client with AddHook see
 // every command this package sends.
 type Client interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
@@ -25,9 +29,10 @@ type Client interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
-// A Session is one participant's lease on Redis: a random owner ID, a TTL,
-// and one heartbeat goroutine that renews every key the session holds, all in
-// one pipelined round trip per renewal round.
+// A Session is one participant's lease on Redis: a TTL and one heartbeat
+// goroutine that renews every key the session holds, all in one pipelined
+// round trip per renewal round, plus (on first use) one pub/sub connection
+// shared by everything in the session that waits for a name.
 //
 // Ownership of each key ends at a local deadline computed on the monotonic
 // clock from the send time of the last successful acquire or renew:
@@ -40,19 +45,20 @@ type Client interface {
 type Session struct {
 	client Client
 	cfg    config
-	id     string
 	ttlArg any // the TTL in ms, boxed once for script arguments
 
-	mu     sync.Mutex // protects locks, err and idle
+	mu     sync.Mutex // protects locks, stale, err and idle, and orders work.Add before Close
 	locks  map[*Lock]struct{}
-	err    error // nil until Close
-	idle   bool  // the heartbeat sleeps until kicked
-	done   chan struct{}
-	kick   chan struct{} // capacity 1: a lock was added while idle
+	stale  map[*Lock]struct{} // expired locks whose token may still be in Redis
+	err    error              // nil until Close
+	idle   bool               // the heartbeat sleeps until kicked
+	done   chan struct{}      // closed when Close starts
+	closed chan struct{}      // closed when the first Close has finished
+	kick   chan struct{}      // capacity 1: work was added while idle
 	cancel context.CancelFunc
 	hbDone chan struct{}  // closed when the heartbeat goroutine has returned
 	watch  *watcher       // the session's pub/sub connection, started on first use
-	obs    sync.WaitGroup // Observe goroutines
+	work   sync.WaitGroup // acquisitions in flight and Observe goroutines
 }
 
 // NewSession validates the options and starts the session's heartbeat
@@ -74,11 +80,12 @@ func NewSession(client Client, opts ...Option) (*Session, error) {
 	s := &Session{
 		client: client,
 		cfg:    cfg,
-		id:     uuid.NewString(),
 		ttlArg: strconv.FormatInt(cfg.ttl.Milliseconds(), 10),
 		locks:  make(map[*Lock]struct{}),
+		stale:  make(map[*Lock]struct{}),
 		idle:   true,
 		done:   make(chan struct{}),
+		closed: make(chan struct{}),
 		kick:   make(chan struct{}, 1),
 		cancel: cancel,
 		hbDone: make(chan struct{}),
@@ -89,12 +96,9 @@ func NewSession(client Client, opts ...Option) (*Session, error) {
 	return s, nil
 }
 
-// ID returns the session's random owner ID (a UUID).
-func (s *Session) ID() string { return s.id }
-
-// Done returns a channel that is closed when the session ends (Close was
-// called). It is never closed otherwise. Blocking calls on the session return
-// ErrSessionClosed once it is closed.
+// Done returns a channel that is closed when Close is called. It is never
+// closed otherwise. Blocking calls on the session return ErrSessionClosed
+// once it is closed.
 func (s *Session) Done() <-chan struct{} { return s.done }
 
 // Err returns nil while the session is open and ErrSessionClosed after Close.
@@ -104,49 +108,83 @@ func (s *Session) Err() error {
 	return s.err
 }
 
-// Close ends the session: it stops the heartbeat goroutine and the pub/sub
-// connection and waits for them,
-// ends every lock the session holds with ErrSessionClosed, and then releases
-// their keys in Redis (compare-and-delete, one pipelined round trip), so that
-// waiting owners can take over at once. The release is bounded by ctx and by
-// the call timeout; if it fails, the keys expire after at most one TTL and the
-// error is returned. When Close returns, no goroutine of the session is left.
-// Close is idempotent: later calls return nil.
+// enter registers an acquisition or observer, unless the session is closed.
+// Close waits for every registered one to call s.work.Done.
+func (s *Session) enter() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	s.work.Add(1) // under mu, so never concurrently with Close's Wait
+	return nil
+}
+
+// Close ends the session. First every lock it holds ends with
+// ErrSessionClosed (Done closes, Held turns false), then their keys are
+// released in Redis (compare-and-delete, one pipelined round trip) so that
+// waiting owners take over at once, then Close stops the heartbeat, the
+// pub/sub connection, observers and acquisitions in flight, and waits for
+// them. Blocking calls on the session return ErrSessionClosed.
+//
+// The release is bounded by the call timeout and ctx; if it fails, the keys
+// expire within one TTL and the error is returned. If ctx ends before the
+// goroutines have stopped (a Redis call blocked on a client without
+// ContextTimeoutEnabled), Close returns ctx's error and they stop when that
+// call returns; otherwise, when Close returns, no goroutine of the session
+// is left. Later and concurrent calls wait for the first to finish (or for
+// their own ctx) and return nil.
 func (s *Session) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()
-		return nil
-	}
-	s.err = ErrSessionClosed
-	close(s.done)
-	held := make([]*Lock, 0, len(s.locks))
-	for l := range s.locks {
-		held = append(held, l)
-	}
-	s.mu.Unlock()
-
-	s.cancel()
-	<-s.hbDone
-	s.obs.Wait()
-	s.watch.close()
-
-	var toRelease []*Lock
-	for _, l := range held {
-		if l.end(ErrSessionClosed) {
-			toRelease = append(toRelease, l)
+		select {
+		case <-s.closed:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
-	return s.releaseAll(ctx, toRelease)
+	defer close(s.closed)
+	s.err = ErrSessionClosed
+	close(s.done)
+	var release []*Lock
+	for l := range s.locks {
+		release = append(release, l)
+	}
+	for l := range s.stale {
+		release = append(release, l)
+	}
+	clear(s.stale)
+	s.mu.Unlock()
+
+	for _, l := range release {
+		l.end(ErrSessionClosed) // a no-op for the stale ones
+	}
+	relErr := s.releaseAll(ctx, release)
+
+	s.cancel()
+	stopped := make(chan struct{})
+	go func() {
+		<-s.hbDone
+		s.work.Wait()
+		s.watch.close()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+		return relErr
+	case <-ctx.Done():
+		return errors.Join(ctx.Err(), relErr)
+	}
 }
 
-// releaseAll deletes the keys of ended locks, one pipelined round trip.
+// releaseAll deletes the keys of ended locks, one pipelined round trip. A key
+// that no longer holds a lock's token is not an error: the lock had already
+// ended, or the delete's reply was lost and go-redis retried it.
 func (s *Session) releaseAll(ctx context.Context, locks []*Lock) error {
-	switch len(locks) {
-	case 0:
+	if len(locks) == 0 {
 		return nil
-	case 1:
-		return locks[0].del(ctx)
 	}
 	argvs := make([][]any, len(locks))
 	for i, l := range locks {
@@ -159,7 +197,7 @@ func (s *Session) releaseAll(ctx context.Context, locks []*Lock) error {
 		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("redisleader: releasing %d keys on close (%d failed; they expire within the TTL): %w", len(locks), len(errs), errs[0])
+		return fmt.Errorf("redisleader: releasing %d keys (%d failed; they expire within the TTL): %w", len(locks), len(errs), errs[0])
 	}
 	return nil
 }
@@ -181,14 +219,16 @@ func (s *Session) bound(ctx context.Context, deadline time.Time) context.Context
 // boundCtx is a context with an earlier deadline than its parent, made for
 // one go-redis call. go-redis bounds socket reads and writes by Deadline
 // (with ContextTimeoutEnabled), checks Err, and selects on Done before it
-// waits for a pool connection or sleeps between its own retries. Done is the
-// parent's channel until the deadline and an already-closed channel after it,
-// so no wait starts after the deadline, but a wait that started before it is
-// not woken at it: it ends on its own bound (one retry backoff, or the
-// client's PoolTimeout for a full pool). In exchange boundCtx costs one
-// allocation instead of context.WithDeadline's timer, channel and closures
-// (about ten allocations per acquire+release pair). It never leaves this
-// package except as the context of a go-redis call.
+// waits for a pool connection or sleeps between its own retries. Deadline
+// and Err are exact. Done is the parent's channel until the deadline and an
+// already-closed channel after it: no wait starts after the deadline, but a
+// wait that started before it is not woken at it and ends on its own bound
+// (one retry backoff, the client's PoolTimeout for a full pool, DialTimeout
+// for a connection being set up). Likewise a context derived from it (by a
+// go-redis hook, say) or context.AfterFunc is not cancelled at the deadline.
+// In exchange boundCtx costs one allocation instead of the timer, channel
+// and closures of context.WithDeadline: about ten allocations, a third of an
+// acquire+release pair. Only go-redis, and hooks on the user's client, see it.
 type boundCtx struct {
 	context.Context
 	deadline time.Time
@@ -222,22 +262,38 @@ func (s *Session) add(l *Lock) error {
 		return s.err
 	}
 	s.locks[l] = struct{}{}
-	wake := s.idle
-	s.idle = false
+	s.wakeLocked()
 	s.mu.Unlock()
-	if wake {
+	return nil
+}
+
+// wakeLocked kicks the heartbeat if it is idle. s.mu must be held.
+func (s *Session) wakeLocked() {
+	if s.idle {
+		s.idle = false
 		select {
 		case s.kick <- struct{}{}:
 		default:
 		}
 	}
-	return nil
 }
 
 func (s *Session) remove(l *Lock) {
 	s.mu.Lock()
 	delete(s.locks, l)
 	s.mu.Unlock()
+}
+
+// markStale hands an expired lock to the heartbeat for a best-effort delete:
+// a renewal that reached Redis but whose reply came after the deadline (or
+// never came) may have left our token there for up to another TTL.
+func (s *Session) markStale(l *Lock) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.stale[l] = struct{}{}
+		s.wakeLocked()
+	}
 }
 
 // heartbeat is the session's one goroutine. It sleeps while nothing is held;
@@ -266,6 +322,7 @@ func (s *Session) heartbeat(ctx context.Context) {
 			armed = false
 		}
 		held, failed := s.renewRound(ctx)
+		s.cleanStale(ctx)
 		if s.cfg.onRound != nil {
 			s.cfg.onRound(held, failed)
 		}
@@ -280,12 +337,12 @@ func (s *Session) heartbeat(ctx context.Context) {
 	}
 }
 
-// goIdle marks the heartbeat idle if the session holds nothing, so that the
-// next add kicks it; it reports whether it did.
+// goIdle marks the heartbeat idle if the session has nothing to renew or
+// clean up, so that the next add kicks it; it reports whether it did.
 func (s *Session) goIdle() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.locks) > 0 {
+	if len(s.locks) > 0 || len(s.stale) > 0 {
 		return false
 	}
 	s.idle = true
@@ -343,6 +400,39 @@ func (s *Session) renewRound(ctx context.Context) (held int, failed bool) {
 		}
 	}
 	return len(live), failed
+}
+
+// cleanStale deletes the keys of expired locks if they still hold their
+// tokens (compare-and-delete, so it never touches anyone else's). A lock is
+// forgotten once the delete succeeded, or once its token must have expired
+// on the server anyway (two TTLs after its deadline).
+func (s *Session) cleanStale(ctx context.Context) {
+	s.mu.Lock()
+	var locks []*Lock
+	for l := range s.stale {
+		locks = append(locks, l)
+	}
+	s.mu.Unlock()
+	if len(locks) == 0 {
+		return
+	}
+	argvs := make([][]any, len(locks))
+	for i, l := range locks {
+		argvs[i] = []any{nil, nil, 1, l.keys.lock, l.tokenArg}
+	}
+	cmds := releaseScript.runAll(s.bound(ctx, time.Time{}), s.client, argvs)
+	now := time.Now()
+	var done []*Lock
+	for i, l := range locks {
+		if cmds[i].Err() == nil || now.After(l.Deadline().Add(2*s.cfg.ttl)) {
+			done = append(done, l)
+		}
+	}
+	s.mu.Lock()
+	for _, l := range done {
+		delete(s.stale, l)
+	}
+	s.mu.Unlock()
 }
 
 // retryDelay is the retry interval plus a random jitter in [0, retryJitter].

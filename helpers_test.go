@@ -240,11 +240,12 @@ func crash(s *Session) {
 		held = append(held, l)
 	}
 	s.mu.Unlock()
-	s.cancel()
-	<-s.hbDone
-	s.obs.Wait()
-	s.watch.close()
 	for _, l := range held {
 		l.end(errCrashed)
 	}
+	s.cancel()
+	<-s.hbDone
+	s.work.Wait()
+	s.watch.close()
+	close(s.closed)
 }

@@ -66,22 +66,31 @@ func (l *Lock) Done() <-chan struct{} {
 	return l.done
 }
 
-// Err returns nil while the lock is held; after Done is closed it says why
-// it ended: ErrReleased, ErrNotOwner or ErrExpired (both match ErrLost), or
-// ErrSessionClosed.
-func (l *Lock) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
-}
+// Err returns nil while the lock is held; once it has ended it says why:
+// ErrReleased, ErrNotOwner or ErrExpired (both match ErrLost), or
+// ErrSessionClosed. Like Held, it compares against the clock: past the local
+// deadline it ends the lock (closing Done) and returns ErrExpired even if the
+// deadline timer has not run yet.
+func (l *Lock) Err() error { return l.check() }
 
 // Held reports whether the lock is still held: it has not ended and the local
 // deadline has not passed. It compares against the clock on every call, so a
 // late timer or a stuck heartbeat can never make it report a stale "true".
-func (l *Lock) Held() bool {
+func (l *Lock) Held() bool { return l.check() == nil }
+
+// check ends the lock with ErrExpired if its deadline has passed, and
+// returns why it ended (nil while held).
+func (l *Lock) check() error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err == nil && time.Now().Before(l.deadline)
+	err, due := l.err, l.err == nil && !time.Now().Before(l.deadline)
+	l.mu.Unlock()
+	if due {
+		l.lose(ErrExpired)
+		l.mu.Lock()
+		err = l.err
+		l.mu.Unlock()
+	}
+	return err
 }
 
 // Deadline returns the current local deadline: the instant, on this process's
@@ -93,22 +102,23 @@ func (l *Lock) Deadline() time.Time {
 	return l.deadline
 }
 
-// Release gives the lock up: the lock ends with ErrReleased first, then its
-// key is deleted in Redis if it still holds this acquisition's token, and
-// waiting owners are told at once. A lock that already ended is not written:
-// Release returns nil if it was released before, or the reason it ended
-// (ErrNotOwner, ErrExpired, ErrSessionClosed). If Redis says the key no
-// longer held the token, Release returns ErrNotOwner. A Redis error is
-// returned wrapped; the key then expires within the TTL. The call is bounded
-// by ctx and the call timeout.
+// Release gives the lock up (for an election's leadership: resigns). The
+// lock ends with ErrReleased first, then its key is deleted in Redis if it
+// still holds this acquisition's token, and waiting owners are told at once.
+// A lock that already ended is not written: Release returns nil if it was
+// released before, or the reason it ended (ErrNotOwner, ErrExpired,
+// ErrSessionClosed). A Redis error is returned wrapped; the key then expires
+// within the TTL. The call is bounded by ctx and the call timeout.
 func (l *Lock) Release(ctx context.Context) error {
-	l.mu.Lock()
-	if l.err == nil && !time.Now().Before(l.deadline) {
-		l.mu.Unlock()
-		l.lose(ErrExpired)
-		l.mu.Lock()
+	if err := l.check(); err != nil {
+		if err == ErrReleased {
+			return nil
+		}
+		return err
 	}
-	if err := l.err; err != nil {
+	l.mu.Lock()
+	if l.err != nil { // ended meanwhile
+		err := l.err
 		l.mu.Unlock()
 		if err == ErrReleased {
 			return nil
@@ -125,7 +135,10 @@ func (l *Lock) Release(ctx context.Context) error {
 }
 
 // del runs the compare-and-delete for this lock's token. It is called at most
-// once per lock, after the acquisition ended.
+// once per lock, after the acquisition ended. A key that no longer holds the
+// token is not reported as an error: go-redis retries a delete whose reply
+// was lost, and the retry finds the key gone; it is logged, since it may
+// also mean that the key was deleted or expired behind our back just before.
 func (l *Lock) del(ctx context.Context) error {
 	argv := l.argv[:5]
 	argv[2], argv[4] = 1, l.tokenArg
@@ -134,7 +147,8 @@ func (l *Lock) del(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("redisleader: release %q (the key expires within the TTL): %w", l.keys.name, err)
 	case n == 0:
-		return ErrNotOwner
+		l.s.cfg.logger.Info("redisleader: released key did not hold our token (a retried delete, or the key was gone)",
+			"name", l.keys.name, "fence", l.fence)
 	}
 	return nil
 }
@@ -180,6 +194,9 @@ func (l *Lock) onDeadline() {
 func (l *Lock) lose(why error) {
 	if l.end(why) {
 		l.s.remove(l)
+		if why == ErrExpired {
+			l.s.markStale(l)
+		}
 		l.s.cfg.logger.Warn("redisleader: lock lost", "name", l.keys.name, "fence", l.fence, "err", why)
 	}
 }
@@ -256,7 +273,8 @@ func (s *Session) Lock(ctx context.Context, name string) (*Lock, error) {
 	return s.acquire(ctx, name, "", true)
 }
 
-// TryLock makes one attempt to acquire name. It returns ErrLocked (wrapped
+// TryLock makes one attempt to acquire name. Locks are not reentrant: a name
+// the same session already holds is ErrLocked too. It returns ErrLocked (wrapped
 // with the holder's fence) if another owner holds it, an error matching
 // ErrInvalid for a bad name, ErrSessionClosed, or a Redis error; in the last
 // case the key is released with this attempt's token in case the attempt took
@@ -276,6 +294,10 @@ func (s *Session) acquire(ctx context.Context, name, value string, block bool) (
 	if err := checkValue(value); err != nil {
 		return nil, err
 	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.work.Done()
 	k := newKeys(name)
 	var sub *subscription
 	if block {
@@ -288,7 +310,10 @@ func (s *Session) acquire(ctx context.Context, name, value string, block bool) (
 		defer sub.Close()
 	}
 	l := s.newLock(k, value)
-	var lastErr error // of the last attempt, when its outcome is unknown
+	var (
+		lastErr  error     // of the last attempt, when its outcome is unknown
+		loggedAt time.Time // errors are logged at most once per TTL
+	)
 	for {
 		if err := s.Err(); err != nil {
 			return nil, l.abandon(lastErr, err)
@@ -297,8 +322,16 @@ func (s *Session) acquire(ctx context.Context, name, value string, block bool) (
 			return nil, l.abandon(lastErr, err)
 		}
 		left, err := l.attempt(ctx)
-		if err == nil {
+		switch {
+		case err == nil:
 			return l, nil
+		case errors.Is(err, ErrSessionClosed):
+			return nil, err // attempt has given the key back already
+		case !block || permanent(err):
+			if errors.Is(err, ErrLocked) {
+				return nil, err
+			}
+			return nil, l.abandon(err, err)
 		}
 		lastErr = nil
 		wait := s.retryDelay()
@@ -306,9 +339,10 @@ func (s *Session) acquire(ctx context.Context, name, value string, block bool) (
 			wait = s.followDelay(left, sub)
 		} else {
 			lastErr = err
-		}
-		if !block || permanent(err) || errors.Is(err, ErrSessionClosed) {
-			return nil, l.abandon(lastErr, err)
+			if time.Since(loggedAt) >= s.cfg.ttl {
+				loggedAt = time.Now()
+				s.cfg.logger.Warn("redisleader: acquire failed; retrying", "name", name, "err", err)
+			}
 		}
 		if err := s.wait(ctx, sub, wait); err != nil {
 			return nil, l.abandon(lastErr, err)

@@ -1,6 +1,7 @@
 package redisleader
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"time"
@@ -50,13 +51,15 @@ const (
 	minDrift       = 0.001
 	maxDrift       = 0.1
 	minTTL         = 10 * time.Millisecond
+	maxTTL         = 24 * time.Hour
 	defaultMaxCall = time.Second
 )
 
 // WithTTL sets the lease TTL: how long Redis keeps a key after the last
 // successful acquire or renew. It bounds how long followers wait after a
-// leader crashes. The default is 15s (DefaultTTL). It must be at least 10ms
-// and at least 20 × the margin.
+// leader crashes. The default is 15s (DefaultTTL). It must be a whole number
+// of milliseconds (Redis's unit) from 10ms to 24h, and at least 20 × the
+// margin.
 func WithTTL(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.ttl = d })
 }
@@ -72,7 +75,8 @@ func WithRenewInterval(d time.Duration) Option {
 // behalf of a held lease are further bounded by that lease's local deadline.
 // The default is min(TTL/6, 1s). It must be positive and small enough that
 // a renewal that times out can be retried once before the local deadline:
-// renewInterval + 2 × callTimeout < TTL·(1−drift) − margin.
+// renewInterval + 2 × callTimeout + min(renewInterval, retryInterval +
+// retryJitter) < TTL·(1−drift) − margin.
 //
 // The bound is enforced through the context passed to go-redis, which honours
 // context deadlines on sockets only when the client was built with
@@ -151,8 +155,13 @@ func buildConfig(opts []Option) (config, error) {
 		}
 		o.apply(&c)
 	}
-	if c.ttl < minTTL {
+	switch {
+	case c.ttl < minTTL:
 		return config{}, invalidf("WithTTL(%v) must be at least %v", c.ttl, minTTL)
+	case c.ttl > maxTTL:
+		return config{}, invalidf("WithTTL(%v) must be at most %v", c.ttl, maxTTL)
+	case c.ttl%time.Millisecond != 0:
+		return config{}, invalidf("WithTTL(%v) must be a whole number of milliseconds", c.ttl)
 	}
 	if !c.renewIntervalSet {
 		c.renewInterval = c.ttl / 3
@@ -183,11 +192,6 @@ func (c *config) validate() error {
 		return invalidf("WithRenewInterval(%v) must be positive", c.renewInterval)
 	case c.renewInterval > c.ttl/3:
 		return invalidf("WithRenewInterval(%v) must be at most TTL/3 (%v)", c.renewInterval, c.ttl/3)
-	case c.callTimeout <= 0:
-		return invalidf("WithCallTimeout(%v) must be positive", c.callTimeout)
-	case c.renewInterval+2*c.callTimeout >= c.validity():
-		return invalidf("WithCallTimeout(%v) must leave room for a retried renewal: renewInterval (%v) + 2 × callTimeout must be less than TTL·(1−drift) − margin (%v)",
-			c.callTimeout, c.renewInterval, c.validity())
 	case c.retryInterval <= 0:
 		return invalidf("WithRetryInterval(%v) must be positive", c.retryInterval)
 	case c.retryInterval > c.ttl:
@@ -196,8 +200,22 @@ func (c *config) validate() error {
 		return invalidf("WithRetryJitter(%v) must not be negative", c.retryJitter)
 	case c.retryJitter > c.ttl:
 		return invalidf("WithRetryJitter(%v) must be at most the TTL (%v)", c.retryJitter, c.ttl)
+	case c.callTimeout <= 0:
+		return invalidf("WithCallTimeout(%v) must be positive", c.callTimeout)
+	case c.renewInterval+2*c.callTimeout+c.renewRetryMax() >= c.validity():
+		name := fmt.Sprintf("WithCallTimeout(%v)", c.callTimeout)
+		if !c.callTimeoutSet {
+			name = fmt.Sprintf("the default call timeout (%v)", c.callTimeout)
+		}
+		return invalidf("%s must leave room for a retried renewal: renewInterval (%v) + 2 × callTimeout + retry delay (%v) must be less than TTL·(1−drift) − margin (%v)",
+			name, c.renewInterval, c.renewRetryMax(), c.validity())
 	}
 	return nil
+}
+
+// renewRetryMax is the longest wait before a failed renewal is retried.
+func (c *config) renewRetryMax() time.Duration {
+	return min(c.renewInterval, c.retryInterval+max(c.retryJitter, 0))
 }
 
 // validity is how long after the send time of a successful acquire or renew

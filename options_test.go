@@ -21,6 +21,10 @@ func TestNewSessionRejectsBadOptions(t *testing.T) {
 		want string
 	}{
 		{"zero TTL", []Option{WithTTL(0)}, "WithTTL(0s) must be at least 10ms"},
+		{"TTL too long", []Option{WithTTL(48 * time.Hour)}, "WithTTL(48h0m0s) must be at most 24h0m0s"},
+		{"TTL below 20 default margins", []Option{WithTTL(15 * time.Millisecond)}, "WithTTL(15ms) must be at least 20 × margin"},
+		{"TTL fraction of a ms", []Option{WithTTL(time.Second + time.Microsecond)}, "WithTTL(1.000001s) must be a whole number of milliseconds"},
+		{"retry delay leaves no room", []Option{WithTTL(time.Second), WithRetryInterval(300 * time.Millisecond)}, "the default call timeout (166.666666ms) must leave room for a retried renewal"},
 		{"negative TTL", []Option{WithTTL(-time.Second)}, "WithTTL(-1s) must be at least 10ms"},
 		{"TTL below 20 margins", []Option{WithTTL(time.Second), WithMargin(100 * time.Millisecond)}, "WithTTL(1s) must be at least 20 × margin (2s)"},
 		{"zero renew", []Option{WithRenewInterval(0)}, "WithRenewInterval(0s) must be positive"},

@@ -67,15 +67,16 @@ func checkValue(value string) error {
 }
 
 // Each acquire and each release publishes an event on the channel lock key +
-// ":ch" (not a key, so it need not be declared; it carries the same hash tag
-// for sharded pub/sub): "A<ttl ms>\n<stored>" for an acquisition,
+// ":ch" (not a key, so it need not be declared). PUBLISH on Redis Cluster
+// reaches every node; the channel carries the name's hash tag, so it is also
+// ready for sharded pub/sub (SPUBLISH). The events are "A<ttl ms>\n<stored>" for an acquisition,
 // "R<stored>" for a release, where <stored> is the lock's value (see
 // parseEvent). Expiry publishes nothing: waiters re-read the state when a
 // lease can have expired.
 //
 // The scripts below compare the token as a prefix of the stored value:
-// "<token>\n" where the token is a fixed-length random UUID, so no value can
-// fake another owner's token.
+// "<token>\n", where the token is 128 random bits in base32 (crypto/rand.Text)
+// and contains no newline, so no value can fake another owner's token.
 //
 // Scripts run as EVALSHA, falling back to EVAL on NOSCRIPT (see script.run),
 // so a flushed script cache costs one extra round trip and is never mistaken
@@ -95,7 +96,9 @@ func checkValue(value string) error {
 //
 // The fence is max(stored + 1, server TIME in µs). It is written before the
 // SET: a script error in between leaves a gap in the fences, never a lock
-// without a fence. Fences stay monotonic when Redis loses data (restart
+// without a fence. A fence key that does not hold an integer in [0, 2^53−1)
+// (someone else wrote it) is an error, never silently reset: fences must
+// not go backwards. Fences stay monotonic when Redis loses data (restart
 // without persistence, old snapshot) unless the server clock also goes back.
 // Numbers up to 2^53 are exact in Lua; µs since 1970 stay below that for
 // centuries.
@@ -111,8 +114,14 @@ if cur then
 end
 local t = redis.call('TIME')
 local fence = t[1] * 1000000 + t[2]
-local stored = tonumber(redis.call('GET', KEYS[2]))
-if stored and stored >= fence then fence = stored + 1 end
+local raw = redis.call('GET', KEYS[2])
+if raw then
+  local stored = tonumber(raw)
+  if not stored or stored < 0 or stored >= 9007199254740991 or stored % 1 ~= 0 then
+    return redis.error_reply('ERR redisleader: fence key ' .. KEYS[2] .. ' does not hold a fence (an integer below 2^53)')
+  end
+  if stored >= fence then fence = stored + 1 end
+end
 local fs = string.format('%.0f', fence)
 redis.call('SET', KEYS[2], fs)
 local v = ARGV[1] .. '\n' .. fs .. '\n' .. ARGV[3]
@@ -215,18 +224,23 @@ func (s *script) runAll(ctx context.Context, c Client, argvs [][]any) []*redis.C
 		cmds[i] = redis.NewCmd(ctx, argv...)
 		_ = pipe.Process(ctx, cmds[i])
 	}
-	if _, err := pipe.Exec(ctx); !redis.HasErrorPrefix(err, "NOSCRIPT") {
-		return cmds
-	}
-	pipe = c.Pipeline()
+	_, _ = pipe.Exec(ctx) // errors are per command
+	// Scan every reply: Exec reports only the first error, and on Cluster
+	// one node may have lost the script while another timed out.
+	var retry redis.Pipeliner
 	for i, argv := range argvs {
 		if redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
+			if retry == nil {
+				retry = c.Pipeline()
+			}
 			argv[0], argv[1] = "eval", s.src
 			cmds[i] = redis.NewCmd(ctx, argv...)
-			_ = pipe.Process(ctx, cmds[i])
+			_ = retry.Process(ctx, cmds[i])
 		}
 	}
-	_, _ = pipe.Exec(ctx)
+	if retry != nil {
+		_, _ = retry.Exec(ctx)
+	}
 	return cmds
 }
 
