@@ -322,6 +322,9 @@ func (s *Session) acquire(ctx context.Context, name, value string, block bool) (
 			return nil, l.abandon(lastErr, err)
 		}
 		left, err := l.attempt(ctx)
+		if s.cfg.onAttempt != nil {
+			s.cfg.onAttempt(name, err)
+		}
 		switch {
 		case err == nil:
 			return l, nil
@@ -351,18 +354,19 @@ func (s *Session) acquire(ctx context.Context, name, value string, block bool) (
 }
 
 // followDelay is how long a waiter sleeps after finding the name held with
-// left to go on the holder's lease: until that lease can have expired, plus
-// 1–3ms (Redis expires a key only after its PTTL has passed; the spread keeps
+// left to go on the holder's lease (negative: the key has no TTL): until
+// that lease can have expired, plus 1–2ms (PTTL is in whole milliseconds and
+// Redis expires a key only once its time has passed; the spread keeps
 // waiters from arriving all at once). A healthy holder renews meanwhile, so a
 // waiter sends about one command per TTL; a crashed one is replaced within
 // milliseconds of its expiry; a release wakes the waiter at once through its
 // subscription. Without a confirmed subscription, or when the key has no TTL,
 // it polls at the retry interval instead.
 func (s *Session) followDelay(left time.Duration, sub *subscription) time.Duration {
-	if left <= 0 {
+	if left < 0 {
 		return s.retryDelay()
 	}
-	d := left + time.Millisecond + mrand.N(2*time.Millisecond)
+	d := left + time.Millisecond + mrand.N(time.Millisecond)
 	if sub == nil || !sub.confirmed() {
 		d = min(d, s.retryDelay())
 	}
@@ -422,8 +426,10 @@ func (l *Lock) attempt(ctx context.Context) (time.Duration, error) {
 		}
 		var left time.Duration
 		if len(res) > 2 {
-			if ms, ok := res[2].(int64); ok && ms > 0 {
+			if ms, ok := res[2].(int64); ok && ms >= 0 {
 				left = time.Duration(ms) * time.Millisecond
+			} else {
+				left = -1 // no TTL: nothing to align with
 			}
 		}
 		return left, fmt.Errorf("%w (fence %d)", ErrLocked, fence)

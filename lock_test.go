@@ -637,18 +637,17 @@ func TestConcurrentCloseWaitsForTheFirst(t *testing.T) {
 		}
 		runtimeYield()
 	}
-	first := make(chan struct{})
-	go func() {
-		_ = s.Close(context.Background())
-		close(first)
-	}()
+	go func() { _ = s.Close(context.Background()) }()
 	<-s.Done() // the first Close has started
 	require.NoError(t, s.Close(context.Background()))
 	select {
-	case <-first:
+	case <-s.closed: // the first Close has finished
 	default:
 		t.Fatal("the second Close returned before the first finished")
 	}
+	n, err := c.Exists(context.Background(), newKeys("slow").lock).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "everything the first Close waits for was done")
 	checkNoLeaks(t)
 }
 

@@ -30,21 +30,20 @@ type config struct {
 	margin           time.Duration
 	marginSet        bool
 	retryInterval    time.Duration
+	retryIntervalSet bool
 	retryJitter      time.Duration
 	retryJitterSet   bool
 	logger           *slog.Logger
-	onRound          func(held int, failed bool) // test hook: after each renewal round
+	onRound          func(held int, failed bool)  // test hook: after each renewal round
+	onAttempt        func(name string, err error) // test hook: after each acquire attempt
 }
 
-// Defaults, stated once. Derived defaults depend on the TTL and are filled in
-// by buildConfig after all options have been applied.
+// Defaults, stated once (and in each option's doc). Derived defaults depend
+// on the TTL and are filled in by buildConfig after all options are applied.
 const (
-	// DefaultTTL is the lease TTL when WithTTL is not given.
-	DefaultTTL = 15 * time.Second
-	// DefaultDriftFactor is the clock drift factor ρ when WithDriftFactor is not given.
-	DefaultDriftFactor = 0.01
-	// DefaultRetryInterval is the base retry delay when WithRetryInterval is not given.
-	DefaultRetryInterval = 100 * time.Millisecond
+	defaultTTL           = 15 * time.Second
+	defaultDrift         = 0.01
+	defaultRetryInterval = 100 * time.Millisecond // at most TTL/10
 
 	maxNameLen     = 512
 	minMargin      = 2 * time.Millisecond
@@ -57,7 +56,7 @@ const (
 
 // WithTTL sets the lease TTL: how long Redis keeps a key after the last
 // successful acquire or renew. It bounds how long followers wait after a
-// leader crashes. The default is 15s (DefaultTTL). It must be a whole number
+// leader crashes. The default is 15s. It must be a whole number
 // of milliseconds (Redis's unit) from 10ms to 24h, and at least 20 × the
 // margin.
 func WithTTL(d time.Duration) Option {
@@ -102,12 +101,14 @@ func WithMargin(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.margin, c.marginSet = d, true })
 }
 
-// WithRetryInterval sets the base delay between attempts of a blocking
-// acquire whose key is held by another owner and who has not said when it will
-// be free, and between renewal attempts after a failed renewal. The default
-// is 100ms; it must be positive and at most the TTL.
+// WithRetryInterval sets the base delay before an acquire is retried after a
+// Redis error, or while the holder's key has no TTL or the session's pub/sub
+// subscription is not working (otherwise waiters sleep until the holder's
+// lease can have expired, or until a release wakes them), and before a failed
+// renewal is retried. The default
+// is min(100ms, TTL/10); it must be positive and at most the TTL.
 func WithRetryInterval(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.retryInterval = d })
+	return optionFunc(func(c *config) { c.retryInterval, c.retryIntervalSet = d, true })
 }
 
 // WithRetryJitter sets the largest random delay added to each retry, so that
@@ -135,6 +136,12 @@ func withRoundHook(f func(held int, failed bool)) Option {
 	return optionFunc(func(c *config) { c.onRound = f })
 }
 
+// withAttemptHook is an unexported option for tests and benchmarks: f runs
+// after every acquire attempt, on the acquiring goroutine.
+func withAttemptHook(f func(name string, err error)) Option {
+	return optionFunc(func(c *config) { c.onAttempt = f })
+}
+
 // nilLogger marks an explicit WithLogger(nil) so validation can reject it.
 var nilLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -144,10 +151,9 @@ var discardLogger = slog.New(slog.DiscardHandler)
 // defaults and validates the result. It is the one place defaults live.
 func buildConfig(opts []Option) (config, error) {
 	c := config{
-		ttl:           DefaultTTL,
-		drift:         DefaultDriftFactor,
-		retryInterval: DefaultRetryInterval,
-		logger:        discardLogger,
+		ttl:    defaultTTL,
+		drift:  defaultDrift,
+		logger: discardLogger,
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -171,6 +177,9 @@ func buildConfig(opts []Option) (config, error) {
 	}
 	if !c.marginSet {
 		c.margin = max(5*time.Millisecond, c.ttl/100)
+	}
+	if !c.retryIntervalSet {
+		c.retryInterval = min(defaultRetryInterval, c.ttl/10)
 	}
 	if !c.retryJitterSet {
 		c.retryJitter = c.retryInterval / 2

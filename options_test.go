@@ -24,7 +24,7 @@ func TestNewSessionRejectsBadOptions(t *testing.T) {
 		{"TTL too long", []Option{WithTTL(48 * time.Hour)}, "WithTTL(48h0m0s) must be at most 24h0m0s"},
 		{"TTL below 20 default margins", []Option{WithTTL(15 * time.Millisecond)}, "WithTTL(15ms) must be at least 20 × margin"},
 		{"TTL fraction of a ms", []Option{WithTTL(time.Second + time.Microsecond)}, "WithTTL(1.000001s) must be a whole number of milliseconds"},
-		{"retry delay leaves no room", []Option{WithTTL(time.Second), WithRetryInterval(300 * time.Millisecond)}, "the default call timeout (166.666666ms) must leave room for a retried renewal"},
+		{"retry delay leaves no room", []Option{WithTTL(time.Second), WithRetryInterval(320 * time.Millisecond), WithRetryJitter(0)}, "the default call timeout (166.666666ms) must leave room for a retried renewal"},
 		{"negative TTL", []Option{WithTTL(-time.Second)}, "WithTTL(-1s) must be at least 10ms"},
 		{"TTL below 20 margins", []Option{WithTTL(time.Second), WithMargin(100 * time.Millisecond)}, "WithTTL(1s) must be at least 20 × margin (2s)"},
 		{"zero renew", []Option{WithRenewInterval(0)}, "WithRenewInterval(0s) must be positive"},
@@ -77,6 +77,13 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, 50*time.Millisecond, cfg.retryJitter)
 	// D = s + 15s·0.99 − 150ms
 	assert.Equal(t, 14700*time.Millisecond, cfg.validity())
+
+	for _, ttl := range []time.Duration{100 * time.Millisecond, 150 * time.Millisecond, 200 * time.Millisecond, 450 * time.Millisecond, time.Second, time.Minute, 24 * time.Hour} {
+		_, err := buildConfig([]Option{WithTTL(ttl)})
+		assert.NoError(t, err, "the defaults derived from WithTTL(%v) must be valid", ttl)
+	}
+	_, err = buildConfig([]Option{WithTTL(99 * time.Millisecond)})
+	assert.ErrorContains(t, err, "WithTTL(99ms) must be at least 20 × margin (100ms)")
 
 	short, err := buildConfig([]Option{WithTTL(time.Second)})
 	require.NoError(t, err, "a 1s TTL must be valid with derived defaults")

@@ -33,11 +33,16 @@ type watcher struct {
 	stopped chan struct{} // closed when run has returned; nil until started
 }
 
-// channelSubs is the state of one subscribed channel.
+// channelSubs is the state of one subscribed channel. A channel nobody
+// watches any more stays subscribed until the watcher prunes it (at most
+// every TTL), so that a waiter that comes back soon (a candidate campaigning
+// again) finds it confirmed, and so that no one's Campaign pays for an
+// UNSUBSCRIBE on its way out.
 type channelSubs struct {
 	ready     chan struct{} // closed when the server confirmed SUBSCRIBE
 	confirmed bool
 	subs      map[*subscription]struct{}
+	idleSince time.Time // when subs became empty
 }
 
 // A subscription is one waiter's interest in one channel.
@@ -74,9 +79,10 @@ func (w *watcher) subscribe(ctx context.Context, channel string) (*subscription,
 		cs = &channelSubs{ready: make(chan struct{}), subs: make(map[*subscription]struct{})}
 		w.chans[channel] = cs
 	}
+	first := !cs.confirmed // (re)send SUBSCRIBE until the server confirms it
 	cs.subs[sub] = struct{}{}
+	cs.idleSince = time.Time{}
 	sub.ready = cs.ready
-	first := len(cs.subs) == 1 && !cs.confirmed
 	if w.ps == nil {
 		w.ps = w.s.client.Subscribe(context.Background())
 	}
@@ -118,25 +124,34 @@ func (sub *subscription) confirmed() bool {
 	}
 }
 
-// Close ends the subscription; the channel is unsubscribed when nobody else
-// in the session watches it.
+// Close ends the subscription. The channel stays subscribed until the
+// watcher prunes it (see channelSubs); Close does no I/O.
 func (sub *subscription) Close() {
 	w := sub.w
 	w.mu.Lock()
-	cs := w.chans[sub.channel]
-	if cs == nil {
-		w.mu.Unlock()
-		return
+	defer w.mu.Unlock()
+	if cs := w.chans[sub.channel]; cs != nil {
+		delete(cs.subs, sub)
+		if len(cs.subs) == 0 {
+			cs.idleSince = time.Now()
+		}
 	}
-	delete(cs.subs, sub)
-	last := len(cs.subs) == 0
-	if last {
-		delete(w.chans, sub.channel)
+}
+
+// prune unsubscribes channels that nobody has watched for a TTL. It runs on
+// the watcher's goroutine.
+func (w *watcher) prune(ps *redis.PubSub) {
+	w.mu.Lock()
+	var idle []string
+	for ch, cs := range w.chans {
+		if len(cs.subs) == 0 && time.Since(cs.idleSince) >= w.s.cfg.ttl {
+			idle = append(idle, ch)
+			delete(w.chans, ch)
+		}
 	}
-	ps, closed := w.ps, w.closed
 	w.mu.Unlock()
-	if last && !closed && ps != nil {
-		_ = ps.Unsubscribe(w.s.bound(context.Background(), time.Time{}), sub.channel)
+	if len(idle) > 0 {
+		_ = ps.Unsubscribe(w.s.bound(context.Background(), time.Time{}), idle...)
 	}
 }
 
@@ -191,12 +206,17 @@ func (w *watcher) run() {
 	defer close(w.stopped)
 	quiet := max(w.s.cfg.ttl, time.Second)
 	unanswered := 0
+	lastPrune := time.Now()
 	for {
 		w.mu.Lock()
 		ps, closed := w.ps, w.closed
 		w.mu.Unlock()
 		if closed {
 			return
+		}
+		if time.Since(lastPrune) >= w.s.cfg.ttl {
+			w.prune(ps)
+			lastPrune = time.Now()
 		}
 		msg, err := ps.ReceiveTimeout(context.Background(), quiet)
 		if w.isClosed() {

@@ -1,0 +1,254 @@
+package redisleader
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/redisserver"
+)
+
+// Election benchmarks run on a private redis-server and report latency
+// percentiles as metrics (ns/op is not meaningful for them):
+//
+//	go test -run '^$' -bench 'Handover|CrashTakeover|FollowerLoad' -benchtime 300x .
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+func reportLatency(b *testing.B, prefix string, d []time.Duration) {
+	b.ReportMetric(float64(percentile(d, 0.50).Microseconds())/1e3, prefix+"p50-ms")
+	b.ReportMetric(float64(percentile(d, 0.99).Microseconds())/1e3, prefix+"p99-ms")
+}
+
+// attempts returns a hook option that reports each ErrLocked attempt.
+func attempts() (Option, chan struct{}) {
+	ch := make(chan struct{}, 1)
+	return withAttemptHook(func(_ string, err error) {
+		if errors.Is(err, ErrLocked) {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}), ch
+}
+
+// rawPushHandover is the floor a push design can reach: the leader deletes
+// its key and publishes in one script; the follower, subscribed before its
+// first SET NX, tries again on the message.
+var rawResign = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]); redis.call('PUBLISH', KEYS[2], '1'); return 1 end return 0`)
+
+func rawPushHandover(b *testing.B, c *redis.Client) time.Duration {
+	ctx := context.Background()
+	leader := rand.Text()
+	if ok, err := c.SetNX(ctx, "raw-lead", leader, 10*time.Second).Result(); err != nil || !ok {
+		b.Fatalf("raw leader: %v %v", ok, err)
+	}
+	ps := c.Subscribe(ctx, "raw-lead-ch")
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan time.Time, 1)
+	waiting := make(chan struct{})
+	go func() {
+		me := rand.Text()
+		first := true
+		for {
+			ok, err := c.SetNX(ctx, "raw-lead", me, 10*time.Second).Result()
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if ok {
+				done <- time.Now()
+				return
+			}
+			if first {
+				close(waiting)
+				first = false
+			}
+			if _, err := ps.ReceiveMessage(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	}()
+	<-waiting
+	start := time.Now()
+	if err := rawResign.Run(ctx, c, []string{"raw-lead", "raw-lead-ch"}, leader).Err(); err != nil {
+		b.Fatal(err)
+	}
+	end := <-done
+	c.Del(ctx, "raw-lead")
+	return end.Sub(start)
+}
+
+// BenchmarkHandover: graceful handover latency, Resign → the waiting
+// follower's Campaign returns, alternating two candidates; next to the raw
+// push floor in the same loop.
+func BenchmarkHandover(b *testing.B) {
+	srv := redisserver.Start(b)
+	c := srv.Client(b, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	ctx := context.Background()
+	hookA, waitingA := attempts()
+	hookB, waitingB := attempts()
+	ea := mustElection(b, newSession(b, c, hookA), "handover")
+	eb := mustElection(b, newSession(b, c, hookB), "handover")
+	lead, err := ea.Campaign(ctx, "a")
+	if err != nil {
+		b.Fatal(err)
+	}
+	follower, waiting := eb, waitingB
+	other, otherWaiting := ea, waitingA
+	var lib, raw []time.Duration
+	for b.Loop() {
+		got := make(chan *Lock, 1)
+		go func() {
+			l, err := follower.Campaign(ctx, "next")
+			if err != nil {
+				b.Error(err)
+			}
+			got <- l
+		}()
+		<-waiting // the follower found the name held and waits
+		start := time.Now()
+		if err := lead.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		lead = <-got
+		lib = append(lib, time.Since(start))
+		follower, waiting, other, otherWaiting = other, otherWaiting, follower, waiting
+
+		raw = append(raw, rawPushHandover(b, c))
+	}
+	_ = lead.Release(ctx)
+	reportLatency(b, "lib-", lib)
+	reportLatency(b, "rawpush-", raw)
+	b.ReportMetric(float64(percentile(lib, 0.5))/float64(percentile(raw, 0.5)), "lib/rawpush-p50")
+}
+
+// BenchmarkCrashTakeover: the leader dies without releasing; the lag is
+// measured on the Redis server's clock, from the moment its key expires
+// (PEXPIRETIME, read after its last renewal) to the new leader's
+// acquisition (its fence is the server's TIME in µs).
+func BenchmarkCrashTakeover(b *testing.B) {
+	srv := redisserver.Start(b)
+	c := srv.Client(b, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	ctx := context.Background()
+	opts := []Option{WithTTL(200 * time.Millisecond)}
+	follower := mustElection(b, newSession(b, c, opts...), "crash")
+	var lags []time.Duration
+	for b.Loop() {
+		s, err := NewSession(c, opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		lead, err := mustElection(b, s, "crash").Campaign(ctx, "doomed")
+		if err != nil {
+			b.Fatal(err)
+		}
+		got := make(chan *Lock, 1)
+		go func() {
+			l, err := follower.Campaign(ctx, "survivor")
+			if err != nil {
+				b.Error(err)
+			}
+			got <- l
+		}()
+		crash(s)
+		expireAt, err := c.Do(ctx, "PEXPIRETIME", lead.Key()).Int64()
+		if err != nil {
+			b.Fatal(err)
+		}
+		next := <-got
+		lags = append(lags, time.Duration(next.Fence()-expireAt*1000)*time.Microsecond)
+		if err := next.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportLatency(b, "lag-", lags)
+	b.ReportMetric(float64(percentile(lags, 0).Microseconds())/1e3, "lag-min-ms")
+}
+
+// BenchmarkFollowerLoad: commands per waiting follower per TTL while a
+// healthy leader holds, counted by the server (INFO commandstats), minus the
+// leader's own renewals.
+func BenchmarkFollowerLoad(b *testing.B) {
+	srv := redisserver.Start(b)
+	c := srv.Client(b, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	ctx := context.Background()
+	const followers, ttl, ttls = 10, 300 * time.Millisecond, 10
+	opts := []Option{WithTTL(ttl)}
+	hook, rounds := rounds()
+	lead, err := mustElection(b, newSession(b, c, append(opts, hook)...), "load").Campaign(ctx, "leader")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var perFollowerPerTTL float64
+	for b.Loop() {
+		fctx, cancel := context.WithCancel(ctx)
+		waiting := make(chan struct{}, followers)
+		errs := make(chan error, followers)
+		for i := 0; i < followers; i++ {
+			hook, attempted := attempts()
+			e := mustElection(b, newSession(b, c, append(opts, hook)...), "load")
+			go func() {
+				_, err := e.Campaign(fctx, "follower")
+				errs <- err
+			}()
+			go func() { <-attempted; waiting <- struct{}{} }()
+		}
+		for i := 0; i < followers; i++ {
+			<-waiting
+		}
+		before := evalCalls(b, c)
+		renewals := 0
+		start := time.Now()
+		for time.Since(start) < ttls*ttl {
+			<-rounds
+			renewals++
+		}
+		after := evalCalls(b, c)
+		elapsed := time.Since(start)
+		cancel()
+		for i := 0; i < followers; i++ {
+			<-errs
+		}
+		followerCmds := float64(after - before - int64(renewals))
+		perFollowerPerTTL = max(followerCmds, 0) / followers / (float64(elapsed) / float64(ttl))
+	}
+	if !lead.Held() {
+		b.Fatal("the leader lost its lease during the measurement")
+	}
+	b.ReportMetric(perFollowerPerTTL, "cmds/follower/TTL")
+}
+
+// evalCalls reads how many EVALSHA and EVAL calls the server has run.
+func evalCalls(b *testing.B, c *redis.Client) int64 {
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+				v, _, _ := strings.Cut(rest, ",")
+				x, _ := strconv.ParseInt(v, 10, 64)
+				n += x
+			}
+		}
+	}
+	return n
+}
