@@ -23,6 +23,19 @@
 //	case <-work():
 //	}
 //
+// # Elections
+//
+// An Election is a named lock whose holder publishes a value (its identity).
+// Election.Run is what most services want: it campaigns, calls a function
+// while this process leads with a context cancelled the moment leadership is
+// lost, resigns only after the function returns, and campaigns again.
+// Election.Campaign blocks until this candidate leads and returns the
+// leadership as a Lock (Release resigns); Election.Leader reads who leads;
+// Election.Observe streams every change. Waiting candidates and observers
+// share the session's one pub/sub connection: a resignation wakes them at
+// once, and otherwise they wake only when the leader's lease can have
+// expired, about one command per TTL.
+//
 // # Timing
 //
 // Let T be the TTL, ρ the drift factor and m the margin. For each successful

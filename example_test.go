@@ -127,3 +127,140 @@ func ExampleLock_Fence() {
 	// Output:
 	// second fence is higher: true
 }
+
+// Run is what a service calls: it campaigns, calls the function while this
+// process leads, cancels the function's context the moment leadership is
+// lost, waits for it to return before resigning, and campaigns again, until
+// ctx ends.
+func ExampleElection_Run() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	defer client.Close()
+
+	session, err := redisleader.NewSession(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer session.Close(context.Background())
+	election, err := session.Election("scheduler")
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	ctx, stop := context.WithCancel(context.Background()) // in a service: ends at shutdown
+	err = election.Run(ctx, "host-a:8080", func(leaderCtx context.Context) error {
+		fmt.Println("elected: scheduling jobs")
+		stop() // for the example: shut down during the first term
+		<-leaderCtx.Done()
+		fmt.Println("term over:", context.Cause(leaderCtx))
+		return nil
+	})
+	fmt.Println("Run returned:", err)
+	// Output:
+	// elected: scheduling jobs
+	// term over: context canceled
+	// Run returned: context canceled
+}
+
+// Campaign blocks until this candidate leads and returns its leadership as
+// a Lock; Release resigns. Leader tells anyone who leads now.
+func ExampleElection_Campaign() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	defer client.Close()
+	ctx := context.Background()
+
+	session, err := redisleader.NewSession(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer session.Close(ctx)
+	election, err := session.Election("scheduler")
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	leadership, err := election.Campaign(ctx, "host-a:8080")
+	if err != nil {
+		log.Fatal(err)
+	}
+	who, err := election.Leader(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("leader:", who.Value, "same fence:", who.Fence == leadership.Fence())
+
+	if err := leadership.Release(ctx); err != nil { // resign: followers take over at once
+		log.Fatal(err)
+	}
+	_, err = election.Leader(ctx)
+	fmt.Println("after resigning:", err)
+	// Output:
+	// leader: host-a:8080 same fence: true
+	// after resigning: redisleader: no leader
+}
+
+// Observe streams leader changes, pushed through pub/sub, with Fence 0 for
+// "no leader".
+func ExampleElection_Observe() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	defer client.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	watcher, err := redisleader.NewSession(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer watcher.Close(ctx)
+	candidate, err := redisleader.NewSession(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer candidate.Close(ctx)
+
+	observed, err := watcher.Election("scheduler")
+	if err != nil {
+		log.Fatal(err)
+	}
+	changes := observed.Observe(ctx)
+	show := func(l redisleader.Leader) {
+		if l.Fence == 0 {
+			fmt.Println("no leader")
+			return
+		}
+		fmt.Println("leader:", l.Value)
+	}
+	show(<-changes) // the current state comes first
+
+	election, err := candidate.Election("scheduler")
+	if err != nil {
+		log.Fatal(err)
+	}
+	leadership, err := election.Campaign(ctx, "host-b:8080")
+	if err != nil {
+		log.Fatal(err)
+	}
+	show(<-changes)
+	if err := leadership.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	show(<-changes)
+	// Output:
+	// no leader
+	// leader: host-b:8080
+	// no leader
+}
