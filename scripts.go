@@ -69,10 +69,11 @@ func checkValue(value string) error {
 // Each acquire and each release publishes an event on the channel lock key +
 // ":ch" (not a key, so it need not be declared). PUBLISH on Redis Cluster
 // reaches every node; the channel carries the name's hash tag, so it is also
-// ready for sharded pub/sub (SPUBLISH). The events are "A<ttl ms>\n<stored>" for an acquisition,
-// "R<stored>" for a release, where <stored> is the lock's value (see
-// parseEvent). Expiry publishes nothing: waiters re-read the state when a
-// lease can have expired.
+// ready for sharded pub/sub (SPUBLISH). With <stored> the lock's value
+// "<token>\n<fence>\n<value>", the events are "A<ttl ms>\n<stored>" for an
+// acquisition and "R<token>\n<fence>\n" for a release (without the value,
+// which can be 64 KiB); see parseEvent. Expiry publishes nothing: waiters
+// re-read the state when a lease can have expired.
 //
 // The scripts below compare the token as a prefix of the stored value:
 // "<token>\n", where the token is 128 random bits in base32 (crypto/rand.Text)
@@ -156,7 +157,8 @@ var releaseScript = newScript(`
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[1] .. ':ch', 'R' .. cur)
+  local p = string.find(cur, '\n', #ARGV[1] + 2, true)
+  redis.call('PUBLISH', KEYS[1] .. ':ch', 'R' .. string.sub(cur, 1, p))
   return 1
 end
 return 0

@@ -200,11 +200,15 @@ func (sub *subscription) poke() {
 }
 
 // run reads the pub/sub connection until the watcher is closed. It pings when
-// the connection has been quiet for a TTL and replaces the connection when
-// two pings in a row go unanswered (a half-open connection never errors).
+// the connection has been quiet for max(3 TTL, 10s) and replaces the
+// connection when two pings in a row go unanswered (a half-open connection
+// never errors).
 func (w *watcher) run() {
 	defer close(w.stopped)
-	quiet := max(w.s.cfg.ttl, time.Second)
+	// Waiters never depend on pub/sub for correctness (they re-read the
+	// state when a lease can have expired), so a dead connection only slows
+	// handover: ping rarely, not to add a command per TTL to every waiter.
+	quiet := max(3*w.s.cfg.ttl, 10*time.Second)
 	unanswered := 0
 	lastPrune := time.Now()
 	for {
