@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader"
+)
+
+// lockTTL is every contender's lock TTL (redsync's 8s default is overridden).
+const lockTTL = 10 * time.Second
+
+// baseline is the contender every ratio is taken against.
+const baseline = "raw"
+
+// A contender is one way to take a lock: the raw go-redis floor or a library.
+type contender struct {
+	name string
+	desc string
+	// worker returns a handle on key for one goroutine; handles are never
+	// shared between goroutines (a redsync Mutex is not safe for that).
+	worker func(key string) worker
+}
+
+// A worker makes one non-blocking acquisition of its key and, when it
+// succeeds, releases the key at once.
+type worker interface {
+	// try reports whether the acquisition succeeded: a key held by someone
+	// else is (false, nil); any other failure, including a release that did
+	// not delete the key, is an error.
+	try(ctx context.Context) (bool, error)
+}
+
+// contenders builds the lock contenders on the run's servers, each with its
+// own go-redis client (and so its own connection pool), and returns a
+// function that closes what they opened.
+func (e *env) contenders() ([]contender, func(), error) {
+	var closers []func()
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	client := func(addr string) *redis.Client {
+		c := redis.NewClient(clientOptions(addr))
+		closers = append(closers, func() { _ = c.Close() })
+		return c
+	}
+	addr := e.mainAddr()
+
+	raw := client(addr)
+	session, err := redisleader.NewSession(client(addr), redisleader.WithTTL(lockTTL))
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	closers = append(closers, func() { _ = session.Close(context.Background()) })
+	rl := redislock.New(client(addr))
+	rs1 := redsync.New(goredis.NewPool(client(addr)))
+	var pools []redsyncredis.Pool
+	for _, s := range e.servers[:3] {
+		pools = append(pools, goredis.NewPool(client(s.addr())))
+	}
+	rs3 := redsync.New(pools...)
+
+	list := []contender{
+		{"raw", "the floor, plain go-redis: SET key token PX ttl NX + EVALSHA compare-and-delete",
+			func(key string) worker { return &rawWorker{c: raw, key: key} }},
+		{"redisleader", "this library: Session.TryLock + Lock.Release, one Session for all goroutines",
+			func(key string) worker { return &leaderWorker{s: session, name: key} }},
+		{"redislock", "bsm/redislock: Obtain(ctx, key, ttl, nil) (no retry) + Release",
+			func(key string) worker { return &redislockWorker{c: rl, key: key} }},
+		{"redsync-1", "go-redsync/redsync, one server: TryLockContext + UnlockContext, WithExpiry(ttl)",
+			func(key string) worker { return &redsyncWorker{m: rs1.NewMutex(key, redsync.WithExpiry(lockTTL))} }},
+		{"redsync-3", "redsync, three independent servers (quorum 2): TryLockContext + UnlockContext, WithExpiry(ttl)",
+			func(key string) worker { return &redsyncWorker{m: rs3.NewMutex(key, redsync.WithExpiry(lockTTL))} }},
+	}
+	return list, closeAll, nil
+}
+
+// rawRelease is the compare-and-delete every safe Redis lock needs.
+var rawRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+// rawToken returns a fresh 128-bit random token, hex-encoded, as redislock
+// and redsync make theirs.
+func rawToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand's contract since Go 1.24)
+	return hex.EncodeToString(b[:])
+}
+
+// rawSetNX sends SET key token PX ttl NX and reports whether it was set.
+func rawSetNX(ctx context.Context, c *redis.Client, key, token string, ttl time.Duration) (bool, error) {
+	cmd := redis.NewBoolCmd(ctx, "set", key, token, "px", ttl.Milliseconds(), "nx")
+	_ = c.Process(ctx, cmd)
+	return cmd.Result()
+}
+
+type rawWorker struct {
+	c   *redis.Client
+	key string
+}
+
+func (w *rawWorker) try(ctx context.Context) (bool, error) {
+	token := rawToken()
+	ok, err := rawSetNX(ctx, w.c, w.key, token, lockTTL)
+	if err != nil || !ok {
+		return false, err
+	}
+	n, err := rawRelease.Run(ctx, w.c, []string{w.key}, token).Int()
+	if err == nil && n != 1 {
+		err = errors.New("compare-and-delete did not delete the key")
+	}
+	return true, err
+}
+
+type leaderWorker struct {
+	s    *redisleader.Session
+	name string
+}
+
+func (w *leaderWorker) try(ctx context.Context) (bool, error) {
+	l, err := w.s.TryLock(ctx, w.name)
+	switch {
+	case errors.Is(err, redisleader.ErrLocked):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return true, l.Release(ctx)
+}
+
+type redislockWorker struct {
+	c   *redislock.Client
+	key string
+}
+
+func (w *redislockWorker) try(ctx context.Context) (bool, error) {
+	l, err := w.c.Obtain(ctx, w.key, lockTTL, nil)
+	switch {
+	case errors.Is(err, redislock.ErrNotObtained):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return true, l.Release(ctx)
+}
+
+type redsyncWorker struct{ m *redsync.Mutex }
+
+func (w *redsyncWorker) try(ctx context.Context) (bool, error) {
+	var taken *redsync.ErrTaken
+	err := w.m.TryLockContext(ctx)
+	switch {
+	case errors.As(err, &taken):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	ok, err := w.m.UnlockContext(ctx)
+	if err == nil && !ok {
+		err = fmt.Errorf("unlock of %s reached no quorum", w.m.Name())
+	}
+	return true, err
+}

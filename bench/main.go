@@ -1,0 +1,213 @@
+// Command bench compares redisleader with the raw go-redis floor, bsm/redislock
+// and go-redsync/redsync on private redis-servers, measures its elections and
+// how it scales, and writes a markdown report:
+//
+//	cd bench && go run . -rounds 5
+//
+// It starts its own redis-servers on free loopback ports, runs every scenario
+// once per round with the contenders' order rotated each round, takes every
+// ratio within a round, reports median [min–max] over rounds, stops the
+// servers, and exits non-zero if any contender failed.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// config is what one run does; quick shrinks everything for CI.
+type config struct {
+	rounds int
+	quick  bool
+
+	warmup, seqPairs int           // (a)
+	goroutines       int           // (b), (c)
+	window           time.Duration // (b), (c)
+	allocIters       int           // (d)
+
+	handovers int // graceful handovers per mechanism per round
+	polls     int // handovers of the polling follower per round
+	crashes   int // crash takeovers per round
+	crashTTL  time.Duration
+
+	electionTTL time.Duration // follower load and candidates
+	followers   int
+	loadWindow  time.Duration
+
+	scaleSizes  []int
+	scaleTTL    time.Duration
+	renewEvery  time.Duration // the renew interval while renewal rounds are timed
+	renewRounds int           // renewal rounds timed per size
+	candidates  int
+}
+
+func newConfig(rounds int, quick bool) config {
+	c := config{
+		rounds: rounds, warmup: 500, seqPairs: 20000, goroutines: 16, window: 2 * time.Second, allocIters: 5000,
+		handovers: 40, polls: 40, crashes: 20, crashTTL: 200 * time.Millisecond,
+		electionTTL: time.Second, followers: 10, loadWindow: 3 * time.Second,
+		scaleSizes: []int{1, 100, 1000, 10000}, scaleTTL: 30 * time.Second, renewEvery: 100 * time.Millisecond,
+		renewRounds: 15, candidates: 200,
+	}
+	if quick {
+		c.rounds, c.quick = 1, true
+		c.warmup, c.seqPairs, c.window, c.allocIters = 100, 1000, 300*time.Millisecond, 500
+		c.handovers, c.polls, c.crashes = 20, 5, 5
+		c.loadWindow, c.renewRounds = time.Second, 4
+	}
+	return c
+}
+
+func main() {
+	flags := flag.NewFlagSet("bench", flag.ExitOnError)
+	rounds := flags.Int("rounds", 5, "rounds; every scenario runs once per round with the contenders' order rotated")
+	quick := flags.Bool("quick", false, "one short round (under a minute) for CI; its numbers mean little")
+	out := flags.String("out", "RESULTS.md", "file the markdown report is written to (it is printed too)")
+	_ = flags.Parse(os.Args[1:])
+	if *rounds < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -rounds must be at least 1")
+		os.Exit(2)
+	}
+	os.Exit(run(newConfig(*rounds, *quick), *out))
+}
+
+// run runs every round, writes the report and returns the exit code.
+func run(cfg config, out string) int {
+	// testing.Benchmark takes its iteration count from the test flags.
+	testing.Init()
+	if err := flag.Set("test.benchtime", fmt.Sprintf("%dx", cfg.allocIters)); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	start := time.Now()
+	e, err := startEnv()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	defer e.stop()
+	contenders, closeContenders, err := e.contenders()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	defer closeContenders()
+
+	ctx := context.Background()
+	res := newResults(cfg.rounds)
+	for round := range cfg.rounds {
+		progress("round %d/%d: locks", round+1, cfg.rounds)
+		runLocks(ctx, cfg, rotate(contenders, round), round, res.locks, &res.errs)
+		progress("round %d/%d: elections", round+1, cfg.rounds)
+		runElections(ctx, e, cfg, round, res.elections, &res.errs)
+		progress("round %d/%d: scale", round+1, cfg.rounds)
+		runScale(ctx, e, cfg, round, res.scale, &res.errs)
+	}
+	report := render(cfg, contenders, res, time.Since(start))
+	fmt.Print(report)
+	if err := os.WriteFile(out, []byte(report), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	progress("report written to %s", out)
+	if n := len(res.errs.list); n > 0 {
+		fmt.Fprintf(os.Stderr, "bench: %d errors (see the report)\n", n)
+		return 1
+	}
+	return 0
+}
+
+// results is everything measured in a run.
+type results struct {
+	locks     *lockResults
+	elections *electionResults
+	scale     *scaleResults
+	errs      errorLog
+}
+
+func newResults(rounds int) *results {
+	return &results{locks: newLockResults(rounds), elections: newElectionResults(rounds), scale: newScaleResults(rounds)}
+}
+
+// env is the run's redis-servers and the client that inspects the first.
+type env struct {
+	servers []*server // servers[0] serves every scenario; all three serve redsync-3
+	admin   *redis.Client
+}
+
+// startEnv starts three redis-servers.
+func startEnv() (*env, error) {
+	e := &env{}
+	for range 3 {
+		s, err := startServer()
+		if err != nil {
+			e.stop()
+			return nil, err
+		}
+		e.servers = append(e.servers, s)
+	}
+	e.admin = e.client()
+	return e, nil
+}
+
+// stop closes the admin client and stops the servers.
+func (e *env) stop() {
+	if e.admin != nil {
+		_ = e.admin.Close()
+	}
+	for _, s := range e.servers {
+		s.stop()
+	}
+}
+
+// mainAddr is the address of the server every scenario but redsync-3 uses.
+func (e *env) mainAddr() string { return e.servers[0].addr() }
+
+// client returns a new go-redis client for the main server.
+func (e *env) client() *redis.Client { return redis.NewClient(clientOptions(e.mainAddr())) }
+
+// clientOptions are the options every client of the run gets.
+// ContextTimeoutEnabled is what redisleader asks for (calls end with their
+// context); it costs the others nothing.
+func clientOptions(addr string) *redis.Options {
+	return &redis.Options{Addr: addr, ContextTimeoutEnabled: true}
+}
+
+// rotate returns list rotated left by round, so every entry runs first in
+// some round.
+func rotate[T any](list []T, round int) []T {
+	k := round % len(list)
+	return append(append([]T(nil), list[k:]...), list[:k]...)
+}
+
+// progress reports on stderr, so that stdout carries only the report.
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+}
+
+// errorLog collects the errors of a run; any error makes the run fail.
+type errorLog struct {
+	mu   sync.Mutex // protects list
+	list []string
+}
+
+// add records err, if any, for a scenario and row and reports whether there
+// was one.
+func (l *errorLog) add(scenario, row string, err error) bool {
+	if err == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.list = append(l.list, fmt.Sprintf("%s, %s: %s", scenario, row, strings.ReplaceAll(err.Error(), "\n", " ")))
+	progress("error: %s", l.list[len(l.list)-1])
+	return true
+}

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// report builds the markdown report.
+type report struct {
+	strings.Builder
+	cfg config
+	m   machine
+}
+
+func (r *report) printf(format string, args ...any) { fmt.Fprintf(r, format, args...) }
+
+// render writes the whole report.
+func render(cfg config, contenders []contender, res *results, took time.Duration) string {
+	r := &report{cfg: cfg, m: describeMachine()}
+	r.header(took)
+	r.targets(res)
+	r.locks(contenders, res.locks)
+	r.elections(res.elections)
+	r.scale(res.scale)
+	r.errors(res.errs.list)
+	return r.String()
+}
+
+func (r *report) header(took time.Duration) {
+	kind := "full run"
+	if r.cfg.quick {
+		kind = "quick run (-quick: short scenarios, one round; its numbers mean little)"
+	}
+	pinning := "not pinned"
+	if r.m.pinned {
+		pinning = "PINNED with taskset; the redis-servers inherit the pinning"
+	}
+	r.printf("# redisleader comparison benchmarks\n\n")
+	r.printf("%s, %d round(s), %s, took %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), r.cfg.rounds, kind, took.Round(time.Second))
+	r.printf("Rerun: `%s`\n\n", r.m.rerun())
+	r.printf("## Machine and versions\n\n")
+	r.printf("- CPU: %s; %d online, this process may use CPUs %s (%s); GOMAXPROCS=%d, NumCPU=%d\n",
+		r.m.cpu, r.m.online, r.m.allowed, pinning, runtime.GOMAXPROCS(0), runtime.NumCPU())
+	r.printf("- Go: %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	r.printf("- redis-server: %s (three servers on free loopback ports, `--save \"\" --appendonly no`)\n", r.m.redis)
+	for _, mod := range r.m.modules {
+		r.printf("- %s\n", mod)
+	}
+	r.printf("- library checkout: %s\n\n", r.m.commit)
+	r.printf("On a 2-vCPU machine, sequential latency is dominated by cross-CPU wake-ups: the client and redis-server")
+	r.printf(" sleep and wake each other on different CPUs every round trip; on an idle machine unpinned p50s come out about 3× the pinned ones, and on a busy one the spread between rounds grows.")
+	r.printf(" For the client-side cost, run pinned to one CPU: `cd bench && taskset -c 0 go run . -rounds 5`.\n\n")
+	r.printf("## Method\n\n")
+	r.printf("- Every round runs every scenario once per contender, with the contenders' order rotated by one each round.\n")
+	r.printf("- Cells are median [min–max] over rounds. A × column is the median [min–max] of per-round ratios to the baseline measured in the same round, so drift between rounds hits both sides of each ratio.\n")
+	r.printf("- Latency pools (handover, crash) give percentiles over all samples of all rounds, and the per-round p50 as median [min–max].\n")
+	r.printf("- etcd, optional in the issue, is not a contender here; the shared perf anchors (`shared/research/perf-anchors.md`) have its numbers on this machine.\n\n")
+}
+
+// verdict marks a measured value against its target.
+func verdict(ok bool, s summary) string {
+	switch {
+	case s.n == 0:
+		return "n/a"
+	case ok:
+		return "✓"
+	}
+	return "✗"
+}
+
+func (r *report) targets(res *results) {
+	l, el, sc := res.locks, res.elections, res.scale
+	r.printf("## Targets\n\n| target | measured (redisleader) | met |\n|---|---|---|\n")
+	ratioRow := func(what string, s summary, ok bool, note string) {
+		r.printf("| %s | %s%s | %s |\n", what, ratioCell(s), note, verdict(ok, s))
+	}
+	p50 := l.seqP50.ratio("redisleader", baseline)
+	note := ""
+	if !r.m.pinned {
+		note = " (this run was not pinned: see the note above)"
+	}
+	ratioRow("acquire+release p50 ≤ 1.05× raw (pinned)", p50, p50.med <= 1.05, note)
+	par := l.parRate.ratio("redisleader", baseline)
+	ratioRow("16 goroutines, own keys: pairs/s ≥ 0.95× raw", par, par.med >= 0.95, "")
+	acq := l.conAcq.ratio("redisleader", baseline)
+	ratioRow("16 goroutines, one key: acquisitions/s ≥ 0.90× raw", acq, acq.med >= 0.90, "")
+	fail := l.conFail.ratio("redisleader", baseline)
+	ratioRow("16 goroutines, one key: failed tries/s ≥ 0.90× raw", fail, fail.med >= 0.90, "")
+	allocs := l.allocs.of("redisleader")
+	r.printf("| ≤ 25 allocs per acquire+release pair | %s | %s |\n", cell(allocs, "%.0f"), verdict(allocs.max <= 25, allocs))
+
+	h := describe(el.handover.all("redisleader"))
+	hs := summary{n: h.n}
+	r.printf("| graceful handover p50 ≤ 0.15 ms | %.3f ms | %s |\n", ms(h.p50), verdict(h.p50 <= 150*time.Microsecond, hs))
+	r.printf("| graceful handover p99 ≤ 0.30 ms | %.3f ms | %s |\n", ms(h.p99), verdict(h.p99 <= 300*time.Microsecond, hs))
+	c := describe(el.crash.all(crashRow))
+	r.printf("| crash takeover lag p99 ≤ 5 ms | %.3f ms | %s |\n", ms(c.p99), verdict(c.p99 <= 5*time.Millisecond, summary{n: c.n}))
+	load := scaled(el.attempts.plus(el.pubsub).of("redisleader"), r.cfg.electionTTL.Seconds())
+	r.printf("| ≤ 1 command per waiting follower per TTL (%d followers) | %s | %s |\n", r.cfg.followers, cell(load, "%.2f"), verdict(load.med <= 1, load))
+	cand := sc.candAttempts.plus(sc.candPubsub).of(strconv.Itoa(r.cfg.candidates))
+	r.printf("| ≤ 1 command per waiting follower per TTL (%d candidates) | %s | %s |\n", r.cfg.candidates, cell(cand, "%.2f"), verdict(cand.med <= 1, cand))
+
+	small, large := strconv.Itoa(r.cfg.scaleSizes[0]), strconv.Itoa(r.cfg.scaleSizes[len(r.cfg.scaleSizes)-1])
+	g0, g1 := sc.goroutines.of(small), sc.goroutines.of(large)
+	r.printf("| %s leases: goroutines O(1) (same Δ as with %s) | Δ %s vs Δ %s | %s |\n", large, small,
+		cell(g1, "%.0f"), cell(g0, "%.0f"), verdict(g1.max <= g0.min, summary{n: min(g0.n, g1.n)}))
+	heap := sc.heapPerLock.of(large)
+	r.printf("| %s leases: ≤ 4 KB heap per lease | %s B | %s |\n\n", large, cell(heap, "%.0f"), verdict(heap.med <= 4096, heap))
+}
+
+// scaled multiplies a summary by k.
+func scaled(s summary, k float64) summary {
+	s.med, s.min, s.max = s.med*k, s.min*k, s.max*k
+	return s
+}
+
+// cell formats a summary as "median [min–max]", or just the value when
+// every round agrees, or "—" when nothing was measured.
+func cell(s summary, format string) string {
+	if s.n == 0 {
+		return "—"
+	}
+	med, lo, hi := fmt.Sprintf(format, s.med), fmt.Sprintf(format, s.min), fmt.Sprintf(format, s.max)
+	if lo == hi {
+		return med
+	}
+	return med + " [" + lo + "–" + hi + "]"
+}
+
+// ratioCell formats a summary of ratios.
+func ratioCell(s summary) string {
+	if s.n == 0 {
+		return "—"
+	}
+	return "×" + cell(s, "%.2f")
+}
+
+func (r *report) locks(contenders []contender, l *lockResults) {
+	r.printf("## Locks\n\nContenders (every one generates a fresh 128-bit random token per acquisition; lock TTL %v):\n\n", lockTTL)
+	for _, c := range contenders {
+		r.printf("- `%s`: %s\n", c.name, c.desc)
+	}
+	rows := func(cols ...func(name string) string) {
+		for _, c := range contenders {
+			r.printf("| %s |", c.name)
+			for _, col := range cols {
+				r.printf(" %s |", col(c.name))
+			}
+			r.printf("\n")
+		}
+		r.printf("\n")
+	}
+	value := func(s *series, format string) func(string) string {
+		return func(name string) string { return cell(s.of(name), format) }
+	}
+	ratio := func(s *series) func(string) string {
+		return func(name string) string { return ratioCell(s.ratio(name, baseline)) }
+	}
+	cfg := r.cfg
+	r.printf("\n### (a) Sequential: 1 goroutine, 1 key, %d acquire+release pairs after %d warm-up pairs\n\n", cfg.seqPairs, cfg.warmup)
+	r.printf("| contender | pairs/s | × raw | p50 µs | × raw | p99 µs | × raw |\n|---|---|---|---|---|---|---|\n")
+	rows(value(l.seqRate, "%.0f"), ratio(l.seqRate), value(l.seqP50, "%.1f"), ratio(l.seqP50), value(l.seqP99, "%.1f"), ratio(l.seqP99))
+	r.printf("### (b) Parallel: %d goroutines, each on its own key, %v\n\n", cfg.goroutines, cfg.window)
+	r.printf("| contender | pairs/s | × raw |\n|---|---|---|\n")
+	rows(value(l.parRate, "%.0f"), ratio(l.parRate))
+	r.printf("### (c) Contended: %d goroutines on one key, non-blocking try (released at once on success), %v\n\n", cfg.goroutines, cfg.window)
+	r.printf("A failed try is the library's \"held by someone else\" answer: raw SET NX nil, redisleader `ErrLocked`, redislock `ErrNotObtained`, redsync `*ErrTaken`.\n\n")
+	r.printf("| contender | acquisitions/s | × raw | failed tries/s | × raw |\n|---|---|---|---|---|\n")
+	rows(value(l.conAcq, "%.0f"), ratio(l.conAcq), value(l.conFail, "%.0f"), ratio(l.conFail))
+	r.printf("### (d) Allocations per acquire+release pair (testing.Benchmark, ReportAllocs, %dx, 1 goroutine)\n\n", cfg.allocIters)
+	r.printf("| contender | allocs | × raw | bytes | × raw | ns/pair | × raw |\n|---|---|---|---|---|---|---|\n")
+	rows(value(l.allocs, "%.0f"), ratio(l.allocs), value(l.bytes, "%.0f"), ratio(l.bytes), value(l.ns, "%.0f"), ratio(l.ns))
+}
+
+func (r *report) elections(el *electionResults) {
+	cfg := r.cfg
+	r.printf("## Elections\n\n### Graceful handover (ms)\n\n")
+	r.printf("From just before the leader's release call to the waiting follower's acquire returning, on this process's clock; the follower is known to wait (it has failed once) before the release. %d samples per round (%d for the polling follower).\n\n", cfg.handovers, cfg.polls)
+	for _, m := range handoverMechanisms {
+		r.printf("- `%s`: %s\n", m.name, m.desc)
+	}
+	p50s := el.handover.p50s()
+	r.printf("\n| mechanism | n | p50 | p99 | mean | min | max | per-round p50 | × raw-push p50 |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, m := range handoverMechanisms {
+		d := describe(el.handover.all(m.name))
+		if d.n == 0 {
+			r.printf("| %s | 0 | — | — | — | — | — | — | — |\n", m.name)
+			continue
+		}
+		r.printf("| %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %s |\n", m.name, d.n, ms(d.p50), ms(d.p99), ms(d.mean), ms(d.min), ms(d.max),
+			cell(p50s.of(m.name), "%.3f"), ratioCell(p50s.ratio(m.name, "raw-push")))
+	}
+	c := describe(el.crash.all(crashRow))
+	r.printf("\n### Crash takeover lag (ms, Redis server clock)\n\n")
+	r.printf("A leader Session (TTL %v, renewing every TTL/3) is cut off at a random point of its renewal cycle while a candidate of another Session waits: it connects as its own ACL user, and `ACL DELUSER` closes its connections and refuses new ones atomically. The lag runs from the dead leader's key expiry (`PEXPIRETIME`, read after the cut) to the new leader's acquisition (its fence, the server's `TIME` in µs). %d samples per round.\n\n", cfg.crashTTL, cfg.crashes)
+	r.printf("| n | p50 | p99 | mean | min | max |\n|---|---|---|---|---|---|\n")
+	if c.n == 0 {
+		r.printf("| 0 | — | — | — | — | — |\n\n")
+	} else {
+		r.printf("| %d | %.3f | %.3f | %.3f | %.3f | %.3f |\n\n", c.n, ms(c.p50), ms(c.p99), ms(c.mean), ms(c.min), ms(c.max))
+	}
+	r.printf("### Follower load while a healthy leader holds\n\n")
+	r.printf("%d followers wait for %v while a leader holds (lease TTL %v); the server counts the commands (INFO commandstats).\n\n", cfg.followers, cfg.loadWindow, cfg.electionTTL)
+	for _, f := range followerKinds {
+		r.printf("- `%s`: %s\n", f.name, f.desc)
+	}
+	total := el.attempts.plus(el.pubsub)
+	r.printf("\n| follower | attempts/s | pub/sub commands/s | all commands/s | × poll-100ms | all commands per TTL (%v) |\n|---|---|---|---|---|---|\n", cfg.electionTTL)
+	for _, f := range followerKinds {
+		r.printf("| %s | %s | %s | %s | %s | %s |\n", f.name, cell(el.attempts.of(f.name), "%.2f"), cell(el.pubsub.of(f.name), "%.2f"),
+			cell(total.of(f.name), "%.2f"), ratioCell(total.ratio(f.name, "poll-100ms")), cell(scaled(total.of(f.name), cfg.electionTTL.Seconds()), "%.2f"))
+	}
+	r.printf("\n")
+}
+
+func (r *report) scale(sc *scaleResults) {
+	cfg := r.cfg
+	r.printf("## Scale\n\n### One Session holding N locks (TTL %v)\n\n", cfg.scaleTTL)
+	r.printf("- Footprint: `runtime.NumGoroutine()` and `HeapAlloc` after `runtime.GC()` with the locks held minus with none held, in the same Session after its connection pool has grown; heap per lock. A Session itself runs one goroutine (the heartbeat), plus a pub/sub reader once something waits. Default renew interval (TTL/3), so no round runs meanwhile.\n")
+	r.printf("- Renewal: a second Session holding as many locks, renewing every %v, %d consecutive rounds timed by a go-redis hook on its client (only renewals use it meanwhile). Round trip: the median of a round's pipeline (one EVALSHA for one lock). Whole round: mean interval between round starts minus the renew interval, i.e. including the client's own work. Commands: EVALSHA/EVAL counted by the server between rounds.\n\n", cfg.renewEvery, cfg.renewRounds)
+	r.printf("| locks | Δ goroutines | heap B/lock | round trip ms | whole round ms | commands/s (every %v) | commands per lease per round |\n|---|---|---|---|---|---|---|\n", cfg.renewEvery)
+	for _, n := range cfg.scaleSizes {
+		row := strconv.Itoa(n)
+		r.printf("| %d | %s | %s | %s | %s | %s | %s |\n", n, cell(sc.goroutines.of(row), "%.0f"), cell(sc.heapPerLock.of(row), "%.0f"),
+			cell(sc.rtt.of(row), "%.3f"), cell(sc.round.of(row), "%.3f"), cell(sc.cmdsPerSec.of(row), "%.0f"), cell(sc.perLease.of(row), "%.2f"))
+	}
+	row := strconv.Itoa(cfg.candidates)
+	r.printf("\n### %d candidates on one election (%d Sessions, one client, TTL %v)\n\n", cfg.candidates, cfg.candidates, cfg.electionTTL)
+	r.printf("All start Campaign at once (each Session opens its pub/sub connection and subscribes first). Elected: until the first Campaign returns. Then, once every other candidate has failed once, the server counts the commands for %v (all of them: the leader's renewals and pub/sub PINGs too; the per-candidate columns leave out the renewals only).\n\n", cfg.loadWindow)
+	r.printf("| candidates | elected after ms | commands/s while the leader holds | attempts per waiting candidate per TTL | pub/sub commands per candidate per TTL |\n|---|---|---|---|---|\n")
+	r.printf("| %d | %s | %s | %s | %s |\n\n", cfg.candidates, cell(sc.electMs.of(row), "%.1f"), cell(sc.candCmdsPerSec.of(row), "%.1f"),
+		cell(sc.candAttempts.of(row), "%.2f"), cell(sc.candPubsub.of(row), "%.2f"))
+}
+
+func (r *report) errors(list []string) {
+	r.printf("## Errors\n\n")
+	if len(list) == 0 {
+		r.printf("None: every uncontended acquisition succeeded, and every contended failure was \"held by someone else\".\n")
+		return
+	}
+	r.printf("The run failed (exit status 1):\n\n")
+	for _, e := range list {
+		r.printf("- %s\n", e)
+	}
+}
