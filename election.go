@@ -268,7 +268,10 @@ func (e *Election) observe(ctx context.Context, out chan Leader) {
 // elected, calls onElected on Run's own goroutine with a context that is
 // cancelled the moment leadership is lost (lease expired, key taken or
 // deleted, session closed) or ctx ends; context.Cause of that context says
-// why (ErrNotOwner, ErrExpired, ErrSessionClosed, or ctx's cause). Run waits
+// why (ErrNotOwner, ErrExpired, ErrSessionClosed, or ctx's cause). The
+// leadership argument is this term's Lock: pass leadership.Fence() with
+// every write to a resource that can check it. onElected must not Release
+// it; Run does, after onElected returns. Run waits
 // for onElected to return before it releases leadership, so this leader's
 // work never overlaps with the next leader's; then it campaigns again.
 // onElected is never run concurrently with itself.
@@ -286,7 +289,7 @@ func (e *Election) observe(ctx context.Context, out chan Leader) {
 // Run returns ctx's error when ctx ends, ErrSessionClosed when the session
 // closes, or an error matching ErrInvalid for a nil onElected or a value over
 // 64 KiB. To learn who leads while this candidate does not, use Observe.
-func (e *Election) Run(ctx context.Context, value string, onElected func(ctx context.Context) error) error {
+func (e *Election) Run(ctx context.Context, value string, onElected func(ctx context.Context, leadership *Lock) error) error {
 	if onElected == nil {
 		return invalidf("Run: onElected must not be nil")
 	}
@@ -315,7 +318,7 @@ func (e *Election) Run(ctx context.Context, value string, onElected func(ctx con
 // the release, which happens only after onElected has returned (or panicked).
 // It returns onElected's error only if onElected gave up a leadership that
 // was still held.
-func (e *Election) lead(ctx context.Context, lead *Lock, onElected func(context.Context) error) error {
+func (e *Election) lead(ctx context.Context, lead *Lock, onElected func(context.Context, *Lock) error) error {
 	leaderCtx, cancel := context.WithCancelCause(ctx)
 	stop := lead.onEnd(func() { cancel(lead.Err()) })
 	defer func() {
@@ -324,7 +327,7 @@ func (e *Election) lead(ctx context.Context, lead *Lock, onElected func(context.
 		// A fresh context: the release must happen even when ctx has ended.
 		_ = lead.Release(context.WithoutCancel(ctx))
 	}()
-	err := onElected(leaderCtx)
+	err := onElected(leaderCtx, lead)
 	if lost := lead.Err(); lost != nil {
 		if err != nil {
 			e.s.cfg.logger.Warn("redisleader: onElected returned after leadership ended",

@@ -297,7 +297,7 @@ func TestRun(t *testing.T) {
 			stillMine := make(chan bool, 1)
 			errc := make(chan error, 1)
 			go func() {
-				errc <- e.Run(ctx, "me", func(lctx context.Context) error {
+				errc <- e.Run(ctx, "me", func(lctx context.Context, _ *Lock) error {
 					cancel()
 					<-lctx.Done()
 					// Leadership is still ours in Redis until we return.
@@ -325,9 +325,8 @@ func TestRun(t *testing.T) {
 			causes := make(chan error, 4)
 			errc := make(chan error, 1)
 			go func() {
-				errc <- e.Run(ctx, "me", func(lctx context.Context) error {
-					l, _ := e.Leader(context.Background())
-					terms <- l.Fence
+				errc <- e.Run(ctx, "me", func(lctx context.Context, lead *Lock) error {
+					terms <- lead.Fence()
 					<-lctx.Done()
 					causes <- context.Cause(lctx)
 					return lctx.Err()
@@ -346,7 +345,7 @@ func TestRun(t *testing.T) {
 			s := newSession(t, b.client, fastOpts()...)
 			e := mustElection(t, s, "run-error")
 			boom := errors.New("boom")
-			err := e.Run(context.Background(), "me", func(context.Context) error { return boom })
+			err := e.Run(context.Background(), "me", func(context.Context, *Lock) error { return boom })
 			assert.ErrorIs(t, err, boom)
 			assert.Empty(t, b.get(e.keys.lock), "resigned")
 		})
@@ -357,7 +356,7 @@ func TestRun(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			var running, calls int
 			var mu sync.Mutex
-			err := e.Run(ctx, "me", func(context.Context) error {
+			err := e.Run(ctx, "me", func(context.Context, *Lock) error {
 				mu.Lock()
 				running++
 				calls++
@@ -383,7 +382,7 @@ func TestRun(t *testing.T) {
 				defer func() {
 					assert.Equal(t, "kaboom", recover())
 				}()
-				_ = e.Run(context.Background(), "me", func(context.Context) error { panic("kaboom") })
+				_ = e.Run(context.Background(), "me", func(context.Context, *Lock) error { panic("kaboom") })
 			}()
 			assert.Empty(t, b.get(e.keys.lock), "resigned before the panic propagated")
 		})
@@ -395,7 +394,7 @@ func TestRun(t *testing.T) {
 			errc := make(chan error, 1)
 			elected := make(chan struct{})
 			go func() {
-				errc <- e.Run(context.Background(), "me", func(lctx context.Context) error {
+				errc <- e.Run(context.Background(), "me", func(lctx context.Context, _ *Lock) error {
 					close(elected)
 					<-lctx.Done()
 					return nil
@@ -426,8 +425,7 @@ func TestRunCancelsWhenRedisPaused(t *testing.T) {
 	terms := make(chan term, 1)
 	elected := make(chan *Lock, 1)
 	go func() {
-		_ = e.Run(ctx, "me", func(lctx context.Context) error {
-			lead := s.anyLock()
+		_ = e.Run(ctx, "me", func(lctx context.Context, lead *Lock) error {
 			elected <- lead
 			<-lctx.Done()
 			d := lead.Deadline()
@@ -444,16 +442,6 @@ func TestRunCancelsWhenRedisPaused(t *testing.T) {
 	t.Logf("callback context cancelled %v after the local deadline", got.late)
 	assert.Less(t, got.late, 10*time.Millisecond)
 	assert.GreaterOrEqual(t, got.late, time.Duration(0))
-}
-
-// anyLock returns one lock the session holds (tests with exactly one).
-func (s *Session) anyLock() *Lock {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for l := range s.locks {
-		return l
-	}
-	return nil
 }
 
 func recvWithin[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {

@@ -152,8 +152,8 @@ func ExampleElection_Run() {
 	}
 
 	ctx, stop := context.WithCancel(context.Background()) // in a service: ends at shutdown
-	err = election.Run(ctx, "host-a:8080", func(leaderCtx context.Context) error {
-		fmt.Println("elected: scheduling jobs")
+	err = election.Run(ctx, "host-a:8080", func(leaderCtx context.Context, leadership *redisleader.Lock) error {
+		fmt.Println("elected: scheduling jobs with fence > 0:", leadership.Fence() > 0)
 		stop() // for the example: shut down during the first term
 		<-leaderCtx.Done()
 		fmt.Println("term over:", context.Cause(leaderCtx))
@@ -161,7 +161,7 @@ func ExampleElection_Run() {
 	})
 	fmt.Println("Run returned:", err)
 	// Output:
-	// elected: scheduling jobs
+	// elected: scheduling jobs with fence > 0: true
 	// term over: context canceled
 	// Run returned: context canceled
 }
