@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader"
+)
+
+const statusSynopsis = "status [--json] [--redis URL] NAME"
+
+const statusHelp = `
+Print who leads NAME now: the leader's value, its fencing token and what is
+left of its lease, or "no leader". Flags may also come after NAME.
+
+  leader host-a:1234 (fence 1795000000000000, ttl 9.874s)
+  no leader
+
+With --json: {"name":"NAME","leader":{"value":"host-a:1234","fence":1795000000000000,"ttl_ms":9874}}
+or {"name":"NAME","leader":null}.
+`
+
+const statusExitHelp = `
+Exit status: 0 when it could tell (a leader or no leader), 1 on a Redis error
+(unreachable, or the key holds something else), 2 on a usage error.
+`
+
+const watchSynopsis = "watch [--redis URL] NAME"
+
+const watchHelp = `
+Print one line per leader change of NAME, the current state first, each with
+a UTC timestamp, until interrupted. Flags may also come after NAME.
+
+  2026-11-29T10:00:00.123Z leader host-a:1234 (fence 1795000000000000)
+  2026-11-29T10:00:12.456Z no leader
+
+A leader that resigns is seen at once; one that dies is seen when its lease
+expires. Colour is used when stdout is a terminal.
+`
+
+const watchExitHelp = `
+Exit status: 0 when interrupted (SIGINT, SIGTERM), 1 when Redis is
+unreachable at start, 2 on a usage error. While Redis is unreachable later,
+watch waits and retries.
+`
+
+// cmdStatus implements "redisleader status".
+func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("status", statusSynopsis, stderr)
+	setUsage(fs, stderr, statusSynopsis, statusHelp, statusExitHelp)
+	asJSON := fs.Bool("json", false, "print JSON instead of text")
+	redisURL := redisURLFlag(fs)
+	name, code := parseName(fs, "status", args, stderr)
+	if code >= 0 {
+		return code
+	}
+	quietRedis()
+	client, err := connect(ctx, *redisURL)
+	if err != nil {
+		fmt.Fprintf(stderr, "redisleader: %v\n", err)
+		return exitError
+	}
+	defer client.Close()
+	session, err := redisleader.NewSession(client)
+	if err != nil {
+		fmt.Fprintf(stderr, "redisleader: %s\n", trimPrefix(err))
+		return exitError
+	}
+	defer session.Close(context.WithoutCancel(ctx))
+	election, err := session.Election(name)
+	if err != nil { // checked by parseName already
+		fmt.Fprintf(stderr, "redisleader: %s\n", trimPrefix(err))
+		return exitUsage
+	}
+	l, err := election.Leader(ctx)
+	if err != nil && !errors.Is(err, redisleader.ErrNoLeader) {
+		fmt.Fprintf(stderr, "redisleader: %s\n", trimPrefix(err))
+		return exitError
+	}
+	leading := err == nil
+
+	if *asJSON {
+		type leaderJSON struct {
+			Value string `json:"value"`
+			Fence int64  `json:"fence"`
+			TTLms int64  `json:"ttl_ms"`
+		}
+		out := struct {
+			Name   string      `json:"name"`
+			Leader *leaderJSON `json:"leader"`
+		}{Name: name}
+		if leading {
+			out.Leader = &leaderJSON{Value: l.Value, Fence: l.Fence, TTLms: l.TTL.Milliseconds()}
+		}
+		if err := json.NewEncoder(stdout).Encode(out); err != nil {
+			fmt.Fprintf(stderr, "redisleader: writing output: %v\n", err)
+			return exitError
+		}
+		return exitOK
+	}
+	p := painter(isTerminal(stdout))
+	if !leading {
+		fmt.Fprintln(stdout, p.red("no leader"))
+		return exitOK
+	}
+	fmt.Fprintf(stdout, "leader %s (fence %d, ttl %v)\n", p.bold(p.green(printable(l.Value))), l.Fence, l.TTL.Round(time.Millisecond))
+	return exitOK
+}
+
+// cmdWatch implements "redisleader watch".
+func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("watch", watchSynopsis, stderr)
+	setUsage(fs, stderr, watchSynopsis, watchHelp, watchExitHelp)
+	redisURL := redisURLFlag(fs)
+	name, code := parseName(fs, "watch", args, stderr)
+	if code >= 0 {
+		return code
+	}
+	quietRedis()
+	client, err := connect(ctx, *redisURL)
+	if err != nil {
+		if ctx.Err() != nil { // interrupted before it could start
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "redisleader: %v\n", err)
+		return exitError
+	}
+	defer client.Close()
+	session, err := redisleader.NewSession(client)
+	if err != nil {
+		fmt.Fprintf(stderr, "redisleader: %s\n", trimPrefix(err))
+		return exitError
+	}
+	defer session.Close(context.WithoutCancel(ctx))
+	election, err := session.Election(name)
+	if err != nil { // checked by parseName already
+		fmt.Fprintf(stderr, "redisleader: %s\n", trimPrefix(err))
+		return exitUsage
+	}
+	p := painter(isTerminal(stdout))
+	for l := range election.Observe(ctx) {
+		ts := p.dim(time.Now().UTC().Format("2006-01-02T15:04:05.000Z07:00"))
+		if l.Fence == 0 {
+			fmt.Fprintf(stdout, "%s %s\n", ts, p.red("no leader"))
+		} else {
+			fmt.Fprintf(stdout, "%s leader %s (fence %d)\n", ts, p.bold(p.green(printable(l.Value))), l.Fence)
+		}
+	}
+	if ctx.Err() == nil { // the channel closed by itself: the session closed
+		fmt.Fprintf(stderr, "redisleader: watch of %s ended: %s\n", name, trimPrefix(session.Err()))
+		return exitError
+	}
+	return exitOK
+}
+
+// setUsage makes fs's usage show a description and the exit status.
+func setUsage(fs *flag.FlagSet, stderr io.Writer, synopsis, help, exitHelp string) {
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: redisleader %s\n%s\nFlags:\n", synopsis, help)
+		fs.PrintDefaults()
+		fmt.Fprint(stderr, exitHelp)
+	}
+}
+
+// parseName parses flags placed before or after the one NAME argument
+// ("status NAME --json" works like "status --json NAME"; after "--" every
+// argument is taken as it is, so a NAME may begin with "-"), and checks the
+// name. It returns the exit status to use if the command must end, or -1.
+func parseName(fs *flag.FlagSet, cmd string, args []string, stderr io.Writer) (string, int) {
+	usageErr := func(format string, a ...any) (string, int) {
+		fmt.Fprintf(stderr, "redisleader %s: %s (see redisleader %s --help)\n", cmd, fmt.Sprintf(format, a...), cmd)
+		return "", exitUsage
+	}
+	var names []string
+	for {
+		if code := parseFlags(fs, args); code >= 0 {
+			return "", code
+		}
+		rest := fs.Args()
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			names = append(names, rest...)
+			break
+		}
+		if len(rest) == 0 {
+			break
+		}
+		names = append(names, rest[0])
+		args = rest[1:]
+	}
+	switch len(names) {
+	case 0:
+		return usageErr("missing NAME")
+	case 1:
+	default:
+		return usageErr("expected one NAME, got %d: %s", len(names), strings.Join(names, " "))
+	}
+	if _, err := checkOffline(names[0]); err != nil {
+		return usageErr("invalid NAME: %s", trimPrefix(err))
+	}
+	return names[0], -1
+}
+
+// quietRedis silences go-redis's own global logger, which would otherwise
+// print a "redis: ... pool.go: ... failed to dial" line for every retried
+// dial around the one clear error these commands print, and on every pub/sub
+// reconnect while watch waits for Redis to come back. The commands report
+// what matters themselves.
+func quietRedis() { redis.SetLogger(silentRedisLog{}) }
+
+type silentRedisLog struct{}
+
+func (silentRedisLog) Printf(context.Context, string, ...any) {}
+
+// printable replaces control characters (a value is anyone's string) so that
+// they cannot play tricks on a terminal.
+func printable(s string) string {
+	return strings.Map(func(c rune) rune {
+		if unicode.IsGraphic(c) {
+			return c
+		}
+		return '?'
+	}, s)
+}
