@@ -100,7 +100,7 @@ func (d *demo) run(ctx context.Context, url string, n int) error {
 	}
 	// The crashed candidate's client keeps failing to dial; go-redis would
 	// log each failure to stderr in the middle of the narration.
-	redis.SetLogger(quietLogger{})
+	quietRedis()
 	probe, err := connect(ctx, url)
 	if err != nil {
 		return err
@@ -327,10 +327,6 @@ func runClock(mr *miniredis.Miniredis) func() {
 	}()
 	return func() { close(stop); <-done }
 }
-
-type quietLogger struct{}
-
-func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // wait pauses the narration (pacing for the reader, not synchronisation).
 func wait(ctx context.Context, d time.Duration) {

@@ -62,24 +62,11 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if code >= 0 {
 		return code
 	}
-	quietRedis()
-	client, err := connect(ctx, *redisURL)
-	if err != nil {
-		fmt.Fprintf(stderr, "redisleader: %v\n", err)
-		return exitError
+	election, closeAll, code := openElection(ctx, *redisURL, name, stderr)
+	if code >= 0 {
+		return code
 	}
-	defer client.Close()
-	session, err := redisleader.NewSession(client)
-	if err != nil {
-		fmt.Fprintf(stderr, "redisleader: %s\n", trimPrefix(err))
-		return exitError
-	}
-	defer session.Close(context.WithoutCancel(ctx))
-	election, err := session.Election(name)
-	if err != nil { // checked by parseName already
-		fmt.Fprintf(stderr, "redisleader: %s\n", trimPrefix(err))
-		return exitUsage
-	}
+	defer closeAll()
 	l, err := election.Leader(ctx)
 	if err != nil && !errors.Is(err, redisleader.ErrNoLeader) {
 		fmt.Fprintf(stderr, "redisleader: %s\n", trimPrefix(err))
@@ -124,27 +111,14 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if code >= 0 {
 		return code
 	}
-	quietRedis()
-	client, err := connect(ctx, *redisURL)
-	if err != nil {
+	election, closeAll, code := openElection(ctx, *redisURL, name, stderr)
+	if code >= 0 {
 		if ctx.Err() != nil { // interrupted before it could start
 			return exitOK
 		}
-		fmt.Fprintf(stderr, "redisleader: %v\n", err)
-		return exitError
+		return code
 	}
-	defer client.Close()
-	session, err := redisleader.NewSession(client)
-	if err != nil {
-		fmt.Fprintf(stderr, "redisleader: %s\n", trimPrefix(err))
-		return exitError
-	}
-	defer session.Close(context.WithoutCancel(ctx))
-	election, err := session.Election(name)
-	if err != nil { // checked by parseName already
-		fmt.Fprintf(stderr, "redisleader: %s\n", trimPrefix(err))
-		return exitUsage
-	}
+	defer closeAll()
 	p := painter(isTerminal(stdout))
 	for l := range election.Observe(ctx) {
 		ts := p.dim(time.Now().UTC().Format("2006-01-02T15:04:05.000Z07:00"))
@@ -155,7 +129,7 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}
 	if ctx.Err() == nil { // the channel closed by itself: the session closed
-		fmt.Fprintf(stderr, "redisleader: watch of %s ended: %s\n", name, trimPrefix(session.Err()))
+		fmt.Fprintf(stderr, "redisleader: watch of %s ended: the session closed\n", name)
 		return exitError
 	}
 	return exitOK
@@ -206,6 +180,35 @@ func parseName(fs *flag.FlagSet, cmd string, args []string, stderr io.Writer) (s
 		return usageErr("invalid NAME: %s", trimPrefix(err))
 	}
 	return names[0], -1
+}
+
+// openElection connects to Redis and opens a session on the election name.
+// It returns a function that closes both, or the exit code to return (with
+// the reason already on stderr).
+func openElection(ctx context.Context, url, name string, stderr io.Writer) (*redisleader.Election, func(), int) {
+	quietRedis()
+	client, err := connect(ctx, url)
+	if err != nil {
+		fmt.Fprintf(stderr, "redisleader: %v\n", err)
+		return nil, nil, exitError
+	}
+	session, err := redisleader.NewSession(client)
+	if err != nil {
+		_ = client.Close()
+		fmt.Fprintf(stderr, "redisleader: %s\n", trimPrefix(err))
+		return nil, nil, exitError
+	}
+	closeAll := func() {
+		_ = session.Close(context.WithoutCancel(ctx))
+		_ = client.Close()
+	}
+	election, err := session.Election(name)
+	if err != nil { // parseName checked the name already
+		closeAll()
+		fmt.Fprintf(stderr, "redisleader: %s\n", trimPrefix(err))
+		return nil, nil, exitUsage
+	}
+	return election, closeAll, -1
 }
 
 // quietRedis silences go-redis's own global logger, which would otherwise
