@@ -113,7 +113,7 @@ func (e *Election) inspect(ctx context.Context) (Leader, bool, error) {
 // cannot leave the channel wrong for longer than about one TTL. While a
 // leader holds, an observer sends about one command per TTL.
 //
-// The channel buffers 16 changes. A slow reader never blocks the library:
+// The channel buffers 64 changes. A slow reader never blocks the library:
 // when the buffer is full the oldest change is dropped, so the latest state
 // always arrives and a reader that falls far behind skips intermediate ones. The channel is
 // closed, by this package, when ctx ends or the session closes; errors
@@ -133,7 +133,7 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 }
 
 // observeBuffer is how many changes an Observe channel holds.
-const observeBuffer = 16
+const observeBuffer = 64
 
 // observer tracks what an Observe goroutine knows. Events and reads can
 // arrive out of order (they use different connections), so they are ordered

@@ -391,8 +391,10 @@ func (s *Session) renewRound(ctx context.Context) (held int, failed bool) {
 				return len(live), false // closing
 			}
 			failed = true
-			s.cfg.logger.Warn("redisleader: renewal failed; retrying until the local deadline",
-				"name", l.keys.name, "fence", l.fence, "deadline_in", time.Until(earliest), "err", err)
+			if left := time.Until(l.Deadline()); left > 0 {
+				s.cfg.logger.Warn("redisleader: renewal failed; retrying until the local deadline",
+					"name", l.keys.name, "fence", l.fence, "deadline_in", left, "err", err)
+			}
 		case n == 0:
 			l.lose(ErrNotOwner)
 		default:

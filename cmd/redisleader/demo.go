@@ -127,15 +127,25 @@ func (d *demo) run(ctx context.Context, url string, n int) error {
 	defer ocancel()
 	changes := obsElection.Observe(octx)
 	var seen []string
+	record := func(l redisleader.Leader) {
+		if l.Fence == 0 {
+			seen = append(seen, "(none)")
+		} else {
+			seen = append(seen, l.Value)
+		}
+	}
+	// The observer's first state (nobody leads yet) before anyone campaigns.
+	select {
+	case l := <-changes:
+		record(l)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	seenDone := make(chan struct{})
 	go func() {
 		defer close(seenDone)
 		for l := range changes {
-			if l.Fence == 0 {
-				seen = append(seen, "(none)")
-			} else {
-				seen = append(seen, l.Value)
-			}
+			record(l)
 		}
 	}()
 
