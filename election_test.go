@@ -139,12 +139,7 @@ func TestCampaignEndsWithSessionOrContext(t *testing.T) {
 				errc <- err
 			}()
 			cancel()
-			select {
-			case err := <-errc:
-				assert.ErrorIs(t, err, context.Canceled)
-			case <-time.After(time.Second):
-				t.Fatal("Campaign did not return when ctx was cancelled")
-			}
+			assert.ErrorIs(t, recvWithin(t, errc, time.Second, "Campaign did not return when ctx was cancelled"), context.Canceled)
 		})
 		h, ok := parseHolder(b.get(leader.Key()))
 		require.True(t, ok)

@@ -368,12 +368,7 @@ func TestBlockingLock(t *testing.T) {
 				errc <- err
 			}()
 			cancel()
-			select {
-			case err := <-errc:
-				assert.ErrorIs(t, err, context.Canceled)
-			case <-time.After(time.Second):
-				t.Fatal("Lock ignored ctx")
-			}
+			assert.ErrorIs(t, recvWithin(t, errc, time.Second, "Lock ignored ctx"), context.Canceled)
 			h, ok := parseHolder(b.get(held.Key()))
 			require.True(t, ok)
 			assert.Equal(t, held.token, h.token, "the holder is untouched")
