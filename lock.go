@@ -110,28 +110,18 @@ func (l *Lock) Deadline() time.Time {
 // ErrSessionClosed). A Redis error is returned wrapped; the key then expires
 // within the TTL. The call is bounded by ctx and the call timeout.
 func (l *Lock) Release(ctx context.Context) error {
-	if err := l.check(); err != nil {
-		if err == ErrReleased {
-			return nil
+	err := l.check()
+	if err == nil {
+		if l.end(ErrReleased) {
+			l.s.remove(l)
+			return l.del(ctx)
 		}
-		return err
+		err = l.check() // it ended meanwhile
 	}
-	l.mu.Lock()
-	if l.err != nil { // ended meanwhile
-		err := l.err
-		l.mu.Unlock()
-		if err == ErrReleased {
-			return nil
-		}
-		return err
+	if err == ErrReleased {
+		return nil
 	}
-	fs := l.endLocked(ErrReleased)
-	l.mu.Unlock()
-	for _, f := range fs {
-		f()
-	}
-	l.s.remove(l)
-	return l.del(ctx)
+	return err
 }
 
 // del runs the compare-and-delete for this lock's token. It is called at most
