@@ -95,9 +95,10 @@ func checkValue(value string) error {
 //	                      a refreshed TTL, never "held by another")
 //	{0, stored, pttl}     held by another owner: its stored value and PTTL in ms
 //
-// The fence is max(stored + 1, server TIME in µs). It is written before the
-// SET: a script error in between leaves a gap in the fences, never a lock
-// without a fence. A fence key that does not hold an integer in [0, 2^53−1)
+// The fence is max(stored + 1, server TIME in µs), written before the lock's
+// SET (one SET … GET on the common path, where the clock is ahead of the
+// stored fence): a script error in between leaves a gap in the fences, never
+// a lock without a fence. A fence key that does not hold an integer in [0, 2^53−1)
 // (someone else wrote it) is an error, never silently reset: fences must
 // not go backwards. Fences stay monotonic when Redis loses data (restart
 // without persistence, old snapshot) unless the server clock also goes back.
@@ -115,16 +116,20 @@ if cur then
 end
 local t = redis.call('TIME')
 local fence = t[1] * 1000000 + t[2]
-local raw = redis.call('GET', KEYS[2])
+local fs = string.format('%.0f', fence)
+local raw = redis.call('SET', KEYS[2], fs, 'GET')
 if raw then
   local stored = tonumber(raw)
   if not stored or stored < 0 or stored >= 9007199254740991 or stored % 1 ~= 0 then
+    redis.call('SET', KEYS[2], raw)
     return redis.error_reply('ERR redisleader: fence key ' .. KEYS[2] .. ' does not hold a fence (an integer below 2^53)')
   end
-  if stored >= fence then fence = stored + 1 end
+  if stored >= fence then
+    fence = stored + 1
+    fs = string.format('%.0f', fence)
+    redis.call('SET', KEYS[2], fs)
+  end
 end
-local fs = string.format('%.0f', fence)
-redis.call('SET', KEYS[2], fs)
 local v = ARGV[1] .. '\n' .. fs .. '\n' .. ARGV[3]
 redis.call('SET', KEYS[1], v, 'NX', 'PX', ARGV[2])
 redis.call('PUBLISH', KEYS[1] .. ':ch', 'A' .. ARGV[2] .. '\n' .. v)
