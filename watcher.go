@@ -249,8 +249,11 @@ func (w *watcher) run() {
 		unanswered = 0
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
+			switch m.Kind {
+			case "subscribe":
 				w.confirm(m.Channel)
+			case "unsubscribe":
+				w.unsubscribed(ps, m.Channel)
 			}
 		case *redis.Message:
 			w.deliver(m.Channel, m.Payload)
@@ -343,6 +346,33 @@ func (w *watcher) confirm(channel string) {
 	if cs := w.chans[channel]; cs != nil && !cs.confirmed {
 		cs.confirmed = true
 		close(cs.ready)
+	}
+}
+
+// unsubscribed handles the server's confirmation of an UNSUBSCRIBE. A prune
+// can race with a new subscriber to the same channel (the prune's
+// UNSUBSCRIBE arriving after the new SUBSCRIBE): then the channel is wanted,
+// so subscribe again, and tell its subscribers that they may have missed
+// messages meanwhile.
+func (w *watcher) unsubscribed(ps *redis.PubSub, channel string) {
+	w.mu.Lock()
+	cs := w.chans[channel]
+	if cs == nil || w.closed {
+		w.mu.Unlock()
+		return
+	}
+	if cs.confirmed {
+		cs.confirmed = false
+		cs.ready = make(chan struct{})
+	}
+	w.mu.Unlock()
+	w.gap(channel)
+	_ = ps.Subscribe(w.s.bound(context.Background(), time.Time{}), channel)
+}
+
+func (w *watcher) gap(channel string) {
+	for _, sub := range w.subscribers(channel) {
+		sub.markGap()
 	}
 }
 
