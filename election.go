@@ -232,6 +232,9 @@ func (e *Election) observe(ctx context.Context, out chan Leader) {
 			case ok:
 				elected(l) // a no-op unless the event for l was lost
 				next = l.TTL + time.Millisecond
+				if l.TTL <= 0 { // no TTL (someone PERSISTed the key): poll slowly
+					next = e.s.cfg.ttl
+				}
 			case quiet:
 				// Nobody holds the key and nothing happened meanwhile: the
 				// last leader's lease expired.
@@ -319,13 +322,20 @@ func (e *Election) Run(ctx context.Context, value string, onElected func(ctx con
 // It returns onElected's error only if onElected gave up a leadership that
 // was still held.
 func (e *Election) lead(ctx context.Context, lead *Lock, onElected func(context.Context, *Lock) error) error {
+	lead.setRunTerm(true)
 	leaderCtx, cancel := context.WithCancelCause(ctx)
 	stop := lead.onEnd(func() { cancel(lead.Err()) })
 	defer func() {
 		stop()
 		cancel(ErrReleased)
+		lead.setRunTerm(false)
 		// A fresh context: the release must happen even when ctx has ended.
-		_ = lead.Release(context.WithoutCancel(ctx))
+		rctx := context.WithoutCancel(ctx)
+		if errors.Is(lead.Err(), ErrSessionClosed) {
+			_ = lead.del(rctx) // Close left this key to us
+			return
+		}
+		_ = lead.Release(rctx)
 	}()
 	err := onElected(leaderCtx, lead)
 	if lost := lead.Err(); lost != nil {

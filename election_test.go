@@ -641,3 +641,43 @@ func TestWatcherResubscribesAfterRacingUnsubscribe(t *testing.T) {
 	msgs, _ := sub.take()
 	assert.Contains(t, msgs, "hello")
 }
+
+// Closing the session of a Run leader cancels onElected at once, but the
+// next leader starts only after onElected has returned.
+func TestCloseDuringRunWaitsForOnElected(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		sa, err := NewSession(b.client, fastOpts()...)
+		require.NoError(t, err)
+		elected, cancelled, finish := make(chan struct{}), make(chan struct{}), make(chan struct{})
+		runErr := make(chan error, 1)
+		go func() {
+			runErr <- mustElection(t, sa, "close-run").Run(ctx, "a", func(lctx context.Context, _ *Lock) error {
+				close(elected)
+				<-lctx.Done()
+				close(cancelled)
+				<-finish // still cleaning up
+				return nil
+			})
+		}()
+		recvWithin(t, elected, 2*time.Second, "a elected")
+		next := make(chan *Lock, 1)
+		go func() {
+			l, err := mustElection(t, newSession(t, b.client, fastOpts()...), "close-run").Campaign(ctx, "b")
+			if err == nil {
+				next <- l
+			}
+		}()
+		require.NoError(t, sa.Close(ctx))
+		recvWithin(t, cancelled, time.Second, "onElected cancelled by Close")
+		select {
+		case <-next:
+			t.Fatal("the next leader started while onElected was still running")
+		case <-time.After(200 * time.Millisecond): // an observation window, not synchronisation
+		}
+		close(finish)
+		l := recvWithin(t, next, 2*time.Second, "b elected once onElected returned")
+		assert.Equal(t, "b", l.Value())
+		assert.ErrorIs(t, recvWithin(t, runErr, time.Second, "Run's return"), ErrSessionClosed)
+	})
+}

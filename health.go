@@ -12,7 +12,9 @@ import (
 // plus tolerance ago: such a process still believes it leads, but cannot
 // reach Redis or is not being scheduled, and operators may want it
 // restarted before its lease runs out. A tolerance that is not positive is
-// treated as zero. It does no I/O and is safe for concurrent use.
+// treated as zero; use at least the call timeout, since a round's renewal
+// is sent only after the previous round's reply arrived. It does no I/O and
+// is safe for concurrent use.
 //
 // This is the idea of client-go's leader-election healthz adaptor.
 func (s *Session) CheckHealth(tolerance time.Duration) error {

@@ -123,7 +123,8 @@ func (s *Session) enter() error {
 // Close ends the session. First every lock it holds ends with
 // ErrSessionClosed (Done closes, Held turns false), then their keys are
 // released in Redis (compare-and-delete, one pipelined round trip) so that
-// waiting owners take over at once, then Close stops the heartbeat, the
+// waiting owners take over at once — except a leadership held by
+// Election.Run, which Run releases itself once onElected has returned —, then Close stops the heartbeat, the
 // pub/sub connection, observers and acquisitions in flight, and waits for
 // them. Blocking calls on the session return ErrSessionClosed.
 //
@@ -158,10 +159,17 @@ func (s *Session) Close(ctx context.Context) error {
 	clear(s.stale)
 	s.mu.Unlock()
 
+	keep := release[:0]
 	for _, l := range release {
 		l.end(ErrSessionClosed) // a no-op for the stale ones
+		s.remove(l)
+		// A Run term releases its own key once onElected has returned, so
+		// that the next leader never starts while this one still works.
+		if !l.inRunTerm() {
+			keep = append(keep, l)
+		}
 	}
-	relErr := s.releaseAll(ctx, release)
+	relErr := s.releaseAll(ctx, keep)
 
 	s.cancel()
 	stopped := make(chan struct{})
@@ -322,7 +330,9 @@ func (s *Session) heartbeat(ctx context.Context) {
 			armed = false
 		}
 		held, failed := s.renewRound(ctx)
-		s.cleanStale(ctx)
+		if !failed { // not while Redis misbehaves: never delay a renewal retry
+			s.cleanStale(ctx)
+		}
 		if s.cfg.onRound != nil {
 			s.cfg.onRound(held, failed)
 		}

@@ -25,13 +25,14 @@ type Lock struct {
 	// release. Only the acquiring goroutine, then the one releaser, use it.
 	argv [8]any
 
-	mu       sync.Mutex    // protects deadline, renewed, err, done and onEnds
+	mu       sync.Mutex    // protects deadline, renewed, err, done, onEnds and runTerm
 	deadline time.Time     // local deadline D on the monotonic clock
 	renewed  time.Time     // send time of the last successful acquire or renew
 	err      error         // nil while held
 	done     chan struct{} // created lazily by Done, closed by end
 	timer    *time.Timer   // fires at the deadline; re-arms if it moved
 	onEnds   map[*func()]struct{}
+	runTerm  bool // an Election.Run term is using it; Run releases it
 }
 
 // closedChan is the Done channel of a lock that ended before anyone asked.
@@ -222,6 +223,19 @@ func (l *Lock) endLocked(err error) []func() {
 	}
 	l.onEnds = nil
 	return fs
+}
+
+// setRunTerm marks whether an Election.Run term is using the lock.
+func (l *Lock) setRunTerm(on bool) {
+	l.mu.Lock()
+	l.runTerm = on
+	l.mu.Unlock()
+}
+
+func (l *Lock) inRunTerm() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.runTerm
 }
 
 // onEnd arranges for f to run once, on the goroutine that ends the lock (at

@@ -276,6 +276,12 @@ func (w *watcher) replace(old *redis.PubSub) {
 	}
 	w.ps = w.s.client.Subscribe(context.Background())
 	ps := w.ps
+	for _, cs := range w.chans { // not confirmed on the new connection yet
+		if cs.confirmed {
+			cs.confirmed = false
+			cs.ready = make(chan struct{})
+		}
+	}
 	w.mu.Unlock()
 	_ = old.Close()
 	w.gapAll()
