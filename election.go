@@ -289,8 +289,11 @@ func (e *Election) observe(ctx context.Context, out chan Leader) {
 //   - If it panics, Run resigns first (so the others take over at once) and
 //     the panic continues up Run's caller.
 //
-// Run returns ctx's error when ctx ends, ErrSessionClosed when the session
-// closes, or an error matching ErrInvalid for a nil onElected or a value over
+// Closing the session cancels onElected's context too; Run still releases
+// the leadership only after onElected has returned (Session.Close does not
+// wait for that: do not call Close from onElected expecting the release to
+// have happened). Run returns ctx's error when ctx ends, ErrSessionClosed
+// when the session closes, or an error matching ErrInvalid for a nil onElected or a value over
 // 64 KiB. To learn who leads while this candidate does not, use Observe.
 func (e *Election) Run(ctx context.Context, value string, onElected func(ctx context.Context, leadership *Lock) error) error {
 	if onElected == nil {
