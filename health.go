@@ -20,13 +20,7 @@ import (
 func (s *Session) CheckHealth(tolerance time.Duration) error {
 	limit := s.cfg.renewInterval + max(tolerance, 0)
 	now := time.Now()
-	s.mu.Lock()
-	locks := make([]*Lock, 0, len(s.locks))
-	for l := range s.locks {
-		locks = append(locks, l)
-	}
-	s.mu.Unlock()
-	for _, l := range locks {
+	for _, l := range s.held() {
 		l.mu.Lock()
 		held := l.err == nil && now.Before(l.deadline)
 		since := now.Sub(l.renewed)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -149,13 +151,7 @@ func (s *Session) Close(ctx context.Context) error {
 	defer close(s.closed)
 	s.err = ErrSessionClosed
 	close(s.done)
-	var release []*Lock
-	for l := range s.locks {
-		release = append(release, l)
-	}
-	for l := range s.stale {
-		release = append(release, l)
-	}
+	release := append(slices.Collect(maps.Keys(s.locks)), slices.Collect(maps.Keys(s.stale))...)
 	clear(s.stale)
 	s.mu.Unlock()
 
@@ -191,6 +187,22 @@ func (s *Session) Close(ctx context.Context) error {
 // that no longer holds a lock's token is not an error: the lock had already
 // ended, or the delete's reply was lost and go-redis retried it.
 func (s *Session) releaseAll(ctx context.Context, locks []*Lock) error {
+	var failed []error
+	for _, err := range s.deleteTokens(ctx, locks) {
+		if err != nil {
+			failed = append(failed, err)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("redisleader: releasing %d keys (%d failed; they expire within the TTL): %w", len(locks), len(failed), failed[0])
+	}
+	return nil
+}
+
+// deleteTokens runs the compare-and-delete for every lock's token in one
+// pipelined round trip and returns each one's error (nil: deleted, or the
+// key no longer held the token).
+func (s *Session) deleteTokens(ctx context.Context, locks []*Lock) []error {
 	if len(locks) == 0 {
 		return nil
 	}
@@ -198,16 +210,18 @@ func (s *Session) releaseAll(ctx context.Context, locks []*Lock) error {
 	for i, l := range locks {
 		argvs[i] = []any{nil, nil, 1, l.keys.lock, l.tokenArg}
 	}
-	var errs []error
-	for _, c := range releaseScript.runAll(s.bound(ctx, time.Time{}), s.client, argvs) {
-		if err := c.Err(); err != nil {
-			errs = append(errs, err)
-		}
+	errs := make([]error, len(locks))
+	for i, c := range releaseScript.runAll(s.bound(ctx, time.Time{}), s.client, argvs) {
+		errs[i] = c.Err()
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("redisleader: releasing %d keys (%d failed; they expire within the TTL): %w", len(locks), len(errs), errs[0])
-	}
-	return nil
+	return errs
+}
+
+// held returns the locks the session holds now.
+func (s *Session) held() []*Lock {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Collect(maps.Keys(s.locks))
 }
 
 // bound bounds one Redis call by the call timeout and, when deadline is not
@@ -363,12 +377,7 @@ func (s *Session) goIdle() bool {
 // locks are still held and whether any renewal failed with an error (to be
 // retried soon). The round's context ends at the earliest local deadline.
 func (s *Session) renewRound(ctx context.Context) (held int, failed bool) {
-	s.mu.Lock()
-	locks := make([]*Lock, 0, len(s.locks))
-	for l := range s.locks {
-		locks = append(locks, l)
-	}
-	s.mu.Unlock()
+	locks := s.held()
 	if len(locks) == 0 {
 		return 0, false
 	}
@@ -420,23 +429,13 @@ func (s *Session) renewRound(ctx context.Context) (held int, failed bool) {
 // on the server anyway (two TTLs after its deadline).
 func (s *Session) cleanStale(ctx context.Context) {
 	s.mu.Lock()
-	var locks []*Lock
-	for l := range s.stale {
-		locks = append(locks, l)
-	}
+	locks := slices.Collect(maps.Keys(s.stale))
 	s.mu.Unlock()
-	if len(locks) == 0 {
-		return
-	}
-	argvs := make([][]any, len(locks))
-	for i, l := range locks {
-		argvs[i] = []any{nil, nil, 1, l.keys.lock, l.tokenArg}
-	}
-	cmds := releaseScript.runAll(s.bound(ctx, time.Time{}), s.client, argvs)
+	errs := s.deleteTokens(ctx, locks)
 	now := time.Now()
 	var done []*Lock
 	for i, l := range locks {
-		if cmds[i].Err() == nil || now.After(l.Deadline().Add(2*s.cfg.ttl)) {
+		if errs[i] == nil || now.After(l.Deadline().Add(2*s.cfg.ttl)) {
 			done = append(done, l)
 		}
 	}
