@@ -329,12 +329,16 @@ func (s *Session) heartbeat(ctx context.Context) {
 		<-t.C
 	}
 	defer t.Stop()
-	armed := false
+	armed, checked := false, false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.kick:
+			if !checked { // the first time the session holds something
+				checked = true
+				s.checkServer(ctx)
+			}
 			if !armed {
 				t.Reset(s.cfg.renewInterval)
 				armed = true
@@ -444,6 +448,29 @@ func (s *Session) cleanStale(ctx context.Context) {
 		delete(s.stale, l)
 	}
 	s.mu.Unlock()
+}
+
+// checkServer warns, once per session, about server settings under which
+// Redis itself can break a lease: an eviction policy that can evict lock keys
+// (volatile-*) or even fence keys (allkeys-*), and no persistence, so that a
+// restart loses every lock at once. It reads CONFIG GET in one round trip; a
+// server that refuses CONFIG (managed Redis, ACLs) is noted at debug level.
+func (s *Session) checkServer(ctx context.Context) {
+	pipe := s.client.Pipeline()
+	policy := pipe.ConfigGet(ctx, "maxmemory-policy")
+	aof := pipe.ConfigGet(ctx, "appendonly")
+	save := pipe.ConfigGet(ctx, "save")
+	if _, err := pipe.Exec(s.bound(ctx, time.Time{})); err != nil {
+		s.cfg.logger.Debug("redisleader: could not read the server's eviction and persistence settings", "err", err)
+		return
+	}
+	if p := policy.Val()["maxmemory-policy"]; p != "" && p != "noeviction" {
+		s.cfg.logger.Warn("redisleader: maxmemory-policy lets Redis evict lock keys (volatile-*) or fence keys (allkeys-*) when memory runs out; an evicted lock key can give a name two owners. Use noeviction.",
+			"maxmemory-policy", p)
+	}
+	if a, ok := aof.Val()["appendonly"]; ok && a == "no" && save.Val()["save"] == "" {
+		s.cfg.logger.Warn("redisleader: Redis persistence is off (appendonly no, save \"\"): a restart loses every lock at once and a new owner can start while the former one still believes it holds the name, until its next renewal. Enable AOF, restart Redis only after a TTL, or see WithTakeoverDelay.")
+	}
 }
 
 // retryDelay is the retry interval plus a random jitter in [0, retryJitter].

@@ -8,6 +8,8 @@ import (
 	mrand "math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/redisleader/redisleader/internal/probe"
 )
 
 // A Lock is one successful acquisition of one name by a session. Its identity
@@ -33,6 +35,9 @@ type Lock struct {
 	timer    *time.Timer   // fires at the deadline; re-arms if it moved
 	onEnds   map[*func()]struct{}
 	runTerm  bool // an Election.Run term is using it; Run releases it
+	// delivered is set when the acquisition is handed to its caller (after
+	// any takeover delay): from then on someone believes it holds the name.
+	delivered bool
 }
 
 // closedChan is the Done channel of a lock that ended before anyone asked.
@@ -156,12 +161,37 @@ func (l *Lock) liveDeadline(now time.Time) (time.Time, bool) {
 func (l *Lock) extend(sent time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.err != nil || !time.Now().Before(l.deadline) {
+	now := time.Now()
+	if l.err != nil || !now.Before(l.deadline) {
+		l.emitLocked(probe.Ignored, now)
 		return
 	}
 	if d := sent.Add(l.s.cfg.validity()); d.After(l.deadline) {
 		l.deadline, l.renewed = d, sent
 	}
+	l.emitLocked(probe.Renewed, now)
+}
+
+// deliver marks the acquisition as handed to its caller, unless it has
+// already ended or expired (then the caller finds it ended).
+func (l *Lock) deliver() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now := time.Now(); l.err == nil && now.Before(l.deadline) {
+		l.delivered = true
+		l.emitLocked(probe.Acquired, now)
+	}
+}
+
+// emitLocked reports a lease event of a delivered acquisition to the
+// reliability tests' probe (a no-op unless a test installed one). l.mu must
+// be held.
+func (l *Lock) emitLocked(kind string, at time.Time) {
+	if !l.delivered || !probe.On() {
+		return
+	}
+	probe.Emit(probe.Event{Kind: kind, Name: l.keys.name, Value: l.value, Token: l.token, Fence: l.fence,
+		At: at, Sent: l.renewed, Deadline: l.deadline, Reason: l.err})
 }
 
 // onDeadline runs on the deadline timer. If a renewal moved the deadline it
@@ -211,6 +241,7 @@ func (l *Lock) end(err error) bool {
 // runs after unlocking l.mu.
 func (l *Lock) endLocked(err error) []func() {
 	l.err = err
+	l.emitLocked(probe.Ended, time.Now())
 	if l.done == nil {
 		l.done = closedChan
 	} else {
@@ -331,7 +362,18 @@ func (s *Session) acquire(ctx context.Context, name, value string, block bool) (
 		}
 		switch {
 		case err == nil:
-			return l, nil
+			lost, err := l.takeover(ctx)
+			switch {
+			case err != nil:
+				return nil, err
+			case lost == nil:
+				l.deliver()
+				return l, nil
+			case !block:
+				return nil, fmt.Errorf("redisleader: acquire %q: lost during the takeover delay: %w", name, lost)
+			}
+			l = s.newLock(k, value) // lost during the delay: start over with a new token
+			continue
 		case errors.Is(err, ErrSessionClosed):
 			return nil, err // attempt has given the key back already
 		case !block || permanent(err):
@@ -455,6 +497,33 @@ func (l *Lock) attempt(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	return 0, nil
+}
+
+// takeover waits out the takeover delay (WithTakeoverDelay) of a fresh
+// acquisition while the heartbeat renews it. It returns why the acquisition
+// ended if it ended meanwhile, or ctx's error or ErrSessionClosed if those
+// ended first (the key is then released, by the caller here or by Close).
+func (l *Lock) takeover(ctx context.Context) (lost, err error) {
+	d := l.s.cfg.takeoverDelay
+	if d <= 0 {
+		return nil, nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return l.check(), nil
+	case <-l.Done():
+		if errors.Is(l.check(), ErrSessionClosed) {
+			return nil, ErrSessionClosed
+		}
+		return l.check(), nil
+	case <-ctx.Done():
+		_ = l.Release(context.WithoutCancel(ctx))
+		return nil, ctx.Err()
+	case <-l.s.done:
+		return nil, ErrSessionClosed
+	}
 }
 
 // abandon ends an acquisition that will not be returned. If the last attempt

@@ -649,3 +649,88 @@ func TestConcurrentCloseWaitsForTheFirst(t *testing.T) {
 // runtimeYield lets other goroutines run while a test waits for Redis state
 // that it cannot be told about (a command running inside a hook).
 func runtimeYield() { <-time.After(time.Millisecond) }
+
+// TestTakeoverDelay: with WithTakeoverDelay an acquisition holds (and renews)
+// the key for the delay before it is handed over; cancelling or closing
+// during the delay leaves no key, and a loss during the delay makes a
+// blocking acquire start over with a new fence.
+func TestTakeoverDelay(t *testing.T) {
+	const delay = 300 * time.Millisecond
+	ctx := context.Background()
+	m, c := newMini(t)
+	s := newSession(t, c, fastOpts(WithTakeoverDelay(delay))...)
+	key := newKeys("td").lock
+
+	type result struct {
+		l   *Lock
+		err error
+		at  time.Time
+	}
+	try := func(ctx context.Context, block bool) <-chan result {
+		ch := make(chan result, 1)
+		go func() {
+			var r result
+			if block {
+				r.l, r.err = s.Lock(ctx, "td")
+			} else {
+				r.l, r.err = s.TryLock(ctx, "td")
+			}
+			r.at = time.Now()
+			ch <- r
+		}()
+		return ch
+	}
+	keyHeld := func() bool { return m.Exists(key) }
+
+	// Handed over only after the delay; the key is ours meanwhile.
+	start := time.Now()
+	res := try(ctx, false)
+	require.Eventually(t, keyHeld, 5*time.Second, time.Millisecond)
+	select {
+	case r := <-res:
+		require.NoError(t, r.err)
+		assert.GreaterOrEqual(t, r.at.Sub(start), delay)
+		assert.True(t, r.l.Held())
+		require.NoError(t, r.l.Release(ctx))
+	case <-time.After(10 * time.Second):
+		t.Fatal("TryLock did not return")
+	}
+
+	// Cancelled during the delay: ctx's error, key deleted.
+	cctx, cancel := context.WithCancel(ctx)
+	res = try(cctx, true)
+	require.Eventually(t, keyHeld, 5*time.Second, time.Millisecond)
+	cancel()
+	r := <-res
+	assert.ErrorIs(t, r.err, context.Canceled)
+	assert.False(t, keyHeld(), "a cancelled takeover must release its key")
+
+	// Lost during the delay: a blocking acquire starts over with a new fence.
+	res = try(ctx, true)
+	require.Eventually(t, keyHeld, 5*time.Second, time.Millisecond)
+	first := parseFence(t, m, key)
+	m.Del(key) // the heartbeat's next renewal finds it gone
+	r = <-res
+	require.NoError(t, r.err)
+	assert.Greater(t, r.l.Fence(), first)
+	require.NoError(t, r.l.Release(ctx))
+
+	// Session closed during the delay: ErrSessionClosed, key released by Close.
+	res = try(ctx, true)
+	require.Eventually(t, keyHeld, 5*time.Second, time.Millisecond)
+	require.NoError(t, s.Close(ctx))
+	r = <-res
+	assert.ErrorIs(t, r.err, ErrSessionClosed)
+	assert.False(t, keyHeld())
+	checkNoLeaks(t)
+}
+
+// parseFence reads the fence stored in a lock key on miniredis.
+func parseFence(t *testing.T, m interface{ Get(string) (string, error) }, key string) int64 {
+	t.Helper()
+	v, err := m.Get(key)
+	require.NoError(t, err)
+	h, ok := parseHolder(v)
+	require.True(t, ok, v)
+	return h.fence
+}

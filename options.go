@@ -33,6 +33,7 @@ type config struct {
 	retryIntervalSet bool
 	retryJitter      time.Duration
 	retryJitterSet   bool
+	takeoverDelay    time.Duration
 	logger           *slog.Logger
 	onRound          func(held int, failed bool)  // test hook: after each renewal round
 	onAttempt        func(name string, err error) // test hook: after each acquire attempt
@@ -116,6 +117,22 @@ func WithRetryInterval(d time.Duration) Option {
 // be at least 0 and at most the TTL.
 func WithRetryJitter(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.retryJitter, c.retryJitterSet = d, true })
+}
+
+// WithTakeoverDelay makes every acquisition (Lock, TryLock, Campaign, Run)
+// wait d after its acquire succeeded, holding and renewing the key, before it
+// is handed to the caller. It protects against a former owner whose key Redis
+// dropped early while that owner still believes it holds the name: a forward
+// step of the Redis host's wall clock by up to d, or a Redis restart without
+// persistence (which loses every key at once; a former owner notices at its
+// next renewal, so d ≥ renewInterval + callTimeout covers a reachable Redis
+// and d ≥ TTL covers every case). The former owner's local deadline passes
+// before the new owner starts. The cost is d added to every takeover,
+// including after a clean release. Consul calls the same idea lock-delay.
+// The default is 0 (no delay); it must be at least 0 and at most 24h. See
+// docs/RELIABILITY.md for the measurements.
+func WithTakeoverDelay(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.takeoverDelay = d })
 }
 
 // WithLogger sets the logger for renewal failures, lost leases and risky
@@ -209,6 +226,10 @@ func (c *config) validate() error {
 		return invalidf("WithRetryJitter(%v) must not be negative", c.retryJitter)
 	case c.retryJitter > c.ttl:
 		return invalidf("WithRetryJitter(%v) must be at most the TTL (%v)", c.retryJitter, c.ttl)
+	case c.takeoverDelay < 0:
+		return invalidf("WithTakeoverDelay(%v) must not be negative", c.takeoverDelay)
+	case c.takeoverDelay > maxTTL:
+		return invalidf("WithTakeoverDelay(%v) must be at most %v", c.takeoverDelay, maxTTL)
 	case c.callTimeout <= 0:
 		return invalidf("WithCallTimeout(%v) must be positive", c.callTimeout)
 	case c.renewInterval+2*c.callTimeout+c.renewRetryMax() >= c.validity():

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/redisserver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -39,6 +41,8 @@ func TestNewSessionRejectsBadOptions(t *testing.T) {
 		{"retry above TTL", []Option{WithTTL(time.Second), WithRetryInterval(2 * time.Second)}, "WithRetryInterval(2s) must be at most the TTL (1s)"},
 		{"negative jitter", []Option{WithRetryJitter(-time.Millisecond)}, "WithRetryJitter(-1ms) must not be negative"},
 		{"jitter above TTL", []Option{WithTTL(time.Second), WithRetryJitter(2 * time.Second)}, "WithRetryJitter(2s) must be at most the TTL (1s)"},
+		{"negative takeover delay", []Option{WithTakeoverDelay(-time.Second)}, "WithTakeoverDelay(-1s) must not be negative"},
+		{"takeover delay too long", []Option{WithTakeoverDelay(25 * time.Hour)}, "WithTakeoverDelay(25h0m0s) must be at most 24h0m0s"},
 		{"nil logger", []Option{WithLogger(nil)}, "WithLogger(nil)"},
 		{"nil option", []Option{nil}, "nil Option"},
 	}
@@ -137,6 +141,58 @@ func TestRiskyClientIsLogged(t *testing.T) {
 	defer safe.Close()
 	newSession(t, safe, WithLogger(logger))
 	assert.Empty(t, buf.String())
+}
+
+// TestServerSettingsAreChecked: the first time a session holds a lock it
+// warns about an eviction policy that can evict lock keys and about a Redis
+// without persistence; a safe server produces no warning.
+func TestServerSettingsAreChecked(t *testing.T) {
+	ctx := context.Background()
+	srv := redisserver.Start(t)
+	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	warnings := func() string {
+		var buf syncBuffer
+		round, roundDone := rounds()
+		s := newSession(t, c, WithTTL(300*time.Millisecond), round,
+			WithLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+		l, err := s.TryLock(ctx, "settings")
+		require.NoError(t, err)
+		require.False(t, waitRound(t, roundDone, 5*time.Second)) // the check runs before the first round
+		require.NoError(t, s.Close(ctx))
+		assert.ErrorIs(t, l.Err(), ErrSessionClosed)
+		return buf.String()
+	}
+	// The test server runs without persistence and with noeviction.
+	out := warnings()
+	assert.Contains(t, out, "persistence is off")
+	assert.NotContains(t, out, "maxmemory-policy")
+
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory-policy", "volatile-ttl").Err())
+	require.NoError(t, c.ConfigSet(ctx, "appendonly", "yes").Err())
+	out = warnings()
+	assert.Contains(t, out, "maxmemory-policy=volatile-ttl")
+	assert.NotContains(t, out, "persistence is off")
+
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+	assert.Empty(t, warnings())
+}
+
+// syncBuffer is a strings.Builder safe for the session's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 func TestPermanentErrors(t *testing.T) {
