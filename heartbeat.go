@@ -51,12 +51,12 @@ type Session struct {
 
 	mu     sync.Mutex // protects locks, stale, err and idle, and orders work.Add before Close
 	locks  map[*Lock]struct{}
-	stale  map[*Lock]struct{} // expired locks whose token may still be in Redis
-	err    error              // nil until Close
-	idle   bool               // the heartbeat sleeps until kicked
-	done   chan struct{}      // closed when Close starts
-	closed chan struct{}      // closed when the first Close has finished
-	kick   chan struct{}      // capacity 1: work was added while idle
+	stale  map[*Lock]time.Time // ended locks whose token may still be in Redis, and until when to try
+	err    error               // nil until Close
+	idle   bool                // the heartbeat sleeps until kicked
+	done   chan struct{}       // closed when Close starts
+	closed chan struct{}       // closed when the first Close has finished
+	kick   chan struct{}       // capacity 1: work was added while idle
 	cancel context.CancelFunc
 	hbDone chan struct{}  // closed when the heartbeat goroutine has returned
 	watch  *watcher       // the session's pub/sub connection, started on first use
@@ -84,7 +84,7 @@ func NewSession(client Client, opts ...Option) (*Session, error) {
 		cfg:    cfg,
 		ttlArg: strconv.FormatInt(cfg.ttl.Milliseconds(), 10),
 		locks:  make(map[*Lock]struct{}),
-		stale:  make(map[*Lock]struct{}),
+		stale:  make(map[*Lock]time.Time),
 		idle:   true,
 		done:   make(chan struct{}),
 		closed: make(chan struct{}),
@@ -306,14 +306,22 @@ func (s *Session) remove(l *Lock) {
 	s.mu.Unlock()
 }
 
-// markStale hands an expired lock to the heartbeat for a best-effort delete:
+// markStale hands an ended lock to the heartbeat for a best-effort delete:
 // a renewal that reached Redis but whose reply came after the deadline (or
-// never came) may have left our token there for up to another TTL.
+// never came) may have left our token there for up to another TTL, and so
+// may a release or an abandoned acquire whose outcome is unknown. The
+// heartbeat tries until the delete succeeds or the token must have expired
+// (two TTLs after the lock's deadline or now, whichever is later).
 func (s *Session) markStale(l *Lock) {
+	until := time.Now()
+	if d := l.Deadline(); d.After(until) {
+		until = d
+	}
+	until = until.Add(2 * s.cfg.ttl)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err == nil {
-		s.stale[l] = struct{}{}
+		s.stale[l] = until
 		s.wakeLocked()
 	}
 }
@@ -427,25 +435,21 @@ func (s *Session) renewRound(ctx context.Context) (held int, failed bool) {
 	return len(live), failed
 }
 
-// cleanStale deletes the keys of expired locks if they still hold their
+// cleanStale deletes the keys of ended locks if they still hold their
 // tokens (compare-and-delete, so it never touches anyone else's). A lock is
 // forgotten once the delete succeeded, or once its token must have expired
-// on the server anyway (two TTLs after its deadline).
+// on the server anyway.
 func (s *Session) cleanStale(ctx context.Context) {
 	s.mu.Lock()
 	locks := slices.Collect(maps.Keys(s.stale))
 	s.mu.Unlock()
 	errs := s.deleteTokens(ctx, locks)
 	now := time.Now()
-	var done []*Lock
-	for i, l := range locks {
-		if errs[i] == nil || now.After(l.Deadline().Add(2*s.cfg.ttl)) {
-			done = append(done, l)
-		}
-	}
 	s.mu.Lock()
-	for _, l := range done {
-		delete(s.stale, l)
+	for i, l := range locks {
+		if errs[i] == nil || now.After(s.stale[l]) {
+			delete(s.stale, l)
+		}
 	}
 	s.mu.Unlock()
 }

@@ -113,8 +113,9 @@ func (l *Lock) Deadline() time.Time {
 // still holds this acquisition's token, and waiting owners are told at once.
 // A lock that already ended is not written: Release returns nil if it was
 // released before, or the reason it ended (ErrNotOwner, ErrExpired,
-// ErrSessionClosed). A Redis error is returned wrapped; the key then expires
-// within the TTL. The call is bounded by ctx and the call timeout.
+// ErrSessionClosed). A Redis error is returned wrapped; the session then
+// retries the delete in the background (the key expires within the TTL at
+// the latest). The call is bounded by ctx and the call timeout.
 func (l *Lock) Release(ctx context.Context) error {
 	err := l.check()
 	if err == nil {
@@ -135,13 +136,17 @@ func (l *Lock) Release(ctx context.Context) error {
 // token is not reported as an error: go-redis retries a delete whose reply
 // was lost, and the retry finds the key gone; it is logged, since it may
 // also mean that the key was deleted or expired behind our back just before.
+// If the delete fails, its outcome is unknown (the request may never have
+// run: a NOSCRIPT reply lost on the way, say), so the session's heartbeat
+// retries it until it succeeds or the token has expired.
 func (l *Lock) del(ctx context.Context) error {
 	argv := l.argv[:5]
 	argv[2], argv[4] = 1, l.tokenArg
 	n, err := releaseScript.run(l.s.bound(ctx, time.Time{}), l.s.client, argv).Int()
 	switch {
 	case err != nil:
-		return fmt.Errorf("redisleader: release %q (the key expires within the TTL): %w", l.keys.name, err)
+		l.s.markStale(l)
+		return fmt.Errorf("redisleader: release %q (retried in the background; the key expires within the TTL at the latest): %w", l.keys.name, err)
 	case n == 0:
 		l.s.cfg.logger.Info("redisleader: released key did not hold our token (a retried delete, or the key was gone)",
 			"name", l.keys.name, "fence", l.fence)
@@ -247,7 +252,9 @@ func (l *Lock) endLocked(err error) []func() {
 	} else {
 		close(l.done)
 	}
-	l.timer.Stop()
+	if l.timer != nil { // nil for an acquisition that never succeeded
+		l.timer.Stop()
+	}
 	fs := make([]func(), 0, len(l.onEnds))
 	for f := range l.onEnds {
 		fs = append(fs, *f)
