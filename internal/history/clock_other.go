@@ -1,0 +1,11 @@
+//go:build !(linux || darwin || freebsd || openbsd || dragonfly)
+
+package history
+
+import "time"
+
+var base = time.Now()
+
+// Now returns a monotonic reading in nanoseconds. On this platform it is
+// process-local (not comparable across processes).
+func Now() int64 { return int64(time.Since(base)) + 1 }
