@@ -7,17 +7,22 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/redisleader/redisleader"
 	"github.com/redisleader/redisleader/internal/faultproxy"
 	"github.com/redisleader/redisleader/internal/history"
+	"github.com/redisleader/redisleader/internal/redisserver"
 )
 
 var (
@@ -185,4 +190,175 @@ nemesis:
 		_ = os.WriteFile(out, b, 0o644)
 	}
 	h.finish(false)
+}
+
+// TestChaosDocumented runs the documented-limit scenarios that take longer
+// or need special servers: S14 swept over step sizes with and without the
+// takeover delay, S17a (an eviction policy evicts the lock key) and S13
+// (restart from a stale snapshot). Each prints its SCENARIO line.
+//
+//	go test -tags chaos -run TestChaosDocumented -v ./internal/scenario
+func TestChaosDocumented(t *testing.T) {
+	for _, j := range []time.Duration{ttl / 4, ttl / 2, ttl, 2 * ttl} {
+		t.Run(fmt.Sprintf("S14-%v", j), func(t *testing.T) { clockStepSweep(t, j, 0) })
+		t.Run(fmt.Sprintf("S14-%v-takeover-delay", j), func(t *testing.T) { clockStepSweep(t, j, j) })
+	}
+	t.Run("S17a", s17aEviction)
+	t.Run("S13", s13StaleSnapshot)
+}
+
+// clockStepSweep: 5 trials of a forward step J of the Redis clock while a
+// leader holds, each followed at once by a newcomer's campaign.
+func clockStepSweep(t *testing.T, jump, takeoverDelay time.Duration) {
+	id := fmt.Sprintf("S14-sweep-J=%v", jump)
+	if takeoverDelay > 0 {
+		id += "-takeover-delay"
+	}
+	h := newHarness(t, id)
+	var extra []redisleader.Option
+	if takeoverDelay > 0 {
+		extra = append(extra, redisleader.WithTakeoverDelay(takeoverDelay))
+	}
+	const trials = 5
+	early := 0 // trials in which the newcomer led while the old key should have lived
+	for trial := range trials {
+		c0 := h.candidate(fmt.Sprintf("old%d", trial), nil, extra...)
+		l := c0.mustLead(5*time.Second + takeoverDelay)
+		// Land the step at a random point of the renewal cycle.
+		<-time.After(rand.N(ttl / 3))
+		c1 := h.candidate(fmt.Sprintf("new%d", trial), nil, extra...)
+		h.fault("clock-step", true)
+		if err := h.admin.Eval(context.Background(), ttlShift, []string{h.key}, jump.Milliseconds()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		h.fault("clock-step", false)
+		// If the step did not outlast the key, the leader keeps it and the
+		// newcomer's campaign runs out: no early takeover in this trial.
+		ctx, cancel := context.WithTimeout(context.Background(), ttl+takeoverDelay)
+		nl, err := c1.campaign(ctx)
+		cancel()
+		if err == nil {
+			early++
+			select {
+			case <-l.Done():
+			case <-time.After(3 * ttl):
+			}
+			_ = nl.Release(context.Background())
+		}
+		_ = l.Release(context.Background())
+	}
+	rep := history.Check(h.rec.Events())
+	h.note("trials", "%d", trials)
+	h.note("step_ms", "%d", jump.Milliseconds())
+	h.note("takeover_delay_ms", "%d", takeoverDelay.Milliseconds())
+	h.note("newcomer_led", "%d", early)
+	// Overlap is possible without the delay (how often depends on where in
+	// the renewal cycle the step lands); with a delay ≥ J it must be 0.
+	if takeoverDelay >= jump {
+		h.finish(false)
+		return
+	}
+	h.note("violating_trials", "%d", rep.Overlaps)
+	if rep.Overlaps > 0 {
+		h.finish(true)
+		return
+	}
+	h.finish(false)
+}
+
+// s17aEviction: with maxmemory-policy volatile-ttl and memory full of
+// longer-lived keys, Redis evicts the lock key (it expires soonest); a
+// newcomer acquires while the leader still believes, until its next
+// renewal. The session warned about the policy when it started to hold.
+func s17aEviction(t *testing.T) {
+	h := newHarness(t, "S17a", redisserver.Options{Args: []string{"--maxmemory-policy", "volatile-ttl"}})
+	ctx := context.Background()
+	var logs syncBuffer
+	c0 := h.candidate("old", nil, redisleader.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	l := c0.mustLead(5 * time.Second)
+	c1 := h.candidate("new", nil)
+	used := func() int64 {
+		info, _ := h.admin.Info(ctx, "memory").Result()
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	h.fault("evict", true)
+	_ = h.admin.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used()+256<<10, 10)).Err()
+	// Filler with long TTLs until the lock key is evicted.
+	value := strings.Repeat("x", 4096)
+	for i := 0; i < 100000; i++ {
+		if n, _ := h.admin.Exists(ctx, h.key).Result(); n == 0 {
+			break
+		}
+		_ = h.admin.Set(ctx, fmt.Sprintf("filler:%d", i), value, time.Hour).Err()
+	}
+	h.fault("evict", false)
+	nl := c1.mustLead(3 * g8(ttl))
+	select {
+	case <-l.Done():
+	case <-time.After(3 * ttl):
+	}
+	_ = nl.Release(ctx)
+	evicted, _ := h.admin.Info(ctx, "stats").Result()
+	h.note("warned", "%t", strings.Contains(logs.String(), "maxmemory-policy=volatile-ttl"))
+	h.check(strings.Contains(logs.String(), "maxmemory-policy=volatile-ttl"), "no warning about the eviction policy")
+	for _, line := range strings.Split(evicted, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "evicted_keys:"); ok {
+			h.note("evicted_keys", "%s", v)
+		}
+	}
+	h.finish(true)
+}
+
+// s13StaleSnapshot: a snapshot taken while A leads is restored after A
+// resigned and B took over with a higher fence. A's key comes back (it
+// blocks everyone until it expires) and the fence key goes back to A's
+// fence, so a plain INCR counter would hand out B's fence again; the
+// server-time fence does not regress.
+func s13StaleSnapshot(t *testing.T) {
+	h := newHarness(t, "S13", redisserver.Options{Persistence: true, Args: []string{"--save", "", "--appendonly", "no"}})
+	ctx := context.Background()
+	a, b, c := h.candidate("A", nil), h.candidate("B", nil), h.candidate("C", nil)
+	la := a.mustLead(5 * time.Second)
+	dir, err := h.admin.ConfigGet(ctx, "dir").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := filepath.Join(dir["dir"], "dump.rdb")
+	if err := h.admin.Save(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	snapshot, err := os.ReadFile(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = la.Release(ctx)
+	lb := b.mustLead(5 * time.Second)
+	h.fault("restore-stale-snapshot", true)
+	h.srv.Kill(t)
+	if err := os.WriteFile(rdb, snapshot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.srv.Restart(t)
+	h.fault("restore-stale-snapshot", false)
+	restored, _ := h.admin.Get(ctx, h.key+":fence").Int64()
+	lc := c.mustLead(3 * g8(ttl))
+	select {
+	case <-lb.Done():
+	case <-time.After(3 * ttl):
+	}
+	_ = lc.Release(ctx)
+	h.note("fence_a", "%d", la.Fence())
+	h.note("fence_b", "%d", lb.Fence())
+	h.note("fence_key_after_restore", "%d", restored)
+	h.note("incr_counter_would_regress", "%t", restored < lb.Fence())
+	h.note("fence_c", "%d", lc.Fence())
+	h.check(lc.Fence() > lb.Fence(), "fence regressed after the restore: %d after %d", lc.Fence(), lb.Fence())
+	rep := history.Check(h.rec.Events())
+	h.finish(!rep.Safe())
 }
