@@ -23,6 +23,7 @@ import (
 	"github.com/redisleader/redisleader/internal/faultproxy"
 	"github.com/redisleader/redisleader/internal/history"
 	"github.com/redisleader/redisleader/internal/redisserver"
+	"github.com/redisleader/redisleader/internal/syncbuf"
 )
 
 var (
@@ -273,7 +274,7 @@ func clockStepSweep(t *testing.T, jump, takeoverDelay time.Duration) {
 func s17aEviction(t *testing.T) {
 	h := newHarness(t, "S17a", redisserver.Options{Args: []string{"--maxmemory-policy", "volatile-ttl"}})
 	ctx := context.Background()
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	c0 := h.candidate("old", nil, redisleader.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	l := c0.mustLead(5 * time.Second)
 	c1 := h.candidate("new", nil)

@@ -675,21 +675,3 @@ func waitNoLibLeaks(d time.Duration) string { return waitGone(libMarkers, d) }
 
 // goroutines counts this process's goroutines of the library.
 func goroutines() int { return len(goroutinesMatching(libMarkers)) }
-
-// syncBuffer collects log output from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
