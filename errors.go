@@ -40,6 +40,13 @@ var (
 	// ErrSessionClosed: the session was closed; blocking calls on it return
 	// this, and locks it held end with it.
 	ErrSessionClosed = errors.New("redisleader: session closed")
+
+	// ErrReplication: with WithReplicaAcks, fewer replicas than required
+	// acknowledged an acquire within the WAIT timeout, so it was not taken
+	// (its key was deleted again). TryLock returns it wrapped; blocking
+	// acquisitions retry. A renewal that is not acknowledged is retried until
+	// the local deadline, like any other failed renewal.
+	ErrReplication = errors.New("redisleader: too few replicas acknowledged")
 )
 
 type lostError struct{ why string }

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -77,6 +78,9 @@ func NewSession(client Client, opts ...Option) (*Session, error) {
 	cfg, err := buildConfig(opts)
 	if err != nil {
 		return nil, err
+	}
+	if _, ok := client.(*redis.ClusterClient); ok && cfg.acks.n > 0 {
+		return nil, invalidf("WithReplicaAcks needs WAIT on the connection that wrote, which a *redis.ClusterClient pipeline does not give; use it with a *redis.Client (also from redis.NewFailoverClient)")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Session{
@@ -413,9 +417,21 @@ func (s *Session) renewRound(ctx context.Context) (held int, failed bool) {
 	for i, l := range live {
 		argvs[i] = []any{nil, nil, 1, l.keys.lock, l.tokenArg, s.ttlArg}
 	}
-	for i, c := range renewScript.runAll(s.bound(ctx, earliest), s.client, argvs) {
+	var (
+		cmds   []*redis.Cmd
+		ackErr error // the round was not acknowledged by enough replicas
+	)
+	if s.cfg.acks.n == 0 {
+		cmds = renewScript.runAll(s.bound(ctx, earliest), s.client, argvs)
+	} else {
+		cmds, ackErr = renewScript.runAllWait(s.bound(ctx, earliest), s.client, argvs, s.cfg.acks)
+	}
+	for i, c := range cmds {
 		l := live[i]
 		n, err := c.Int64()
+		if err == nil && n != 0 && ackErr != nil {
+			err = ackErr
+		}
 		switch {
 		case err != nil:
 			if ctx.Err() != nil {
@@ -464,6 +480,7 @@ func (s *Session) checkServer(ctx context.Context) {
 	policy := pipe.ConfigGet(ctx, "maxmemory-policy")
 	aof := pipe.ConfigGet(ctx, "appendonly")
 	save := pipe.ConfigGet(ctx, "save")
+	repl := pipe.Info(ctx, "replication")
 	if _, err := pipe.Exec(s.bound(ctx, time.Time{})); err != nil {
 		s.cfg.logger.Debug("redisleader: could not read the server's eviction and persistence settings", "err", err)
 		return
@@ -472,9 +489,23 @@ func (s *Session) checkServer(ctx context.Context) {
 		s.cfg.logger.Warn("redisleader: maxmemory-policy lets Redis evict lock keys (volatile-*) or fence keys (allkeys-*) when memory runs out; an evicted lock key can give a name two owners. Use noeviction.",
 			"maxmemory-policy", p)
 	}
+	if n := infoField(repl.Val(), "connected_slaves"); n != "" && n != "0" && s.cfg.acks.n == 0 {
+		s.cfg.logger.Warn("redisleader: the Redis primary has replicas, and replication is asynchronous: a failover can lose a lock while its owner still believes it holds the name. See WithReplicaAcks.",
+			"connected_replicas", n)
+	}
 	if a, ok := aof.Val()["appendonly"]; ok && a == "no" && save.Val()["save"] == "" {
 		s.cfg.logger.Warn("redisleader: Redis persistence is off (appendonly no, save \"\"): a restart loses every lock at once and a new owner can start while the former one still believes it holds the name, until its next renewal. Enable AOF, restart Redis only after a TTL, or see WithTakeoverDelay.")
 	}
+}
+
+// infoField returns a field of an INFO reply ("" when absent).
+func infoField(info, name string) string {
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
 
 // retryDelay is the retry interval plus a random jitter in [0, retryJitter].

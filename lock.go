@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader/internal/probe"
 )
 
@@ -464,7 +465,18 @@ func (l *Lock) attempt(ctx context.Context) (time.Duration, error) {
 	s := l.s
 	sent := time.Now()
 	deadline := sent.Add(s.cfg.validity())
-	res, err := acquireScript.run(s.bound(ctx, deadline), s.client, l.argv[:]).Slice()
+	var (
+		res    []any
+		err    error
+		ackErr error
+	)
+	if s.cfg.acks.n == 0 {
+		res, err = acquireScript.run(s.bound(ctx, deadline), s.client, l.argv[:]).Slice()
+	} else {
+		var cmds []*redis.Cmd
+		cmds, ackErr = acquireScript.runAllWait(s.bound(ctx, deadline), s.client, [][]any{l.argv[:]}, s.cfg.acks)
+		res, err = cmds[0].Slice()
+	}
 	if err != nil {
 		return 0, fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, err)
 	}
@@ -486,6 +498,12 @@ func (l *Lock) attempt(ctx context.Context) (time.Duration, error) {
 			}
 		}
 		return left, fmt.Errorf("%w (fence %d)", ErrLocked, fence)
+	}
+	if ackErr != nil {
+		// Taken on the primary but not seen by enough replicas: a failover
+		// could lose it, so it does not count. Give the key back.
+		_ = l.del(ctx)
+		return 0, fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, ackErr)
 	}
 	if !time.Now().Before(deadline) {
 		// The reply came too late to trust the lease. The key is ours, so the

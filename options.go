@@ -34,6 +34,8 @@ type config struct {
 	retryJitter      time.Duration
 	retryJitterSet   bool
 	takeoverDelay    time.Duration
+	acks             replicaAcks
+	acksSet          bool
 	logger           *slog.Logger
 	onRound          func(held int, failed bool)  // test hook: after each renewal round
 	onAttempt        func(name string, err error) // test hook: after each acquire attempt
@@ -135,6 +137,29 @@ func WithTakeoverDelay(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.takeoverDelay = d })
 }
 
+// WithReplicaAcks turns on a replication safety level: every acquire and
+// every renewal round is followed, on the same connection, by WAIT n timeout,
+// and counts only if at least n replicas acknowledged it. An acquire that is
+// not acknowledged is not taken (its key is deleted again; TryLock returns
+// ErrReplication, blocking acquisitions retry); a renewal that is not
+// acknowledged is retried until the local deadline, where ownership ends. So
+// an owner never believes beyond what n replicas have seen, and a failover
+// to one of them (Sentinel, managed replicas) does not hand the name to a
+// second owner while the first still believes — unless the promoted replica
+// is not one that acknowledged, which WAIT cannot rule out with more replicas
+// than n. WAIT is not a consensus protocol; see docs/RELIABILITY.md.
+//
+// The default is off. n must be at least 1; timeout must be a positive whole
+// number of milliseconds below the call timeout. Redis checks WAIT's timeout
+// in its event loop, which may sleep up to 1/hz between checks (100ms at the
+// default hz 10), so an unacknowledged WAIT takes up to timeout + 1/hz: leave
+// that much room below the call timeout, or the call times out first (the
+// outcome is the same, only the error differs). Not available with a
+// *redis.ClusterClient (WAIT must run on the connection that wrote).
+func WithReplicaAcks(n int, timeout time.Duration) Option {
+	return optionFunc(func(c *config) { c.acks, c.acksSet = replicaAcks{n: n, timeout: timeout}, true })
+}
+
 // WithLogger sets the logger for renewal failures, lost leases and risky
 // client settings. The default discards everything. A nil logger is an error.
 func WithLogger(l *slog.Logger) Option {
@@ -232,6 +257,12 @@ func (c *config) validate() error {
 		return invalidf("WithTakeoverDelay(%v) must be at most %v", c.takeoverDelay, maxTTL)
 	case c.callTimeout <= 0:
 		return invalidf("WithCallTimeout(%v) must be positive", c.callTimeout)
+	case c.acksSet && c.acks.n < 1:
+		return invalidf("WithReplicaAcks(%d, %v): the number of replicas must be at least 1", c.acks.n, c.acks.timeout)
+	case c.acksSet && (c.acks.timeout <= 0 || c.acks.timeout%time.Millisecond != 0):
+		return invalidf("WithReplicaAcks(%d, %v): the timeout must be a positive whole number of milliseconds", c.acks.n, c.acks.timeout)
+	case c.acksSet && c.acks.timeout >= c.callTimeout:
+		return invalidf("WithReplicaAcks(%d, %v): the timeout must be below the call timeout (%v)", c.acks.n, c.acks.timeout, c.callTimeout)
 	case c.renewInterval+2*c.callTimeout+c.renewRetryMax() >= c.validity():
 		name := fmt.Sprintf("WithCallTimeout(%v)", c.callTimeout)
 		if !c.callTimeoutSet {

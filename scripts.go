@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -220,17 +221,33 @@ func (s *script) run(ctx context.Context, c processor, argv []any) *redis.Cmd {
 // second round trip, those that met a server without the script. Replies
 // and errors are read from the returned commands, in the order of argvs.
 func (s *script) runAll(ctx context.Context, c Client, argvs [][]any) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(argvs))
 	if len(argvs) == 1 {
-		cmds[0] = s.run(ctx, c, argvs[0])
-		return cmds
+		return []*redis.Cmd{s.run(ctx, c, argvs[0])}
 	}
+	cmds, _ := s.runAllWait(ctx, c, argvs, replicaAcks{})
+	return cmds
+}
+
+// replicaAcks is the WithReplicaAcks safety level: how many replicas must
+// acknowledge a write, and how long WAIT may wait for them. n == 0: off.
+type replicaAcks struct {
+	n       int
+	timeout time.Duration
+}
+
+// runAllWait is runAll that, when acks.n > 0, ends each pipeline with
+// WAIT n timeout on the same connection, and returns how many replicas
+// acknowledged every write of the pipelines (the smaller count when a
+// NOSCRIPT retry needed a second pipeline), or WAIT's error.
+func (s *script) runAllWait(ctx context.Context, c Client, argvs [][]any, acks replicaAcks) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, len(argvs))
 	pipe := c.Pipeline()
 	for i, argv := range argvs {
 		argv[0], argv[1] = "evalsha", s.sha
 		cmds[i] = redis.NewCmd(ctx, argv...)
 		_ = pipe.Process(ctx, cmds[i])
 	}
+	wait := acks.queue(ctx, pipe)
 	_, _ = pipe.Exec(ctx) // errors are per command
 	// Scan every reply: Exec reports only the first error, and on Cluster
 	// one node may have lost the script while another timed out.
@@ -245,10 +262,40 @@ func (s *script) runAll(ctx context.Context, c Client, argvs [][]any) []*redis.C
 			_ = retry.Process(ctx, cmds[i])
 		}
 	}
+	var wait2 *redis.IntCmd
 	if retry != nil {
+		wait2 = acks.queue(ctx, retry)
 		_, _ = retry.Exec(ctx)
 	}
-	return cmds
+	return cmds, acks.check(wait, wait2)
+}
+
+// queue adds WAIT to a pipeline, if the safety level is on.
+func (a replicaAcks) queue(ctx context.Context, pipe redis.Pipeliner) *redis.IntCmd {
+	if a.n == 0 {
+		return nil
+	}
+	cmd := redis.NewIntCmd(ctx, "wait", a.n, a.timeout.Milliseconds())
+	_ = pipe.Process(ctx, cmd)
+	return cmd
+}
+
+// check returns nil if every WAIT saw enough acknowledgements, else an
+// error that says how many replicas acknowledged.
+func (a replicaAcks) check(waits ...*redis.IntCmd) error {
+	for _, w := range waits {
+		if w == nil {
+			continue
+		}
+		got, err := w.Result()
+		if err != nil {
+			return fmt.Errorf("WAIT for %d replicas: %w", a.n, err)
+		}
+		if got < int64(a.n) {
+			return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrReplication, got, a.n, a.timeout)
+		}
+	}
+	return nil
 }
 
 // holder is what a lock key says about its owner.

@@ -1,0 +1,110 @@
+package redisleader
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/faultproxy"
+	"github.com/redisleader/redisleader/internal/redisserver"
+	"github.com/redisleader/redisleader/internal/syncbuf"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestReplicaAcksRejectsBadOptions(t *testing.T) {
+	m, c := newMini(t)
+	for _, tt := range []struct {
+		opt  Option
+		want string
+	}{
+		{WithReplicaAcks(0, 10*time.Millisecond), "WithReplicaAcks(0, 10ms): the number of replicas must be at least 1"},
+		{WithReplicaAcks(1, 0), "WithReplicaAcks(1, 0s): the timeout must be a positive whole number of milliseconds"},
+		{WithReplicaAcks(1, 1500*time.Microsecond), "the timeout must be a positive whole number of milliseconds"},
+		{WithReplicaAcks(1, time.Second), "WithReplicaAcks(1, 1s): the timeout must be below the call timeout (1s)"},
+	} {
+		_, err := NewSession(c, tt.opt)
+		assert.ErrorIs(t, err, ErrInvalid)
+		assert.ErrorContains(t, err, tt.want)
+	}
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{m.Addr()}})
+	defer cluster.Close()
+	_, err := NewSession(cluster, WithReplicaAcks(1, 10*time.Millisecond))
+	assert.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorContains(t, err, "ClusterClient")
+	assert.Zero(t, m.CommandCount(), "bad options must not reach Redis")
+}
+
+// replicated starts a primary and a replica that replicates through a fault
+// proxy, so a test can cut replication.
+func replicated(t *testing.T) (primary *redisserver.Server, replica *redisserver.Server, link *faultproxy.Proxy) {
+	primary = redisserver.Start(t)
+	link, err := faultproxy.New(primary.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = link.Close() })
+	host, port, _ := strings.Cut(link.Addr(), ":")
+	replica = redisserver.Start(t, redisserver.Options{Args: []string{"--replicaof", host, port}})
+	// Wait until the replica is in sync.
+	c := primary.Client(t)
+	require.Eventually(t, func() bool {
+		n, err := c.Wait(context.Background(), 1, 100*time.Millisecond).Result()
+		return err == nil && n == 1
+	}, 10*time.Second, 10*time.Millisecond, "replica never connected")
+	return primary, replica, link
+}
+
+// TestReplicaAcks: with WithReplicaAcks an acquire or a renewal counts only
+// when a replica acknowledged it; with replication cut, TryLock fails with
+// ErrReplication and leaves no key, and a held lock ends at its deadline.
+func TestReplicaAcks(t *testing.T) {
+	primary, replica, link := replicated(t)
+	ctx := context.Background()
+	c := primary.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	var logs syncbuf.Buffer
+	round, roundDone := rounds()
+	// Call timeout 250ms: room for WAIT's 50ms plus Redis's 100ms timeout check.
+	s := newSession(t, c, WithTTL(1500*time.Millisecond), WithReplicaAcks(1, 50*time.Millisecond), round,
+		WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+
+	l, err := s.TryLock(ctx, "acked")
+	require.NoError(t, err)
+	rc := replica.Client(t)
+	v, err := rc.Get(ctx, l.Key()).Result()
+	require.NoError(t, err, "the replica has the key once TryLock returned")
+	assert.Contains(t, v, "\n")
+	require.False(t, waitRound(t, roundDone, 3*time.Second), "an acknowledged renewal")
+	assert.True(t, l.Held())
+
+	link.Blackhole(faultproxy.Both)
+	_, err = s.TryLock(ctx, "unacked")
+	assert.ErrorIs(t, err, ErrReplication)
+	assert.ErrorContains(t, err, "0 of 1 replicas acknowledged within 50ms")
+	n, _ := c.Exists(ctx, "redisleader:{unacked}").Result()
+	assert.Zero(t, n, "an unacknowledged acquire must not leave its key")
+
+	d := l.Deadline()
+	waitClosed(t, l.Done(), 3*time.Second, "Done with replication cut")
+	assert.ErrorIs(t, l.Err(), ErrExpired)
+	assert.False(t, time.Now().Before(d), "not before the deadline")
+	exists, _ := c.Exists(ctx, l.Key()).Result()
+	assert.EqualValues(t, 1, exists, "the primary still had the key: renewals ran but were not acknowledged")
+	assert.NotContains(t, logs.String(), "has replicas", "no replication warning with WithReplicaAcks")
+}
+
+// TestReplicasWithoutAcksAreWarned: a session on a primary with replicas and
+// without WithReplicaAcks warns that a failover can lose a lock.
+func TestReplicasWithoutAcksAreWarned(t *testing.T) {
+	primary, _, _ := replicated(t)
+	c := primary.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	var logs syncbuf.Buffer
+	round, roundDone := rounds()
+	s := newSession(t, c, WithTTL(300*time.Millisecond), round,
+		WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	_, err := s.TryLock(context.Background(), "warned")
+	require.NoError(t, err)
+	require.False(t, waitRound(t, roundDone, 2*time.Second))
+	assert.Contains(t, logs.String(), "connected_replicas=1")
+}
