@@ -82,6 +82,9 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 
 // inspect reads the leader and its remaining TTL in one call.
 func (e *Election) inspect(ctx context.Context) (Leader, bool, error) {
+	if e.s.quorum > 1 {
+		return e.inspectQuorum(ctx)
+	}
 	argv := []any{nil, nil, 1, e.keys.lock}
 	res, err := inspectScript.run(e.s.bound(ctx, time.Time{}), e.s.client, argv).Slice()
 	if err != nil {

@@ -46,7 +46,9 @@ type Client interface {
 // A Session is safe for concurrent use. Its zero value is not usable: create
 // one with NewSession and end it with Close.
 type Session struct {
-	client Client
+	client Client   // the only node; for Redlock the first, which also carries pub/sub
+	nodes  []Client // Redlock: every independent node; otherwise just client
+	quorum int      // nodes needed: 1, or len(nodes)/2+1 for Redlock
 	cfg    config
 	ttlArg any // the TTL in ms, boxed once for script arguments
 
@@ -82,9 +84,17 @@ func NewSession(client Client, opts ...Option) (*Session, error) {
 	if _, ok := client.(*redis.ClusterClient); ok && cfg.acks.n > 0 {
 		return nil, invalidf("WithReplicaAcks needs WAIT on the connection that wrote, which a *redis.ClusterClient pipeline does not give; use it with a *redis.Client (also from redis.NewFailoverClient)")
 	}
+	return startSession([]Client{client}, cfg), nil
+}
+
+// startSession starts a session on validated nodes and configuration.
+func startSession(nodes []Client, cfg config) *Session {
+	client := nodes[0]
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Session{
 		client: client,
+		nodes:  nodes,
+		quorum: len(nodes)/2 + 1,
 		cfg:    cfg,
 		ttlArg: strconv.FormatInt(cfg.ttl.Milliseconds(), 10),
 		locks:  make(map[*Lock]struct{}),
@@ -97,9 +107,11 @@ func NewSession(client Client, opts ...Option) (*Session, error) {
 		hbDone: make(chan struct{}),
 	}
 	s.watch = &watcher{s: s, chans: make(map[string]*channelSubs)}
-	warnRiskyClient(client, cfg)
+	for _, c := range nodes {
+		warnRiskyClient(c, cfg)
+	}
 	go s.heartbeat(ctx)
-	return s, nil
+	return s
 }
 
 // Done returns a channel that is closed when Close is called. It is never
@@ -192,9 +204,9 @@ func (s *Session) Close(ctx context.Context) error {
 // ended, or the delete's reply was lost and go-redis retried it.
 func (s *Session) releaseAll(ctx context.Context, locks []*Lock) error {
 	var failed []error
-	for _, err := range s.deleteTokens(ctx, locks) {
-		if err != nil {
-			failed = append(failed, err)
+	for _, d := range s.deleteTokens(ctx, locks) {
+		if d.failed >= s.quorum {
+			failed = append(failed, d.err)
 		}
 	}
 	if len(failed) > 0 {
@@ -203,22 +215,47 @@ func (s *Session) releaseAll(ctx context.Context, locks []*Lock) error {
 	return nil
 }
 
+// deleted is the outcome of one lock's compare-and-delete: on how many
+// nodes it failed, and the first error.
+type deleted struct {
+	failed int
+	err    error
+}
+
 // deleteTokens runs the compare-and-delete for every lock's token in one
-// pipelined round trip and returns each one's error (nil: deleted, or the
-// key no longer held the token).
-func (s *Session) deleteTokens(ctx context.Context, locks []*Lock) []error {
+// pipelined round trip (per node, all nodes at once) and returns each
+// lock's outcome. A node where the key no longer held the token counts as
+// deleted.
+func (s *Session) deleteTokens(ctx context.Context, locks []*Lock) []deleted {
 	if len(locks) == 0 {
 		return nil
 	}
-	argvs := make([][]any, len(locks))
-	for i, l := range locks {
-		argvs[i] = []any{nil, nil, 1, l.keys.lock, l.tokenArg}
+	out := make([]deleted, len(locks))
+	var mu sync.Mutex
+	callCtx := s.bound(ctx, time.Time{})
+	if s.quorum > 1 {
+		var cancel context.CancelFunc
+		callCtx, cancel = s.boundNodes(ctx, time.Time{})
+		defer cancel()
 	}
-	errs := make([]error, len(locks))
-	for i, c := range releaseScript.runAll(s.bound(ctx, time.Time{}), s.client, argvs) {
-		errs[i] = c.Err()
-	}
-	return errs
+	s.onNodes(func(_ int, c Client) {
+		argvs := make([][]any, len(locks))
+		for i, l := range locks {
+			argvs[i] = []any{nil, nil, 1, l.keys.lock, l.tokenArg}
+		}
+		cmds := releaseScript.runAll(callCtx, c, argvs)
+		mu.Lock()
+		defer mu.Unlock()
+		for i, cmd := range cmds {
+			if err := cmd.Err(); err != nil {
+				out[i].failed++
+				if out[i].err == nil {
+					out[i].err = err
+				}
+			}
+		}
+	})
+	return out
 }
 
 // held returns the locks the session holds now.
@@ -347,13 +384,13 @@ func (s *Session) heartbeat(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-s.kick:
-			if !checked { // the first time the session holds something
-				checked = true
-				s.checkServer(ctx)
-			}
 			if !armed {
 				t.Reset(s.cfg.renewInterval)
 				armed = true
+			}
+			if !checked { // the first time the session holds something
+				checked = true
+				s.checkServer(ctx)
 			}
 			continue
 		case <-t.C:
@@ -417,6 +454,9 @@ func (s *Session) renewRound(ctx context.Context) (held int, failed bool) {
 	for i, l := range live {
 		argvs[i] = []any{nil, nil, 1, l.keys.lock, l.tokenArg, s.ttlArg}
 	}
+	if s.quorum > 1 {
+		return len(live), s.renewRoundQuorum(ctx, sent, earliest, live)
+	}
 	var (
 		cmds   []*redis.Cmd
 		ackErr error // the round was not acknowledged by enough replicas
@@ -459,11 +499,11 @@ func (s *Session) cleanStale(ctx context.Context) {
 	s.mu.Lock()
 	locks := slices.Collect(maps.Keys(s.stale))
 	s.mu.Unlock()
-	errs := s.deleteTokens(ctx, locks)
+	outcomes := s.deleteTokens(ctx, locks)
 	now := time.Now()
 	s.mu.Lock()
 	for i, l := range locks {
-		if errs[i] == nil || now.After(s.stale[l]) {
+		if outcomes[i].failed == 0 || now.After(s.stale[l]) {
 			delete(s.stale, l)
 		}
 	}
@@ -476,12 +516,19 @@ func (s *Session) cleanStale(ctx context.Context) {
 // restart loses every lock at once. It reads CONFIG GET in one round trip; a
 // server that refuses CONFIG (managed Redis, ACLs) is noted at debug level.
 func (s *Session) checkServer(ctx context.Context) {
-	pipe := s.client.Pipeline()
+	callCtx, cancel := s.boundNodes(ctx, time.Time{})
+	defer cancel()
+	s.onNodes(func(_ int, c Client) { s.checkNode(callCtx, c) })
+}
+
+// checkNode runs checkServer's checks on one node.
+func (s *Session) checkNode(ctx context.Context, c Client) {
+	pipe := c.Pipeline()
 	policy := pipe.ConfigGet(ctx, "maxmemory-policy")
 	aof := pipe.ConfigGet(ctx, "appendonly")
 	save := pipe.ConfigGet(ctx, "save")
 	repl := pipe.Info(ctx, "replication")
-	if _, err := pipe.Exec(s.bound(ctx, time.Time{})); err != nil {
+	if _, err := pipe.Exec(ctx); err != nil {
 		s.cfg.logger.Debug("redisleader: could not read the server's eviction and persistence settings", "err", err)
 		return
 	}

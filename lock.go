@@ -141,6 +141,9 @@ func (l *Lock) Release(ctx context.Context) error {
 // run: a NOSCRIPT reply lost on the way, say), so the session's heartbeat
 // retries it until it succeeds or the token has expired.
 func (l *Lock) del(ctx context.Context) error {
+	if l.s.quorum > 1 {
+		return l.delQuorum(ctx)
+	}
 	argv := l.argv[:5]
 	argv[2], argv[4] = 1, l.tokenArg
 	n, err := releaseScript.run(l.s.bound(ctx, time.Time{}), l.s.client, argv).Int()
@@ -458,11 +461,15 @@ func (s *Session) newLock(k keys, value string) *Lock {
 	return l
 }
 
-// attempt makes one acquire call. On success the lock is armed (deadline
-// timer) and registered with the heartbeat. If another owner holds the key it
-// returns ErrLocked and how long that owner's lease has left on the server.
+// attempt makes one acquire call (on every node, for a Redlock session).
+// On success the lock is armed (deadline timer) and registered with the
+// heartbeat. If another owner holds the key it returns ErrLocked and how
+// long that owner's lease has left on the server.
 func (l *Lock) attempt(ctx context.Context) (time.Duration, error) {
 	s := l.s
+	if s.quorum > 1 {
+		return l.attemptQuorum(ctx)
+	}
 	sent := time.Now()
 	deadline := sent.Add(s.cfg.validity())
 	var (
@@ -477,51 +484,75 @@ func (l *Lock) attempt(ctx context.Context) (time.Duration, error) {
 		cmds, ackErr = acquireScript.runAllWait(s.bound(ctx, deadline), s.client, [][]any{l.argv[:]}, s.cfg.acks)
 		res, err = cmds[0].Slice()
 	}
-	if err != nil {
-		return 0, fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, err)
-	}
-	if len(res) < 2 {
-		return 0, fmt.Errorf("redisleader: acquire %q: unexpected reply %v", l.keys.name, res)
-	}
-	if ok, _ := res[0].(int64); ok != 1 {
-		var fence int64
-		if stored, ok := res[1].(string); ok {
-			h, _ := parseHolder(stored)
-			fence = h.fence
-		}
-		var left time.Duration
-		if len(res) > 2 {
-			if ms, ok := res[2].(int64); ok && ms >= 0 {
-				left = time.Duration(ms) * time.Millisecond
-			} else {
-				left = -1 // no TTL: nothing to align with
-			}
-		}
-		return left, fmt.Errorf("%w (fence %d)", ErrLocked, fence)
-	}
-	if ackErr != nil {
+	r := l.acquireReply(res, err)
+	switch {
+	case r.err != nil:
+		return r.left, r.err
+	case ackErr != nil:
 		// Taken on the primary but not seen by enough replicas: a failover
 		// could lose it, so it does not count. Give the key back.
 		_ = l.del(ctx)
 		return 0, fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, ackErr)
 	}
+	return 0, l.arm(sent, deadline, r.fence)
+}
+
+// acquired is what one node answered to an acquire.
+type acquired struct {
+	fence int64         // ours when err is nil, else the holder's (ErrLocked)
+	left  time.Duration // ErrLocked: the holder's PTTL (-1: no TTL)
+	err   error         // nil: acquired; ErrLocked wrapped; or the Redis error
+}
+
+// acquireReply decodes the acquire script's reply.
+func (l *Lock) acquireReply(res []any, err error) acquired {
+	if err != nil {
+		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, err)}
+	}
+	if len(res) < 2 {
+		return acquired{err: fmt.Errorf("redisleader: acquire %q: unexpected reply %v", l.keys.name, res)}
+	}
+	if ok, _ := res[0].(int64); ok == 1 {
+		fence, _ := res[1].(int64)
+		return acquired{fence: fence}
+	}
+	var r acquired
+	if stored, ok := res[1].(string); ok {
+		h, _ := parseHolder(stored)
+		r.fence = h.fence
+	}
+	if len(res) > 2 {
+		if ms, ok := res[2].(int64); ok && ms >= 0 {
+			r.left = time.Duration(ms) * time.Millisecond
+		} else {
+			r.left = -1 // no TTL: nothing to align with
+		}
+	}
+	r.err = fmt.Errorf("%w (fence %d)", ErrLocked, r.fence)
+	return r
+}
+
+// arm completes a successful acquire sent at sent: unless the reply came
+// after the deadline, it starts the deadline timer and registers the lock
+// with the heartbeat.
+func (l *Lock) arm(sent, deadline time.Time, fence int64) error {
 	if !time.Now().Before(deadline) {
 		// The reply came too late to trust the lease. The key is ours, so the
 		// next attempt (same token) refreshes it and starts a new deadline.
-		return 0, fmt.Errorf("redisleader: acquire %q: reply arrived after the lease's local deadline", l.keys.name)
+		return fmt.Errorf("redisleader: acquire %q: reply arrived after the lease's local deadline", l.keys.name)
 	}
-	l.fence, _ = res[1].(int64)
+	l.fence = fence
 	l.mu.Lock()
 	l.deadline, l.renewed = deadline, sent
 	l.timer = time.AfterFunc(time.Until(deadline), l.onDeadline)
 	l.mu.Unlock()
-	if err := s.add(l); err != nil {
+	if err := l.s.add(l); err != nil {
 		// The session closed while we acquired: give the key back now.
 		l.end(err)
 		_ = l.del(context.Background())
-		return 0, err
+		return err
 	}
-	return 0, nil
+	return nil
 }
 
 // takeover waits out the takeover delay (WithTakeoverDelay) of a fresh

@@ -1,0 +1,202 @@
+package redisleader
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestNewRedlockSessionRejectsBadInput(t *testing.T) {
+	ms, cs := redlockNodes(t, 3)
+	c4 := redis.NewClient(&redis.Options{Addr: ms[0].Addr()})
+	defer c4.Close()
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{ms[0].Addr()}})
+	defer cluster.Close()
+	for _, tt := range []struct {
+		clients []Client
+		opts    []Option
+		want    string
+	}{
+		{cs[:1], nil, "1 clients; Redlock needs at least 3 independent nodes"},
+		{append(cs, c4), nil, "4 clients; use an odd number of nodes"},
+		{[]Client{cs[0], nil, cs[2]}, nil, "client 1 is nil"},
+		{[]Client{cs[0], (*redis.Client)(nil), cs[2]}, nil, "client 1 is nil"},
+		{[]Client{cs[0], cs[1], cs[0]}, nil, "client 2 is also client 0"},
+		{[]Client{cs[0], cs[1], cluster}, nil, "client 2 is a ClusterClient"},
+		{cs, []Option{WithReplicaAcks(1, 10*time.Millisecond)}, "WithReplicaAcks is not available in Redlock mode"},
+		{cs, []Option{WithTTL(0)}, "WithTTL(0s) must be at least 10ms"},
+	} {
+		s, err := NewRedlockSession(tt.clients, tt.opts...)
+		assert.Nil(t, s)
+		assert.ErrorIs(t, err, ErrInvalid)
+		assert.ErrorContains(t, err, tt.want)
+	}
+	for _, m := range ms {
+		assert.Zero(t, m.CommandCount(), "bad input must not reach Redis")
+	}
+}
+
+// redlockNodes starts n miniredis nodes and a client for each.
+func redlockNodes(t *testing.T, n int) ([]*miniredis.Miniredis, []Client) {
+	var ms []*miniredis.Miniredis
+	var cs []Client
+	for range n {
+		m, c := newMini(t)
+		ms = append(ms, m)
+		cs = append(cs, c)
+	}
+	return ms, cs
+}
+
+func newRedlock(t *testing.T, cs []Client, opts ...Option) *Session {
+	t.Helper()
+	s, err := NewRedlockSession(cs, append(fastOpts(), opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
+// TestRedlockLock: a Redlock acquisition holds the token on every node with
+// one fence; a second session is refused; Release clears every node.
+func TestRedlockLock(t *testing.T) {
+	ctx := context.Background()
+	ms, cs := redlockNodes(t, 3)
+	a, b := newRedlock(t, cs), newRedlock(t, cs)
+	l, err := a.TryLock(ctx, "job")
+	require.NoError(t, err)
+	for i, m := range ms {
+		v, err := m.Get(l.Key())
+		require.NoError(t, err, "node %d", i)
+		h, ok := parseHolder(v)
+		require.True(t, ok)
+		assert.Equal(t, l.Fence(), h.fence, "node %d stores the quorum's fence", i)
+		stored, _ := m.Get(newKeys("job").fence)
+		assert.Equal(t, fmt.Sprint(l.Fence()), stored, "node %d's fence key", i)
+	}
+	_, err = b.TryLock(ctx, "job")
+	assert.ErrorIs(t, err, ErrLocked)
+	require.NoError(t, l.Release(ctx))
+	for i, m := range ms {
+		assert.False(t, m.Exists(l.Key()), "node %d", i)
+	}
+	lb, err := b.TryLock(ctx, "job")
+	require.NoError(t, err)
+	assert.Greater(t, lb.Fence(), l.Fence())
+}
+
+// TestRedlockFencesSurviveANodeAhead: a node whose fence counter is far
+// ahead raises the fence once; the value is written back to the quorum, so
+// later fences stay above it even after that node is gone.
+func TestRedlockFencesSurviveANodeAhead(t *testing.T) {
+	ctx := context.Background()
+	ms, cs := redlockNodes(t, 3)
+	s := newRedlock(t, cs)
+	ahead := int64(8_000_000_000_000_000)
+	require.NoError(t, ms[2].Set(newKeys("f").fence, fmt.Sprint(ahead)))
+	l1, err := s.TryLock(ctx, "f")
+	require.NoError(t, err)
+	assert.Equal(t, ahead+1, l1.Fence())
+	require.NoError(t, l1.Release(ctx))
+	ms[2].Close() // the node that was ahead is gone
+	l2, err := s.TryLock(ctx, "f")
+	require.NoError(t, err)
+	assert.Greater(t, l2.Fence(), l1.Fence())
+	require.NoError(t, l2.Release(ctx), "a release that fails on one node of three succeeds")
+}
+
+// TestRedlockOneNodeDown: with one node of three down, acquire, renewals,
+// elections and handover work.
+func TestRedlockOneNodeDown(t *testing.T) {
+	ctx := context.Background()
+	ms, cs := redlockNodes(t, 3)
+	ms[1].Close()
+	round, roundDone := rounds()
+	a := newRedlock(t, cs, round)
+	b := newRedlock(t, cs)
+	ea, _ := a.Election("e")
+	eb, _ := b.Election("e")
+	la, err := ea.Campaign(ctx, "a")
+	require.NoError(t, err)
+	for range 3 {
+		waitRound(t, roundDone, 2*time.Second) // rounds fail on node 1, succeed on a quorum
+	}
+	assert.True(t, la.Held(), "%v", la.Err())
+	leader, err := eb.Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, Leader{Value: "a", Fence: la.Fence(), TTL: leader.TTL}, leader)
+	got := make(chan *Lock, 1)
+	go func() {
+		lb, err := eb.Campaign(ctx, "b")
+		assert.NoError(t, err)
+		got <- lb
+	}()
+	require.NoError(t, la.Release(ctx))
+	select {
+	case lb := <-got:
+		assert.Greater(t, lb.Fence(), la.Fence())
+		require.NoError(t, lb.Release(ctx))
+	case <-time.After(5 * time.Second):
+		t.Fatal("no handover with one node down")
+	}
+}
+
+// TestRedlockNoQuorum: with two nodes of three down there is no leader: an
+// acquire fails (not with ErrLocked) and a held lock ends at its deadline.
+func TestRedlockNoQuorum(t *testing.T) {
+	ctx := context.Background()
+	ms, cs := redlockNodes(t, 3)
+	s := newRedlock(t, cs)
+	l, err := s.TryLock(ctx, "q")
+	require.NoError(t, err)
+	ms[0].Close()
+	ms[1].Close()
+	_, err = s.TryLock(ctx, "other")
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, ErrLocked)
+	assert.ErrorContains(t, err, "acquired on 1 of 3 nodes (need 2)")
+	assert.False(t, ms[2].Exists("redisleader:{other}"), "the minority's key is given back")
+	d := l.Deadline()
+	waitClosed(t, l.Done(), 3*time.Second, "Done without a quorum")
+	assert.ErrorIs(t, l.Err(), ErrExpired)
+	assert.False(t, time.Now().Before(d))
+}
+
+// TestRedlockQuorumLost: when a majority of nodes no longer hold the token,
+// the next renewal ends the lock with ErrNotOwner; one node alone does not.
+func TestRedlockQuorumLost(t *testing.T) {
+	ctx := context.Background()
+	ms, cs := redlockNodes(t, 3)
+	round, roundDone := rounds()
+	s := newRedlock(t, cs, round)
+	l, err := s.TryLock(ctx, "lost")
+	require.NoError(t, err)
+	ms[0].Del(l.Key())
+	waitRound(t, roundDone, 2*time.Second)
+	assert.True(t, l.Held(), "one node of three is not a quorum")
+	ms[1].Del(l.Key())
+	waitClosed(t, l.Done(), 2*time.Second, "Done after the quorum was lost")
+	assert.ErrorIs(t, l.Err(), ErrNotOwner)
+}
+
+// TestRedlockSplitVote: held by different owners on two nodes, the third
+// free: no quorum is possible, so TryLock says ErrLocked and gives the free
+// node back.
+func TestRedlockSplitVote(t *testing.T) {
+	ctx := context.Background()
+	ms, cs := redlockNodes(t, 3)
+	x := newRedlock(t, cs)
+	key := newKeys("split").lock
+	require.NoError(t, ms[0].Set(key, "X\n1\n"))
+	ms[0].SetTTL(key, time.Minute)
+	require.NoError(t, ms[1].Set(key, "Y\n2\n"))
+	ms[1].SetTTL(key, time.Minute)
+	_, err := x.TryLock(ctx, "split")
+	assert.ErrorIs(t, err, ErrLocked)
+	assert.False(t, ms[2].Exists(key), "the free node is given back")
+}
