@@ -316,40 +316,55 @@ func (r *resource) write(who string, fence int64) bool {
 	return ok
 }
 
-// candidate is an in-process candidate: its own proxy, client and session.
+// candidate is an in-process candidate: its own proxy, client and session
+// (for Redlock, one proxy and client per node).
 type candidate struct {
-	h      *harness
-	who    string
-	proxy  *faultproxy.Proxy
-	client *redis.Client
-	opts   []redisleader.Option
-	cfg    func(*redis.Options)
+	h       *harness
+	who     string
+	proxy   *faultproxy.Proxy // proxies[0]
+	client  *redis.Client     // clients[0]
+	proxies []*faultproxy.Proxy
+	clients []*redis.Client
+	opts    []redisleader.Option
+	cfg     func(*redis.Options)
 
 	mu   sync.Mutex
 	sess *redisleader.Session
 	el   *redisleader.Election
 }
 
-// candidate starts an in-process candidate with the fast-tier options plus
-// extra; cfg, if not nil, adjusts its go-redis options.
+// candidate starts an in-process candidate on the scenario's server with
+// the fast-tier options plus extra; cfg, if not nil, adjusts its go-redis
+// options.
 func (h *harness) candidate(who string, cfg func(*redis.Options), extra ...redisleader.Option) *candidate {
 	h.t.Helper()
-	p, err := faultproxy.New(h.srv.Addr())
-	if err != nil {
-		h.t.Fatal(err)
+	return h.candidateOn([]*redisserver.Server{h.srv}, who, cfg, extra...)
+}
+
+// candidateOn starts an in-process candidate on the given servers: a plain
+// session on one, a Redlock session on several, each through its own proxy.
+func (h *harness) candidateOn(srvs []*redisserver.Server, who string, cfg func(*redis.Options), extra ...redisleader.Option) *candidate {
+	h.t.Helper()
+	c := &candidate{h: h, who: who, opts: leaseOpts(h.ttl, extra...), cfg: cfg}
+	for _, srv := range srvs {
+		p, err := faultproxy.New(srv.Addr())
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		h.t.Cleanup(func() { _ = p.Close() })
+		client := redis.NewClient(c.redisOptions(p.Addr()))
+		h.t.Cleanup(func() { _ = client.Close() })
+		c.proxies, c.clients = append(c.proxies, p), append(c.clients, client)
 	}
-	h.t.Cleanup(func() { _ = p.Close() })
-	c := &candidate{h: h, who: who, proxy: p, opts: leaseOpts(h.ttl, extra...), cfg: cfg}
-	c.client = redis.NewClient(c.redisOptions())
-	h.t.Cleanup(func() { _ = c.client.Close() })
+	c.proxy, c.client = c.proxies[0], c.clients[0]
 	c.newSession()
 	h.t.Cleanup(func() { _ = c.session().Close(context.Background()) })
 	return c
 }
 
-func (c *candidate) redisOptions() *redis.Options {
+func (c *candidate) redisOptions(addr string) *redis.Options {
 	o := &redis.Options{
-		Addr: c.proxy.Addr(), ContextTimeoutEnabled: true,
+		Addr: addr, ContextTimeoutEnabled: true,
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second,
 	}
 	if c.cfg != nil {
@@ -359,7 +374,19 @@ func (c *candidate) redisOptions() *redis.Options {
 }
 
 func (c *candidate) newSession() {
-	s, err := redisleader.NewSession(c.client, c.opts...)
+	var (
+		s   *redisleader.Session
+		err error
+	)
+	if len(c.clients) == 1 {
+		s, err = redisleader.NewSession(c.client, c.opts...)
+	} else {
+		nodes := make([]redisleader.Client, len(c.clients))
+		for i, cl := range c.clients {
+			nodes[i] = cl
+		}
+		s, err = redisleader.NewRedlockSession(nodes, c.opts...)
+	}
 	if err != nil {
 		c.h.t.Fatal(err)
 	}
@@ -439,12 +466,16 @@ func (h *harness) lead(cs ...*candidate) (stop func()) {
 // the release does not reach Redis and the key stays until it expires; then
 // the path heals and c starts a fresh session.
 func (c *candidate) abandon() {
-	c.proxy.Blackhole(faultproxy.Both)
+	for _, p := range c.proxies {
+		p.Blackhole(faultproxy.Both)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	_ = c.session().Close(ctx)
 	cancel()
-	c.proxy.Heal()
-	c.proxy.ResetConns()
+	for _, p := range c.proxies {
+		p.Heal()
+		p.ResetConns()
+	}
 	c.newSession()
 }
 
