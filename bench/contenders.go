@@ -71,6 +71,16 @@ func (e *env) contenders() ([]contender, func(), error) {
 		pools = append(pools, goredis.NewPool(client(s.addr())))
 	}
 	rs3 := redsync.New(pools...)
+	var nodes []redisleader.Client
+	for _, s := range e.servers[:3] {
+		nodes = append(nodes, client(s.addr()))
+	}
+	redlock, err := redisleader.NewRedlockSession(nodes, redisleader.WithTTL(lockTTL))
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	closers = append(closers, func() { _ = redlock.Close(context.Background()) })
 
 	list := []contender{
 		{"raw", "the floor, plain go-redis: SET key token PX ttl NX + EVALSHA compare-and-delete",
@@ -83,6 +93,8 @@ func (e *env) contenders() ([]contender, func(), error) {
 			func(key string) worker { return &redsyncWorker{m: rs1.NewMutex(key, redsync.WithExpiry(lockTTL))} }},
 		{"redsync-3", "redsync, three independent servers (quorum 2): TryLockContext + UnlockContext, WithExpiry(ttl)",
 			func(key string) worker { return &redsyncWorker{m: rs3.NewMutex(key, redsync.WithExpiry(lockTTL))} }},
+		{"redisleader-redlock-3", "this library over the same three servers (quorum 2): NewRedlockSession, TryLock + Release",
+			func(key string) worker { return &leaderWorker{s: redlock, name: key} }},
 	}
 	return list, closeAll, nil
 }

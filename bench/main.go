@@ -100,6 +100,12 @@ func run(cfg config, out string) int {
 		return 1
 	}
 	defer closeContenders()
+	topo, err := e.topologies()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	defer topo.close()
 
 	ctx := context.Background()
 	res := newResults(cfg.rounds)
@@ -110,6 +116,8 @@ func run(cfg config, out string) int {
 		runElections(ctx, e, cfg, round, res.elections, &res.errs)
 		progress("round %d/%d: scale", round+1, cfg.rounds)
 		runScale(ctx, e, cfg, round, res.scale, &res.errs)
+		progress("round %d/%d: topologies", round+1, cfg.rounds)
+		runTopologies(ctx, topo, cfg, round, res.topo, &res.errs)
 	}
 	report := render(cfg, contenders, res, time.Since(start))
 	fmt.Print(report)
@@ -130,11 +138,12 @@ type results struct {
 	locks     *lockResults
 	elections *electionResults
 	scale     *scaleResults
+	topo      *topoResults
 	errs      errorLog
 }
 
 func newResults(rounds int) *results {
-	return &results{locks: newLockResults(rounds), elections: newElectionResults(rounds), scale: newScaleResults(rounds)}
+	return &results{locks: newLockResults(rounds), elections: newElectionResults(rounds), scale: newScaleResults(rounds), topo: newTopoResults(rounds)}
 }
 
 // env is the run's redis-servers and the client that inspects the first.

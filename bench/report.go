@@ -25,6 +25,7 @@ func render(cfg config, contenders []contender, res *results, took time.Duration
 	r.locks(contenders, res.locks)
 	r.elections(res.elections)
 	r.scale(res.scale)
+	r.topologies(res.topo)
 	r.errors(res.errs.list)
 	return r.String()
 }

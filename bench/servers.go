@@ -28,16 +28,16 @@ const (
 	readyMarker   = "Ready to accept connections"
 )
 
-// startServer starts redis-server on a free loopback port and returns once
+// startServer starts redis-server (with extra arguments) on a free loopback port and returns once
 // the server logs that it accepts connections.
-func startServer() (*server, error) {
+func startServer(args ...string) (*server, error) {
 	var lastErr error
 	for range startAttempts {
 		port, err := freePort()
 		if err != nil {
 			return nil, err
 		}
-		s, err := launch(port)
+		s, err := launch(port, args...)
 		if err == nil {
 			return s, nil
 		}
@@ -63,14 +63,14 @@ func freePort() (int, error) {
 
 // launch runs redis-server on port and waits for its ready line on stdout
 // (the server logs there with --daemonize no), so no polling is needed.
-func launch(port int) (*server, error) {
+func launch(port int, extra ...string) (*server, error) {
 	dir, err := os.MkdirTemp("", "redisleader-bench-")
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("redis-server",
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--daemonize", "no")
+	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--daemonize", "no"}, extra...)
+	cmd := exec.Command("redis-server", args...)
 	cmd.Dir = dir
 	cmd.SysProcAttr = sysProcAttr()
 	out, err := cmd.StdoutPipe()
