@@ -94,6 +94,14 @@ func Start(t testing.TB, opts ...Options) *Server {
 	if len(opts) == 1 {
 		o = opts[0]
 	}
+	return start(t, func(port int, dir string) ([]string, error) { return buildArgs(port, dir, o), nil })
+}
+
+// start does the work of Start (without the PATH check): argsFor returns the
+// redis-server command line for each port tried, with the server's private
+// directory, so that it can pick further ports or write a config file there.
+func start(t testing.TB, argsFor func(port int, dir string) ([]string, error)) *Server {
+	t.Helper()
 	s := &Server{dir: t.TempDir(), log: &logBuffer{}}
 	t.Cleanup(func() {
 		if err := s.kill(); err != nil {
@@ -109,7 +117,9 @@ func Start(t testing.TB, opts ...Options) *Server {
 			t.Fatalf("redisserver: finding a free port: %v", err)
 		}
 		s.port = port
-		s.args = buildArgs(port, s.dir, o)
+		if s.args, err = argsFor(port, s.dir); err != nil {
+			t.Fatalf("redisserver: preparing server on port %d: %v", port, err)
+		}
 		inUse, err := s.launch()
 		if err == nil {
 			return s
