@@ -1,0 +1,158 @@
+package redisleader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/redisserver"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// clusterClient returns a ClusterClient for c with the settings the
+// library wants.
+func clusterClient(t *testing.T, c *redisserver.Cluster) *redis.ClusterClient {
+	return c.Client(t, func(o *redis.ClusterOptions) { o.ContextTimeoutEnabled = true })
+}
+
+// TestClusterLocksAcrossSlots: on a 3-master Redis Cluster, locks on names
+// spread over every master work (one slot per name: lock and fence keys
+// share the hash tag), renewal rounds keep them, and an election hands over
+// through pub/sub long before the lease could expire.
+func TestClusterLocksAcrossSlots(t *testing.T) {
+	cluster := redisserver.StartCluster(t, 3)
+	ctx := context.Background()
+	round, roundDone := rounds()
+	a := newSession(t, clusterClient(t, cluster), WithTTL(3*time.Second), WithRenewInterval(200*time.Millisecond), round)
+	blocked := make(chan struct{}, 1) // b found the election held
+	b := newSession(t, clusterClient(t, cluster), WithTTL(3*time.Second), withAttemptHook(func(name string, err error) {
+		if name == "cluster-election" && errors.Is(err, ErrLocked) {
+			select {
+			case blocked <- struct{}{}:
+			default:
+			}
+		}
+	}))
+
+	owners := map[string]bool{}
+	var locks []*Lock
+	for i := range 12 {
+		name := fmt.Sprintf("job-%d", i)
+		k := newKeys(name)
+		require.Equal(t, redisserver.Slot(k.lock), redisserver.Slot(k.fence), "lock and fence keys share a slot")
+		owners[cluster.Owner(redisserver.Slot(k.lock)).Addr()] = true
+		l, err := a.TryLock(ctx, name)
+		require.NoError(t, err, name)
+		locks = append(locks, l)
+		_, err = b.TryLock(ctx, name)
+		assert.ErrorIs(t, err, ErrLocked, name)
+	}
+	assert.Len(t, owners, 3, "the names cover every master")
+	for range 3 {
+		require.False(t, waitRound(t, roundDone, 3*time.Second), "a renewal round across the masters failed")
+	}
+	for _, l := range locks {
+		assert.True(t, l.Held(), l.Name())
+		require.NoError(t, l.Release(ctx))
+	}
+
+	ea, _ := a.Election("cluster-election")
+	eb, _ := b.Election("cluster-election")
+	la, err := ea.Campaign(ctx, "a")
+	require.NoError(t, err)
+	got := make(chan *Lock, 1)
+	go func() {
+		lb, err := eb.Campaign(ctx, "b")
+		assert.NoError(t, err)
+		got <- lb
+	}()
+	// b waits on pub/sub once it has found the name held; then resign.
+	select {
+	case <-blocked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("b never found the election held")
+	}
+	released := time.Now()
+	require.NoError(t, la.Release(ctx))
+	select {
+	case lb := <-got:
+		assert.Less(t, time.Since(released), time.Second, "the handover came by pub/sub, not by expiry (TTL 3s)")
+		assert.Greater(t, lb.Fence(), la.Fence())
+		require.NoError(t, lb.Release(ctx))
+	case <-time.After(10 * time.Second):
+		t.Fatal("no handover on the cluster")
+	}
+}
+
+// TestClusterSlotMigration: the slot of a held election moves to another
+// master (keys, TTLs and the fence key with it); the leader keeps
+// renewing through MOVED/ASK redirections, and the next leader's fence is
+// higher.
+func TestClusterSlotMigration(t *testing.T) {
+	cluster := redisserver.StartCluster(t, 3)
+	ctx := context.Background()
+	round, roundDone := rounds()
+	a := newSession(t, clusterClient(t, cluster), WithTTL(time.Second), round)
+	b := newSession(t, clusterClient(t, cluster), WithTTL(time.Second))
+	ea, _ := a.Election("moving")
+	eb, _ := b.Election("moving")
+	la, err := ea.Campaign(ctx, "a")
+	require.NoError(t, err)
+	slot := redisserver.Slot(la.Key())
+	src := cluster.Owner(slot)
+	var dst *redisserver.Server
+	for _, n := range cluster.Nodes() {
+		if n != src {
+			dst = n
+			break
+		}
+	}
+	cluster.MigrateSlot(t, slot, dst)
+	require.Equal(t, dst.Addr(), cluster.Owner(slot).Addr())
+	for range 3 {
+		waitRound(t, roundDone, 3*time.Second)
+	}
+	assert.True(t, la.Held(), "leadership survived the migration: %v", la.Err())
+	leader, err := eb.Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "a", leader.Value)
+	require.NoError(t, la.Release(ctx))
+	lb, err := eb.Campaign(ctx, "b")
+	require.NoError(t, err)
+	assert.Greater(t, lb.Fence(), la.Fence())
+}
+
+// TestClusterMasterRestart: the master serving a held election restarts
+// without persistence and loses the key: the leader learns it at its next
+// renewal (ErrNotOwner, not silence), a follower takes over, and the fence
+// still increases (the server-time fence does not need the lost fence key).
+func TestClusterMasterRestart(t *testing.T) {
+	cluster := redisserver.StartCluster(t, 3)
+	ctx := context.Background()
+	a := newSession(t, clusterClient(t, cluster), WithTTL(time.Second))
+	b := newSession(t, clusterClient(t, cluster), WithTTL(time.Second))
+	ea, _ := a.Election("restart")
+	eb, _ := b.Election("restart")
+	la, err := ea.Campaign(ctx, "a")
+	require.NoError(t, err)
+	got := make(chan *Lock, 1)
+	go func() {
+		lb, err := eb.Campaign(ctx, "b")
+		assert.NoError(t, err)
+		got <- lb
+	}()
+	cluster.RestartNode(t, cluster.Owner(redisserver.Slot(la.Key())))
+	waitClosed(t, la.Done(), 5*time.Second, "the leader learns its key is gone")
+	assert.ErrorIs(t, la.Err(), ErrLost)
+	select {
+	case lb := <-got:
+		assert.Greater(t, lb.Fence(), la.Fence())
+		require.NoError(t, lb.Release(ctx))
+	case <-time.After(10 * time.Second):
+		t.Fatal("no new leader after the master restart")
+	}
+}
