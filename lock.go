@@ -133,7 +133,8 @@ func (l *Lock) Release(ctx context.Context) error {
 }
 
 // del runs the compare-and-delete for this lock's token. It is called at most
-// once per lock, after the acquisition ended. A key that no longer holds the
+// once per lock, after the acquisition ended: it overwrites the acquire
+// arguments in l.argv. A key that no longer holds the
 // token is not reported as an error: go-redis retries a delete whose reply
 // was lost, and the retry finds the key gone; it is logged, since it may
 // also mean that the key was deleted or expired behind our back just before.
@@ -490,8 +491,12 @@ func (l *Lock) attempt(ctx context.Context) (time.Duration, error) {
 		return r.left, r.err
 	case ackErr != nil:
 		// Taken on the primary but not seen by enough replicas: a failover
-		// could lose it, so it does not count. Give the key back.
-		_ = l.del(ctx)
+		// could lose it, so it does not count. Give the key back, without
+		// del, which reuses (and overwrites) the argument vector that the
+		// next attempt of this acquisition still needs.
+		if d := s.deleteTokens(ctx, []*Lock{l})[0]; d.failed > 0 {
+			s.markStale(l)
+		}
 		return 0, fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, ackErr)
 	}
 	return 0, l.arm(sent, deadline, r.fence)

@@ -2,6 +2,7 @@ package redisleader
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -107,4 +108,46 @@ func TestReplicasWithoutAcksAreWarned(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, waitRound(t, roundDone, 2*time.Second))
 	assert.Contains(t, logs.String(), "connected_replicas=1")
+}
+
+// TestReplicaAcksRetriesUntilAcknowledged: a blocking acquire whose first
+// attempts are not acknowledged keeps its acquisition's arguments intact
+// and succeeds once replication is back (regression: the give-back used to
+// overwrite them, and every later attempt failed with a Lua error).
+func TestReplicaAcksRetriesUntilAcknowledged(t *testing.T) {
+	primary, _, link := replicated(t)
+	ctx := context.Background()
+	c := primary.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	refused := make(chan struct{}, 1)
+	s := newSession(t, c, WithTTL(1500*time.Millisecond), WithReplicaAcks(1, 50*time.Millisecond),
+		withAttemptHook(func(_ string, err error) {
+			if errors.Is(err, ErrReplication) {
+				select {
+				case refused <- struct{}{}:
+				default:
+				}
+			}
+		}))
+	link.Blackhole(faultproxy.Both)
+	got := make(chan error, 1)
+	go func() {
+		l, err := s.Lock(ctx, "retry")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	select {
+	case <-refused:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no unacknowledged attempt")
+	}
+	link.Heal()
+	link.ResetConns() // the replica reconnects and resynchronises
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lock did not succeed once replication was back")
+	}
 }
