@@ -21,7 +21,6 @@ const (
 	numSlots = 16384
 
 	clusterTimeout = 20 * time.Second      // bound on a cluster becoming ok and agreeing
-	createTimeout  = 20 * time.Second      // bound on redis-cli --cluster create
 	pollInterval   = 50 * time.Millisecond // between two polls of a condition
 	queryTimeout   = 2 * time.Second       // per command while polling
 	migrateTimeout = 5 * time.Second       // MIGRATE's own timeout (sent in ms)
@@ -32,8 +31,9 @@ const (
 
 // Cluster is a Redis Cluster of masters without replicas started by
 // StartCluster. Its processes are Servers, killed by t.Cleanup like any
-// other. Methods that take a testing.TB fail the test on errors; the others
-// may be called from several goroutines.
+// other. Methods that take a testing.TB fail the test on errors; MigrateSlot
+// and RestartNode should not run concurrently with each other, the other
+// methods may be called from several goroutines.
 type Cluster struct {
 	nodes []*Server
 	ids   map[*Server]string // CLUSTER MYID; kept in nodes.conf across restarts
@@ -93,8 +93,10 @@ func StartCluster(t testing.TB, n int, opts ...Options) *Cluster {
 		c.ids[s], _ = id.(string)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), createTimeout)
+	// One deadline for redis-cli and for the nodes agreeing.
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
 	defer cancel()
+	deadline, _ := ctx.Deadline()
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
 	cmd := exec.CommandContext(ctx, "redis-cli", args...)
@@ -104,7 +106,7 @@ func StartCluster(t testing.TB, n int, opts ...Options) *Cluster {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		c.fatalf(t, "redisserver: redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	if _, err := c.waitAgreed(nil); err != nil {
+	if _, err := c.waitAgreed(time.Until(deadline), nil); err != nil {
 		c.fatalf(t, "redisserver: cluster of %d nodes did not become ok: %v", n, err)
 	}
 	return c
@@ -249,7 +251,7 @@ func (c *Cluster) MigrateSlot(t testing.TB, slot int, dst *Server) {
 			}
 		}
 	}
-	if _, err := c.waitAgreed(func(owner []string) error {
+	if _, err := c.waitAgreed(clusterTimeout, func(owner []string) error {
 		if owner[slot] != dstID {
 			return fmt.Errorf("slot %d is owned by %s, want %s (%s)", slot, owner[slot], dstID, dst.Addr())
 		}
@@ -288,7 +290,7 @@ func (c *Cluster) RestartNode(t testing.TB, s *Server) {
 	if got, err := query(s.Addr(), queryTimeout, "CLUSTER", "MYID"); err != nil || got != id {
 		c.fatalf(t, "redisserver: RestartNode(%s): CLUSTER MYID = %v (err %v), want %s (nodes.conf kept)", s.Addr(), got, err, id)
 	}
-	if _, err := c.waitAgreed(func(owner []string) error {
+	if _, err := c.waitAgreed(clusterTimeout, func(owner []string) error {
 		for slot := range owner {
 			if owner[slot] != before[slot] {
 				return fmt.Errorf("slot %d is owned by %s, before the restart by %s", slot, owner[slot], before[slot])
@@ -437,10 +439,10 @@ func (c *Cluster) agreed(check func(owner []string) error) ([]string, error) {
 	return owner, nil
 }
 
-// waitAgreed polls agreed until it succeeds or clusterTimeout passes.
-func (c *Cluster) waitAgreed(check func(owner []string) error) ([]string, error) {
+// waitAgreed polls agreed until it succeeds or timeout passes.
+func (c *Cluster) waitAgreed(timeout time.Duration, check func(owner []string) error) ([]string, error) {
 	var owner []string
-	err := poll(clusterTimeout, func() error {
+	err := poll(timeout, func() error {
 		var err error
 		owner, err = c.agreed(check)
 		return err

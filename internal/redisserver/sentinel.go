@@ -16,7 +16,7 @@ import (
 
 const (
 	masterName       = "mymaster"
-	replicateTimeout = 15 * time.Second // bound on replicas and sentinels becoming ready
+	replicateTimeout = 20 * time.Second // bound on replicas and sentinels becoming ready
 	failoverTimeout  = 15 * time.Second // bound on WaitFailover
 	downAfterMs      = 500              // sentinel down-after-milliseconds
 	failoverMs       = 3000             // sentinel failover-timeout
@@ -43,10 +43,13 @@ type ReplicatedOptions struct {
 	// replicas behind a proxy therefore keep replicating from that proxy
 	// (Sentinel gives up reconfiguring them after failover-timeout).
 	//
-	// Sentinels do not promote a replica whose link has been down for more
-	// than 10 × down-after-milliseconds (5s) plus the time the primary has
-	// been down, so a test that cuts replication and wants the replica
-	// promoted must kill the primary within about 4s of the cut.
+	// Sentinels do not promote a replica whose link has been down (its
+	// master_link_down_since_seconds) for more than 10 × down-after-
+	// milliseconds (5s) plus the time the primary has been down, so a test
+	// that cuts replication in a way the replica notices (connections reset
+	// or refused) and wants the replica promoted must kill the primary
+	// within about 4s of the cut. A blackhole is noticed only after
+	// repl-timeout (60s).
 	ReplicaOf func(primaryAddr string) string
 }
 
@@ -73,14 +76,15 @@ type Replicated struct {
 // and every Sentinel reports the primary as master with the expected number
 // of replicas (SENTINEL MASTER and SENTINEL REPLICAS, none down or
 // disconnected) and of other Sentinels (SENTINEL SENTINELS). It fails the
-// test, with the servers' log tails, if that does not happen within 15s, and
-// skips it (fails it under CI=true) if redis-server is not in PATH.
+// test, with the servers' log tails, if that does not happen within 20s of
+// the start, and skips it (fails it under CI=true) if redis-server is not in PATH.
 func StartReplicated(t testing.TB, opts ReplicatedOptions) *Replicated {
 	t.Helper()
 	requireBinaries(t, "redis-server")
 	if opts.Replicas < 1 || opts.Sentinels < 0 {
 		t.Fatalf("redisserver.StartReplicated: Replicas = %d, Sentinels = %d; want Replicas >= 1 and Sentinels >= 0", opts.Replicas, opts.Sentinels)
 	}
+	deadline := time.Now().Add(replicateTimeout)
 	dataArgs := []string{"--repl-diskless-sync-delay", "0"}
 	r := &Replicated{primary: Start(t, Options{Args: dataArgs})}
 	for range opts.Replicas {
@@ -99,7 +103,7 @@ func StartReplicated(t testing.TB, opts ReplicatedOptions) *Replicated {
 		}
 		r.replicas = append(r.replicas, Start(t, Options{Args: args}))
 	}
-	if err := poll(replicateTimeout, r.replicationReady); err != nil {
+	if err := poll(time.Until(deadline), r.replicationReady); err != nil {
 		r.fatalf(t, "redisserver: StartReplicated: replication not ready: %v", err)
 	}
 
@@ -111,7 +115,7 @@ func StartReplicated(t testing.TB, opts ReplicatedOptions) *Replicated {
 bind 127.0.0.1
 protected-mode no
 daemonize no
-dir %s
+dir %q
 loglevel notice
 sentinel resolve-hostnames no
 sentinel monitor %s 127.0.0.1 %d %d
@@ -125,7 +129,7 @@ sentinel parallel-syncs %[3]s 1
 			return []string{conf, "--sentinel"}, nil
 		}))
 	}
-	if err := poll(replicateTimeout, r.sentinelsReady); err != nil {
+	if err := poll(time.Until(deadline), r.sentinelsReady); err != nil {
 		r.fatalf(t, "redisserver: StartReplicated: sentinels not ready: %v", err)
 	}
 	return r
@@ -172,6 +176,9 @@ func (r *Replicated) FailoverClient(t testing.TB, opts ...func(*redis.FailoverOp
 // if there are no Sentinels or none answers.
 func (r *Replicated) CurrentPrimary(t testing.TB) string {
 	t.Helper()
+	if len(r.sentinels) == 0 {
+		t.Fatalf("redisserver: CurrentPrimary needs Sentinels; StartReplicated was called with none")
+	}
 	var errs []string
 	for _, s := range r.sentinels {
 		addr, err := masterAddr(s)
@@ -180,7 +187,7 @@ func (r *Replicated) CurrentPrimary(t testing.TB) string {
 		}
 		errs = append(errs, err.Error())
 	}
-	r.fatalf(t, "redisserver: CurrentPrimary: no sentinel answered (of %d): %s", len(r.sentinels), strings.Join(errs, "; "))
+	r.fatalf(t, "redisserver: CurrentPrimary: no sentinel answered: %s", strings.Join(errs, "; "))
 	return ""
 }
 
