@@ -264,3 +264,40 @@ func ExampleElection_Observe() {
 	// leader: host-b:8080
 	// no leader
 }
+
+// A Redlock session holds a name on a majority of independent Redis
+// servers, so it keeps working while a minority is down.
+func ExampleNewRedlockSession() {
+	var nodes []redisleader.Client
+	var servers []*miniredis.Miniredis
+	for range 3 {
+		mr := miniredis.NewMiniRedis()
+		if err := mr.Start(); err != nil {
+			log.Fatal(err)
+		}
+		defer mr.Close()
+		servers = append(servers, mr)
+		client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+		defer client.Close()
+		nodes = append(nodes, client)
+	}
+	ctx := context.Background()
+
+	session, err := redisleader.NewRedlockSession(nodes)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer session.Close(ctx)
+
+	servers[2].Close() // one node of three is down: a quorum of two remains
+	lock, err := session.TryLock(ctx, "nightly-report")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("held with one node down:", lock.Held())
+	if err := lock.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// held with one node down: true
+}

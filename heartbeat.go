@@ -231,29 +231,53 @@ func (s *Session) deleteTokens(ctx context.Context, locks []*Lock) []deleted {
 		return nil
 	}
 	out := make([]deleted, len(locks))
-	var mu sync.Mutex
-	callCtx := s.bound(ctx, time.Time{})
-	if s.quorum > 1 {
-		var cancel context.CancelFunc
-		callCtx, cancel = s.boundNodes(ctx, time.Time{})
-		defer cancel()
-	}
-	s.onNodes(func(_ int, c Client) {
+	// run deletes every lock's token on one node; record adds its errors.
+	run := func(ctx context.Context, c Client) []error {
 		argvs := make([][]any, len(locks))
 		for i, l := range locks {
 			argvs[i] = []any{nil, nil, 1, l.keys.lock, l.tokenArg}
 		}
-		cmds := releaseScript.runAll(callCtx, c, argvs)
-		mu.Lock()
-		defer mu.Unlock()
-		for i, cmd := range cmds {
-			if err := cmd.Err(); err != nil {
+		errs := make([]error, len(locks))
+		for i, cmd := range releaseScript.runAll(ctx, c, argvs) {
+			errs[i] = cmd.Err()
+		}
+		return errs
+	}
+	record := func(errs []error) {
+		for i, err := range errs {
+			if err != nil {
 				out[i].failed++
 				if out[i].err == nil {
 					out[i].err = err
 				}
 			}
 		}
+	}
+	if s.quorum == 1 {
+		record(run(s.bound(ctx, time.Time{}), s.client))
+		return out
+	}
+	// Redlock: every node, at once; stop waiting for stragglers once every
+	// lock is gone from a quorum (they count as failed, and the heartbeat
+	// retries them).
+	callCtx, cancel := s.boundNodes(ctx, time.Time{})
+	defer cancel()
+	var mu sync.Mutex
+	answered := 0
+	settled := func() bool {
+		for _, d := range out {
+			if answered-d.failed < s.quorum {
+				return false
+			}
+		}
+		return true
+	}
+	s.onNodesUntil(callCtx, &mu, settled, func(ctx context.Context, _ int, c Client) {
+		errs := run(ctx, c)
+		mu.Lock()
+		defer mu.Unlock()
+		answered++
+		record(errs)
 	})
 	return out
 }

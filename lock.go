@@ -491,12 +491,8 @@ func (l *Lock) attempt(ctx context.Context) (time.Duration, error) {
 		return r.left, r.err
 	case ackErr != nil:
 		// Taken on the primary but not seen by enough replicas: a failover
-		// could lose it, so it does not count. Give the key back, without
-		// del, which reuses (and overwrites) the argument vector that the
-		// next attempt of this acquisition still needs.
-		if d := s.deleteTokens(ctx, []*Lock{l})[0]; d.failed > 0 {
-			s.markStale(l)
-		}
+		// could lose it, so it does not count. Give the key back.
+		l.giveBack(ctx)
 		return 0, fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, ackErr)
 	}
 	return 0, l.arm(sent, deadline, r.fence)
@@ -558,6 +554,16 @@ func (l *Lock) arm(sent, deadline time.Time, fence int64) error {
 		return err
 	}
 	return nil
+}
+
+// giveBack deletes this acquisition's token after an attempt that did not
+// count, best effort. The acquisition goes on with the same token, so
+// unlike del it neither overwrites the acquire arguments nor hands the token
+// to the stale-token cleanup, which could delete it after a later attempt
+// of this acquisition has succeeded with it. A node where the delete failed
+// keeps the token until it expires or the next attempt takes it again.
+func (l *Lock) giveBack(ctx context.Context) {
+	_ = l.s.deleteTokens(ctx, []*Lock{l})
 }
 
 // takeover waits out the takeover delay (WithTakeoverDelay) of a fresh

@@ -99,6 +99,41 @@ func (s *Session) boundNodes(ctx context.Context, deadline time.Time) (context.C
 	return context.WithDeadline(ctx, d)
 }
 
+// onNodesUntil runs f for every node at once, on a context derived from
+// ctx, and waits for all of them. Each f records its result while holding
+// mu; after each one, settled (also under mu) says whether the outcome is
+// known. Once it is, the nodes still working get a grace period as long as
+// the call has taken so far (healthy nodes answer within about the same
+// time, and an acquisition held on every node tolerates more failures
+// later), then the context is cancelled, so that a call waiting on a node
+// that is down (go-redis's dial retries and backoff) ends at once instead of
+// at the call timeout.
+func (s *Session) onNodesUntil(ctx context.Context, mu *sync.Mutex, settled func() bool, f func(ctx context.Context, i int, c Client)) {
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	var (
+		wg    sync.WaitGroup
+		grace *time.Timer // started once the outcome is known; under mu
+	)
+	for i, c := range s.nodes {
+		wg.Go(func() {
+			f(cctx, i, c)
+			mu.Lock()
+			defer mu.Unlock()
+			if grace == nil && settled() {
+				grace = time.AfterFunc(time.Since(start)+time.Millisecond, cancel)
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	if grace != nil {
+		grace.Stop()
+	}
+	mu.Unlock()
+}
+
 // onNodes runs f for every node at once and waits for all of them.
 func (s *Session) onNodes(f func(i int, c Client)) {
 	var wg sync.WaitGroup
@@ -139,10 +174,24 @@ func (l *Lock) attemptQuorum(ctx context.Context) (time.Duration, error) {
 	callCtx, cancel := s.boundNodes(ctx, deadline)
 	defer cancel()
 	replies := make([]acquired, len(s.nodes))
-	s.onNodes(func(i int, c Client) {
+	var (
+		mu                       sync.Mutex
+		answered, taken, refused int
+	)
+	settled := func() bool { return taken >= s.quorum || refused > len(s.nodes)-s.quorum }
+	s.onNodesUntil(callCtx, &mu, settled, func(ctx context.Context, i int, c Client) {
 		argv := slices.Clone(l.argv[:])
-		res, err := acquireScript.run(callCtx, c, argv).Slice()
-		replies[i] = l.acquireReply(res, err)
+		res, err := acquireScript.run(ctx, c, argv).Slice()
+		r := l.acquireReply(res, err)
+		mu.Lock()
+		defer mu.Unlock()
+		replies[i] = r
+		answered++
+		if r.err == nil {
+			taken++
+		} else {
+			refused++
+		}
 	})
 	var (
 		won, locked []int
@@ -179,7 +228,7 @@ func (l *Lock) attemptQuorum(ctx context.Context) (time.Duration, error) {
 		}
 	}
 	// No quorum: give back what we took, on every node (compare-and-delete).
-	_ = l.delQuorum(context.WithoutCancel(ctx))
+	l.giveBack(context.WithoutCancel(ctx))
 	if len(locked) > len(s.nodes)-s.quorum {
 		return left, fmt.Errorf("%w on %d of %d nodes", ErrLocked, len(locked), len(s.nodes))
 	}
@@ -192,31 +241,36 @@ func (l *Lock) attemptQuorum(ctx context.Context) (time.Duration, error) {
 }
 
 // raiseFence writes fence back to the given nodes and returns on how many
-// it was stored.
+// it was stored (it stops waiting once a quorum has, or cannot).
 func (l *Lock) raiseFence(ctx context.Context, nodes []int, fence int64) int {
 	var (
-		mu     sync.Mutex
-		stored int
+		mu             sync.Mutex
+		stored, failed int
 	)
 	fs := fmt.Sprint(fence)
 	s := l.s
-	s.onNodes(func(i int, c Client) {
+	failed = len(s.nodes) - len(nodes) // nodes we do not hold cannot store it
+	settled := func() bool { return stored >= s.quorum || failed > len(s.nodes)-s.quorum }
+	s.onNodesUntil(ctx, &mu, settled, func(ctx context.Context, i int, c Client) {
 		if !slices.Contains(nodes, i) {
 			return
 		}
 		argv := []any{nil, nil, 2, l.keys.lock, l.keys.fence, l.tokenArg, fs, l.value}
-		if n, err := raiseScript.run(ctx, c, argv).Int(); err == nil && n == 1 {
-			mu.Lock()
+		n, err := raiseScript.run(ctx, c, argv).Int()
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil && n == 1 {
 			stored++
-			mu.Unlock()
+		} else {
+			failed++
 		}
 	})
 	return stored
 }
 
-// delQuorum is del for a Redlock session: compare-and-delete on every node.
-// It fails only if a quorum of nodes failed; failures on fewer are retried
-// in the background by the heartbeat.
+// delQuorum is del for a Redlock session: compare-and-delete on every node,
+// once the acquisition is over. It fails only if a quorum of nodes failed;
+// failures on fewer are retried in the background by the heartbeat.
 func (l *Lock) delQuorum(ctx context.Context) error {
 	d := l.s.deleteTokens(ctx, []*Lock{l})[0]
 	if d.failed == 0 {
@@ -236,22 +290,31 @@ func (l *Lock) delQuorum(ctx context.Context) error {
 // nodes no longer hold that no quorum is possible is lost; otherwise the
 // round failed for it and is retried. It reports whether any lock failed.
 func (s *Session) renewRoundQuorum(ctx context.Context, sent, earliest time.Time, live []*Lock) (failed bool) {
-	renewed, notOwner, lastErr := make([]int, len(live)), make([]int, len(live)), make([]error, len(live))
+	renewed, notOwner, errs, lastErr := make([]int, len(live)), make([]int, len(live)), make([]int, len(live)), make([]error, len(live))
 	var mu sync.Mutex
 	callCtx, cancel := s.boundNodes(ctx, earliest)
 	defer cancel()
-	s.onNodes(func(_ int, c Client) {
+	settled := func() bool { // every lock renewed by a quorum, or past hope of one
+		for j := range live {
+			if renewed[j] < s.quorum && notOwner[j]+errs[j] <= len(s.nodes)-s.quorum {
+				return false
+			}
+		}
+		return true
+	}
+	s.onNodesUntil(callCtx, &mu, settled, func(ctx context.Context, _ int, c Client) {
 		argvs := make([][]any, len(live))
 		for j, l := range live {
 			argvs[j] = []any{nil, nil, 1, l.keys.lock, l.tokenArg, s.ttlArg}
 		}
-		cmds := renewScript.runAll(callCtx, c, argvs)
+		cmds := renewScript.runAll(ctx, c, argvs)
 		mu.Lock()
 		defer mu.Unlock()
 		for j, cmd := range cmds {
 			n, err := cmd.Int64()
 			switch {
 			case err != nil:
+				errs[j]++
 				lastErr[j] = err
 			case n == 0:
 				notOwner[j]++
@@ -294,18 +357,38 @@ func (e *Election) inspectQuorum(ctx context.Context) (Leader, bool, error) {
 	replies := make([]reply, len(s.nodes))
 	callCtx, cancel := s.boundNodes(ctx, time.Time{})
 	defer cancel()
-	s.onNodes(func(i int, c Client) {
-		res, err := inspectScript.run(callCtx, c, []any{nil, nil, 1, e.keys.lock}).Slice()
+	var (
+		mu       sync.Mutex
+		votes    = map[string]int{}
+		answered int
+	)
+	settled := func() bool { // a holder on a quorum, or nobody can reach one
+		best := 0
+		for _, v := range votes {
+			best = max(best, v)
+		}
+		return best >= s.quorum || best+len(s.nodes)-answered < s.quorum
+	}
+	s.onNodesUntil(callCtx, &mu, settled, func(ctx context.Context, i int, c Client) {
+		var r reply
+		res, err := inspectScript.run(ctx, c, []any{nil, nil, 1, e.keys.lock}).Slice()
 		switch {
 		case errors.Is(err, redis.Nil):
 		case err != nil:
-			replies[i].err = err
+			r.err = err
 		case len(res) == 2:
 			stored, _ := res[0].(string)
-			replies[i].h, replies[i].ok = parseHolder(stored)
+			r.h, r.ok = parseHolder(stored)
 			if ms, ok := res[1].(int64); ok && ms > 0 {
-				replies[i].ttl = time.Duration(ms) * time.Millisecond
+				r.ttl = time.Duration(ms) * time.Millisecond
 			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		replies[i] = r
+		answered++
+		if r.ok {
+			votes[r.h.token]++
 		}
 	})
 	failed := 0

@@ -70,15 +70,21 @@ func TestRedlockLock(t *testing.T) {
 	a, b := newRedlock(t, cs), newRedlock(t, cs)
 	l, err := a.TryLock(ctx, "job")
 	require.NoError(t, err)
-	for i, m := range ms {
+	holding := 0 // a quorum at least; usually every node
+	for _, m := range ms {
 		v, err := m.Get(l.Key())
-		require.NoError(t, err, "node %d", i)
+		if err != nil {
+			continue
+		}
 		h, ok := parseHolder(v)
 		require.True(t, ok)
-		assert.Equal(t, l.Fence(), h.fence, "node %d stores the quorum's fence", i)
-		stored, _ := m.Get(newKeys("job").fence)
-		assert.Equal(t, fmt.Sprint(l.Fence()), stored, "node %d's fence key", i)
+		if h.fence == l.Fence() {
+			stored, _ := m.Get(newKeys("job").fence)
+			assert.Equal(t, fmt.Sprint(l.Fence()), stored, "a holding node's fence key")
+			holding++
+		}
 	}
+	assert.GreaterOrEqual(t, holding, 2, "a quorum stores the acquisition with the quorum's fence")
 	_, err = b.TryLock(ctx, "job")
 	assert.ErrorIs(t, err, ErrLocked)
 	require.NoError(t, l.Release(ctx))
@@ -199,4 +205,50 @@ func TestRedlockSplitVote(t *testing.T) {
 	_, err := x.TryLock(ctx, "split")
 	assert.ErrorIs(t, err, ErrLocked)
 	assert.False(t, ms[2].Exists(key), "the free node is given back")
+}
+
+// TestRedlockRetryKeepsItsToken: an attempt that fell short of a quorum
+// gives its keys back, but its token must not be handed to the stale-token
+// cleanup: the next attempt reuses it, and the cleanup would delete the
+// keys of the lock that attempt then holds (regression: found by S21 as
+// two leaders at once with one node down).
+func TestRedlockRetryKeepsItsToken(t *testing.T) {
+	ctx := context.Background()
+	ms, cs := redlockNodes(t, 3)
+	ms[2].Close()
+	key := newKeys("retry").lock
+	require.NoError(t, ms[0].Set(key, "X\n1\n")) // another owner on node 0
+	ms[0].SetTTL(key, time.Minute)
+	round, roundDone := rounds()
+	refused := make(chan struct{}, 1)
+	s := newRedlock(t, cs, round, withAttemptHook(func(_ string, err error) {
+		if err != nil {
+			select {
+			case refused <- struct{}{}:
+			default:
+			}
+		}
+	}))
+	got := make(chan *Lock, 1)
+	go func() {
+		l, err := s.Lock(ctx, "retry")
+		assert.NoError(t, err)
+		got <- l
+	}()
+	select {
+	case <-refused: // node 0 held by X, node 2 down: no quorum
+	case <-time.After(5 * time.Second):
+		t.Fatal("no failed attempt")
+	}
+	ms[0].Del(key)
+	var l *Lock
+	select {
+	case l = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no lock after node 0 was freed")
+	}
+	for range 4 {
+		waitRound(t, roundDone, 2*time.Second)
+	}
+	assert.True(t, l.Held(), "the retried acquisition keeps its keys: %v", l.Err())
 }
