@@ -36,6 +36,18 @@
 // once, and otherwise they wake only when the leader's lease can have
 // expired, about one command per TTL.
 //
+// # Topologies
+//
+// NewSession works with one Redis (*redis.Client), Sentinel
+// (redis.NewFailoverClient) and Redis Cluster (*redis.ClusterClient: every
+// key of a name shares one hash slot). WithReplicaAcks adds a WAIT safety
+// level for primaries with replicas: an acquire or renewal counts only once
+// enough replicas acknowledged it, so a failover to one of them cannot hand
+// the name to a second owner while the first still believes. NewRedlockSession
+// holds names on a majority of independent Redis servers (Redlock). The
+// README compares them with measurements; docs/RELIABILITY.md has the fault
+// scenarios.
+//
 // # Timing
 //
 // Let T be the TTL, ρ the drift factor and m the margin. For each successful
@@ -100,6 +112,11 @@
 //   - Eviction under maxmemory with a volatile-* or allkeys-* policy can
 //     remove the key or the fence counter: use noeviction.
 //   - Host suspend: Go's monotonic clock stops while the host is suspended.
+//
+// WithTakeoverDelay narrows the first two: a new owner holds the key for the
+// delay before it starts, so a former owner whose key Redis dropped early has
+// stepped down first. docs/RELIABILITY.md lists the fault scenarios behind
+// every guarantee and limit, with their measured results.
 //
 // # Keys
 //
