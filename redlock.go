@@ -43,7 +43,9 @@ import (
 //   - Election.Leader reads every node and reports the holder found on a
 //     quorum. Pub/sub notifications (releases, Observe) come from the first
 //     node only; while it is down, waiters poll at the retry interval and
-//     Observe re-reads the quorum when a lease can have expired.
+//     Observe re-reads the quorum when a lease can have expired. A change
+//     Observe learns from that node's notification carries that node's
+//     fence, which can be lower than the quorum's until the next re-read.
 //
 // Redlock tolerates a minority of nodes being down or unreachable. It does
 // not tolerate what breaks a single Redis on a node of a quorum: a forward
