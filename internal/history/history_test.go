@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -316,6 +317,23 @@ func TestClock(t *testing.T) {
 	assert.Greater(t, now, int64(0))
 	later := time.Now().Add(time.Second)
 	assert.InDelta(t, float64(Now()+int64(time.Second)), float64(Mono(later)), float64(time.Millisecond))
+
+	// Conversions are exact and do not depend on when they run: the
+	// difference of two converted times is the difference of the times,
+	// and converting the same time twice, far apart, gives one value.
+	t1 := time.Now()
+	t2 := t1.Add(1234567 * time.Nanosecond)
+	m1 := Mono(t1)
+	assert.Equal(t, int64(1234567), Mono(t2)-m1)
+	runtime.Gosched()
+	assert.Equal(t, m1, Mono(t1))
+	// And Mono(now) lies within two raw readings around it, give or take
+	// the anchor's precision (a microsecond).
+	before := Now()
+	m = Mono(time.Now())
+	after := Now()
+	assert.GreaterOrEqual(t, m, before-int64(time.Microsecond))
+	assert.LessOrEqual(t, m, after+int64(time.Microsecond))
 }
 
 func TestRecorder(t *testing.T) {

@@ -221,6 +221,9 @@ nemesis:
 		case <-progress.C:
 			rep := history.Check(h.rec.Events())
 			fmt.Printf("chaos: %v handovers=%d faults=%d safe=%t\n", time.Since(start).Round(time.Second), rep.Intervals, h.faults.Load(), rep.Safe())
+			if !rep.Safe() {
+				fmt.Printf("chaos: %s\n", strings.Join(rep.Problems, "\nchaos: "))
+			}
 			continue
 		case <-time.After(time.Duration((0.5 + 2.5*rng.Float64()) * float64(time.Second))): // the gap between faults
 		}
