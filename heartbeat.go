@@ -257,26 +257,17 @@ func (s *Session) deleteTokens(ctx context.Context, locks []*Lock) []deleted {
 		record(run(s.bound(ctx, time.Time{}), s.client))
 		return out
 	}
-	// Redlock: every node, at once; stop waiting for stragglers once every
-	// lock is gone from a quorum (they count as failed, and the heartbeat
-	// retries them).
+	// Redlock: every node, at once, and wait for every one (up to the call
+	// timeout): unlike an acquire or a renewal, a delete cut short leaves
+	// the token on a healthy node, where it keeps the next owner from a
+	// quorum while another node is down.
 	callCtx, cancel := s.boundNodes(ctx, time.Time{})
 	defer cancel()
 	var mu sync.Mutex
-	answered := 0
-	settled := func() bool {
-		for _, d := range out {
-			if answered-d.failed < s.quorum {
-				return false
-			}
-		}
-		return true
-	}
-	s.onNodesUntil(callCtx, &mu, settled, func(ctx context.Context, _ int, c Client) {
+	s.onNodesUntil(callCtx, &mu, func() bool { return false }, func(ctx context.Context, _ int, c Client) {
 		errs := run(ctx, c)
 		mu.Lock()
 		defer mu.Unlock()
-		answered++
 		record(errs)
 	})
 	return out

@@ -31,8 +31,11 @@ import (
 //     when a quorum renewed. When so many nodes answer "not owner" that no
 //     quorum is possible, the lock ends at once with ErrNotOwner; errors
 //     are retried until the deadline, where it ends with ErrExpired.
-//   - Release deletes the token on every node. Errors on a minority of nodes
-//     are retried in the background and do not fail Release.
+//   - Release deletes the token on every node and waits for each, up to the
+//     call timeout (so a node that is down makes it take that long; acquire
+//     and renewal rounds stop waiting for such a node once the outcome is
+//     known). Errors on a minority of nodes are retried in the background
+//     and do not fail Release.
 //   - Fences: each node issues max(its last fence + 1, its clock in µs);
 //     the acquisition takes the largest of its quorum and writes it back to
 //     the fence key of every node that holds the lock, and succeeds only if
