@@ -64,12 +64,7 @@ func TestClusterLocksAcrossSlots(t *testing.T) {
 	eb, _ := b.Election("cluster-election")
 	la, err := ea.Campaign(ctx, "a")
 	require.NoError(t, err)
-	got := make(chan *Lock, 1)
-	go func() {
-		lb, err := eb.Campaign(ctx, "b")
-		assert.NoError(t, err)
-		got <- lb
-	}()
+	got := campaign(t, ctx, eb, "b")
 	// b waits on pub/sub once it has found the name held; then resign.
 	select {
 	case <-blocked:
@@ -78,14 +73,10 @@ func TestClusterLocksAcrossSlots(t *testing.T) {
 	}
 	released := time.Now()
 	require.NoError(t, la.Release(ctx))
-	select {
-	case lb := <-got:
-		assert.Less(t, time.Since(released), time.Second, "the handover came by pub/sub, not by expiry (TTL 3s)")
-		assert.Greater(t, lb.Fence(), la.Fence())
-		require.NoError(t, lb.Release(ctx))
-	case <-time.After(10 * time.Second):
-		t.Fatal("no handover on the cluster")
-	}
+	lb := recvWithin(t, got, 10*time.Second, "the handover on the cluster")
+	assert.Less(t, time.Since(released), time.Second, "the handover came by pub/sub, not by expiry (TTL 3s)")
+	assert.Greater(t, lb.Fence(), la.Fence())
+	require.NoError(t, lb.Release(ctx))
 }
 
 // TestClusterSlotMigration: the slot of a held election moves to another
@@ -139,20 +130,11 @@ func TestClusterMasterRestart(t *testing.T) {
 	eb, _ := b.Election("restart")
 	la, err := ea.Campaign(ctx, "a")
 	require.NoError(t, err)
-	got := make(chan *Lock, 1)
-	go func() {
-		lb, err := eb.Campaign(ctx, "b")
-		assert.NoError(t, err)
-		got <- lb
-	}()
+	got := campaign(t, ctx, eb, "b")
 	cluster.RestartNode(t, cluster.Owner(redisserver.Slot(la.Key())))
 	waitClosed(t, la.Done(), 5*time.Second, "the leader learns its key is gone")
 	assert.ErrorIs(t, la.Err(), ErrLost)
-	select {
-	case lb := <-got:
-		assert.Greater(t, lb.Fence(), la.Fence())
-		require.NoError(t, lb.Release(ctx))
-	case <-time.After(10 * time.Second):
-		t.Fatal("no new leader after the master restart")
-	}
+	lb := recvWithin(t, got, 10*time.Second, "a new leader after the master restart")
+	assert.Greater(t, lb.Fence(), la.Fence())
+	require.NoError(t, lb.Release(ctx))
 }

@@ -167,6 +167,20 @@ func waitRound(t testing.TB, ch <-chan bool, within time.Duration) bool {
 	}
 }
 
+// campaign runs e.Campaign(ctx, value) on its own goroutine and delivers the
+// leadership (nil after an error, which fails t) on the returned channel.
+func campaign(t testing.TB, ctx context.Context, e *Election, value string) <-chan *Lock {
+	got := make(chan *Lock, 1)
+	go func() {
+		l, err := e.Campaign(ctx, value)
+		if err != nil {
+			t.Errorf("Campaign(%q): %v", value, err)
+		}
+		got <- l
+	}()
+	return got
+}
+
 // waitClosed waits for ch to be closed and returns how long it took.
 func waitClosed(t testing.TB, ch <-chan struct{}, within time.Duration, what string) time.Duration {
 	t.Helper()

@@ -136,20 +136,11 @@ func TestRedlockOneNodeDown(t *testing.T) {
 	leader, err := eb.Leader(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, Leader{Value: "a", Fence: la.Fence(), TTL: leader.TTL}, leader)
-	got := make(chan *Lock, 1)
-	go func() {
-		lb, err := eb.Campaign(ctx, "b")
-		assert.NoError(t, err)
-		got <- lb
-	}()
+	got := campaign(t, ctx, eb, "b")
 	require.NoError(t, la.Release(ctx))
-	select {
-	case lb := <-got:
-		assert.Greater(t, lb.Fence(), la.Fence())
-		require.NoError(t, lb.Release(ctx))
-	case <-time.After(5 * time.Second):
-		t.Fatal("no handover with one node down")
-	}
+	lb := recvWithin(t, got, 5*time.Second, "a handover with one node down")
+	assert.Greater(t, lb.Fence(), la.Fence())
+	require.NoError(t, lb.Release(ctx))
 }
 
 // TestRedlockNoQuorum: with two nodes of three down there is no leader: an
