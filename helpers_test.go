@@ -5,14 +5,13 @@ import (
 	"errors"
 	"net"
 	"os"
-	"runtime"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/leak"
 	"github.com/redisleader/redisleader/internal/redisserver"
 )
 
@@ -29,50 +28,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// leakMarkers identify goroutines started by this package (or by go-redis on
-// our behalf, such as pub/sub readers).
-var leakMarkers = []string{
-	"redisleader.(*Session)",
-	"redisleader.(*Lock)",
-	"redisleader.(*Election)",
-	"redisleader.(*watcher)",
-	"go-redis/v9.(*PubSub)",
-}
-
-// ourGoroutines returns the stacks of goroutines of this package, other than
-// the caller's own.
-func ourGoroutines() string {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	var out []string
-	for i, g := range strings.Split(string(buf), "\n\n") {
-		if i == 0 {
-			continue // the calling goroutine
-		}
-		for _, m := range leakMarkers {
-			if strings.Contains(g, m) {
-				out = append(out, g)
-				break
-			}
-		}
-	}
-	return strings.Join(out, "\n\n")
-}
-
-// waitNoLeaks gives exiting goroutines up to d to finish returning (they may
-// have signalled completion a few instructions before they return), and
-// returns what is still running then.
-func waitNoLeaks(d time.Duration) string {
-	deadline := time.Now().Add(d)
-	for {
-		g := ourGoroutines()
-		if g == "" || time.Now().After(deadline) {
-			return g
-		}
-		runtime.Gosched()
-		<-time.After(time.Millisecond)
-	}
-}
+// waitNoLeaks gives the package's goroutines up to d to return and reports
+// those still running then.
+func waitNoLeaks(d time.Duration) string { return leak.Wait(d, leak.Library...) }
 
 // checkNoLeaks fails t if goroutines of this package are still running.
 func checkNoLeaks(t testing.TB) {

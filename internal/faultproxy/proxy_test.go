@@ -16,6 +16,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/leak"
 	"github.com/stretchr/testify/require"
 )
 
@@ -33,7 +34,7 @@ func newProxy(t *testing.T, target string) *Proxy {
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		require.NoError(t, p.Close())
-		require.Empty(t, waitNoProxyGoroutines(waitFor), "goroutines outlived Close")
+		require.Empty(t, leak.Wait(waitFor, leak.Proxy...), "goroutines outlived Close")
 	})
 	return p
 }
@@ -113,33 +114,6 @@ func requireTimeout(t *testing.T, err error) {
 	t.Helper()
 	var ne net.Error
 	require.True(t, errors.As(err, &ne) && ne.Timeout(), "want a timeout, got %v", err)
-}
-
-// proxyGoroutines returns the stacks of running goroutines of a Proxy, other
-// than the caller's.
-func proxyGoroutines() string {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	var out []string
-	for i, g := range strings.Split(string(buf), "\n\n") {
-		if i > 0 && strings.Contains(g, "faultproxy.(*Proxy)") {
-			out = append(out, g)
-		}
-	}
-	return strings.Join(out, "\n\n")
-}
-
-// waitNoProxyGoroutines gives goroutines that signalled completion up to d to
-// return, and returns the stacks of those still running then.
-func waitNoProxyGoroutines(d time.Duration) string {
-	deadline := time.Now().Add(d)
-	for {
-		g := proxyGoroutines()
-		if g == "" || time.Now().After(deadline) {
-			return g
-		}
-		time.Sleep(tick) // poll interval of a deadline-bounded wait
-	}
 }
 
 func TestPassThrough(t *testing.T) {
@@ -443,16 +417,16 @@ func TestClose(t *testing.T) {
 	require.EqualValues(t, 3, p.Stats().Open)
 
 	require.NoError(t, p.Close())
-	require.Empty(t, waitNoProxyGoroutines(waitFor), "goroutines outlived Close")
+	require.Empty(t, leak.Wait(waitFor, leak.Proxy...), "goroutines outlived Close")
 	require.Zero(t, p.Stats().Open)
 	for _, r := range []*bufio.Reader{idleR, pausedR, delayedR} {
 		_, err := r.ReadByte()
 		require.Error(t, err, "Close closes the client side")
 		requireNotTimeout(t, err)
 	}
-	deadline := time.Now().Add(waitFor)
-	for runtime.NumGoroutine() > baseline && time.Now().Before(deadline) {
-		time.Sleep(tick) // poll interval of a deadline-bounded wait
+	// Not require.Eventually: it runs the condition on a goroutine of its own.
+	for deadline := time.Now().Add(waitFor); runtime.NumGoroutine() > baseline && time.Now().Before(deadline); {
+		<-time.After(tick) // polling interval of a deadline-bounded wait
 	}
 	require.LessOrEqual(t, runtime.NumGoroutine(), baseline, "goroutines (of the proxy or the server's connections) left")
 

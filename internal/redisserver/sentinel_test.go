@@ -60,15 +60,8 @@ func TestReplicatedFailover(t *testing.T) {
 
 	// The client may still hold connections to the dead primary; retry until
 	// a write lands on the new one.
-	var err error
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if err = fc.Set(ctx, "k", "v3", 0).Err(); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("failover client SET after failover: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond) // retry interval, not synchronisation
+	if err := poll(10*time.Second, func() error { return fc.Set(ctx, "k", "v3", 0).Err() }); err != nil {
+		t.Fatalf("failover client SET after failover: %v", err)
 	}
 	if got := rep.Do(t, "GET", "k"); got != "v3" {
 		t.Fatalf("GET k on the new primary = %v, want v3", got)

@@ -11,7 +11,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,6 +24,7 @@ import (
 	"github.com/redisleader/redisleader"
 	"github.com/redisleader/redisleader/internal/faultproxy"
 	"github.com/redisleader/redisleader/internal/history"
+	"github.com/redisleader/redisleader/internal/leak"
 	"github.com/redisleader/redisleader/internal/probe"
 	"github.com/redisleader/redisleader/internal/redisserver"
 )
@@ -666,43 +666,13 @@ func childMain() int {
 	}
 }
 
-// Leak check, as in the library's own tests: goroutines of the library (and
-// go-redis pub/sub readers it started), and of fault proxies.
-var libMarkers = []string{
-	"redisleader.(*Session)", "redisleader.(*Lock)", "redisleader.(*Election)",
-	"redisleader.(*watcher)", "go-redis/v9.(*PubSub)",
-}
-
-var allMarkers = append(slices.Clone(libMarkers), "faultproxy.")
-
-func goroutinesMatching(markers []string) []string {
-	buf := make([]byte, 1<<22)
-	buf = buf[:runtime.Stack(buf, true)]
-	var out []string
-	for i, g := range strings.Split(string(buf), "\n\n") {
-		if i > 0 && slices.ContainsFunc(markers, func(m string) bool { return strings.Contains(g, m) }) {
-			out = append(out, g)
-		}
-	}
-	return out
-}
-
-func waitGone(markers []string, d time.Duration) string {
-	deadline := time.Now().Add(d)
-	for {
-		g := goroutinesMatching(markers)
-		if len(g) == 0 || time.Now().After(deadline) {
-			return strings.Join(g, "\n\n")
-		}
-		<-time.After(5 * time.Millisecond)
-	}
-}
-
 // waitNoLeaks waits up to d for every library and proxy goroutine to end.
-func waitNoLeaks(d time.Duration) string { return waitGone(allMarkers, d) }
+func waitNoLeaks(d time.Duration) string {
+	return leak.Wait(d, append(slices.Clone(leak.Library), leak.Proxy...)...)
+}
 
 // waitNoLibLeaks waits up to d for every library goroutine to end.
-func waitNoLibLeaks(d time.Duration) string { return waitGone(libMarkers, d) }
+func waitNoLibLeaks(d time.Duration) string { return leak.Wait(d, leak.Library...) }
 
 // goroutines counts this process's goroutines of the library.
-func goroutines() int { return len(goroutinesMatching(libMarkers)) }
+func goroutines() int { return len(leak.Goroutines(leak.Library...)) }
