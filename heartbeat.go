@@ -264,8 +264,8 @@ func (s *Session) deleteTokens(ctx context.Context, locks []*Lock) []deleted {
 	callCtx, cancel := s.boundNodes(ctx, time.Time{})
 	defer cancel()
 	var mu sync.Mutex
-	s.onNodesUntil(callCtx, &mu, func() bool { return false }, func(ctx context.Context, _ int, c Client) {
-		errs := run(ctx, c)
+	s.onNodes(func(_ int, c Client) {
+		errs := run(callCtx, c)
 		mu.Lock()
 		defer mu.Unlock()
 		record(errs)
@@ -465,13 +465,10 @@ func (s *Session) renewRound(ctx context.Context) (held int, failed bool) {
 	if len(live) == 0 {
 		return 0, false
 	}
-	argvs := make([][]any, len(live))
-	for i, l := range live {
-		argvs[i] = []any{nil, nil, 1, l.keys.lock, l.tokenArg, s.ttlArg}
-	}
 	if s.quorum > 1 {
 		return len(live), s.renewRoundQuorum(ctx, sent, earliest, live)
 	}
+	argvs := s.renewArgs(live)
 	var (
 		cmds   []*redis.Cmd
 		ackErr error // the round was not acknowledged by enough replicas
@@ -506,6 +503,16 @@ func (s *Session) renewRound(ctx context.Context) (held int, failed bool) {
 	return len(live), failed
 }
 
+// renewArgs returns the renew script's argument vectors for locks, one each
+// (a script call fills in the first two slots, so a vector serves one call).
+func (s *Session) renewArgs(locks []*Lock) [][]any {
+	argvs := make([][]any, len(locks))
+	for i, l := range locks {
+		argvs[i] = []any{nil, nil, 1, l.keys.lock, l.tokenArg, s.ttlArg}
+	}
+	return argvs
+}
+
 // cleanStale deletes the keys of ended locks if they still hold their
 // tokens (compare-and-delete, so it never touches anyone else's). A lock is
 // forgotten once the delete succeeded, or once its token must have expired
@@ -528,8 +535,10 @@ func (s *Session) cleanStale(ctx context.Context) {
 // checkServer warns, once per session, about server settings under which
 // Redis itself can break a lease: an eviction policy that can evict lock keys
 // (volatile-*) or even fence keys (allkeys-*), and no persistence, so that a
-// restart loses every lock at once. It reads CONFIG GET in one round trip; a
-// server that refuses CONFIG (managed Redis, ACLs) is noted at debug level.
+// restart loses every lock at once; and a primary with replicas without
+// WithReplicaAcks, where a failover can lose a lock. It reads CONFIG GET and
+// INFO replication in one round trip per node; a server that refuses CONFIG
+// (managed Redis, ACLs) is noted at debug level.
 func (s *Session) checkServer(ctx context.Context) {
 	callCtx, cancel := s.boundNodes(ctx, time.Time{})
 	defer cancel()

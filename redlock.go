@@ -180,8 +180,8 @@ func (l *Lock) attemptQuorum(ctx context.Context) (time.Duration, error) {
 	defer cancel()
 	replies := make([]acquired, len(s.nodes))
 	var (
-		mu                       sync.Mutex
-		answered, taken, refused int
+		mu             sync.Mutex
+		taken, refused int
 	)
 	settled := func() bool { return taken >= s.quorum || refused > len(s.nodes)-s.quorum }
 	s.onNodesUntil(callCtx, &mu, settled, func(ctx context.Context, i int, c Client) {
@@ -191,7 +191,6 @@ func (l *Lock) attemptQuorum(ctx context.Context) (time.Duration, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		replies[i] = r
-		answered++
 		if r.err == nil {
 			taken++
 		} else {
@@ -222,14 +221,12 @@ func (l *Lock) attemptQuorum(ctx context.Context) (time.Duration, error) {
 		raiseCtx, cancelRaise := s.boundNodes(ctx, deadline)
 		raised := l.raiseFence(raiseCtx, won, fence)
 		cancelRaise()
+		lastErr = fmt.Errorf("the fence was stored on %d of %d nodes", raised, len(s.nodes))
 		if raised >= s.quorum {
-			if err := l.arm(sent, deadline, fence); err == nil || errors.Is(err, ErrSessionClosed) {
-				return 0, err
-			} else {
-				lastErr = err
+			lastErr = l.arm(sent, deadline, fence)
+			if lastErr == nil || errors.Is(lastErr, ErrSessionClosed) {
+				return 0, lastErr
 			}
-		} else {
-			lastErr = fmt.Errorf("the fence was stored on %d of %d nodes", raised, len(s.nodes))
 		}
 	}
 	// No quorum: give back what we took, on every node (compare-and-delete).
@@ -308,11 +305,7 @@ func (s *Session) renewRoundQuorum(ctx context.Context, sent, earliest time.Time
 		return true
 	}
 	s.onNodesUntil(callCtx, &mu, settled, func(ctx context.Context, _ int, c Client) {
-		argvs := make([][]any, len(live))
-		for j, l := range live {
-			argvs[j] = []any{nil, nil, 1, l.keys.lock, l.tokenArg, s.ttlArg}
-		}
-		cmds := renewScript.runAll(ctx, c, argvs)
+		cmds := renewScript.runAll(ctx, c, s.renewArgs(live))
 		mu.Lock()
 		defer mu.Unlock()
 		for j, cmd := range cmds {
