@@ -29,8 +29,7 @@ type Leader struct {
 	// Observe sends a Leader with Fence 0 when nobody leads.
 	Fence int64
 	// TTL is what was left of the leader's lease on the Redis server when it
-	// was read (the leader renews it), or zero when the information came from
-	// a change notification.
+	// was read (the leader renews it).
 	TTL time.Duration
 }
 
@@ -109,18 +108,19 @@ func (e *Election) inspect(ctx context.Context) (Leader, bool, error) {
 }
 
 // Observe returns a channel of leader changes: the current state first, then
-// one Leader per change, with Fence 0 meaning nobody leads. Changes arrive by
-// pub/sub as they happen; expiry of a crashed leader's lease (which publishes
-// nothing) is noticed when the lease can have expired, and the state is
-// re-read then and after any gap in the pub/sub connection, so a lost message
-// cannot leave the channel wrong for longer than about one TTL. While a
-// leader holds, an observer sends about one command per TTL.
+// one Leader per change, with Fence 0 meaning nobody leads. Every state sent
+// was read from Redis; a message on the name's pub/sub channel only makes the
+// observer read at once, and the state is also read when the leader's lease
+// can have expired (expiry publishes nothing). So a lost or forged message
+// cannot make the channel report anything Redis did not say, and a lost one
+// delays a change by at most about one TTL. A term shorter than a read may
+// be missed; the latest state always arrives. While a leader holds, an
+// observer sends about one command per TTL.
 //
-// The channel buffers 64 changes. A slow reader never blocks the library:
-// when the buffer is full the oldest change is dropped, so the latest state
-// always arrives and a reader that falls far behind skips intermediate ones. The channel is
-// closed, by this package, when ctx ends or the session closes; errors
-// reading Redis are retried and are not reported on the channel.
+// The channel buffers 64 changes; when it is full the oldest is dropped, so
+// a slow reader never blocks the library. The channel is closed, by this
+// package, when ctx ends or the session closes; errors reading Redis are
+// retried and are not reported on the channel.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader, observeBuffer)
 	if e.s.enter() != nil {
@@ -138,26 +138,15 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 // observeBuffer is how many changes an Observe channel holds.
 const observeBuffer = 64
 
-// observer tracks what an Observe goroutine knows. Events and reads can
-// arrive out of order (they use different connections), so they are ordered
-// by fence: fences of successive leaders strictly increase.
+// observer is one Observe goroutine. Everything it reports comes from a read
+// of the lock key: a message on the name's channel only says "read now"
+// (anyone allowed to subscribe may also publish, so a message's content is
+// never trusted).
 type observer struct {
-	fence   int64 // highest fence seen
-	vacant  bool  // the holder of fence has gone (released or expired)
-	sent    bool
-	sentFen int64 // fence last sent; 0 for "no leader"
-}
-
-// apply records a state and reports whether it is news.
-func (o *observer) apply(fence int64, vacant bool) bool {
-	switch {
-	case fence > o.fence:
-	case fence == o.fence && vacant && !o.vacant:
-	default:
-		return false
-	}
-	o.fence, o.vacant = fence, vacant
-	return true
+	e    *Election
+	out  chan Leader
+	last Leader // last state sent
+	sent bool
 }
 
 func (e *Election) observe(ctx context.Context, out chan Leader) {
@@ -166,99 +155,15 @@ func (e *Election) observe(ctx context.Context, out chan Leader) {
 		return
 	}
 	defer sub.Close()
-	var o observer
-	send := func(l Leader) {
-		if o.sent && l.Fence == o.sentFen {
-			return
-		}
-		o.sent, o.sentFen = true, l.Fence
-		for {
-			select {
-			case out <- l:
-				return
-			default:
-			}
-			select { // full: drop the oldest, the latest state wins
-			case <-out:
-			default:
-			}
-		}
-	}
-	next := e.s.cfg.ttl // until the state must be read again
-	// A new leader seen while the last one reported still leads means that
-	// one's term ended first (it expired; expiry publishes nothing): report
-	// the vacancy, however short, before the new leader.
-	elected := func(l Leader) {
-		if !o.apply(l.Fence, false) {
-			return
-		}
-		if o.sent && o.sentFen != 0 {
-			send(Leader{})
-		}
-		send(l)
-	}
-	// events applies what arrived on the channel, in order.
-	events := func() (gap bool) {
-		msgs, gap := sub.take()
-		for _, m := range msgs {
-			ev, ok := parseEvent(m)
-			switch {
-			case !ok:
-				gap = true
-			case ev.acquired:
-				elected(Leader{Value: ev.holder.value, Fence: ev.holder.fence})
-				next = ev.ttl + time.Millisecond
-			case o.apply(ev.holder.fence, true):
-				send(Leader{})
-				next = e.s.cfg.ttl
-			}
-		}
-		return gap
-	}
-	reread := true
+	o := observer{e: e, out: out}
+	// Subscribed before the first read, so no change after it goes unheard.
+	next := time.Duration(0)
 	for {
-		if reread {
-			reread = false
-			before := sub.deliveries()
-			l, ok, err := e.inspect(ctx)
-			// The read may have overtaken events still on their way through
-			// pub/sub (another connection): wait for them and apply them
-			// first, so no leader is skipped and nothing goes backwards.
-			e.s.watch.barrier(ctx)
-			quiet := sub.deliveries() == before
-			if events() {
-				reread = true
-			}
-			switch {
-			case err != nil:
-				next = e.s.retryDelay()
-			case ok:
-				elected(l) // a no-op unless the event for l was lost
-				next = l.TTL + time.Millisecond
-				if l.TTL <= 0 { // no TTL (someone PERSISTed the key): poll slowly
-					next = e.s.cfg.ttl
-				}
-			case quiet:
-				// Nobody holds the key and nothing happened meanwhile: the
-				// last leader's lease expired.
-				if o.apply(o.fence, true) {
-					send(Leader{})
-				}
-				next = e.s.cfg.ttl
-			default:
-				// Events arrived during the read; they were applied above
-				// and the next read settles whether the newest leader's
-				// lease still runs.
-			}
-		}
-		t := time.NewTimer(max(next, 0))
+		t := time.NewTimer(next)
 		select {
 		case <-t.C:
-			reread = true
 		case <-sub.notify:
-			if events() {
-				reread = true
-			}
+			sub.take() // a hint, whatever it says (or a gap): read now
 		case <-ctx.Done():
 			t.Stop()
 			return
@@ -267,6 +172,57 @@ func (e *Election) observe(ctx context.Context, out chan Leader) {
 			return
 		}
 		t.Stop()
+		next = o.read(ctx)
+	}
+}
+
+// read reads the leader, reports it if it changed, and returns how long until
+// it must be read again: when the leader's lease can have expired (expiry
+// publishes nothing), the TTL while nobody leads, the retry delay after an
+// error.
+func (o *observer) read(ctx context.Context) time.Duration {
+	l, ok, err := o.e.inspect(ctx)
+	switch {
+	case err != nil:
+		return o.e.s.retryDelay()
+	case !ok:
+		o.report(Leader{})
+		return o.e.s.cfg.ttl
+	}
+	o.report(l)
+	if l.TTL <= 0 { // no TTL (someone PERSISTed the key): poll slowly
+		return o.e.s.cfg.ttl
+	}
+	return l.TTL + time.Millisecond
+}
+
+// report sends l if it differs from the last state sent. A new leader read
+// while the last one sent still led means that one's term ended first:
+// the vacancy, however short, is sent before the new leader.
+func (o *observer) report(l Leader) {
+	if o.sent && l.Fence == o.last.Fence && l.Value == o.last.Value {
+		return
+	}
+	if o.sent && o.last.Fence != 0 && l.Fence != 0 && l.Fence != o.last.Fence {
+		o.send(Leader{})
+	}
+	o.send(l)
+}
+
+// send puts l on the channel; when it is full the oldest change is dropped,
+// so the latest state always arrives.
+func (o *observer) send(l Leader) {
+	o.last, o.sent = l, true
+	for {
+		select {
+		case o.out <- l:
+			return
+		default:
+		}
+		select {
+		case <-o.out:
+		default:
+		}
 	}
 }
 
