@@ -43,12 +43,11 @@ import (
 //     this one, so its fence is larger: fences strictly increase across
 //     owners as long as no node loses its data (the same condition as the
 //     lock itself; see below).
-//   - Election.Leader reads every node and reports the holder found on a
-//     quorum. Pub/sub notifications (releases, Observe) come from the first
-//     node only; while it is down, waiters poll at the retry interval and
-//     Observe re-reads the quorum when a lease can have expired. A change
-//     Observe learns from that node's notification carries that node's
-//     fence, which can be lower than the quorum's until the next re-read.
+//   - Election.Leader (and Observe) reads every node and reports the holder
+//     found on a quorum, with the fence that holder knows. Pub/sub
+//     notifications come from the first node only; while it is down,
+//     waiters poll at the retry interval and Observe reads the quorum when
+//     a lease can have expired.
 //
 // Redlock tolerates a minority of nodes being down or unreachable. It does
 // not tolerate what breaks a single Redis on a node of a quorum: a forward
@@ -342,6 +341,24 @@ func (s *Session) renewRoundQuorum(ctx context.Context, sent, earliest time.Time
 	return failed
 }
 
+// holderFence returns the fence the holder of token knows: the one stored
+// with its token on the most nodes (its acquisition wrote it back to a
+// quorum; a node that took the token late, outside that quorum, has its own
+// and is outvoted), the larger on a tie.
+func holderFence(held []holder, token string) int64 {
+	counts := map[int64]int{}
+	var fence int64
+	for _, h := range held {
+		if h.token == token {
+			counts[h.fence]++
+			if c, best := counts[h.fence], counts[fence]; c > best || (c == best && h.fence > fence) {
+				fence = h.fence
+			}
+		}
+	}
+	return fence
+}
+
 // inspectQuorum is Election.inspect for a Redlock session: the holder found
 // on a quorum of nodes, with the smallest remaining TTL among them.
 func (e *Election) inspectQuorum(ctx context.Context) (Leader, bool, error) {
@@ -391,7 +408,7 @@ func (e *Election) inspectQuorum(ctx context.Context) (Leader, bool, error) {
 	})
 	failed := 0
 	var lastErr error
-	for i, r := range replies {
+	for _, r := range replies {
 		if r.err != nil {
 			failed++
 			lastErr = r.err
@@ -408,13 +425,13 @@ func (e *Election) inspectQuorum(ctx context.Context) (Leader, bool, error) {
 			}
 		}
 		if votes >= s.quorum {
-			fence := r.h.fence
-			for _, o := range replies[i:] {
-				if o.ok && o.h.token == r.h.token {
-					fence = max(fence, o.h.fence)
+			var held []holder
+			for _, o := range replies {
+				if o.ok {
+					held = append(held, o.h)
 				}
 			}
-			return Leader{Value: r.h.value, Fence: fence, TTL: ttl}, true, nil
+			return Leader{Value: r.h.value, Fence: holderFence(held, r.h.token), TTL: ttl}, true, nil
 		}
 	}
 	if failed > len(s.nodes)-s.quorum {

@@ -243,3 +243,20 @@ func TestRedlockRetryKeepsItsToken(t *testing.T) {
 	}
 	assert.True(t, l.Held(), "the retried acquisition keeps its keys: %v", l.Err())
 }
+
+// A node that took the holder's token outside its quorum (a request held up
+// while the node was frozen, run after the acquisition) has a fence the
+// holder never saw; Leader must report the holder's own fence.
+func TestRedlockLeaderReportsTheHoldersFence(t *testing.T) {
+	ms, cs := redlockNodes(t, 3)
+	s := newRedlock(t, cs)
+	ctx := context.Background()
+	l, err := mustElection(t, s, "fenced").Campaign(ctx, "me")
+	require.NoError(t, err)
+	late := l.fence + 1000
+	ms[2].Set(l.keys.lock, fmt.Sprintf("%s\n%d\n%s", l.token, late, l.value))
+	ms[2].SetTTL(l.keys.lock, time.Second)
+	leader, err := mustElection(t, newRedlock(t, cs), "fenced").Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, l.Fence(), leader.Fence, "the fence the holder knows, not node 2's %d", late)
+}
