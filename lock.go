@@ -16,6 +16,10 @@ import (
 // A Lock is one successful acquisition of one name by a session. Its identity
 // (name, key, fence) never changes; it ends exactly once, when it is released,
 // lost, or its session closes. A Lock is safe for concurrent use.
+//
+// Methods on a nil *Lock (what a failed acquire returns) do not panic: Held
+// is false, Done is closed, Err and Release return an error matching
+// ErrInvalid, and the other methods return zero values.
 type Lock struct {
 	s        *Session
 	keys     keys
@@ -41,18 +45,36 @@ type Lock struct {
 	delivered bool
 }
 
+// errNilLock is what Err and Release say on a nil *Lock.
+var errNilLock = invalidf("nil *Lock: the acquire that should have returned it failed (check its error)")
+
 // closedChan is the Done channel of a lock that ended before anyone asked.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Name returns the name the lock was acquired under.
-func (l *Lock) Name() string { return l.keys.name }
+func (l *Lock) Name() string {
+	if l == nil {
+		return ""
+	}
+	return l.keys.name
+}
 
 // Value returns the value published with the lock: the candidate's value for
 // an election (see Election.Campaign), empty for a plain lock.
-func (l *Lock) Value() string { return l.value }
+func (l *Lock) Value() string {
+	if l == nil {
+		return ""
+	}
+	return l.value
+}
 
 // Key returns the Redis key that holds the lock ("redisleader:{name}").
-func (l *Lock) Key() string { return l.keys.lock }
+func (l *Lock) Key() string {
+	if l == nil {
+		return ""
+	}
+	return l.keys.lock
+}
 
 // Fence returns the fencing token of this acquisition. Fences strictly
 // increase across successive acquisitions of a name, so a resource that
@@ -60,11 +82,19 @@ func (l *Lock) Key() string { return l.keys.lock }
 // writes from a former owner that acts late (after a pause, say). Fences are
 // derived from the Redis server's clock in microseconds (see the package
 // documentation) and may have gaps.
-func (l *Lock) Fence() int64 { return l.fence }
+func (l *Lock) Fence() int64 {
+	if l == nil {
+		return 0
+	}
+	return l.fence
+}
 
 // Done returns a channel that is closed when the lock ends: released, lost,
 // or its session closed. It is closed exactly once, by this package.
 func (l *Lock) Done() <-chan struct{} {
+	if l == nil {
+		return closedChan
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.done == nil {
@@ -88,6 +118,9 @@ func (l *Lock) Held() bool { return l.check() == nil }
 // check ends the lock with ErrExpired if its deadline has passed, and
 // returns why it ended (nil while held).
 func (l *Lock) check() error {
+	if l == nil {
+		return errNilLock
+	}
 	l.mu.Lock()
 	err, due := l.err, l.err == nil && !time.Now().Before(l.deadline)
 	l.mu.Unlock()
@@ -104,6 +137,9 @@ func (l *Lock) check() error {
 // monotonic clock, until which the lock is held unless it is renewed. It moves
 // forward with every successful renewal.
 func (l *Lock) Deadline() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.deadline

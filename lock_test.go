@@ -734,3 +734,24 @@ func parseFence(t *testing.T, m interface{ Get(string) (string, error) }, key st
 	require.True(t, ok, v)
 	return h.fence
 }
+
+// A failed TryLock returns a nil *Lock; `defer lock.Release(ctx)` right
+// after it, or any other method, must not panic.
+func TestNilLockMethods(t *testing.T) {
+	var l *Lock
+	ctx := context.Background()
+	assert.ErrorIs(t, l.Release(ctx), ErrInvalid)
+	assert.ErrorContains(t, l.Release(ctx), "nil *Lock")
+	assert.ErrorIs(t, l.Err(), ErrInvalid)
+	assert.False(t, l.Held())
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("Done of a nil *Lock is not closed")
+	}
+	assert.Empty(t, l.Name())
+	assert.Empty(t, l.Value())
+	assert.Empty(t, l.Key())
+	assert.Zero(t, l.Fence())
+	assert.True(t, l.Deadline().IsZero())
+}
