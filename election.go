@@ -249,9 +249,8 @@ func (o *observer) send(l Leader) {
 //     the panic continues up Run's caller.
 //
 // Closing the session cancels onElected's context too; Run still releases
-// the leadership only after onElected has returned (Session.Close does not
-// wait for that: do not call Close from onElected expecting the release to
-// have happened). Run returns ctx's error when ctx ends, ErrSessionClosed
+// the leadership only after onElected has returned, and Session.Close waits
+// for that release (see Close). Run returns ctx's error when ctx ends, ErrSessionClosed
 // when the session closes, or an error matching ErrInvalid for a nil onElected or a value over
 // 64 KiB. To learn who leads while this candidate does not, use Observe.
 func (e *Election) Run(ctx context.Context, value string, onElected func(ctx context.Context, leadership *Lock) error) error {
@@ -284,20 +283,20 @@ func (e *Election) Run(ctx context.Context, value string, onElected func(ctx con
 // It returns onElected's error only if onElected gave up a leadership that
 // was still held.
 func (e *Election) lead(ctx context.Context, lead *Lock, onElected func(context.Context, *Lock) error) error {
-	lead.setRunTerm(true)
-	leaderCtx, cancel := context.WithCancelCause(ctx)
+	released := e.s.startTerm(lead)
+	leaderCtx, cancel := context.WithCancelCause(context.WithValue(ctx, termKey{}, lead))
 	stop := lead.onEnd(func() { cancel(lead.Err()) })
 	defer func() {
 		stop()
 		cancel(ErrReleased)
-		lead.setRunTerm(false)
 		// A fresh context: the release must happen even when ctx has ended.
 		rctx := context.WithoutCancel(ctx)
 		if errors.Is(lead.Err(), ErrSessionClosed) {
 			_ = lead.del(rctx) // Close left this key to us
-			return
+		} else {
+			_ = lead.Release(rctx)
 		}
-		_ = lead.Release(rctx)
+		released()
 	}()
 	err := onElected(leaderCtx, lead)
 	if lost := lead.Err(); lost != nil {

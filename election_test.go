@@ -711,16 +711,69 @@ func TestCloseDuringRunWaitsForOnElected(t *testing.T) {
 				next <- l
 			}
 		}()
-		require.NoError(t, sa.Close(ctx))
+		closed := make(chan error, 1)
+		go func() { closed <- sa.Close(ctx) }()
 		recvWithin(t, cancelled, time.Second, "onElected cancelled by Close")
 		select {
 		case <-next:
 			t.Fatal("the next leader started while onElected was still running")
+		case <-closed:
+			t.Fatal("Close returned while onElected was still running")
 		case <-time.After(200 * time.Millisecond): // an observation window, not synchronisation
 		}
 		close(finish)
+		require.NoError(t, recvWithin(t, closed, 2*time.Second, "Close once onElected returned"))
 		l := recvWithin(t, next, 2*time.Second, "b elected once onElected returned")
 		assert.Equal(t, "b", l.Value())
 		assert.ErrorIs(t, recvWithin(t, runErr, time.Second, "Run's return"), ErrSessionClosed)
+	})
+}
+
+// The natural shutdown order, Session.Close then client.Close, must leave no
+// key behind while Run's onElected is still returning: Close waits for the
+// release Run owes. Close called from onElected with its context does not
+// wait for itself.
+func TestCloseWaitsForRunsRelease(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		client := redis.NewClient(&redis.Options{Addr: b.addr, ContextTimeoutEnabled: true})
+		s, err := NewSession(client, fastOpts()...)
+		require.NoError(t, err)
+		elected, cancelled, finish := make(chan *Lock, 1), make(chan struct{}), make(chan struct{})
+		go func() {
+			_ = mustElection(t, s, "shutdown").Run(ctx, "a", func(lctx context.Context, l *Lock) error {
+				elected <- l
+				<-lctx.Done()
+				close(cancelled)
+				<-finish
+				return nil
+			})
+		}()
+		l := recvWithin(t, elected, 2*time.Second, "elected")
+		closed := make(chan error, 1)
+		go func() { closed <- s.Close(ctx) }()
+		recvWithin(t, cancelled, time.Second, "onElected cancelled")
+		select {
+		case <-closed: // the old behaviour: close the client as a user would, then let onElected return
+			_ = client.Close()
+			close(finish)
+			t.Fatalf("Close returned before Run released the leadership")
+		case <-time.After(100 * time.Millisecond): // an observation window, not synchronisation
+		}
+		close(finish)
+		require.NoError(t, recvWithin(t, closed, 2*time.Second, "Close"))
+		require.NoError(t, client.Close())
+		assert.Empty(t, b.get(l.Key()), "the leadership's key after Close and client.Close")
+
+		// From inside onElected, with its context: no self-wait.
+		s2 := newSession(t, b.client, fastOpts()...)
+		runErr := make(chan error, 1)
+		go func() {
+			runErr <- mustElection(t, s2, "self-close").Run(ctx, "a", func(lctx context.Context, _ *Lock) error {
+				return s2.Close(lctx)
+			})
+		}()
+		assert.ErrorIs(t, recvWithin(t, runErr, 2*time.Second, "Run after Close from onElected"), ErrSessionClosed)
+		assert.Empty(t, b.get(newKeys("self-close").lock))
 	})
 }

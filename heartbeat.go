@@ -52,14 +52,16 @@ type Session struct {
 	cfg    config
 	ttlArg any // the TTL in ms, boxed once for script arguments
 
-	mu     sync.Mutex // protects locks, stale, err and idle, and orders work.Add before Close
+	mu     sync.Mutex // protects locks, names, stale, terms, err and idle, and orders work.Add before Close
 	locks  map[*Lock]struct{}
-	stale  map[*Lock]time.Time // ended locks whose token may still be in Redis, and until when to try
-	err    error               // nil until Close
-	idle   bool                // the heartbeat sleeps until kicked
-	done   chan struct{}       // closed when Close starts
-	closed chan struct{}       // closed when the first Close has finished
-	kick   chan struct{}       // capacity 1: work was added while idle
+	names  map[string]*Lock        // the held lock of each name in locks
+	stale  map[*Lock]staleness     // ended locks whose token may still be in Redis
+	terms  map[*Lock]chan struct{} // leaderships Election.Run releases itself; closed once it has
+	err    error                   // nil until Close
+	idle   bool                    // the heartbeat sleeps until kicked
+	done   chan struct{}           // closed when Close starts
+	closed chan struct{}           // closed when the first Close has finished
+	kick   chan struct{}           // capacity 1: work was added while idle
 	cancel context.CancelFunc
 	hbDone chan struct{}  // closed when the heartbeat goroutine has returned
 	watch  *watcher       // the session's pub/sub connection, started on first use
@@ -98,7 +100,9 @@ func startSession(nodes []Client, cfg config) *Session {
 		cfg:    cfg,
 		ttlArg: strconv.FormatInt(cfg.ttl.Milliseconds(), 10),
 		locks:  make(map[*Lock]struct{}),
-		stale:  make(map[*Lock]time.Time),
+		names:  make(map[string]*Lock),
+		stale:  make(map[*Lock]staleness),
+		terms:  make(map[*Lock]chan struct{}),
 		idle:   true,
 		done:   make(chan struct{}),
 		closed: make(chan struct{}),
@@ -139,20 +143,21 @@ func (s *Session) enter() error {
 }
 
 // Close ends the session. First every lock it holds ends with
-// ErrSessionClosed (Done closes, Held turns false), then their keys are
-// released in Redis (compare-and-delete, one pipelined round trip) so that
-// waiting owners take over at once — except a leadership held by
-// Election.Run, which Run releases itself once onElected has returned —, then Close stops the heartbeat, the
-// pub/sub connection, observers and acquisitions in flight, and waits for
-// them. Blocking calls on the session return ErrSessionClosed.
+// ErrSessionClosed (Done closes, Held turns false, Run's onElected contexts
+// are cancelled), then their keys are released in Redis (compare-and-delete,
+// one pipelined round trip) so that waiting owners take over at once —
+// except a leadership held by Election.Run, which Run releases once
+// onElected has returned. Then Close stops the heartbeat, the pub/sub
+// connection, observers and acquisitions in flight, and waits for them and
+// for those releases by Run, so that the client can be closed next.
+// Blocking calls on the session return ErrSessionClosed.
 //
-// The release is bounded by the call timeout and ctx; if it fails, the keys
-// expire within one TTL and the error is returned. If ctx ends before the
-// goroutines have stopped (a Redis call blocked on a client without
-// ContextTimeoutEnabled), Close returns ctx's error and they stop when that
-// call returns; otherwise, when Close returns, no goroutine of the session
-// is left. Later and concurrent calls wait for the first to finish (or for
-// their own ctx) and return nil.
+// Close returns when all that is done, or with ctx's error when ctx ends
+// first (the rest then finishes in the background). Called from onElected,
+// it does not wait for that onElected if given its context (or one derived
+// from it). A failed release is returned; those keys expire within one TTL.
+// Later and concurrent calls wait for the first to finish (or for their own
+// ctx) and return nil.
 func (s *Session) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.err != nil {
@@ -169,6 +174,7 @@ func (s *Session) Close(ctx context.Context) error {
 	close(s.done)
 	release := append(slices.Collect(maps.Keys(s.locks)), slices.Collect(maps.Keys(s.stale))...)
 	clear(s.stale)
+	terms := maps.Clone(s.terms)
 	s.mu.Unlock()
 
 	keep := release[:0]
@@ -177,18 +183,24 @@ func (s *Session) Close(ctx context.Context) error {
 		s.remove(l)
 		// A Run term releases its own key once onElected has returned, so
 		// that the next leader never starts while this one still works.
-		if !l.inRunTerm() {
+		if _, ok := terms[l]; !ok {
 			keep = append(keep, l)
 		}
 	}
 	relErr := s.releaseAll(ctx, keep)
 
 	s.cancel()
+	self, _ := ctx.Value(termKey{}).(*Lock)
 	stopped := make(chan struct{})
 	go func() {
 		<-s.hbDone
 		s.work.Wait()
 		s.watch.close()
+		for l, released := range terms {
+			if l != self {
+				<-released
+			}
+		}
 		close(stopped)
 	}()
 	select {
@@ -196,6 +208,25 @@ func (s *Session) Close(ctx context.Context) error {
 		return relErr
 	case <-ctx.Done():
 		return errors.Join(ctx.Err(), relErr)
+	}
+}
+
+// termKey is the context key under which Run's onElected context carries
+// its term's Lock, so that Close called from onElected does not wait for it.
+type termKey struct{}
+
+// startTerm registers l as a leadership that Election.Run will release
+// itself, and returns the function that Run calls once it has.
+func (s *Session) startTerm(l *Lock) (released func()) {
+	done := make(chan struct{})
+	s.mu.Lock()
+	s.terms[l] = done
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.terms, l)
+		s.mu.Unlock()
+		close(done)
 	}
 }
 
@@ -335,13 +366,13 @@ func (c *boundCtx) Err() error {
 // session was closed meanwhile; the caller then releases the key.
 func (s *Session) add(l *Lock) error {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.err != nil {
-		s.mu.Unlock()
 		return s.err
 	}
 	s.locks[l] = struct{}{}
+	s.names[l.keys.name] = l
 	s.wakeLocked()
-	s.mu.Unlock()
 	return nil
 }
 
@@ -359,16 +390,35 @@ func (s *Session) wakeLocked() {
 func (s *Session) remove(l *Lock) {
 	s.mu.Lock()
 	delete(s.locks, l)
+	if s.names[l.keys.name] == l {
+		delete(s.names, l.keys.name)
+	}
 	s.mu.Unlock()
+}
+
+// holds reports whether the session holds name now.
+func (s *Session) holds(name string) bool {
+	s.mu.Lock()
+	l := s.names[name]
+	s.mu.Unlock()
+	return l != nil && l.Held()
+}
+
+// staleness says how the heartbeat cleans up an ended lock's token.
+type staleness struct {
+	until  time.Time // stop trying then: the token must have expired
+	repeat bool      // a request of ours may still set the key: delete until then, even after a success
 }
 
 // markStale hands an ended lock to the heartbeat for a best-effort delete:
 // a renewal that reached Redis but whose reply came after the deadline (or
 // never came) may have left our token there for up to another TTL, and so
-// may a release or an abandoned acquire whose outcome is unknown. The
-// heartbeat tries until the delete succeeds or the token must have expired
-// (two TTLs after the lock's deadline or now, whichever is later).
-func (s *Session) markStale(l *Lock) {
+// may a release whose outcome is unknown. The heartbeat tries until the
+// delete succeeds or the token must have expired (two TTLs after the lock's
+// deadline or now, whichever is later). With repeat (an abandoned acquire:
+// an attempt still on its way to Redis can set the key after any delete),
+// it keeps deleting until then.
+func (s *Session) markStale(l *Lock, repeat bool) {
 	until := time.Now()
 	if d := l.Deadline(); d.After(until) {
 		until = d
@@ -377,7 +427,11 @@ func (s *Session) markStale(l *Lock) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err == nil {
-		s.stale[l] = until
+		prev := s.stale[l]
+		if prev.until.After(until) {
+			until = prev.until
+		}
+		s.stale[l] = staleness{until: until, repeat: repeat || prev.repeat}
 		s.wakeLocked()
 	}
 }
@@ -525,7 +579,8 @@ func (s *Session) cleanStale(ctx context.Context) {
 	now := time.Now()
 	s.mu.Lock()
 	for i, l := range locks {
-		if outcomes[i].failed == 0 || now.After(s.stale[l]) {
+		st := s.stale[l]
+		if (outcomes[i].failed == 0 && !st.repeat) || now.After(st.until) {
 			delete(s.stale, l)
 		}
 	}

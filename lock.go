@@ -32,17 +32,19 @@ type Lock struct {
 	// release. Only the acquiring goroutine, then the one releaser, use it.
 	argv [8]any
 
-	mu       sync.Mutex    // protects deadline, renewed, err, done, onEnds and runTerm
+	mu       sync.Mutex    // protects deadline, renewed, err, done and onEnds
 	deadline time.Time     // local deadline D on the monotonic clock
 	renewed  time.Time     // send time of the last successful acquire or renew
 	err      error         // nil while held
 	done     chan struct{} // created lazily by Done, closed by end
 	timer    *time.Timer   // fires at the deadline; re-arms if it moved
 	onEnds   map[*func()]struct{}
-	runTerm  bool // an Election.Run term is using it; Run releases it
 	// delivered is set when the acquisition is handed to its caller (after
 	// any takeover delay): from then on someone believes it holds the name.
 	delivered bool
+	// leftover: a give-back left this acquisition's token on some node.
+	// Only the acquiring goroutine uses it.
+	leftover bool
 }
 
 // errNilLock is what Err and Release say on a nil *Lock.
@@ -186,7 +188,7 @@ func (l *Lock) del(ctx context.Context) error {
 	n, err := releaseScript.run(l.s.bound(ctx, time.Time{}), l.s.client, argv).Int()
 	switch {
 	case err != nil:
-		l.s.markStale(l)
+		l.s.markStale(l, false)
 		return fmt.Errorf("redisleader: release %q (retried in the background; the key expires within the TTL at the latest): %w", l.keys.name, err)
 	case n == 0:
 		l.s.cfg.logger.Info("redisleader: released key did not hold our token (a retried delete, or the key was gone)",
@@ -262,7 +264,7 @@ func (l *Lock) lose(why error) {
 	if l.end(why) {
 		l.s.remove(l)
 		if why == ErrExpired {
-			l.s.markStale(l)
+			l.s.markStale(l, false)
 		}
 		l.s.cfg.logger.Warn("redisleader: lock lost", "name", l.keys.name, "fence", l.fence, "err", why)
 	}
@@ -304,19 +306,6 @@ func (l *Lock) endLocked(err error) []func() {
 	return fs
 }
 
-// setRunTerm marks whether an Election.Run term is using the lock.
-func (l *Lock) setRunTerm(on bool) {
-	l.mu.Lock()
-	l.runTerm = on
-	l.mu.Unlock()
-}
-
-func (l *Lock) inRunTerm() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.runTerm
-}
-
 // onEnd arranges for f to run once, on the goroutine that ends the lock (at
 // once if it has ended already), and returns a function that cancels that.
 // f must not block.
@@ -351,7 +340,9 @@ func (l *Lock) onEnd(f func()) (stop func()) {
 // if any; or a Redis error that retrying cannot fix (wrong key type, missing
 // permission). Transient Redis errors are retried. If an attempt's outcome
 // was unknown when Lock gives up, the key is released with this attempt's
-// token, so no unowned lock is left behind.
+// token, so no unowned lock is left behind. A session never waits for
+// itself: on a name it holds, Lock returns at once an error matching
+// ErrLocked that says so.
 func (s *Session) Lock(ctx context.Context, name string) (*Lock, error) {
 	return s.acquire(ctx, name, "", true)
 }
@@ -381,6 +372,9 @@ func (s *Session) acquire(ctx context.Context, name, value string, block bool) (
 		return nil, err
 	}
 	defer s.work.Done()
+	if s.holds(name) {
+		return nil, &heldError{name}
+	}
 	k := newKeys(name)
 	var sub *subscription
 	if block {
@@ -394,20 +388,22 @@ func (s *Session) acquire(ctx context.Context, name, value string, block bool) (
 	}
 	l := s.newLock(k, value)
 	var (
-		lastErr  error     // of the last attempt, when its outcome is unknown
+		lastErr  error     // of the last attempt, if it failed with a Redis error
+		unsure   bool      // an attempt's outcome is unknown: our token may be, or get, in Redis
 		loggedAt time.Time // errors are logged at most once per TTL
 	)
 	for {
 		if err := s.Err(); err != nil {
-			return nil, l.abandon(lastErr, err)
+			return nil, l.abandon(ctx, unsure, lastErr, err)
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, l.abandon(lastErr, err)
+			return nil, l.abandon(ctx, unsure, lastErr, err)
 		}
 		left, err := l.attempt(ctx)
 		if s.cfg.onAttempt != nil {
 			s.cfg.onAttempt(name, err)
 		}
+		locked := errors.Is(err, ErrLocked)
 		switch {
 		case err == nil:
 			lost, err := l.takeover(ctx)
@@ -418,34 +414,43 @@ func (s *Session) acquire(ctx context.Context, name, value string, block bool) (
 				l.deliver()
 				return l, nil
 			case !block:
-				return nil, fmt.Errorf("redisleader: acquire %q: lost during the takeover delay: %w", name, lost)
+				return nil, fmt.Errorf("redisleader: acquire %q: the lease ended before it could be handed over: %w", name, lost)
 			}
-			l = s.newLock(k, value) // lost during the delay: start over with a new token
+			l = s.newLock(k, value) // start over with a new token
 			continue
 		case errors.Is(err, ErrSessionClosed):
 			return nil, err // attempt has given the key back already
-		case !block || permanent(err):
-			if errors.Is(err, ErrLocked) {
-				return nil, err
-			}
-			return nil, l.abandon(err, err)
+		case locked && s.holds(name):
+			return nil, l.abandon(ctx, unsure, nil, &heldError{name})
+		case !locked:
+			lastErr, unsure = err, true
 		}
-		lastErr = nil
+		if !block || permanent(err) {
+			return nil, l.abandon(ctx, unsure, nil, err)
+		}
 		wait := s.retryDelay()
-		if errors.Is(err, ErrLocked) {
+		if locked {
+			lastErr = nil
 			wait = s.followDelay(left, sub)
-		} else {
-			lastErr = err
-			if time.Since(loggedAt) >= s.cfg.ttl {
-				loggedAt = time.Now()
-				s.cfg.logger.Warn("redisleader: acquire failed; retrying", "name", name, "err", err)
-			}
+		} else if time.Since(loggedAt) >= s.cfg.ttl {
+			loggedAt = time.Now()
+			s.cfg.logger.Warn("redisleader: acquire failed; retrying", "name", name, "err", err)
 		}
 		if err := s.wait(ctx, sub, wait); err != nil {
-			return nil, l.abandon(lastErr, err)
+			return nil, l.abandon(ctx, unsure, lastErr, err)
 		}
 	}
 }
+
+// heldError: the session asked for a name it holds itself. Locks are not
+// reentrant, and a session never waits for itself.
+type heldError struct{ name string }
+
+func (e *heldError) Error() string {
+	return fmt.Sprintf("redisleader: %q is already held by this session (locks are not reentrant, and a session never waits for itself)", e.name)
+}
+
+func (e *heldError) Is(target error) bool { return target == ErrLocked }
 
 // followDelay is how long a waiter sleeps after finding the name held with
 // left to go on the holder's lease (negative: the key has no TTL): until
@@ -581,61 +586,89 @@ func (l *Lock) arm(sent, deadline time.Time, fence int64) error {
 	l.fence = fence
 	l.mu.Lock()
 	l.deadline, l.renewed = deadline, sent
-	l.timer = time.AfterFunc(time.Until(deadline), l.onDeadline)
 	l.mu.Unlock()
+	// Registered before the timer starts, so that the timer's lose, which
+	// unregisters it, always comes after.
 	if err := l.s.add(l); err != nil {
 		// The session closed while we acquired: give the key back now.
 		l.end(err)
 		_ = l.del(context.Background())
 		return err
 	}
+	if testHookArmed != nil {
+		testHookArmed(l)
+	}
+	l.mu.Lock()
+	if l.err == nil {
+		l.timer = time.AfterFunc(time.Until(l.deadline), l.onDeadline)
+	}
+	l.mu.Unlock()
 	return nil
 }
+
+// testHookArmed, when set by a test, runs in arm between registering the
+// lock and starting its deadline timer.
+var testHookArmed func(*Lock)
 
 // giveBack deletes this acquisition's token after an attempt that did not
 // count, best effort. The acquisition goes on with the same token, so
 // unlike del it neither overwrites the acquire arguments nor hands the token
 // to the stale-token cleanup, which could delete it after a later attempt
 // of this acquisition has succeeded with it. A node where the delete failed
-// keeps the token until it expires or the next attempt takes it again.
+// keeps the token until the next attempt takes it again, or, if the
+// acquisition gives up, abandon cleans it up.
 func (l *Lock) giveBack(ctx context.Context) {
-	_ = l.s.deleteTokens(ctx, []*Lock{l})
+	if l.s.deleteTokens(ctx, []*Lock{l})[0].failed > 0 {
+		l.leftover = true
+	}
 }
 
 // takeover waits out the takeover delay (WithTakeoverDelay) of a fresh
 // acquisition while the heartbeat renews it. It returns why the acquisition
-// ended if it ended meanwhile, or ctx's error or ErrSessionClosed if those
-// ended first (the key is then released, by the caller here or by Close).
+// ended if it ended before it could be handed over (a deadline can pass
+// even with no delay), or ctx's error or ErrSessionClosed if those ended
+// first (the key is then released, by the caller here or by Close).
 func (l *Lock) takeover(ctx context.Context) (lost, err error) {
-	d := l.s.cfg.takeoverDelay
-	if d <= 0 {
-		return nil, nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return l.check(), nil
-	case <-l.Done():
-		if errors.Is(l.check(), ErrSessionClosed) {
+	if d := l.s.cfg.takeoverDelay; d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-l.Done():
+		case <-ctx.Done():
+			_ = l.Release(context.WithoutCancel(ctx))
+			return nil, ctx.Err()
+		case <-l.s.done:
 			return nil, ErrSessionClosed
 		}
-		return l.check(), nil
-	case <-ctx.Done():
-		_ = l.Release(context.WithoutCancel(ctx))
-		return nil, ctx.Err()
-	case <-l.s.done:
-		return nil, ErrSessionClosed
 	}
+	lost = l.check()
+	if errors.Is(lost, ErrSessionClosed) {
+		return nil, lost
+	}
+	return lost, nil
 }
 
-// abandon ends an acquisition that will not be returned. If the last attempt
-// failed with an unknown outcome, the key may hold our token: delete it with
-// that token, on a fresh context, so no phantom lock blocks others for a TTL.
-// It returns err, joined with the last attempt's error when they differ.
-func (l *Lock) abandon(lastErr, err error) error {
-	if lastErr != nil {
-		_ = l.del(context.Background())
+// abandon ends an acquisition that will not be returned and returns err,
+// joined with lastErr when they differ. If an attempt's outcome was unknown
+// (unsure), or a give-back after one failed, our token may be in Redis, or
+// get there later (an attempt still on its way): it is deleted now, within
+// ctx (in the background once ctx has ended, so that the caller returns with
+// its context whatever Redis does), and the heartbeat keeps deleting it
+// until it must have expired, so no phantom lock blocks others for a TTL.
+// The caller must still be registered with s.work.
+func (l *Lock) abandon(ctx context.Context, unsure bool, lastErr, err error) error {
+	if unsure || l.leftover {
+		l.s.markStale(l, true)
+		if ctx.Err() == nil {
+			_ = l.del(ctx)
+		} else {
+			l.s.work.Add(1) // Close waits for it
+			go func() {
+				defer l.s.work.Done()
+				_ = l.del(context.WithoutCancel(ctx))
+			}()
+		}
 	}
 	if lastErr != nil && lastErr != err {
 		return errors.Join(err, lastErr)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -754,4 +755,140 @@ func TestNilLockMethods(t *testing.T) {
 	assert.Empty(t, l.Key())
 	assert.Zero(t, l.Fence())
 	assert.True(t, l.Deadline().IsZero())
+}
+
+// A session never waits for itself: Lock, Campaign and TryLock on a name it
+// holds return at once with an error matching ErrLocked that says so, also
+// when another call of the same session won the name meanwhile.
+func TestSessionNeverWaitsForItself(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		s := newSession(t, b.client, fastOpts()...)
+		held, err := s.Lock(ctx, "self")
+		require.NoError(t, err)
+		for what, acquire := range map[string]func() error{
+			"Lock":     func() error { _, err := s.Lock(ctx, "self"); return err },
+			"TryLock":  func() error { _, err := s.TryLock(ctx, "self"); return err },
+			"Campaign": func() error { _, err := mustElection(t, s, "self").Campaign(ctx, "v"); return err },
+		} {
+			done := make(chan error, 1)
+			go func() { done <- acquire() }()
+			err := recvWithin(t, done, time.Second, what+" on a name the session holds")
+			assert.ErrorIs(t, err, ErrLocked, what)
+			assert.ErrorContains(t, err, `"self" is already held by this session`, what)
+		}
+		require.NoError(t, held.Release(ctx))
+		again, err := s.Lock(ctx, "self")
+		require.NoError(t, err, "Lock after the release")
+		require.NoError(t, again.Release(ctx))
+
+		// Two calls of one session race for a free name: one wins, the
+		// other returns at once instead of waiting for the winner.
+		errs := make(chan error, 2)
+		locks := make(chan *Lock, 2)
+		for range 2 {
+			go func() {
+				l, err := s.Lock(ctx, "race")
+				locks <- l
+				errs <- err
+			}()
+		}
+		e1, e2 := recvWithin(t, errs, time.Second, "first"), recvWithin(t, errs, time.Second, "second")
+		assert.True(t, (e1 == nil) != (e2 == nil), "exactly one wins: %v, %v", e1, e2)
+		for _, err := range []error{e1, e2} {
+			if err != nil {
+				assert.ErrorIs(t, err, ErrLocked)
+			}
+		}
+		for range 2 {
+			_ = (<-locks).Release(ctx)
+		}
+	})
+}
+
+// arm registers a fresh lock with the session before its deadline timer can
+// end it: a deadline that passes in between must not leave an ended lock
+// among the session's locks (the heartbeat would never idle), and the
+// acquisition is not handed over expired.
+func TestArmRacingItsDeadline(t *testing.T) {
+	m, c := newMini(t)
+	s := newSession(t, c, fastOpts()...)
+	testHookArmed = func(l *Lock) {
+		// The deadline passes before the timer starts (no renewal gets through).
+		m.SetError("LOADING stalled")
+		defer m.SetError("")
+		for d := l.Deadline(); time.Now().Before(d); d = l.Deadline() {
+			<-time.After(time.Until(d))
+		}
+		l.mu.Lock()
+		started := l.timer != nil
+		l.mu.Unlock()
+		if started { // code that starts the timer first: let it end the lock now
+			<-l.Done()
+		}
+	}
+	defer func() { testHookArmed = nil }()
+	l, err := s.TryLock(context.Background(), "racing")
+	assert.Nil(t, l)
+	assert.ErrorIs(t, err, ErrExpired)
+	testHookArmed = nil
+	require.Eventually(t, func() bool { return len(s.held()) == 0 }, time.Second, time.Millisecond,
+		"the expired lock is still registered with the session")
+}
+
+// lateAcquire is a client whose first acquire call reaches Redis only when
+// the test says so, after its caller gave up on it (a request held up on
+// the way, say by a paused network path): the caller sees a timeout.
+type lateAcquire struct {
+	*redis.Client
+	once    sync.Once
+	deliver chan struct{}
+	ran     chan *redis.Cmd
+}
+
+func (c *lateAcquire) Process(ctx context.Context, cmd redis.Cmder) error {
+	args := cmd.Args()
+	held := false
+	if len(args) > 1 && (args[1] == acquireScript.sha || args[1] == acquireScript.src) {
+		c.once.Do(func() { held = true })
+	}
+	if !held {
+		return c.Client.Process(ctx, cmd)
+	}
+	late := redis.NewCmd(context.Background(), slices.Clone(args)...) // written to the wire now
+	go func() {
+		<-c.deliver
+		_ = c.Client.Process(context.Background(), late)
+		c.ran <- late
+	}()
+	cmd.SetErr(context.DeadlineExceeded)
+	return cmd.Err()
+}
+
+// An abandoned acquisition whose attempt is still on its way to Redis can
+// take the key after the acquisition gave up, even when its last attempt
+// found the name held by another: the session deletes that token when it
+// appears instead of leaving an unrenewed key for a TTL.
+func TestAbandonedAcquireLandingLate(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		opts := fastOpts(WithTTL(3 * time.Second))
+		holder, err := newSession(t, b.client, opts...).Lock(ctx, "late")
+		require.NoError(t, err)
+		c := &lateAcquire{Client: redis.NewClient(&redis.Options{Addr: b.addr, ContextTimeoutEnabled: true}),
+			deliver: make(chan struct{}), ran: make(chan *redis.Cmd, 1)}
+		defer c.Client.Close()
+		s := newSession(t, c, opts...)
+		lctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, err = s.Lock(lctx, "late") // first attempt held up, the next ones find the holder
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.NoError(t, holder.Release(ctx))
+		close(c.deliver)
+		res, err := recvWithin(t, c.ran, time.Second, "the late acquire").Slice()
+		require.NoError(t, err)
+		require.Equal(t, int64(1), res[0], "the late acquire took the key")
+		require.Eventually(t, func() bool { return b.get(holder.Key()) == "" }, time.Second, 5*time.Millisecond,
+			"the late acquire's key (TTL 3s) is still there")
+	})
 }

@@ -277,7 +277,7 @@ func (l *Lock) delQuorum(ctx context.Context) error {
 	if d.failed == 0 {
 		return nil
 	}
-	l.s.markStale(l)
+	l.s.markStale(l, false)
 	if d.failed >= l.s.quorum {
 		return fmt.Errorf("redisleader: release %q failed on %d of %d nodes (retried in the background; the keys expire within the TTL at the latest): %w",
 			l.keys.name, d.failed, len(l.s.nodes), d.err)

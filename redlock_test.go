@@ -2,7 +2,9 @@ package redisleader
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -259,4 +261,40 @@ func TestRedlockLeaderReportsTheHoldersFence(t *testing.T) {
 	leader, err := mustElection(t, newRedlock(t, cs), "fenced").Leader(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, l.Fence(), leader.Fence, "the fence the holder knows, not node 2's %d", late)
+}
+
+// failFirstRelease fails the first release script sent through it.
+type failFirstRelease struct {
+	*redis.Client
+	once sync.Once
+}
+
+func (c *failFirstRelease) Process(ctx context.Context, cmd redis.Cmder) error {
+	fail := false
+	if args := cmd.Args(); len(args) > 1 && (args[1] == releaseScript.sha || args[1] == releaseScript.src) {
+		c.once.Do(func() { fail = true })
+	}
+	if fail {
+		cmd.SetErr(errors.New("connection reset by peer"))
+		return cmd.Err()
+	}
+	return c.Client.Process(ctx, cmd)
+}
+
+// A Redlock attempt that fell short of a quorum gives back what it took; a
+// node where that delete failed must not keep the token for a TTL once the
+// acquisition gives up.
+func TestRedlockGiveBackLeftoverIsCleaned(t *testing.T) {
+	ms, cs := redlockNodes(t, 3)
+	cs[2] = &failFirstRelease{Client: cs[2].(*redis.Client)}
+	k := newKeys("leftover")
+	for _, m := range ms[:2] {
+		m.Set(k.lock, "other\n1\n")
+		m.SetTTL(k.lock, time.Minute)
+	}
+	s := newRedlock(t, cs, WithTTL(3*time.Second))
+	_, err := s.TryLock(context.Background(), "leftover")
+	require.ErrorIs(t, err, ErrLocked)
+	require.Eventually(t, func() bool { return !ms[2].Exists(k.lock) }, time.Second, 5*time.Millisecond,
+		"the token on the node whose give-back failed (TTL 3s) is still there")
 }
