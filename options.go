@@ -53,6 +53,7 @@ const (
 	minDrift       = 0.001
 	maxDrift       = 0.1
 	minTTL         = 10 * time.Millisecond
+	minInterval    = time.Millisecond // every other duration option, unless 0 means off
 	maxTTL         = 24 * time.Hour
 	defaultMaxCall = time.Second
 )
@@ -68,14 +69,14 @@ func WithTTL(d time.Duration) Option {
 
 // WithRenewInterval sets how often the session's heartbeat renews every key it
 // holds, in one pipelined round trip. The default is TTL/3; it must be
-// positive and at most TTL/3, so that at least two renewals fit in a lease.
+// at least 1ms and at most TTL/3, so that at least two renewals fit in a lease.
 func WithRenewInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.renewInterval, c.renewIntervalSet = d, true })
 }
 
 // WithCallTimeout bounds every Redis call the session makes; calls made on
 // behalf of a held lease are further bounded by that lease's local deadline.
-// The default is min(TTL/6, 1s). It must be positive and small enough that
+// The default is min(TTL/6, 1s). It must be at least 1ms and small enough that
 // a renewal that times out can be retried once before the local deadline:
 // renewInterval + 2 × callTimeout + min(renewInterval, retryInterval +
 // retryJitter) < TTL·(1−drift) − margin.
@@ -109,14 +110,14 @@ func WithMargin(d time.Duration) Option {
 // subscription is not working (otherwise waiters sleep until the holder's
 // lease can have expired, or until a release wakes them), and before a failed
 // renewal is retried. The default
-// is min(100ms, TTL/10); it must be positive and at most the TTL.
+// is min(100ms, TTL/10); it must be at least 1ms and at most the TTL.
 func WithRetryInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.retryInterval, c.retryIntervalSet = d, true })
 }
 
 // WithRetryJitter sets the largest random delay added to each retry, so that
-// candidates do not retry in lockstep. The default is retryInterval/2; it must
-// be at least 0 and at most the TTL.
+// candidates do not retry in lockstep. The default is retryInterval/2, but at
+// least 1ms; it must be 0 (no jitter) or from 1ms to the TTL.
 func WithRetryJitter(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.retryJitter, c.retryJitterSet = d, true })
 }
@@ -131,7 +132,7 @@ func WithRetryJitter(d time.Duration) Option {
 // and d ≥ TTL covers every case). The former owner's local deadline passes
 // before the new owner starts. The cost is d added to every takeover,
 // including after a clean release. Consul calls the same idea lock-delay.
-// The default is 0 (no delay); it must be at least 0 and at most 24h. See
+// The default is 0 (no delay); it must be 0 or from 1ms to 24h. See
 // docs/RELIABILITY.md for the measurements.
 func WithTakeoverDelay(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.takeoverDelay = d })
@@ -224,7 +225,7 @@ func buildConfig(opts []Option) (config, error) {
 		c.retryInterval = min(defaultRetryInterval, c.ttl/10)
 	}
 	if !c.retryJitterSet {
-		c.retryJitter = c.retryInterval / 2
+		c.retryJitter = max(c.retryInterval/2, minInterval)
 	}
 	return c, c.validate()
 }
@@ -239,24 +240,24 @@ func (c *config) validate() error {
 		return invalidf("WithMargin(%v) must be at least %v", c.margin, minMargin)
 	case c.ttl < 20*c.margin:
 		return invalidf("WithTTL(%v) must be at least 20 × margin (%v)", c.ttl, 20*c.margin)
-	case c.renewInterval <= 0:
-		return invalidf("WithRenewInterval(%v) must be positive", c.renewInterval)
+	case c.renewInterval < minInterval:
+		return invalidf("WithRenewInterval(%v) must be at least %v", c.renewInterval, minInterval)
 	case c.renewInterval > c.ttl/3:
 		return invalidf("WithRenewInterval(%v) must be at most TTL/3 (%v)", c.renewInterval, c.ttl/3)
-	case c.retryInterval <= 0:
-		return invalidf("WithRetryInterval(%v) must be positive", c.retryInterval)
+	case c.retryInterval < minInterval:
+		return invalidf("WithRetryInterval(%v) must be at least %v", c.retryInterval, minInterval)
 	case c.retryInterval > c.ttl:
 		return invalidf("WithRetryInterval(%v) must be at most the TTL (%v)", c.retryInterval, c.ttl)
-	case c.retryJitter < 0:
-		return invalidf("WithRetryJitter(%v) must not be negative", c.retryJitter)
+	case c.retryJitter != 0 && c.retryJitter < minInterval:
+		return invalidf("WithRetryJitter(%v) must be 0 (no jitter) or at least %v", c.retryJitter, minInterval)
 	case c.retryJitter > c.ttl:
 		return invalidf("WithRetryJitter(%v) must be at most the TTL (%v)", c.retryJitter, c.ttl)
-	case c.takeoverDelay < 0:
-		return invalidf("WithTakeoverDelay(%v) must not be negative", c.takeoverDelay)
+	case c.takeoverDelay != 0 && c.takeoverDelay < minInterval:
+		return invalidf("WithTakeoverDelay(%v) must be 0 (off) or at least %v", c.takeoverDelay, minInterval)
 	case c.takeoverDelay > maxTTL:
 		return invalidf("WithTakeoverDelay(%v) must be at most %v", c.takeoverDelay, maxTTL)
-	case c.callTimeout <= 0:
-		return invalidf("WithCallTimeout(%v) must be positive", c.callTimeout)
+	case c.callTimeout < minInterval:
+		return invalidf("WithCallTimeout(%v) must be at least %v", c.callTimeout, minInterval)
 	case c.acksSet && c.acks.n < 1:
 		return invalidf("WithReplicaAcks(%d, %v): the number of replicas must be at least 1", c.acks.n, c.acks.timeout)
 	case c.acksSet && (c.acks.timeout <= 0 || c.acks.timeout%time.Millisecond != 0):
