@@ -260,22 +260,34 @@ func TestDurationOptionBounds(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			for _, d := range []time.Duration{time.Nanosecond, 999 * time.Microsecond} {
 				s, err := NewSession(c, tt.opt(d))
-				if !assert.Nil(t, s) {
-					require.NoError(t, s.Close(context.Background()))
-				}
-				assert.ErrorIs(t, err, ErrInvalid)
-				assert.EqualError(t, err, "redisleader: "+fmt.Sprintf(tt.want, d))
+				assertRejected(t, s, err, fmt.Sprintf(tt.want, d))
 			}
 			s, err := NewSession(c, tt.opt(tt.bound))
-			require.NoError(t, err, "the bound %v must be accepted", tt.bound)
-			require.NoError(t, s.Close(context.Background()))
+			assertAccepted(t, s, err)
 		})
 	}
 	// The report of issue 11: meant as 5s and 1s, given in nanoseconds.
-	_, err := NewSession(c, WithRenewInterval(5), WithRetryInterval(1))
-	assert.EqualError(t, err, "redisleader: WithRenewInterval(5ns) must be at least 1ms")
+	s, err := NewSession(c, WithRenewInterval(5), WithRetryInterval(1))
+	assertRejected(t, s, err, "WithRenewInterval(5ns) must be at least 1ms")
 	// Zero turns jitter and the takeover delay off.
-	s, err := NewSession(c, WithRetryJitter(0), WithTakeoverDelay(0))
+	s, err = NewSession(c, WithRetryJitter(0), WithTakeoverDelay(0))
+	assertAccepted(t, s, err)
+}
+
+// assertRejected checks that a constructor returned no session (closing one
+// it returned anyway) and an error matching ErrInvalid with exactly msg.
+func assertRejected(t *testing.T, s *Session, err error, msg string) {
+	t.Helper()
+	if !assert.Nil(t, s) {
+		require.NoError(t, s.Close(context.Background()))
+	}
+	assert.ErrorIs(t, err, ErrInvalid)
+	assert.EqualError(t, err, "redisleader: "+msg)
+}
+
+// assertAccepted checks that a constructor returned a session, and closes it.
+func assertAccepted(t *testing.T, s *Session, err error) {
+	t.Helper()
 	require.NoError(t, err)
 	require.NoError(t, s.Close(context.Background()))
 }
