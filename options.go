@@ -1,10 +1,14 @@
 package redisleader
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // An Option configures a Session. Options are created by the With* functions
@@ -156,7 +160,8 @@ func WithTakeoverDelay(d time.Duration) Option {
 // default hz 10), so an unacknowledged WAIT takes up to timeout + 1/hz: leave
 // that much room below the call timeout, or the call times out first (the
 // outcome is the same, only the error differs). Not available with a
-// *redis.ClusterClient (WAIT must run on the connection that wrote).
+// *redis.ClusterClient or a wrapper around one (WAIT must run on the
+// connection that wrote).
 func WithReplicaAcks(n int, timeout time.Duration) Option {
 	return optionFunc(func(c *config) { c.acks, c.acksSet = replicaAcks{n: n, timeout: timeout}, true })
 }
@@ -284,4 +289,67 @@ func (c *config) renewRetryMax() time.Duration {
 // this process may believe it holds the key: TTL·(1−ρ) − margin.
 func (c *config) validity() time.Duration {
 	return time.Duration(float64(c.ttl)*(1-c.drift)) - c.margin
+}
+
+// clientKind is what NewSession and NewRedlockSession need to know about a
+// client. When a wrapper embeds several clients, the largest kind counts.
+type clientKind int
+
+const (
+	kindPlain   clientKind = iota // *redis.Client, or none of the methods below
+	kindCluster                   // has ForEachMaster, like *redis.ClusterClient
+	kindRing                      // has SetAddrs, like *redis.Ring
+	kindNil                       // nil, or a wrapper around a nil client
+)
+
+var (
+	clientType  = reflect.TypeFor[Client]()
+	clusterType = reflect.TypeFor[interface {
+		ForEachMaster(context.Context, func(context.Context, *redis.Client) error) error
+	}]()
+	ringType = reflect.TypeFor[interface{ SetAddrs(map[string]string) }]()
+	redisPkg = reflect.TypeFor[redis.Client]().PkgPath()
+)
+
+// ringRejectf is the error for a Ring client, given who names it and the client.
+const ringRejectf = "%s (%T) is or wraps a *redis.Ring: each Ring client decides on its own when a shard is down and moves its keys, so two clients can hold one name on different shards"
+
+// kindOf classifies c by the methods of its type, which include those that
+// an embedded *redis.ClusterClient or *redis.Ring promotes, and by the
+// clients it embeds as fields of pointer or interface type (Client,
+// redis.UniversalClient), up to 4 wrappers deep. A client held in a named
+// field is not seen.
+func kindOf(c Client) clientKind { return kindOfValue(reflect.ValueOf(c), 4) }
+
+func kindOfValue(v reflect.Value, depth int) clientKind {
+	switch v.Kind() {
+	case reflect.Invalid:
+		return kindNil
+	case reflect.Interface:
+		if v.IsNil() {
+			return kindNil
+		}
+		return kindOfValue(v.Elem(), depth)
+	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.Func, reflect.Slice:
+		if v.IsNil() {
+			return kindNil
+		}
+	}
+	kind := kindPlain
+	switch t := v.Type(); {
+	case t.Implements(ringType):
+		kind = kindRing
+	case t.Implements(clusterType):
+		kind = kindCluster
+	}
+	s := reflect.Indirect(v)
+	if s.Kind() != reflect.Struct || s.Type().PkgPath() == redisPkg || depth == 0 {
+		return kind
+	}
+	for i := range s.NumField() {
+		if f := s.Type().Field(i); f.Anonymous && f.Type.Implements(clientType) {
+			kind = max(kind, kindOfValue(s.Field(i), depth-1))
+		}
+	}
+	return kind
 }

@@ -299,3 +299,78 @@ func unreachableClient(t *testing.T) *redis.Client {
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+// Wrappers as users write them (to add metrics or inject faults): embedding
+// promotes the go-redis client's methods, or hides them behind an interface.
+type (
+	wrappedClient  struct{ *redis.Client }
+	wrappedCluster struct{ *redis.ClusterClient }
+	wrappedRing    struct{ *redis.Ring }
+	wrappedIface   struct{ Client }
+)
+
+// unreachableNodes returns a cluster client and a ring for a port nothing
+// listens on, and two plain clients to stand beside them as Redlock nodes;
+// all are closed when the test ends.
+func unreachableNodes(t *testing.T) (*redis.ClusterClient, *redis.Ring, [2]Client) {
+	const addr = "127.0.0.1:1"
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}})
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addr}})
+	t.Cleanup(func() { _ = cluster.Close(); _ = ring.Close() })
+	return cluster, ring, [2]Client{unreachableClient(t), unreachableClient(t)}
+}
+
+// TestRingIsRejected: a *redis.Ring, bare or wrapped, cannot hold a name
+// safely, so NewSession and NewRedlockSession reject it and say why.
+func TestRingIsRejected(t *testing.T) {
+	_, ring, cs := unreachableNodes(t)
+	const why = "is or wraps a *redis.Ring: each Ring client decides on its own when a shard is down and moves its keys, so two clients can hold one name on different shards"
+	for _, r := range []Client{ring, wrappedRing{ring}, &wrappedRing{ring}, wrappedIface{ring}, &wrappedIface{wrappedRing{ring}}} {
+		t.Run(fmt.Sprintf("%T", r), func(t *testing.T) {
+			s, err := NewSession(r)
+			assertRejected(t, s, err, fmt.Sprintf("NewSession: the client (%T) %s", r, why))
+			s, err = NewRedlockSession([]Client{cs[0], cs[1], r})
+			assertRejected(t, s, err, fmt.Sprintf("NewRedlockSession: client 2 (%T) %s", r, why))
+		})
+	}
+}
+
+// TestWrappedClusterClient: a wrapper around a *redis.ClusterClient is a
+// cluster client too: no WithReplicaAcks, and not a Redlock node. A wrapped
+// *redis.Client is a plain client.
+func TestWrappedClusterClient(t *testing.T) {
+	cluster, _, cs := unreachableNodes(t)
+	acks := WithReplicaAcks(1, 10*time.Millisecond)
+	for _, cc := range []Client{cluster, wrappedCluster{cluster}, &wrappedCluster{cluster}, wrappedIface{cluster}} {
+		t.Run(fmt.Sprintf("%T", cc), func(t *testing.T) {
+			s, err := NewSession(cc, acks)
+			assertRejected(t, s, err, fmt.Sprintf("WithReplicaAcks(1, 10ms) needs WAIT on the connection that wrote, which a cluster client (%T is or wraps a *redis.ClusterClient) does not give; use it with a *redis.Client (also from redis.NewFailoverClient)", cc))
+			s, err = NewSession(cc)
+			assertAccepted(t, s, err)
+			s, err = NewRedlockSession([]Client{cs[0], cc, cs[1]})
+			assertRejected(t, s, err, fmt.Sprintf("NewRedlockSession: client 1 is a ClusterClient or wraps one (%T); Redlock nodes must be independent servers", cc))
+		})
+	}
+	c := unreachableClient(t)
+	for _, w := range []Client{wrappedClient{c}, &wrappedClient{c}, wrappedIface{c}} {
+		s, err := NewSession(w, acks)
+		assertAccepted(t, s, err)
+	}
+}
+
+// TestWrappedNilClient: a nil pointer to a wrapper, or a wrapper around a
+// nil client, is a nil client: an error, not a panic at first use.
+func TestWrappedNilClient(t *testing.T) {
+	_, _, cs := unreachableNodes(t)
+	for _, n := range []Client{(*wrappedCluster)(nil), wrappedCluster{}, &wrappedCluster{}, (*wrappedRing)(nil), wrappedRing{},
+		(*wrappedClient)(nil), wrappedClient{}, wrappedIface{}, &wrappedIface{wrappedClient{}}} {
+		t.Run(fmt.Sprintf("%T", n), func(t *testing.T) {
+			for _, opts := range [][]Option{nil, {WithReplicaAcks(1, 10*time.Millisecond)}} {
+				s, err := NewSession(n, opts...)
+				assertRejected(t, s, err, "NewSession: client must not be nil")
+			}
+			s, err := NewRedlockSession([]Client{cs[0], n, cs[1]})
+			assertRejected(t, s, err, "NewRedlockSession: client 1 is nil")
+		})
+	}
+}
