@@ -20,12 +20,15 @@ import (
 // per session for release notifications. *redis.Client (also as
 // returned by redis.NewFailoverClient), *redis.ClusterClient and
 // redis.UniversalClient implement it, as does any wrapper that embeds one (to
-// inject faults in tests, say).
-//
-// *redis.Ring implements it too, but do not use it: each Ring client decides
-// on its own when a shard is down and moves that shard's keys to another, so
-// two clients can hold the same name on different shards at once. Hooks added to the client with AddHook see
+// inject faults in tests, say). Hooks added to the client with AddHook see
 // every command this package sends.
+//
+// *redis.Ring implements it too, but NewSession and NewRedlockSession reject
+// it: each Ring client decides on its own when a shard is down and moves
+// that shard's keys to another, so two clients can hold the same name on
+// different shards at once. They recognise a Ring or a *redis.ClusterClient
+// by its methods, also when a wrapper embeds it (as a pointer, or in an
+// embedded interface); a wrapper that holds it in a named field hides it.
 type Client interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 	Pipeline() redis.Pipeliner
@@ -76,15 +79,20 @@ type Session struct {
 // The caller must call Close to stop the heartbeat and release what the
 // session holds.
 func NewSession(client Client, opts ...Option) (*Session, error) {
-	if client == nil || isNilPointer(client) {
+	kind := kindOf(client)
+	switch kind {
+	case kindNil:
 		return nil, invalidf("NewSession: client must not be nil")
+	case kindRing:
+		return nil, invalidf(ringRejectf, "NewSession: the client", client)
 	}
 	cfg, err := buildConfig(opts)
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := client.(*redis.ClusterClient); ok && cfg.acks.n > 0 {
-		return nil, invalidf("WithReplicaAcks needs WAIT on the connection that wrote, which a *redis.ClusterClient pipeline does not give; use it with a *redis.Client (also from redis.NewFailoverClient)")
+	if kind == kindCluster && cfg.acks.n > 0 {
+		return nil, invalidf("WithReplicaAcks(%d, %v) needs WAIT on the connection that wrote, which a cluster client (%T is or wraps a *redis.ClusterClient) does not give; use it with a *redis.Client (also from redis.NewFailoverClient)",
+			cfg.acks.n, cfg.acks.timeout, client)
 	}
 	return startSession([]Client{client}, cfg), nil
 }
@@ -666,17 +674,4 @@ func warnRiskyClient(c Client, cfg config) {
 		cfg.logger.Warn("redisleader: redis.Options.ContextTimeoutEnabled is false, so go-redis ignores call deadlines on sockets; set it to true so calls end within the call timeout",
 			"call_timeout", cfg.callTimeout, "read_timeout", opt.ReadTimeout)
 	}
-}
-
-// isNilPointer reports a typed nil (*redis.Client)(nil) hidden in the interface.
-func isNilPointer(c Client) bool {
-	switch v := c.(type) {
-	case *redis.Client:
-		return v == nil
-	case *redis.ClusterClient:
-		return v == nil
-	case *redis.Ring:
-		return v == nil
-	}
-	return false
 }

@@ -1,10 +1,14 @@
 package redisleader
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // An Option configures a Session. Options are created by the With* functions
@@ -53,6 +57,7 @@ const (
 	minDrift       = 0.001
 	maxDrift       = 0.1
 	minTTL         = 10 * time.Millisecond
+	minInterval    = time.Millisecond // every other duration option, unless 0 means off
 	maxTTL         = 24 * time.Hour
 	defaultMaxCall = time.Second
 )
@@ -68,14 +73,14 @@ func WithTTL(d time.Duration) Option {
 
 // WithRenewInterval sets how often the session's heartbeat renews every key it
 // holds, in one pipelined round trip. The default is TTL/3; it must be
-// positive and at most TTL/3, so that at least two renewals fit in a lease.
+// at least 1ms and at most TTL/3, so that at least two renewals fit in a lease.
 func WithRenewInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.renewInterval, c.renewIntervalSet = d, true })
 }
 
 // WithCallTimeout bounds every Redis call the session makes; calls made on
 // behalf of a held lease are further bounded by that lease's local deadline.
-// The default is min(TTL/6, 1s). It must be positive and small enough that
+// The default is min(TTL/6, 1s). It must be at least 1ms and small enough that
 // a renewal that times out can be retried once before the local deadline:
 // renewInterval + 2 × callTimeout + min(renewInterval, retryInterval +
 // retryJitter) < TTL·(1−drift) − margin.
@@ -109,14 +114,14 @@ func WithMargin(d time.Duration) Option {
 // subscription is not working (otherwise waiters sleep until the holder's
 // lease can have expired, or until a release wakes them), and before a failed
 // renewal is retried. The default
-// is min(100ms, TTL/10); it must be positive and at most the TTL.
+// is min(100ms, TTL/10); it must be at least 1ms and at most the TTL.
 func WithRetryInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.retryInterval, c.retryIntervalSet = d, true })
 }
 
 // WithRetryJitter sets the largest random delay added to each retry, so that
-// candidates do not retry in lockstep. The default is retryInterval/2; it must
-// be at least 0 and at most the TTL.
+// candidates do not retry in lockstep. The default is retryInterval/2, but at
+// least 1ms; it must be 0 (no jitter) or from 1ms to the TTL.
 func WithRetryJitter(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.retryJitter, c.retryJitterSet = d, true })
 }
@@ -131,7 +136,7 @@ func WithRetryJitter(d time.Duration) Option {
 // and d ≥ TTL covers every case). The former owner's local deadline passes
 // before the new owner starts. The cost is d added to every takeover,
 // including after a clean release. Consul calls the same idea lock-delay.
-// The default is 0 (no delay); it must be at least 0 and at most 24h. See
+// The default is 0 (no delay); it must be 0 or from 1ms to 24h. See
 // docs/RELIABILITY.md for the measurements.
 func WithTakeoverDelay(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.takeoverDelay = d })
@@ -155,7 +160,8 @@ func WithTakeoverDelay(d time.Duration) Option {
 // default hz 10), so an unacknowledged WAIT takes up to timeout + 1/hz: leave
 // that much room below the call timeout, or the call times out first (the
 // outcome is the same, only the error differs). Not available with a
-// *redis.ClusterClient (WAIT must run on the connection that wrote).
+// *redis.ClusterClient or a wrapper around one (WAIT must run on the
+// connection that wrote).
 func WithReplicaAcks(n int, timeout time.Duration) Option {
 	return optionFunc(func(c *config) { c.acks, c.acksSet = replicaAcks{n: n, timeout: timeout}, true })
 }
@@ -224,7 +230,7 @@ func buildConfig(opts []Option) (config, error) {
 		c.retryInterval = min(defaultRetryInterval, c.ttl/10)
 	}
 	if !c.retryJitterSet {
-		c.retryJitter = c.retryInterval / 2
+		c.retryJitter = max(c.retryInterval/2, minInterval)
 	}
 	return c, c.validate()
 }
@@ -239,24 +245,24 @@ func (c *config) validate() error {
 		return invalidf("WithMargin(%v) must be at least %v", c.margin, minMargin)
 	case c.ttl < 20*c.margin:
 		return invalidf("WithTTL(%v) must be at least 20 × margin (%v)", c.ttl, 20*c.margin)
-	case c.renewInterval <= 0:
-		return invalidf("WithRenewInterval(%v) must be positive", c.renewInterval)
+	case c.renewInterval < minInterval:
+		return invalidf("WithRenewInterval(%v) must be at least %v", c.renewInterval, minInterval)
 	case c.renewInterval > c.ttl/3:
 		return invalidf("WithRenewInterval(%v) must be at most TTL/3 (%v)", c.renewInterval, c.ttl/3)
-	case c.retryInterval <= 0:
-		return invalidf("WithRetryInterval(%v) must be positive", c.retryInterval)
+	case c.retryInterval < minInterval:
+		return invalidf("WithRetryInterval(%v) must be at least %v", c.retryInterval, minInterval)
 	case c.retryInterval > c.ttl:
 		return invalidf("WithRetryInterval(%v) must be at most the TTL (%v)", c.retryInterval, c.ttl)
-	case c.retryJitter < 0:
-		return invalidf("WithRetryJitter(%v) must not be negative", c.retryJitter)
+	case c.retryJitter != 0 && c.retryJitter < minInterval:
+		return invalidf("WithRetryJitter(%v) must be 0 (no jitter) or at least %v", c.retryJitter, minInterval)
 	case c.retryJitter > c.ttl:
 		return invalidf("WithRetryJitter(%v) must be at most the TTL (%v)", c.retryJitter, c.ttl)
-	case c.takeoverDelay < 0:
-		return invalidf("WithTakeoverDelay(%v) must not be negative", c.takeoverDelay)
+	case c.takeoverDelay != 0 && c.takeoverDelay < minInterval:
+		return invalidf("WithTakeoverDelay(%v) must be 0 (off) or at least %v", c.takeoverDelay, minInterval)
 	case c.takeoverDelay > maxTTL:
 		return invalidf("WithTakeoverDelay(%v) must be at most %v", c.takeoverDelay, maxTTL)
-	case c.callTimeout <= 0:
-		return invalidf("WithCallTimeout(%v) must be positive", c.callTimeout)
+	case c.callTimeout < minInterval:
+		return invalidf("WithCallTimeout(%v) must be at least %v", c.callTimeout, minInterval)
 	case c.acksSet && c.acks.n < 1:
 		return invalidf("WithReplicaAcks(%d, %v): the number of replicas must be at least 1", c.acks.n, c.acks.timeout)
 	case c.acksSet && (c.acks.timeout <= 0 || c.acks.timeout%time.Millisecond != 0):
@@ -283,4 +289,67 @@ func (c *config) renewRetryMax() time.Duration {
 // this process may believe it holds the key: TTL·(1−ρ) − margin.
 func (c *config) validity() time.Duration {
 	return time.Duration(float64(c.ttl)*(1-c.drift)) - c.margin
+}
+
+// clientKind is what NewSession and NewRedlockSession need to know about a
+// client. When a wrapper embeds several clients, the largest kind counts.
+type clientKind int
+
+const (
+	kindPlain   clientKind = iota // *redis.Client, or none of the methods below
+	kindCluster                   // has ForEachMaster, like *redis.ClusterClient
+	kindRing                      // has SetAddrs, like *redis.Ring
+	kindNil                       // nil, or a wrapper around a nil client
+)
+
+var (
+	clientType  = reflect.TypeFor[Client]()
+	clusterType = reflect.TypeFor[interface {
+		ForEachMaster(context.Context, func(context.Context, *redis.Client) error) error
+	}]()
+	ringType = reflect.TypeFor[interface{ SetAddrs(map[string]string) }]()
+	redisPkg = reflect.TypeFor[redis.Client]().PkgPath()
+)
+
+// ringRejectf is the error for a Ring client, given who names it and the client.
+const ringRejectf = "%s (%T) is or wraps a *redis.Ring: each Ring client decides on its own when a shard is down and moves its keys, so two clients can hold one name on different shards"
+
+// kindOf classifies c by the methods of its type, which include those that
+// an embedded *redis.ClusterClient or *redis.Ring promotes, and by the
+// clients it embeds as fields of pointer or interface type (Client,
+// redis.UniversalClient), up to 4 wrappers deep. A client held in a named
+// field is not seen.
+func kindOf(c Client) clientKind { return kindOfValue(reflect.ValueOf(c), 4) }
+
+func kindOfValue(v reflect.Value, depth int) clientKind {
+	switch v.Kind() {
+	case reflect.Invalid:
+		return kindNil
+	case reflect.Interface:
+		if v.IsNil() {
+			return kindNil
+		}
+		return kindOfValue(v.Elem(), depth)
+	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.Func, reflect.Slice:
+		if v.IsNil() {
+			return kindNil
+		}
+	}
+	kind := kindPlain
+	switch t := v.Type(); {
+	case t.Implements(ringType):
+		kind = kindRing
+	case t.Implements(clusterType):
+		kind = kindCluster
+	}
+	s := reflect.Indirect(v)
+	if s.Kind() != reflect.Struct || s.Type().PkgPath() == redisPkg || depth == 0 {
+		return kind
+	}
+	for i := range s.NumField() {
+		if f := s.Type().Field(i); f.Anonymous && f.Type.Implements(clientType) {
+			kind = max(kind, kindOfValue(s.Field(i), depth-1))
+		}
+	}
+	return kind
 }

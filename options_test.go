@@ -3,6 +3,7 @@ package redisleader
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -29,19 +30,19 @@ func TestNewSessionRejectsBadOptions(t *testing.T) {
 		{"retry delay leaves no room", []Option{WithTTL(time.Second), WithRetryInterval(320 * time.Millisecond), WithRetryJitter(0)}, "the default call timeout (166.666666ms) must leave room for a retried renewal"},
 		{"negative TTL", []Option{WithTTL(-time.Second)}, "WithTTL(-1s) must be at least 10ms"},
 		{"TTL below 20 margins", []Option{WithTTL(time.Second), WithMargin(100 * time.Millisecond)}, "WithTTL(1s) must be at least 20 × margin (2s)"},
-		{"zero renew", []Option{WithRenewInterval(0)}, "WithRenewInterval(0s) must be positive"},
+		{"zero renew", []Option{WithRenewInterval(0)}, "WithRenewInterval(0s) must be at least 1ms"},
 		{"renew above TTL/3", []Option{WithTTL(15 * time.Second), WithRenewInterval(8 * time.Second)}, "WithRenewInterval(8s) must be at most TTL/3 (5s)"},
-		{"zero call timeout", []Option{WithCallTimeout(0)}, "WithCallTimeout(0s) must be positive"},
+		{"zero call timeout", []Option{WithCallTimeout(0)}, "WithCallTimeout(0s) must be at least 1ms"},
 		{"call timeout too long", []Option{WithTTL(time.Second), WithCallTimeout(400 * time.Millisecond)}, "WithCallTimeout(400ms) must leave room for a retried renewal"},
 		{"drift too small", []Option{WithDriftFactor(0)}, "WithDriftFactor(0) must be within [0.001, 0.1]"},
 		{"drift too large", []Option{WithDriftFactor(0.5)}, "WithDriftFactor(0.5) must be within [0.001, 0.1]"},
 		{"drift NaN", []Option{WithDriftFactor(nan())}, "WithDriftFactor(NaN) must be within"},
 		{"margin too small", []Option{WithMargin(time.Millisecond)}, "WithMargin(1ms) must be at least 2ms"},
-		{"zero retry", []Option{WithRetryInterval(0)}, "WithRetryInterval(0s) must be positive"},
+		{"zero retry", []Option{WithRetryInterval(0)}, "WithRetryInterval(0s) must be at least 1ms"},
 		{"retry above TTL", []Option{WithTTL(time.Second), WithRetryInterval(2 * time.Second)}, "WithRetryInterval(2s) must be at most the TTL (1s)"},
-		{"negative jitter", []Option{WithRetryJitter(-time.Millisecond)}, "WithRetryJitter(-1ms) must not be negative"},
+		{"negative jitter", []Option{WithRetryJitter(-time.Millisecond)}, "WithRetryJitter(-1ms) must be 0 (no jitter) or at least 1ms"},
 		{"jitter above TTL", []Option{WithTTL(time.Second), WithRetryJitter(2 * time.Second)}, "WithRetryJitter(2s) must be at most the TTL (1s)"},
-		{"negative takeover delay", []Option{WithTakeoverDelay(-time.Second)}, "WithTakeoverDelay(-1s) must not be negative"},
+		{"negative takeover delay", []Option{WithTakeoverDelay(-time.Second)}, "WithTakeoverDelay(-1s) must be 0 (off) or at least 1ms"},
 		{"takeover delay too long", []Option{WithTakeoverDelay(25 * time.Hour)}, "WithTakeoverDelay(25h0m0s) must be at most 24h0m0s"},
 		{"nil logger", []Option{WithLogger(nil)}, "WithLogger(nil)"},
 		{"nil option", []Option{nil}, "nil Option"},
@@ -94,6 +95,10 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, 333333333*time.Nanosecond, short.renewInterval)
 	assert.Equal(t, 166666666*time.Nanosecond, short.callTimeout)
 	assert.Equal(t, 10*time.Millisecond, short.margin)
+
+	fast, err := buildConfig([]Option{WithRetryInterval(time.Millisecond)})
+	require.NoError(t, err)
+	assert.Equal(t, time.Millisecond, fast.retryJitter, "the default jitter is at least 1ms")
 }
 
 func TestBadNamesWriteNothing(t *testing.T) {
@@ -230,4 +235,142 @@ func TestBoundCtx(t *testing.T) {
 	cancel()
 	assert.ErrorIs(t, ctx.Err(), context.Canceled)
 	<-ctx.Done()
+}
+
+// TestDurationOptionBounds: every duration option rejects 1ns and 999µs (a
+// bare number is nanoseconds: WithRenewInterval(5) meant as 5s) with an error
+// that names the option, the value and the rule, and accepts the bound.
+func TestDurationOptionBounds(t *testing.T) {
+	c := unreachableClient(t)
+	tests := []struct {
+		opt   func(time.Duration) Option
+		want  string // format of the error message for the value
+		bound time.Duration
+	}{
+		{WithRenewInterval, "WithRenewInterval(%v) must be at least 1ms", time.Millisecond},
+		{WithCallTimeout, "WithCallTimeout(%v) must be at least 1ms", time.Millisecond},
+		{WithRetryInterval, "WithRetryInterval(%v) must be at least 1ms", time.Millisecond},
+		{WithRetryJitter, "WithRetryJitter(%v) must be 0 (no jitter) or at least 1ms", time.Millisecond},
+		{WithTakeoverDelay, "WithTakeoverDelay(%v) must be 0 (off) or at least 1ms", time.Millisecond},
+		{func(d time.Duration) Option { return WithReplicaAcks(1, d) },
+			"WithReplicaAcks(1, %v): the timeout must be a positive whole number of milliseconds", time.Millisecond},
+	}
+	for _, tt := range tests {
+		name, _, _ := strings.Cut(tt.want, "(")
+		t.Run(name, func(t *testing.T) {
+			for _, d := range []time.Duration{time.Nanosecond, 999 * time.Microsecond} {
+				s, err := NewSession(c, tt.opt(d))
+				assertRejected(t, s, err, fmt.Sprintf(tt.want, d))
+			}
+			s, err := NewSession(c, tt.opt(tt.bound))
+			assertAccepted(t, s, err)
+		})
+	}
+	// The report of issue 11: meant as 5s and 1s, given in nanoseconds.
+	s, err := NewSession(c, WithRenewInterval(5), WithRetryInterval(1))
+	assertRejected(t, s, err, "WithRenewInterval(5ns) must be at least 1ms")
+	// Zero turns jitter and the takeover delay off.
+	s, err = NewSession(c, WithRetryJitter(0), WithTakeoverDelay(0))
+	assertAccepted(t, s, err)
+}
+
+// assertRejected checks that a constructor returned no session (closing one
+// it returned anyway) and an error matching ErrInvalid with exactly msg.
+func assertRejected(t *testing.T, s *Session, err error, msg string) {
+	t.Helper()
+	if !assert.Nil(t, s) {
+		require.NoError(t, s.Close(context.Background()))
+	}
+	assert.ErrorIs(t, err, ErrInvalid)
+	assert.EqualError(t, err, "redisleader: "+msg)
+}
+
+// assertAccepted checks that a constructor returned a session, and closes it.
+func assertAccepted(t *testing.T, s *Session, err error) {
+	t.Helper()
+	require.NoError(t, err)
+	require.NoError(t, s.Close(context.Background()))
+}
+
+// unreachableClient returns a client for a port nothing listens on, for
+// tests that must not reach Redis; it is closed when the test ends.
+func unreachableClient(t *testing.T) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Wrappers as users write them (to add metrics or inject faults): embedding
+// promotes the go-redis client's methods, or hides them behind an interface.
+type (
+	wrappedClient  struct{ *redis.Client }
+	wrappedCluster struct{ *redis.ClusterClient }
+	wrappedRing    struct{ *redis.Ring }
+	wrappedIface   struct{ Client }
+)
+
+// unreachableNodes returns a cluster client and a ring for a port nothing
+// listens on, and two plain clients to stand beside them as Redlock nodes;
+// all are closed when the test ends.
+func unreachableNodes(t *testing.T) (*redis.ClusterClient, *redis.Ring, [2]Client) {
+	const addr = "127.0.0.1:1"
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}})
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addr}})
+	t.Cleanup(func() { _ = cluster.Close(); _ = ring.Close() })
+	return cluster, ring, [2]Client{unreachableClient(t), unreachableClient(t)}
+}
+
+// TestRingIsRejected: a *redis.Ring, bare or wrapped, cannot hold a name
+// safely, so NewSession and NewRedlockSession reject it and say why.
+func TestRingIsRejected(t *testing.T) {
+	_, ring, cs := unreachableNodes(t)
+	const why = "is or wraps a *redis.Ring: each Ring client decides on its own when a shard is down and moves its keys, so two clients can hold one name on different shards"
+	for _, r := range []Client{ring, wrappedRing{ring}, &wrappedRing{ring}, wrappedIface{ring}, &wrappedIface{wrappedRing{ring}}} {
+		t.Run(fmt.Sprintf("%T", r), func(t *testing.T) {
+			s, err := NewSession(r)
+			assertRejected(t, s, err, fmt.Sprintf("NewSession: the client (%T) %s", r, why))
+			s, err = NewRedlockSession([]Client{cs[0], cs[1], r})
+			assertRejected(t, s, err, fmt.Sprintf("NewRedlockSession: client 2 (%T) %s", r, why))
+		})
+	}
+}
+
+// TestWrappedClusterClient: a wrapper around a *redis.ClusterClient is a
+// cluster client too: no WithReplicaAcks, and not a Redlock node. A wrapped
+// *redis.Client is a plain client.
+func TestWrappedClusterClient(t *testing.T) {
+	cluster, _, cs := unreachableNodes(t)
+	acks := WithReplicaAcks(1, 10*time.Millisecond)
+	for _, cc := range []Client{cluster, wrappedCluster{cluster}, &wrappedCluster{cluster}, wrappedIface{cluster}} {
+		t.Run(fmt.Sprintf("%T", cc), func(t *testing.T) {
+			s, err := NewSession(cc, acks)
+			assertRejected(t, s, err, fmt.Sprintf("WithReplicaAcks(1, 10ms) needs WAIT on the connection that wrote, which a cluster client (%T is or wraps a *redis.ClusterClient) does not give; use it with a *redis.Client (also from redis.NewFailoverClient)", cc))
+			s, err = NewSession(cc)
+			assertAccepted(t, s, err)
+			s, err = NewRedlockSession([]Client{cs[0], cc, cs[1]})
+			assertRejected(t, s, err, fmt.Sprintf("NewRedlockSession: client 1 is a ClusterClient or wraps one (%T); Redlock nodes must be independent servers", cc))
+		})
+	}
+	c := unreachableClient(t)
+	for _, w := range []Client{wrappedClient{c}, &wrappedClient{c}, wrappedIface{c}} {
+		s, err := NewSession(w, acks)
+		assertAccepted(t, s, err)
+	}
+}
+
+// TestWrappedNilClient: a nil pointer to a wrapper, or a wrapper around a
+// nil client, is a nil client: an error, not a panic at first use.
+func TestWrappedNilClient(t *testing.T) {
+	_, _, cs := unreachableNodes(t)
+	for _, n := range []Client{(*wrappedCluster)(nil), wrappedCluster{}, &wrappedCluster{}, (*wrappedRing)(nil), wrappedRing{},
+		(*wrappedClient)(nil), wrappedClient{}, wrappedIface{}, &wrappedIface{wrappedClient{}}} {
+		t.Run(fmt.Sprintf("%T", n), func(t *testing.T) {
+			for _, opts := range [][]Option{nil, {WithReplicaAcks(1, 10*time.Millisecond)}} {
+				s, err := NewSession(n, opts...)
+				assertRejected(t, s, err, "NewSession: client must not be nil")
+			}
+			s, err := NewRedlockSession([]Client{cs[0], n, cs[1]})
+			assertRejected(t, s, err, "NewRedlockSession: client 1 is nil")
+		})
+	}
 }

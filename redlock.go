@@ -69,14 +69,16 @@ func NewRedlockSession(clients []Client, opts ...Option) (*Session, error) {
 		return nil, invalidf("NewRedlockSession: %d clients; use an odd number of nodes (an even one adds a node without tolerating one more failure)", n)
 	}
 	for i, c := range clients {
-		if c == nil || isNilPointer(c) {
+		switch kindOf(c) {
+		case kindNil:
 			return nil, invalidf("NewRedlockSession: client %d is nil", i)
+		case kindRing:
+			return nil, invalidf(ringRejectf, fmt.Sprintf("NewRedlockSession: client %d", i), c)
+		case kindCluster:
+			return nil, invalidf("NewRedlockSession: client %d is a ClusterClient or wraps one (%T); Redlock nodes must be independent servers", i, c)
 		}
 		if slices.Index(clients, c) != i {
 			return nil, invalidf("NewRedlockSession: client %d is also client %d; every node needs its own client", i, slices.Index(clients, c))
-		}
-		if _, ok := c.(*redis.ClusterClient); ok {
-			return nil, invalidf("NewRedlockSession: client %d is a ClusterClient; Redlock nodes must be independent servers", i)
 		}
 	}
 	cfg, err := buildConfig(opts)
