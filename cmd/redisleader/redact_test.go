@@ -3,7 +3,10 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -84,6 +87,26 @@ func TestRedactURL(t *testing.T) {
 		assert.Equal(t, m.shown, shown, m.name)
 		assertNoPassword(t, m.name, shown)
 	}
+}
+
+// run's status lines, the library's warnings among them, show the Redis URL
+// only redacted and never the password, decoded or as written, even in a
+// command line long enough to be shortened.
+func TestRunLogHidesPassword(t *testing.T) {
+	t.Parallel()
+	raw := "redis://" + url.UserPassword("alice", pwMarker+"/@:%").String() + "@127.0.0.1:6379/0"
+	target, err := parseRedisURL(raw, "--redis URL")
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	log := &logger{w: &buf, target: target}
+	slog.New(warnHandler{log}).Warn("redisleader: renewal failed; retrying",
+		"err", errors.New("dial "+raw+": refused"), "password", target.opt.Password)
+	long := commandLine([]string{strings.Repeat("x", 60), "--password", target.opt.Password}, target)
+	log.printf("starting %s", long)
+	out := buf.String()
+	assertNoPassword(t, "run's log", out)
+	assert.Contains(t, out, "redisleader: renewal failed; retrying (err=dial redis://alice:xxxxx@127.0.0.1:6379/0: refused, password=xxxxx)\n")
+	assert.Contains(t, out, "--password xxxxx")
 }
 
 // cliCase is a Redis URL and the exit status of the commands that use it;

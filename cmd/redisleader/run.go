@@ -152,7 +152,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		name:    *name,
 		value:   *value,
 		command: command,
-		display: commandLine(command),
+		display: commandLine(command, target),
 		grace:   *grace,
 		stdout:  stdout,
 		stderr:  stderr,
@@ -525,15 +525,17 @@ func signalName(s syscall.Signal) string {
 	return "signal " + strconv.Itoa(int(s))
 }
 
-// commandLine shows args as a shell would take them, shortened to 80
+// commandLine shows args as a shell would take them, with target's URL and
+// password hidden (before shortening, which could cut them), shortened to 80
 // characters.
-func commandLine(args []string) string {
+func commandLine(args []string, target *redisTarget) string {
 	const maxLen = 80
 	var b strings.Builder
 	for i, a := range args {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
+		a = target.hide(a)
 		if a == "" || strings.ContainsAny(a, " \t\n\r'\"\\$`;&|<>()*?[]#~!{}") {
 			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 		}
