@@ -20,7 +20,7 @@ import (
 // the lease expires. With no --redis it uses an embedded Redis (miniredis).
 func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("demo", "demo [--redis URL] [--ttl D] [--candidates N]", stderr)
-	url := fs.String("redis", "", "Redis URL; empty: an embedded Redis (miniredis) in this process")
+	url := fs.String("redis", "", "Redis `URL` (as for the other commands; REDIS_URL is not read); empty: an embedded Redis (miniredis) in this process")
 	ttl := fs.Duration("ttl", time.Second, "lease TTL of the candidates (a crashed leader is replaced after it)")
 	n := fs.Int("candidates", 3, "number of candidates, 2 to 10")
 	if code := parseFlags(fs, args); code >= 0 {
@@ -34,9 +34,17 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "redisleader demo: --candidates %d must be from 2 to 10\n", *n)
 		return exitUsage
 	}
+	var target *redisTarget // nil: the embedded Redis
+	if *url != "" {
+		var err error
+		if target, err = parseRedisURL(*url, "--redis URL"); err != nil {
+			fmt.Fprintf(stderr, "redisleader demo: %v\n", err)
+			return exitUsage
+		}
+	}
 	d := &demo{out: stdout, p: painter(isTerminal(stdout)), ttl: *ttl}
-	if err := d.run(ctx, *url, *n); err != nil {
-		fmt.Fprintf(stderr, "redisleader demo: %v\n", err)
+	if err := d.run(ctx, target, *n); err != nil {
+		fmt.Fprintf(stderr, "redisleader demo: %s\n", target.hide(err.Error()))
 		return exitError
 	}
 	return exitOK
@@ -81,9 +89,10 @@ type candidate struct {
 	done    chan struct{}
 }
 
-func (d *demo) run(ctx context.Context, url string, n int) error {
-	backend := "Redis at " + url
-	if url == "" {
+// run runs the demo on target, or on an embedded Redis if target is nil.
+func (d *demo) run(ctx context.Context, target *redisTarget, n int) error {
+	backend := "an embedded Redis (miniredis)"
+	if target == nil {
 		mr := miniredis.NewMiniRedis()
 		if err := mr.Start(); err != nil {
 			return fmt.Errorf("starting the embedded Redis: %w", err)
@@ -91,17 +100,14 @@ func (d *demo) run(ctx context.Context, url string, n int) error {
 		defer mr.Close()
 		stopClock := runClock(mr)
 		defer stopClock()
-		url = "redis://" + mr.Addr()
-		backend = "an embedded Redis (miniredis)"
-	}
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		return fmt.Errorf("bad Redis URL %q: %w", url, err)
+		target = &redisTarget{opt: &redis.Options{Addr: mr.Addr()}}
+	} else {
+		backend = "Redis at " + target.shown
 	}
 	// The crashed candidate's client keeps failing to dial; go-redis would
 	// log each failure to stderr in the middle of the narration.
 	quietRedis()
-	probe, err := connect(ctx, url)
+	probe, err := connect(ctx, target)
 	if err != nil {
 		return err
 	}
@@ -151,7 +157,7 @@ func (d *demo) run(ctx context.Context, url string, n int) error {
 
 	cands := make(map[string]*candidate, n)
 	for _, name := range demoNames[:n] {
-		c, err := d.startCandidate(ctx, opt, election, name)
+		c, err := d.startCandidate(ctx, target.opt, election, name)
 		if err != nil {
 			return err
 		}

@@ -8,7 +8,11 @@
 //	redisleader watch NAME                         # one line per leader change
 //
 // The Redis address comes from --redis or REDIS_URL (redis://, rediss:// for
-// TLS, with user and password in the URL), default redis://127.0.0.1:6379.
+// TLS, unix:// for a socket, with user and password in the URL), default
+// redis://127.0.0.1:6379. Special characters in the password must be
+// percent-encoded. The commands never print the password: they show the URL
+// as redis://user:xxxxx@host:port, and a malformed URL is a usage error
+// (exit status 2) that shows only that redacted form.
 package main
 
 import (
@@ -31,8 +35,6 @@ const (
 	exitError = 1 // Redis unreachable, Redis errors, bad state
 	exitUsage = 2 // bad flags or arguments
 )
-
-const defaultRedisURL = "redis://127.0.0.1:6379"
 
 func main() {
 	os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr))
@@ -74,8 +76,10 @@ Usage:
   redisleader status [--json] NAME                      print who leads NAME now
   redisleader watch NAME                                print one line per leader change of NAME
 
-Redis: --redis URL or REDIS_URL (redis://[user:pass@]host:port[/db], rediss:// for TLS);
-default redis://127.0.0.1:6379. Run "redisleader COMMAND --help" for a command's flags.
+Redis: --redis URL or REDIS_URL (redis://[user:pass@]host:port[/db], rediss:// for TLS,
+unix://[user:pass@]/path[?db=N]; percent-encode special characters in the password);
+default redis://127.0.0.1:6379. The password is never printed: URLs are shown as
+redis://user:xxxxx@host:port. Run "redisleader COMMAND --help" for a command's flags.
 `)
 }
 
@@ -103,45 +107,20 @@ func parseFlags(fs *flag.FlagSet, args []string) int {
 	return -1
 }
 
-// redisURLFlag registers --redis with REDIS_URL as its default.
-func redisURLFlag(fs *flag.FlagSet) *string {
-	def := os.Getenv("REDIS_URL")
-	if def == "" {
-		def = defaultRedisURL
-	}
-	return fs.String("redis", def, "Redis URL (env REDIS_URL): redis://[user:pass@]host:port[/db], rediss:// for TLS")
-}
-
-// connect parses url, makes a client with the options this library
+// connect makes a client for target with the options this library
 // recommends, and checks that Redis answers, so that a wrong address is one
 // clear line instead of endless retries.
-func connect(ctx context.Context, url string) (*redis.Client, error) {
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		return nil, fmt.Errorf("bad Redis URL %q: %w", url, err)
-	}
+func connect(ctx context.Context, target *redisTarget) (*redis.Client, error) {
+	opt := *target.opt
 	opt.ContextTimeoutEnabled = true
-	c := redis.NewClient(opt)
+	c := redis.NewClient(&opt)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := c.Ping(pctx).Err(); err != nil {
 		_ = c.Close()
-		return nil, fmt.Errorf("cannot reach Redis at %s: %w", redactURL(opt), err)
+		return nil, fmt.Errorf("cannot reach Redis at %s: %w", target.shown, err)
 	}
 	return c, nil
-}
-
-// redactURL shows where we connect without the password.
-func redactURL(opt *redis.Options) string {
-	scheme := "redis"
-	if opt.TLSConfig != nil {
-		scheme = "rediss"
-	}
-	user := ""
-	if opt.Username != "" {
-		user = opt.Username + "@"
-	}
-	return fmt.Sprintf("%s://%s%s/%d", scheme, user, opt.Addr, opt.DB)
 }
 
 // isTerminal reports whether w is a character device (colour is only used

@@ -33,7 +33,8 @@ import (
 //	         ended); with or without --again
 //	1        error: Redis unreachable at start, or a Redis error that
 //	         retrying cannot fix
-//	2        usage error: bad flag, missing --name, no COMMAND, bad --ttl
+//	2        usage error: bad flag, missing --name, no COMMAND, bad --ttl,
+//	         malformed Redis URL
 //	126      COMMAND could not be started
 //	127      COMMAND was not found
 const (
@@ -88,7 +89,8 @@ Exit status:
            whether COMMAND was running (the signal is forwarded to it) or not
   1        error: Redis unreachable at start, or a Redis error that retrying
            cannot fix
-  2        usage error
+  2        usage error (a bad flag, --name or --ttl, no COMMAND, or a
+           malformed Redis URL)
   126, 127 COMMAND could not be started (127: not found)
 `
 
@@ -124,7 +126,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	case *grace < 0:
 		return usageErr("--grace %v must not be negative", *grace)
 	}
-	log := &logger{w: stderr}
+	log, target, code := openTarget(*redisURL, stderr)
+	if code >= 0 {
+		return code
+	}
 	opts := []redisleader.Option{redisleader.WithTTL(*ttl)}
 	if what, err := checkOffline(*name, opts...); err != nil {
 		if what == "options" {
@@ -138,7 +143,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		*value = defaultValue()
 	}
 	if _, err := exec.LookPath(command[0]); err != nil {
-		fmt.Fprintf(stderr, "redisleader: cannot run %s: %v\n", command[0], trimPrefix(err))
+		log.printf("cannot run %s: %v", command[0], trimPrefix(err))
 		return startFailure(err)
 	}
 
@@ -147,7 +152,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		name:    *name,
 		value:   *value,
 		command: command,
-		display: commandLine(command),
+		display: commandLine(command, target),
 		grace:   *grace,
 		stdout:  stdout,
 		stderr:  stderr,
@@ -161,7 +166,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 	opts = append(opts, redisleader.WithLogger(slog.New(warnHandler{log})))
-	return r.run(*redisURL, *again, opts)
+	return r.run(target, *again, opts)
 }
 
 // runner is one "redisleader run": it campaigns, runs the command while
@@ -227,14 +232,14 @@ func (r *runner) signalled() syscall.Signal {
 
 // run connects, then campaigns and runs the command once per term, and
 // returns the exit status.
-func (r *runner) run(url string, again bool, opts []redisleader.Option) int {
+func (r *runner) run(target *redisTarget, again bool, opts []redisleader.Option) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	if !r.waiting(cancel) {
 		cancel()
 		return 128 + int(r.signalled())
 	}
 	quietRedis()
-	client, err := connect(ctx, url)
+	client, err := connect(ctx, target)
 	r.waiting(nil)
 	cancel()
 	if err != nil {
@@ -242,13 +247,13 @@ func (r *runner) run(url string, again bool, opts []redisleader.Option) int {
 			r.log.printf("received %s while connecting to Redis; stopped", signalName(sig))
 			return 128 + int(sig)
 		}
-		fmt.Fprintf(r.stderr, "redisleader: %v\n", err)
+		r.log.printf("%v", err)
 		return exitError
 	}
 	defer client.Close()
 	session, err := redisleader.NewSession(client, opts...)
 	if err != nil { // checked by checkOffline already
-		fmt.Fprintf(r.stderr, "redisleader: %v\n", trimPrefix(err))
+		r.log.printf("%v", trimPrefix(err))
 		return exitUsage
 	}
 	defer func() {
@@ -258,7 +263,7 @@ func (r *runner) run(url string, again bool, opts []redisleader.Option) int {
 	}()
 	election, err := session.Election(r.name)
 	if err != nil {
-		fmt.Fprintf(r.stderr, "redisleader: %v\n", trimPrefix(err))
+		r.log.printf("%v", trimPrefix(err))
 		return exitUsage
 	}
 
@@ -279,7 +284,7 @@ func (r *runner) run(url string, again bool, opts []redisleader.Option) int {
 				r.log.printf("received %s while not leading %s; stopped campaigning", signalName(sig), r.name)
 				return 128 + int(sig)
 			}
-			fmt.Fprintf(r.stderr, "redisleader: campaign for %s: %v\n", r.name, trimPrefix(err))
+			r.log.printf("campaign for %s: %v", r.name, trimPrefix(err))
 			if errors.Is(err, redisleader.ErrInvalid) {
 				return exitUsage
 			}
@@ -520,15 +525,17 @@ func signalName(s syscall.Signal) string {
 	return "signal " + strconv.Itoa(int(s))
 }
 
-// commandLine shows args as a shell would take them, shortened to 80
+// commandLine shows args as a shell would take them, with target's URL and
+// password hidden (before shortening, which could cut them), shortened to 80
 // characters.
-func commandLine(args []string) string {
+func commandLine(args []string, target *redisTarget) string {
 	const maxLen = 80
 	var b strings.Builder
 	for i, a := range args {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
+		a = target.hide(a)
 		if a == "" || strings.ContainsAny(a, " \t\n\r'\"\\$`;&|<>()*?[]#~!{}") {
 			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 		}
@@ -547,16 +554,19 @@ func trimPrefix(err error) string {
 	return strings.TrimPrefix(err.Error(), "redisleader: ")
 }
 
-// logger writes "redisleader: " status lines, one whole line at a time.
+// logger writes "redisleader: " status lines, one whole line at a time,
+// with the Redis URL and its password hidden (a library warning, an error
+// or the command line might hold them).
 type logger struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu     sync.Mutex
+	w      io.Writer
+	target *redisTarget
 }
 
 func (l *logger) printf(format string, a ...any) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	fmt.Fprintf(l.w, "redisleader: "+format+"\n", a...)
+	fmt.Fprintf(l.w, "redisleader: %s\n", l.target.hide(fmt.Sprintf(format, a...)))
 }
 
 // warnHandler prints the library's warnings (Redis errors while campaigning

@@ -30,7 +30,8 @@ or {"name":"NAME","leader":null}.
 
 const statusExitHelp = `
 Exit status: 0 when it could tell (a leader or no leader), 1 on a Redis error
-(unreachable, or the key holds something else), 2 on a usage error.
+(unreachable, or the key holds something else), 2 on a usage error (a bad
+flag or NAME, or a malformed Redis URL).
 `
 
 const watchSynopsis = "watch [--redis URL] NAME"
@@ -48,8 +49,8 @@ expires. Colour is used when stdout is a terminal.
 
 const watchExitHelp = `
 Exit status: 0 when interrupted (SIGINT, SIGTERM), 1 when Redis is
-unreachable at start, 2 on a usage error. While Redis is unreachable later,
-watch waits and retries.
+unreachable at start, 2 on a usage error (a bad flag or NAME, or a malformed
+Redis URL). While Redis is unreachable later, watch waits and retries.
 `
 
 // cmdStatus implements "redisleader status".
@@ -62,14 +63,18 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if code >= 0 {
 		return code
 	}
-	election, closeAll, code := openElection(ctx, *redisURL, name, stderr)
+	log, target, code := openTarget(*redisURL, stderr)
+	if code >= 0 {
+		return code
+	}
+	election, closeAll, code := openElection(ctx, target, name, log)
 	if code >= 0 {
 		return code
 	}
 	defer closeAll()
 	l, err := election.Leader(ctx)
 	if err != nil && !errors.Is(err, redisleader.ErrNoLeader) {
-		fmt.Fprintf(stderr, "redisleader: %s\n", trimPrefix(err))
+		log.printf("%s", trimPrefix(err))
 		return exitError
 	}
 	leading := err == nil
@@ -111,7 +116,11 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if code >= 0 {
 		return code
 	}
-	election, closeAll, code := openElection(ctx, *redisURL, name, stderr)
+	log, target, code := openTarget(*redisURL, stderr)
+	if code >= 0 {
+		return code
+	}
+	election, closeAll, code := openElection(ctx, target, name, log)
 	if code >= 0 {
 		if ctx.Err() != nil { // interrupted before it could start
 			return exitOK
@@ -129,7 +138,7 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}
 	if ctx.Err() == nil { // the channel closed by itself: the session closed
-		fmt.Fprintf(stderr, "redisleader: watch of %s ended: the session closed\n", name)
+		log.printf("watch of %s ended: the session closed", name)
 		return exitError
 	}
 	return exitOK
@@ -184,18 +193,18 @@ func parseName(fs *flag.FlagSet, cmd string, args []string, stderr io.Writer) (s
 
 // openElection connects to Redis and opens a session on the election name.
 // It returns a function that closes both, or the exit code to return (with
-// the reason already on stderr).
-func openElection(ctx context.Context, url, name string, stderr io.Writer) (*redisleader.Election, func(), int) {
+// the reason already logged).
+func openElection(ctx context.Context, target *redisTarget, name string, log *logger) (*redisleader.Election, func(), int) {
 	quietRedis()
-	client, err := connect(ctx, url)
+	client, err := connect(ctx, target)
 	if err != nil {
-		fmt.Fprintf(stderr, "redisleader: %v\n", err)
+		log.printf("%v", err)
 		return nil, nil, exitError
 	}
 	session, err := redisleader.NewSession(client)
 	if err != nil {
 		_ = client.Close()
-		fmt.Fprintf(stderr, "redisleader: %s\n", trimPrefix(err))
+		log.printf("%s", trimPrefix(err))
 		return nil, nil, exitError
 	}
 	closeAll := func() {
@@ -205,7 +214,7 @@ func openElection(ctx context.Context, url, name string, stderr io.Writer) (*red
 	election, err := session.Election(name)
 	if err != nil { // parseName checked the name already
 		closeAll()
-		fmt.Fprintf(stderr, "redisleader: %s\n", trimPrefix(err))
+		log.printf("%s", trimPrefix(err))
 		return nil, nil, exitUsage
 	}
 	return election, closeAll, -1
