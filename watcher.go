@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"strconv"
 	"sync"
 	"time"
 
@@ -13,7 +12,7 @@ import (
 
 // watcher is a session's one pub/sub connection, shared by everything in the
 // session that waits for a name to change hands: blocking Lock and Campaign
-// (woken at once by a release) and Observe (told of every acquire and
+// (woken at once by a release) and Observe (woken by every acquire and
 // release). It is started on first use and stopped by Session.Close.
 //
 // Pub/sub is at-most-once: messages are lost while the connection is down.
@@ -27,8 +26,6 @@ type watcher struct {
 	mu      sync.Mutex // protects everything below
 	ps      *redis.PubSub
 	chans   map[string]*channelSubs
-	pings   map[string]chan struct{} // barrier payload → closed on its PONG
-	nping   uint64
 	closed  bool
 	stopped chan struct{} // closed when run has returned; nil until started
 }
@@ -52,10 +49,9 @@ type subscription struct {
 	ready   <-chan struct{}
 	notify  chan struct{} // capacity 1: something arrived
 
-	mu   sync.Mutex // protects msgs, gap and seq
+	mu   sync.Mutex // protects msgs and gap
 	msgs []string   // payloads not yet taken, oldest first
 	gap  bool       // messages may have been lost since the last take
-	seq  uint64     // deliveries so far, including gaps
 }
 
 // maxQueued bounds the messages a slow subscriber keeps; past it the oldest
@@ -165,13 +161,6 @@ func (sub *subscription) take() (msgs []string, gap bool) {
 	return msgs, gap
 }
 
-// deliveries returns how many deliveries (messages or gaps) have arrived.
-func (sub *subscription) deliveries() uint64 {
-	sub.mu.Lock()
-	defer sub.mu.Unlock()
-	return sub.seq
-}
-
 func (sub *subscription) deliver(payload string) {
 	sub.mu.Lock()
 	if len(sub.msgs) >= maxQueued {
@@ -179,7 +168,6 @@ func (sub *subscription) deliver(payload string) {
 		sub.gap = true
 	}
 	sub.msgs = append(sub.msgs, payload)
-	sub.seq++
 	sub.mu.Unlock()
 	sub.poke()
 }
@@ -187,7 +175,6 @@ func (sub *subscription) deliver(payload string) {
 func (sub *subscription) markGap() {
 	sub.mu.Lock()
 	sub.gap = true
-	sub.seq++
 	sub.mu.Unlock()
 	sub.poke()
 }
@@ -257,8 +244,6 @@ func (w *watcher) run() {
 			}
 		case *redis.Message:
 			w.deliver(m.Channel, m.Payload)
-		case *redis.Pong:
-			w.pong(m.Payload)
 		}
 	}
 }
@@ -287,56 +272,6 @@ func (w *watcher) replace(old *redis.PubSub) {
 	w.gapAll()
 	if len(channels) > 0 {
 		_ = ps.Subscribe(w.s.bound(context.Background(), time.Time{}), channels...)
-	}
-}
-
-// barrier returns true once every message published before it was called
-// has been delivered to the subscribers: it sends a PING on the pub/sub
-// connection, which Redis answers after everything it queued there before.
-// A read made on another connection (Election.inspect) and followed by a
-// barrier is therefore never newer than the events delivered so far. It
-// returns false if the PONG does not come within the call timeout.
-func (w *watcher) barrier(ctx context.Context) bool {
-	w.mu.Lock()
-	ps := w.ps
-	if ps == nil || w.closed {
-		w.mu.Unlock()
-		return false
-	}
-	w.nping++
-	payload := "redisleader-barrier-" + strconv.FormatUint(w.nping, 10)
-	done := make(chan struct{})
-	if w.pings == nil {
-		w.pings = make(map[string]chan struct{})
-	}
-	w.pings[payload] = done
-	w.mu.Unlock()
-	defer func() {
-		w.mu.Lock()
-		delete(w.pings, payload)
-		w.mu.Unlock()
-	}()
-	if ps.Ping(w.s.bound(ctx, time.Time{}), payload) != nil {
-		return false
-	}
-	t := time.NewTimer(w.s.cfg.callTimeout)
-	defer t.Stop()
-	select {
-	case <-done:
-		return true
-	case <-t.C:
-	case <-ctx.Done():
-	case <-w.s.done:
-	}
-	return false
-}
-
-func (w *watcher) pong(payload string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if ch := w.pings[payload]; ch != nil {
-		close(ch)
-		delete(w.pings, payload)
 	}
 }
 
