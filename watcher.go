@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -20,14 +21,34 @@ import (
 // state when the current lease can have expired, and whenever the watcher
 // reports a gap (reconnect, overflow), which bounds how long a lost message
 // can delay anyone.
+//
+// Only the watcher's two goroutines call the go-redis PubSub: run reads it,
+// send writes SUBSCRIBE, UNSUBSCRIBE and PING. PubSub holds a mutex while it
+// sets up a connection (dial, handshake, resubscribe), and a server that
+// accepts connections but never answers keeps it for as long as the call's
+// context allows, so a caller that took it could not walk away. Callers
+// queue their requests instead and wait for the outcome, the call timeout,
+// their ctx or the session's end, whichever comes first. Every call into
+// go-redis is bounded by the call timeout and cancelled when the watcher
+// closes.
 type watcher struct {
-	s *Session
+	s  *Session
+	wg sync.WaitGroup // run and send
 
-	mu      sync.Mutex // protects everything below
-	ps      *redis.PubSub
-	chans   map[string]*channelSubs
-	closed  bool
-	stopped chan struct{} // closed when run has returned; nil until started
+	mu     sync.Mutex // protects everything below
+	ps     *redis.PubSub
+	ctx    context.Context // the parent of every go-redis call; cancelled by close
+	cancel context.CancelFunc
+	chans  map[string]*channelSubs
+	out    outbox
+	kick   chan struct{} // capacity 1: out is not empty
+	closed bool
+}
+
+// outbox holds the requests that send has not written yet.
+type outbox struct {
+	subscribe, unsubscribe []string
+	ping                   bool
 }
 
 // channelSubs is the state of one subscribed channel. A channel nobody
@@ -36,8 +57,10 @@ type watcher struct {
 // again) finds it confirmed, and so that no one's Campaign pays for an
 // UNSUBSCRIBE on its way out.
 type channelSubs struct {
+	channel   string
 	ready     chan struct{} // closed when the server confirmed SUBSCRIBE
 	confirmed bool
+	queued    bool // a SUBSCRIBE is in the outbox
 	subs      map[*subscription]struct{}
 	idleSince time.Time // when subs became empty
 }
@@ -69,31 +92,21 @@ func (w *watcher) subscribe(ctx context.Context, channel string) (*subscription,
 		w.mu.Unlock()
 		return nil, ErrSessionClosed
 	}
-	sub := &subscription{w: w, channel: channel, notify: make(chan struct{}, 1)}
+	w.startLocked()
 	cs := w.chans[channel]
 	if cs == nil {
-		cs = &channelSubs{ready: make(chan struct{}), subs: make(map[*subscription]struct{})}
+		cs = &channelSubs{channel: channel, ready: make(chan struct{}), subs: make(map[*subscription]struct{})}
 		w.chans[channel] = cs
+		w.out.unsubscribe = slices.DeleteFunc(w.out.unsubscribe, func(ch string) bool { return ch == channel })
 	}
-	first := !cs.confirmed // (re)send SUBSCRIBE until the server confirms it
+	sub := &subscription{w: w, channel: channel, ready: cs.ready, notify: make(chan struct{}, 1)}
 	cs.subs[sub] = struct{}{}
 	cs.idleSince = time.Time{}
-	sub.ready = cs.ready
-	if w.ps == nil {
-		w.ps = w.s.client.Subscribe(context.Background())
-	}
-	ps := w.ps
-	if w.stopped == nil {
-		w.stopped = make(chan struct{})
-		go w.run()
+	if !cs.confirmed { // (re)send SUBSCRIBE until the server confirms it
+		w.requestLocked(cs)
 	}
 	w.mu.Unlock()
 
-	if first {
-		if err := ps.Subscribe(w.s.bound(ctx, time.Time{}), channel); err != nil {
-			sub.markGap()
-		}
-	}
 	t := time.NewTimer(w.s.cfg.callTimeout)
 	defer t.Stop()
 	select {
@@ -108,6 +121,36 @@ func (w *watcher) subscribe(ctx context.Context, channel string) (*subscription,
 		return nil, ErrSessionClosed
 	}
 	return sub, nil
+}
+
+// startLocked creates the connection and starts the watcher's goroutines,
+// unless that was done before. w.mu must be held.
+func (w *watcher) startLocked() {
+	if w.ps != nil {
+		return
+	}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	w.kick = make(chan struct{}, 1)
+	w.ps = w.s.client.Subscribe(w.ctx) // no channels: no I/O
+	w.wg.Add(2)
+	go w.run()
+	go w.send()
+}
+
+// requestLocked queues a SUBSCRIBE of cs's channel. w.mu must be held.
+func (w *watcher) requestLocked(cs *channelSubs) {
+	if !cs.queued {
+		cs.queued = true
+		w.out.subscribe = append(w.out.subscribe, cs.channel)
+		w.kickLocked()
+	}
+}
+
+func (w *watcher) kickLocked() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
 }
 
 // confirmed reports whether the server confirmed the subscription.
@@ -134,20 +177,19 @@ func (sub *subscription) Close() {
 	}
 }
 
-// prune unsubscribes channels that nobody has watched for a TTL. It runs on
-// the watcher's goroutine.
-func (w *watcher) prune(ps *redis.PubSub) {
+// prune unsubscribes channels that nobody has watched for a TTL.
+func (w *watcher) prune() {
 	w.mu.Lock()
-	var idle []string
+	defer w.mu.Unlock()
 	for ch, cs := range w.chans {
 		if len(cs.subs) == 0 && time.Since(cs.idleSince) >= w.s.cfg.ttl {
-			idle = append(idle, ch)
 			delete(w.chans, ch)
+			if cs.queued {
+				w.out.subscribe = slices.DeleteFunc(w.out.subscribe, func(c string) bool { return c == ch })
+			}
+			w.out.unsubscribe = append(w.out.unsubscribe, ch)
+			w.kickLocked()
 		}
-	}
-	w.mu.Unlock()
-	if len(idle) > 0 {
-		_ = ps.Unsubscribe(w.s.bound(context.Background(), time.Time{}), idle...)
 	}
 }
 
@@ -186,17 +228,48 @@ func (sub *subscription) poke() {
 	}
 }
 
+// send writes the queued requests until the watcher closes. Each batch is
+// bounded by the call timeout, including any connection setup go-redis does
+// on the way.
+func (w *watcher) send() {
+	defer w.wg.Done()
+	for {
+		select {
+		case <-w.kick:
+		case <-w.ctx.Done():
+			return
+		}
+		w.mu.Lock()
+		ps, out := w.ps, w.out
+		w.out = outbox{}
+		for _, ch := range out.subscribe {
+			w.chans[ch].queued = false // prune takes a pruned channel out of the outbox
+		}
+		w.mu.Unlock()
+		ctx := w.s.bound(w.ctx, time.Time{})
+		if len(out.unsubscribe) > 0 {
+			_ = ps.Unsubscribe(ctx, out.unsubscribe...)
+		}
+		if len(out.subscribe) > 0 {
+			_ = ps.Subscribe(ctx, out.subscribe...)
+		}
+		if out.ping {
+			_ = ps.Ping(ctx)
+		}
+	}
+}
+
 // run reads the pub/sub connection until the watcher is closed. It pings when
 // the connection has been quiet for max(3 TTL, 10s) and replaces the
 // connection when two pings in a row go unanswered (a half-open connection
 // never errors).
 func (w *watcher) run() {
-	defer close(w.stopped)
+	defer w.wg.Done()
 	// Waiters never depend on pub/sub for correctness (they re-read the
 	// state when a lease can have expired), so a dead connection only slows
 	// handover: ping rarely, not to add a command per TTL to every waiter.
 	quiet := max(3*w.s.cfg.ttl, 10*time.Second)
-	unanswered := 0
+	heard, pinged := time.Now(), 0 // when the last message came, and pings sent since
 	lastPrune := time.Now()
 	for {
 		w.mu.Lock()
@@ -206,41 +279,48 @@ func (w *watcher) run() {
 			return
 		}
 		if time.Since(lastPrune) >= w.s.cfg.ttl {
-			w.prune(ps)
+			w.prune()
 			lastPrune = time.Now()
 		}
-		msg, err := ps.ReceiveTimeout(context.Background(), quiet)
+		// Each read ends at the call timeout: go-redis takes the socket's
+		// read deadline from the context, whose deadline must also bound
+		// the connection setup that go-redis does inside the call (on first
+		// use, and at once after a broken connection).
+		msg, err := ps.ReceiveTimeout(w.s.bound(w.ctx, time.Time{}), w.s.cfg.callTimeout)
 		if w.isClosed() {
 			return
 		}
 		if err != nil {
 			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				unanswered++
-				if unanswered > 2 {
-					w.replace(ps)
-					unanswered = 0
-				} else {
-					_ = ps.Ping(w.s.bound(context.Background(), time.Time{}))
+			if !errors.As(err, &ne) || !ne.Timeout() {
+				// go-redis reconnects and resubscribes on the next call;
+				// whatever was published meanwhile is lost.
+				w.gapAll()
+				if w.s.wait(w.ctx, nil, w.s.retryDelay()) != nil {
+					return
 				}
 				continue
 			}
-			// go-redis reconnects and resubscribes on the next receive;
-			// whatever was published meanwhile is lost.
-			w.gapAll()
-			if w.s.wait(context.Background(), nil, w.s.retryDelay()) != nil {
-				return
+			// Nothing arrived in time, or a connection setup timed out.
+			switch silent := time.Since(heard); {
+			case silent < quiet*time.Duration(pinged+1):
+			case pinged == 2:
+				w.replace(ps)
+				heard, pinged = time.Now(), 0
+			default:
+				pinged++
+				w.ping()
 			}
 			continue
 		}
-		unanswered = 0
+		heard, pinged = time.Now(), 0
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			switch m.Kind {
 			case "subscribe":
 				w.confirm(m.Channel)
 			case "unsubscribe":
-				w.unsubscribed(ps, m.Channel)
+				w.unsubscribed(m.Channel)
 			}
 		case *redis.Message:
 			w.deliver(m.Channel, m.Payload)
@@ -255,30 +335,19 @@ func (w *watcher) replace(old *redis.PubSub) {
 		w.mu.Unlock()
 		return
 	}
-	channels := make([]string, 0, len(w.chans))
-	for ch := range w.chans {
-		channels = append(channels, ch)
-	}
-	w.ps = w.s.client.Subscribe(context.Background())
-	ps := w.ps
+	w.ps = w.s.client.Subscribe(w.ctx)
+	w.out.subscribe, w.out.unsubscribe = nil, nil
 	for _, cs := range w.chans { // not confirmed on the new connection yet
 		if cs.confirmed {
 			cs.confirmed = false
 			cs.ready = make(chan struct{})
 		}
+		cs.queued = false
+		w.requestLocked(cs)
 	}
 	w.mu.Unlock()
 	_ = old.Close()
 	w.gapAll()
-	if len(channels) > 0 {
-		_ = ps.Subscribe(w.s.bound(context.Background(), time.Time{}), channels...)
-	}
-}
-
-func (w *watcher) isClosed() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.closed
 }
 
 func (w *watcher) confirm(channel string) {
@@ -295,74 +364,71 @@ func (w *watcher) confirm(channel string) {
 // UNSUBSCRIBE arriving after the new SUBSCRIBE): then the channel is wanted,
 // so subscribe again, and tell its subscribers that they may have missed
 // messages meanwhile.
-func (w *watcher) unsubscribed(ps *redis.PubSub, channel string) {
+func (w *watcher) unsubscribed(channel string) {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	cs := w.chans[channel]
 	if cs == nil || w.closed {
-		w.mu.Unlock()
 		return
 	}
 	if cs.confirmed {
 		cs.confirmed = false
 		cs.ready = make(chan struct{})
 	}
-	w.mu.Unlock()
-	w.gap(channel)
-	_ = ps.Subscribe(w.s.bound(context.Background(), time.Time{}), channel)
-}
-
-func (w *watcher) gap(channel string) {
-	for _, sub := range w.subscribers(channel) {
+	for sub := range cs.subs {
 		sub.markGap()
 	}
-}
-
-func (w *watcher) deliver(channel, payload string) {
-	for _, sub := range w.subscribers(channel) {
-		sub.deliver(payload)
-	}
+	w.requestLocked(cs)
 }
 
 // gapAll tells every subscriber that messages may have been lost.
 func (w *watcher) gapAll() {
 	w.mu.Lock()
-	var subs []*subscription
+	defer w.mu.Unlock()
 	for _, cs := range w.chans {
 		for sub := range cs.subs {
-			subs = append(subs, sub)
+			sub.markGap()
 		}
 	}
-	w.mu.Unlock()
-	for _, sub := range subs {
-		sub.markGap()
-	}
 }
 
-func (w *watcher) subscribers(channel string) []*subscription {
+func (w *watcher) deliver(channel, payload string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	cs := w.chans[channel]
-	if cs == nil {
-		return nil
+	if cs := w.chans[channel]; cs != nil {
+		for sub := range cs.subs {
+			sub.deliver(payload)
+		}
 	}
-	subs := make([]*subscription, 0, len(cs.subs))
-	for sub := range cs.subs {
-		subs = append(subs, sub)
-	}
-	return subs
 }
 
-// close stops the watcher and waits for its goroutine. Called once, by
+// ping queues a PING.
+func (w *watcher) ping() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.out.ping = true
+	w.kickLocked()
+}
+
+func (w *watcher) isClosed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closed
+}
+
+// close stops the watcher and waits for its goroutines: it cancels their
+// go-redis calls and closes the connection, which waits for a connection
+// setup in progress (bounded by the call timeout). Called once, by
 // Session.Close.
 func (w *watcher) close() {
 	w.mu.Lock()
 	w.closed = true
-	ps, stopped := w.ps, w.stopped
+	ps, cancel := w.ps, w.cancel
 	w.mu.Unlock()
-	if ps != nil {
-		_ = ps.Close()
+	if ps == nil {
+		return
 	}
-	if stopped != nil {
-		<-stopped
-	}
+	cancel()
+	_ = ps.Close()
+	w.wg.Wait()
 }
