@@ -1,6 +1,7 @@
 package redisleader
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"net"
@@ -40,6 +41,7 @@ type watcher struct {
 	ctx    context.Context // the parent of every go-redis call; cancelled by close
 	cancel context.CancelFunc
 	chans  map[string]*channelSubs
+	idle   list.List // *channelSubs nobody watches, most recently left first
 	out    outbox
 	kick   chan struct{} // capacity 1: out is not empty
 	closed bool
@@ -51,26 +53,35 @@ type outbox struct {
 	ping                   bool
 }
 
-// channelSubs is the state of one subscribed channel. A channel nobody
-// watches any more stays subscribed until the watcher prunes it (at most
-// every TTL), so that a waiter that comes back soon (a candidate campaigning
-// again) finds it confirmed, and so that no one's Campaign pays for an
-// UNSUBSCRIBE on its way out.
+// maxIdleChannels bounds the channels that nobody watches and that stay
+// subscribed nonetheless, so that a waiter that comes back soon (a
+// candidate campaigning again) finds its channel confirmed, and so that no
+// one's Campaign pays for an UNSUBSCRIBE on its way out. The least recently
+// used beyond it are unsubscribed, and so is any channel idle for
+// min(TTL, maxIdleTime): the watcher's memory, and the server's, grow with
+// the names in use, not with time.
+const (
+	maxIdleChannels = 32
+	maxIdleTime     = time.Minute
+)
+
+// channelSubs is the state of one channel, watched or idle.
 type channelSubs struct {
 	channel   string
-	ready     chan struct{} // closed when the server confirmed SUBSCRIBE
-	confirmed bool
-	queued    bool // a SUBSCRIBE is in the outbox
+	ready     chan struct{} // closed once confirmed; a new one when that stops holding
+	confirmed bool          // the server confirmed SUBSCRIBE on the current connection
+	queued    bool          // a SUBSCRIBE is in the outbox
+	regap     bool          // a gap was reported while unconfirmed: report one on confirmation
 	subs      map[*subscription]struct{}
-	idleSince time.Time // when subs became empty
+	idle      *list.Element // in watcher.idle while subs is empty
+	idleSince time.Time
 }
 
 // A subscription is one waiter's interest in one channel.
 type subscription struct {
-	w       *watcher
-	channel string
-	ready   <-chan struct{}
-	notify  chan struct{} // capacity 1: something arrived
+	w      *watcher
+	cs     *channelSubs
+	notify chan struct{} // capacity 1: something arrived
 
 	mu   sync.Mutex // protects msgs and gap
 	msgs []string   // payloads not yet taken, oldest first
@@ -99,19 +110,28 @@ func (w *watcher) subscribe(ctx context.Context, channel string) (*subscription,
 		w.chans[channel] = cs
 		w.out.unsubscribe = slices.DeleteFunc(w.out.unsubscribe, func(ch string) bool { return ch == channel })
 	}
-	sub := &subscription{w: w, channel: channel, ready: cs.ready, notify: make(chan struct{}, 1)}
+	if cs.idle != nil {
+		w.idle.Remove(cs.idle)
+		cs.idle = nil
+	}
+	sub := &subscription{w: w, cs: cs, notify: make(chan struct{}, 1)}
 	cs.subs[sub] = struct{}{}
-	cs.idleSince = time.Time{}
 	if !cs.confirmed { // (re)send SUBSCRIBE until the server confirms it
 		w.requestLocked(cs)
 	}
+	ready := cs.ready
 	w.mu.Unlock()
 
 	t := time.NewTimer(w.s.cfg.callTimeout)
 	defer t.Stop()
 	select {
-	case <-sub.ready:
+	case <-ready:
 	case <-t.C:
+		w.mu.Lock()
+		if !cs.confirmed {
+			cs.regap = true
+		}
+		w.mu.Unlock()
 		sub.markGap()
 	case <-ctx.Done():
 		sub.Close()
@@ -153,44 +173,53 @@ func (w *watcher) kickLocked() {
 	}
 }
 
-// confirmed reports whether the server confirmed the subscription.
+// confirmed reports whether the server has the channel subscribed, as far
+// as the watcher knows.
 func (sub *subscription) confirmed() bool {
-	select {
-	case <-sub.ready:
-		return true
-	default:
-		return false
-	}
+	sub.w.mu.Lock()
+	defer sub.w.mu.Unlock()
+	return sub.cs.confirmed
 }
 
-// Close ends the subscription. The channel stays subscribed until the
-// watcher prunes it (see channelSubs); Close does no I/O.
+// Close ends the subscription; later calls do nothing. The channel stays
+// subscribed for a while (see maxIdleChannels); Close does no I/O.
 func (sub *subscription) Close() {
-	w := sub.w
+	w, cs := sub.w, sub.cs
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if cs := w.chans[sub.channel]; cs != nil {
-		delete(cs.subs, sub)
-		if len(cs.subs) == 0 {
-			cs.idleSince = time.Now()
-		}
+	if _, ok := cs.subs[sub]; !ok {
+		return
+	}
+	delete(cs.subs, sub)
+	if len(cs.subs) > 0 {
+		return
+	}
+	cs.idleSince = time.Now()
+	cs.idle = w.idle.PushFront(cs)
+	if w.idle.Len() > maxIdleChannels {
+		w.evictLocked(w.idle.Back().Value.(*channelSubs))
 	}
 }
 
-// prune unsubscribes channels that nobody has watched for a TTL.
-func (w *watcher) prune() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for ch, cs := range w.chans {
-		if len(cs.subs) == 0 && time.Since(cs.idleSince) >= w.s.cfg.ttl {
-			delete(w.chans, ch)
-			if cs.queued {
-				w.out.subscribe = slices.DeleteFunc(w.out.subscribe, func(c string) bool { return c == ch })
-			}
-			w.out.unsubscribe = append(w.out.unsubscribe, ch)
-			w.kickLocked()
-		}
+// pruneLocked unsubscribes the channels nobody has watched for
+// min(TTL, maxIdleTime). w.mu must be held.
+func (w *watcher) pruneLocked(now time.Time) {
+	keep := min(w.s.cfg.ttl, maxIdleTime)
+	for e := w.idle.Back(); e != nil && now.Sub(e.Value.(*channelSubs).idleSince) >= keep; e = w.idle.Back() {
+		w.evictLocked(e.Value.(*channelSubs))
 	}
+}
+
+// evictLocked forgets an idle channel and queues its UNSUBSCRIBE. w.mu must
+// be held.
+func (w *watcher) evictLocked(cs *channelSubs) {
+	w.idle.Remove(cs.idle)
+	delete(w.chans, cs.channel)
+	if cs.queued {
+		w.out.subscribe = slices.DeleteFunc(w.out.subscribe, func(ch string) bool { return ch == cs.channel })
+	}
+	w.out.unsubscribe = append(w.out.unsubscribe, cs.channel)
+	w.kickLocked()
 }
 
 // take returns the queued payloads and whether messages may have been lost,
@@ -243,7 +272,7 @@ func (w *watcher) send() {
 		ps, out := w.ps, w.out
 		w.out = outbox{}
 		for _, ch := range out.subscribe {
-			w.chans[ch].queued = false // prune takes a pruned channel out of the outbox
+			w.chans[ch].queued = false // evictLocked takes an evicted channel out of the outbox
 		}
 		w.mu.Unlock()
 		ctx := w.s.bound(w.ctx, time.Time{})
@@ -270,17 +299,13 @@ func (w *watcher) run() {
 	// handover: ping rarely, not to add a command per TTL to every waiter.
 	quiet := max(3*w.s.cfg.ttl, 10*time.Second)
 	heard, pinged := time.Now(), 0 // when the last message came, and pings sent since
-	lastPrune := time.Now()
 	for {
 		w.mu.Lock()
 		ps, closed := w.ps, w.closed
+		w.pruneLocked(time.Now())
 		w.mu.Unlock()
 		if closed {
 			return
-		}
-		if time.Since(lastPrune) >= w.s.cfg.ttl {
-			w.prune()
-			lastPrune = time.Now()
 		}
 		// Each read ends at the call timeout: go-redis takes the socket's
 		// read deadline from the context, whose deadline must also bound
@@ -295,7 +320,7 @@ func (w *watcher) run() {
 			if !errors.As(err, &ne) || !ne.Timeout() {
 				// go-redis reconnects and resubscribes on the next call;
 				// whatever was published meanwhile is lost.
-				w.gapAll()
+				w.lost()
 				if w.s.wait(w.ctx, nil, w.s.retryDelay()) != nil {
 					return
 				}
@@ -337,58 +362,65 @@ func (w *watcher) replace(old *redis.PubSub) {
 	}
 	w.ps = w.s.client.Subscribe(w.ctx)
 	w.out.subscribe, w.out.unsubscribe = nil, nil
-	for _, cs := range w.chans { // not confirmed on the new connection yet
-		if cs.confirmed {
-			cs.confirmed = false
-			cs.ready = make(chan struct{})
-		}
+	for _, cs := range w.chans {
+		w.unconfirmLocked(cs)
 		cs.queued = false
 		w.requestLocked(cs)
 	}
 	w.mu.Unlock()
 	_ = old.Close()
-	w.gapAll()
+}
+
+// lost records that the connection broke: no channel is subscribed until
+// the server confirms it again.
+func (w *watcher) lost() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, cs := range w.chans {
+		w.unconfirmLocked(cs)
+	}
+}
+
+// unconfirmLocked records that cs's channel is no longer subscribed and
+// tells its subscribers that they may miss messages from now on. w.mu must
+// be held.
+func (w *watcher) unconfirmLocked(cs *channelSubs) {
+	if !cs.confirmed {
+		return
+	}
+	cs.confirmed = false
+	cs.ready = make(chan struct{})
+	cs.regap = true
+	for sub := range cs.subs {
+		sub.markGap()
+	}
 }
 
 func (w *watcher) confirm(channel string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if cs := w.chans[channel]; cs != nil && !cs.confirmed {
-		cs.confirmed = true
-		close(cs.ready)
-	}
-}
-
-// unsubscribed handles the server's confirmation of an UNSUBSCRIBE. A prune
-// can race with a new subscriber to the same channel (the prune's
-// UNSUBSCRIBE arriving after the new SUBSCRIBE): then the channel is wanted,
-// so subscribe again, and tell its subscribers that they may have missed
-// messages meanwhile.
-func (w *watcher) unsubscribed(channel string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	cs := w.chans[channel]
-	if cs == nil || w.closed {
+	if cs == nil || cs.confirmed {
 		return
 	}
-	if cs.confirmed {
-		cs.confirmed = false
-		cs.ready = make(chan struct{})
-	}
-	for sub := range cs.subs {
-		sub.markGap()
-	}
-	w.requestLocked(cs)
-}
-
-// gapAll tells every subscriber that messages may have been lost.
-func (w *watcher) gapAll() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, cs := range w.chans {
+	cs.confirmed = true
+	close(cs.ready)
+	if cs.regap { // what was published since the last gap is lost too
+		cs.regap = false
 		for sub := range cs.subs {
 			sub.markGap()
 		}
+	}
+}
+
+// unsubscribed handles the server's confirmation of an UNSUBSCRIBE, normally
+// of an evicted channel. A channel that is wanted is subscribed again.
+func (w *watcher) unsubscribed(channel string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if cs := w.chans[channel]; cs != nil && !w.closed {
+		w.unconfirmLocked(cs)
+		w.requestLocked(cs)
 	}
 }
 

@@ -2,13 +2,16 @@ package redisleader
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/faultproxy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -141,4 +144,138 @@ func TestWatcherHungServerCloseWhileWaiting(t *testing.T) {
 	// deletes its token, bounded by the call timeout again.
 	assert.ErrorIs(t, recvWithin(t, errc, 2*fastCallTimeout+slack, "Lock's return"), ErrSessionClosed)
 	assert.Empty(t, waitNoLeaks(2*fastCallTimeout+slack), "goroutines outlived Close")
+}
+
+// recvMessage waits until payload arrives on sub, past any gaps.
+func recvMessage(t testing.TB, sub *subscription, payload string, within time.Duration) {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		select {
+		case <-sub.notify:
+			if msgs, _ := sub.take(); slices.Contains(msgs, payload) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("message %q: not within %v", payload, within)
+		}
+	}
+}
+
+// confirmed() is true only while the server has the channel subscribed: not
+// after the connection was lost, replaced, or the channel unsubscribed,
+// until the server confirms it again.
+func TestWatcherConfirmedOnlyWhileSubscribed(t *testing.T) {
+	ctx := context.Background()
+	setup := func(t *testing.T) (*Session, *faultproxy.Proxy, *redis.Client, *subscription, string) {
+		m, direct := newMini(t)
+		p, err := faultproxy.New(m.Addr())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = p.Close() })
+		c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, ReadTimeout: 200 * time.Millisecond})
+		t.Cleanup(func() { _ = c.Close() })
+		s := newSession(t, c, fastOpts()...)
+		ch := "redisleader:{" + t.Name() + "}:ch"
+		sub, err := s.watch.subscribe(ctx, ch)
+		require.NoError(t, err)
+		t.Cleanup(sub.Close)
+		require.True(t, sub.confirmed())
+		return s, p, direct, sub, ch
+	}
+	// heals ends the fault and waits until the channel is subscribed again,
+	// which is reported as a gap (what was published until then is lost),
+	// and a message gets through.
+	heals := func(t *testing.T, p *faultproxy.Proxy, direct *redis.Client, sub *subscription, ch string) {
+		sub.take()
+		p.Heal()
+		deadline := time.Now().Add(3 * time.Second)
+		for !sub.confirmed() {
+			require.True(t, time.Now().Before(deadline), "not subscribed again")
+			runtimeYield()
+		}
+		_, gap := sub.take()
+		assert.True(t, gap, "no gap reported when subscribed again")
+		for n := int64(0); n == 0; {
+			n, _ = direct.Publish(ctx, ch, "after").Result()
+			require.True(t, time.Now().Before(deadline), "no subscriber on the server")
+		}
+		recvMessage(t, sub, "after", 2*time.Second)
+	}
+
+	t.Run("connection lost", func(t *testing.T) {
+		_, p, direct, sub, ch := setup(t)
+		p.Pause(faultproxy.ServerToClient) // the new connection stays unconfirmed
+		p.ResetConns()
+		recvWithin(t, sub.notify, 2*time.Second, "a gap after the connection loss")
+		_, gap := sub.take()
+		assert.True(t, gap)
+		assert.False(t, sub.confirmed(), "confirmed while the connection is down")
+		heals(t, p, direct, sub, ch)
+	})
+	t.Run("replaced", func(t *testing.T) {
+		s, p, direct, sub, ch := setup(t)
+		p.Pause(faultproxy.ServerToClient)
+		s.watch.mu.Lock()
+		ps := s.watch.ps
+		s.watch.mu.Unlock()
+		s.watch.replace(ps)
+		assert.False(t, sub.confirmed(), "confirmed on a new connection before the server said so")
+		heals(t, p, direct, sub, ch)
+	})
+	t.Run("unsubscribed", func(t *testing.T) {
+		s, p, direct, sub, ch := setup(t)
+		s.watch.mu.Lock()
+		ps := s.watch.ps
+		s.watch.mu.Unlock()
+		// Replies come late, so the watcher's SUBSCRIBE after the
+		// UNSUBSCRIBE is confirmed well after the UNSUBSCRIBE is seen.
+		p.Delay(faultproxy.ServerToClient, 300*time.Millisecond, 0)
+		require.NoError(t, ps.Unsubscribe(ctx, ch)) // one the watcher did not ask for
+		recvWithin(t, sub.notify, 2*time.Second, "a gap after the unsubscribe")
+		assert.False(t, sub.confirmed(), "confirmed while unsubscribed")
+		heals(t, p, direct, sub, ch)
+	})
+}
+
+// The watcher's memory is bounded by the names in use, not by time: a
+// session with a long TTL that waits on many names one after another keeps
+// only a few idle channels subscribed, and none once they have been idle
+// for min(TTL, maxIdleTime).
+func TestWatcherIdleChannelsBounded(t *testing.T) {
+	_, c := newMini(t)
+	s := newSession(t, c, WithTTL(time.Hour))
+	ctx := context.Background()
+	for i := range 1000 {
+		l, err := s.Lock(ctx, fmt.Sprint("name-", i))
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+	}
+	kept := func() int {
+		s.watch.mu.Lock()
+		defer s.watch.mu.Unlock()
+		return len(s.watch.chans)
+	}
+	assert.LessOrEqual(t, kept(), maxIdleChannels, "channels kept by the watcher")
+	waitSubscribed(t, c, maxIdleChannels)
+
+	s.watch.mu.Lock()
+	s.watch.pruneLocked(time.Now().Add(maxIdleTime))
+	s.watch.mu.Unlock()
+	assert.Zero(t, kept(), "channels kept after maxIdleTime")
+	waitSubscribed(t, c, 0)
+}
+
+// waitSubscribed waits until the server has at most n channels subscribed.
+func waitSubscribed(t testing.TB, c *redis.Client, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		chans, err := c.PubSubChannels(context.Background(), "*").Result()
+		require.NoError(t, err)
+		if len(chans) <= n {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "%d channels still subscribed on the server, want at most %d", len(chans), n)
+		runtimeYield()
+	}
 }
