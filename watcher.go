@@ -257,7 +257,7 @@ func (sub *subscription) poke() {
 	}
 }
 
-// send writes the queued requests until the watcher closes. Each batch is
+// send writes the queued requests until the session closes. Each batch is
 // bounded by the call timeout, including any connection setup go-redis does
 // on the way.
 func (w *watcher) send() {
@@ -265,7 +265,7 @@ func (w *watcher) send() {
 	for {
 		select {
 		case <-w.kick:
-		case <-w.ctx.Done():
+		case <-w.s.done:
 			return
 		}
 		w.mu.Lock()
@@ -288,7 +288,7 @@ func (w *watcher) send() {
 	}
 }
 
-// run reads the pub/sub connection until the watcher is closed. It pings when
+// run reads the pub/sub connection until the session closes. It pings when
 // the connection has been quiet for max(3 TTL, 10s) and replaces the
 // connection when two pings in a row go unanswered (a half-open connection
 // never errors).
@@ -301,10 +301,10 @@ func (w *watcher) run() {
 	heard, pinged := time.Now(), 0 // when the last message came, and pings sent since
 	for {
 		w.mu.Lock()
-		ps, closed := w.ps, w.closed
+		ps := w.ps
 		w.pruneLocked(time.Now())
 		w.mu.Unlock()
-		if closed {
+		if w.ending() {
 			return
 		}
 		// Each read ends at the call timeout: go-redis takes the socket's
@@ -312,7 +312,7 @@ func (w *watcher) run() {
 		// the connection setup that go-redis does inside the call (on first
 		// use, and at once after a broken connection).
 		msg, err := ps.ReceiveTimeout(w.s.bound(w.ctx, time.Time{}), w.s.cfg.callTimeout)
-		if w.isClosed() {
+		if w.ending() {
 			return
 		}
 		if err != nil {
@@ -442,16 +442,22 @@ func (w *watcher) ping() {
 	w.kickLocked()
 }
 
-func (w *watcher) isClosed() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.closed
+// ending reports whether the session is closing: from then on nobody waits
+// for the watcher, so its goroutines stop once their call in progress
+// returns, while Close releases the session's keys.
+func (w *watcher) ending() bool {
+	select {
+	case <-w.s.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // close stops the watcher and waits for its goroutines: it cancels their
 // go-redis calls and closes the connection, which waits for a connection
 // setup in progress (bounded by the call timeout). Called once, by
-// Session.Close.
+// Session.Close, after the session's done channel is closed.
 func (w *watcher) close() {
 	w.mu.Lock()
 	w.closed = true
