@@ -31,7 +31,7 @@ import (
 // queue their requests instead and wait for the outcome, the call timeout,
 // their ctx or the session's end, whichever comes first. Every call into
 // go-redis is bounded by the call timeout and cancelled when the watcher
-// closes.
+// closes, and the goroutines stop when the session starts closing.
 type watcher struct {
 	s  *Session
 	wg sync.WaitGroup // run and send
@@ -44,7 +44,6 @@ type watcher struct {
 	idle   list.List // *channelSubs nobody watches, most recently left first
 	out    outbox
 	kick   chan struct{} // capacity 1: out is not empty
-	closed bool
 }
 
 // outbox holds the requests that send has not written yet.
@@ -99,7 +98,7 @@ const maxQueued = 256
 // falls back to reading the state.
 func (w *watcher) subscribe(ctx context.Context, channel string) (*subscription, error) {
 	w.mu.Lock()
-	if w.closed {
+	if w.ending() {
 		w.mu.Unlock()
 		return nil, ErrSessionClosed
 	}
@@ -356,7 +355,7 @@ func (w *watcher) run() {
 // replace swaps a silent connection for a new one with the same channels.
 func (w *watcher) replace(old *redis.PubSub) {
 	w.mu.Lock()
-	if w.closed || w.ps != old {
+	if w.ending() || w.ps != old { // once ending, close may have taken w.ps already
 		w.mu.Unlock()
 		return
 	}
@@ -418,7 +417,7 @@ func (w *watcher) confirm(channel string) {
 func (w *watcher) unsubscribed(channel string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if cs := w.chans[channel]; cs != nil && !w.closed {
+	if cs := w.chans[channel]; cs != nil {
 		w.unconfirmLocked(cs)
 		w.requestLocked(cs)
 	}
@@ -443,8 +442,8 @@ func (w *watcher) ping() {
 }
 
 // ending reports whether the session is closing: from then on nobody waits
-// for the watcher, so its goroutines stop once their call in progress
-// returns, while Close releases the session's keys.
+// for the watcher, so nothing new starts and its goroutines stop once their
+// call in progress returns, while Close releases the session's keys.
 func (w *watcher) ending() bool {
 	select {
 	case <-w.s.done:
@@ -460,7 +459,6 @@ func (w *watcher) ending() bool {
 // Session.Close, after the session's done channel is closed.
 func (w *watcher) close() {
 	w.mu.Lock()
-	w.closed = true
 	ps, cancel := w.ps, w.cancel
 	w.mu.Unlock()
 	if ps == nil {
