@@ -1,10 +1,11 @@
 package redisleader
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"net"
-	"strconv"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 
 // watcher is a session's one pub/sub connection, shared by everything in the
 // session that waits for a name to change hands: blocking Lock and Campaign
-// (woken at once by a release) and Observe (told of every acquire and
+// (woken at once by a release) and Observe (woken by every acquire and
 // release). It is started on first use and stopped by Session.Close.
 //
 // Pub/sub is at-most-once: messages are lost while the connection is down.
@@ -21,41 +22,69 @@ import (
 // state when the current lease can have expired, and whenever the watcher
 // reports a gap (reconnect, overflow), which bounds how long a lost message
 // can delay anyone.
+//
+// Only the watcher's two goroutines call the go-redis PubSub: run reads it,
+// send writes SUBSCRIBE, UNSUBSCRIBE and PING. PubSub holds a mutex while it
+// sets up a connection (dial, handshake, resubscribe), and a server that
+// accepts connections but never answers keeps it for as long as the call's
+// context allows, so a caller that took it could not walk away. Callers
+// queue their requests instead and wait for the outcome, the call timeout,
+// their ctx or the session's end, whichever comes first. Every call into
+// go-redis is bounded by the call timeout and cancelled when the watcher
+// closes, and the goroutines stop when the session starts closing.
 type watcher struct {
-	s *Session
+	s  *Session
+	wg sync.WaitGroup // run and send
 
-	mu      sync.Mutex // protects everything below
-	ps      *redis.PubSub
-	chans   map[string]*channelSubs
-	pings   map[string]chan struct{} // barrier payload → closed on its PONG
-	nping   uint64
-	closed  bool
-	stopped chan struct{} // closed when run has returned; nil until started
+	mu     sync.Mutex // protects everything below
+	ps     *redis.PubSub
+	ctx    context.Context // the parent of every go-redis call; cancelled by close
+	cancel context.CancelFunc
+	chans  map[string]*channelSubs
+	idle   list.List // *channelSubs nobody watches, most recently left first
+	out    outbox
+	kick   chan struct{} // capacity 1: out is not empty
 }
 
-// channelSubs is the state of one subscribed channel. A channel nobody
-// watches any more stays subscribed until the watcher prunes it (at most
-// every TTL), so that a waiter that comes back soon (a candidate campaigning
-// again) finds it confirmed, and so that no one's Campaign pays for an
-// UNSUBSCRIBE on its way out.
+// outbox holds the requests that send has not written yet.
+type outbox struct {
+	subscribe, unsubscribe []string
+	ping                   bool
+}
+
+// maxIdleChannels bounds the channels that nobody watches and that stay
+// subscribed nonetheless, so that a waiter that comes back soon (a
+// candidate campaigning again) finds its channel confirmed, and so that no
+// one's Campaign pays for an UNSUBSCRIBE on its way out. The least recently
+// used beyond it are unsubscribed, and so is any channel idle for
+// min(TTL, maxIdleTime): the watcher's memory, and the server's, grow with
+// the names in use, not with time.
+const (
+	maxIdleChannels = 32
+	maxIdleTime     = time.Minute
+)
+
+// channelSubs is the state of one channel, watched or idle.
 type channelSubs struct {
-	ready     chan struct{} // closed when the server confirmed SUBSCRIBE
-	confirmed bool
+	channel   string
+	ready     chan struct{} // closed once confirmed; a new one when that stops holding
+	confirmed bool          // the server confirmed SUBSCRIBE on the current connection
+	queued    bool          // a SUBSCRIBE is in the outbox
+	regap     bool          // a gap was reported while unconfirmed: report one on confirmation
 	subs      map[*subscription]struct{}
-	idleSince time.Time // when subs became empty
+	idle      *list.Element // in watcher.idle while subs is empty
+	idleSince time.Time
 }
 
 // A subscription is one waiter's interest in one channel.
 type subscription struct {
-	w       *watcher
-	channel string
-	ready   <-chan struct{}
-	notify  chan struct{} // capacity 1: something arrived
+	w      *watcher
+	cs     *channelSubs
+	notify chan struct{} // capacity 1: something arrived
 
-	mu   sync.Mutex // protects msgs, gap and seq
+	mu   sync.Mutex // protects msgs and gap
 	msgs []string   // payloads not yet taken, oldest first
 	gap  bool       // messages may have been lost since the last take
-	seq  uint64     // deliveries so far, including gaps
 }
 
 // maxQueued bounds the messages a slow subscriber keeps; past it the oldest
@@ -69,40 +98,39 @@ const maxQueued = 256
 // falls back to reading the state.
 func (w *watcher) subscribe(ctx context.Context, channel string) (*subscription, error) {
 	w.mu.Lock()
-	if w.closed {
+	if w.ending() {
 		w.mu.Unlock()
 		return nil, ErrSessionClosed
 	}
-	sub := &subscription{w: w, channel: channel, notify: make(chan struct{}, 1)}
+	w.startLocked()
 	cs := w.chans[channel]
 	if cs == nil {
-		cs = &channelSubs{ready: make(chan struct{}), subs: make(map[*subscription]struct{})}
+		cs = &channelSubs{channel: channel, ready: make(chan struct{}), subs: make(map[*subscription]struct{})}
 		w.chans[channel] = cs
+		w.out.unsubscribe = slices.DeleteFunc(w.out.unsubscribe, func(ch string) bool { return ch == channel })
 	}
-	first := !cs.confirmed // (re)send SUBSCRIBE until the server confirms it
+	if cs.idle != nil {
+		w.idle.Remove(cs.idle)
+		cs.idle = nil
+	}
+	sub := &subscription{w: w, cs: cs, notify: make(chan struct{}, 1)}
 	cs.subs[sub] = struct{}{}
-	cs.idleSince = time.Time{}
-	sub.ready = cs.ready
-	if w.ps == nil {
-		w.ps = w.s.client.Subscribe(context.Background())
+	if !cs.confirmed { // (re)send SUBSCRIBE until the server confirms it
+		w.requestLocked(cs)
 	}
-	ps := w.ps
-	if w.stopped == nil {
-		w.stopped = make(chan struct{})
-		go w.run()
-	}
+	ready := cs.ready
 	w.mu.Unlock()
 
-	if first {
-		if err := ps.Subscribe(w.s.bound(ctx, time.Time{}), channel); err != nil {
-			sub.markGap()
-		}
-	}
 	t := time.NewTimer(w.s.cfg.callTimeout)
 	defer t.Stop()
 	select {
-	case <-sub.ready:
+	case <-ready:
 	case <-t.C:
+		w.mu.Lock()
+		if !cs.confirmed {
+			cs.regap = true
+		}
+		w.mu.Unlock()
 		sub.markGap()
 	case <-ctx.Done():
 		sub.Close()
@@ -114,45 +142,83 @@ func (w *watcher) subscribe(ctx context.Context, channel string) (*subscription,
 	return sub, nil
 }
 
-// confirmed reports whether the server confirmed the subscription.
-func (sub *subscription) confirmed() bool {
-	select {
-	case <-sub.ready:
-		return true
-	default:
-		return false
+// startLocked creates the connection and starts the watcher's goroutines,
+// unless that was done before. w.mu must be held.
+func (w *watcher) startLocked() {
+	if w.ps != nil {
+		return
+	}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	w.kick = make(chan struct{}, 1)
+	w.ps = w.s.client.Subscribe(w.ctx) // no channels: no I/O
+	w.wg.Add(2)
+	go w.run()
+	go w.send()
+}
+
+// requestLocked queues a SUBSCRIBE of cs's channel. w.mu must be held.
+func (w *watcher) requestLocked(cs *channelSubs) {
+	if !cs.queued {
+		cs.queued = true
+		w.out.subscribe = append(w.out.subscribe, cs.channel)
+		w.kickLocked()
 	}
 }
 
-// Close ends the subscription. The channel stays subscribed until the
-// watcher prunes it (see channelSubs); Close does no I/O.
+func (w *watcher) kickLocked() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// confirmed reports whether the server has the channel subscribed, as far
+// as the watcher knows.
+func (sub *subscription) confirmed() bool {
+	sub.w.mu.Lock()
+	defer sub.w.mu.Unlock()
+	return sub.cs.confirmed
+}
+
+// Close ends the subscription; later calls do nothing. The channel stays
+// subscribed for a while (see maxIdleChannels); Close does no I/O.
 func (sub *subscription) Close() {
-	w := sub.w
+	w, cs := sub.w, sub.cs
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if cs := w.chans[sub.channel]; cs != nil {
-		delete(cs.subs, sub)
-		if len(cs.subs) == 0 {
-			cs.idleSince = time.Now()
-		}
+	if _, ok := cs.subs[sub]; !ok {
+		return
+	}
+	delete(cs.subs, sub)
+	if len(cs.subs) > 0 {
+		return
+	}
+	cs.idleSince = time.Now()
+	cs.idle = w.idle.PushFront(cs)
+	if w.idle.Len() > maxIdleChannels {
+		w.evictLocked(w.idle.Back().Value.(*channelSubs))
 	}
 }
 
-// prune unsubscribes channels that nobody has watched for a TTL. It runs on
-// the watcher's goroutine.
-func (w *watcher) prune(ps *redis.PubSub) {
-	w.mu.Lock()
-	var idle []string
-	for ch, cs := range w.chans {
-		if len(cs.subs) == 0 && time.Since(cs.idleSince) >= w.s.cfg.ttl {
-			idle = append(idle, ch)
-			delete(w.chans, ch)
-		}
+// pruneLocked unsubscribes the channels nobody has watched for
+// min(TTL, maxIdleTime). w.mu must be held.
+func (w *watcher) pruneLocked(now time.Time) {
+	keep := min(w.s.cfg.ttl, maxIdleTime)
+	for e := w.idle.Back(); e != nil && now.Sub(e.Value.(*channelSubs).idleSince) >= keep; e = w.idle.Back() {
+		w.evictLocked(e.Value.(*channelSubs))
 	}
-	w.mu.Unlock()
-	if len(idle) > 0 {
-		_ = ps.Unsubscribe(w.s.bound(context.Background(), time.Time{}), idle...)
+}
+
+// evictLocked forgets an idle channel and queues its UNSUBSCRIBE. w.mu must
+// be held.
+func (w *watcher) evictLocked(cs *channelSubs) {
+	w.idle.Remove(cs.idle)
+	delete(w.chans, cs.channel)
+	if cs.queued {
+		w.out.subscribe = slices.DeleteFunc(w.out.subscribe, func(ch string) bool { return ch == cs.channel })
 	}
+	w.out.unsubscribe = append(w.out.unsubscribe, cs.channel)
+	w.kickLocked()
 }
 
 // take returns the queued payloads and whether messages may have been lost,
@@ -165,13 +231,6 @@ func (sub *subscription) take() (msgs []string, gap bool) {
 	return msgs, gap
 }
 
-// deliveries returns how many deliveries (messages or gaps) have arrived.
-func (sub *subscription) deliveries() uint64 {
-	sub.mu.Lock()
-	defer sub.mu.Unlock()
-	return sub.seq
-}
-
 func (sub *subscription) deliver(payload string) {
 	sub.mu.Lock()
 	if len(sub.msgs) >= maxQueued {
@@ -179,7 +238,6 @@ func (sub *subscription) deliver(payload string) {
 		sub.gap = true
 	}
 	sub.msgs = append(sub.msgs, payload)
-	sub.seq++
 	sub.mu.Unlock()
 	sub.poke()
 }
@@ -187,7 +245,6 @@ func (sub *subscription) deliver(payload string) {
 func (sub *subscription) markGap() {
 	sub.mu.Lock()
 	sub.gap = true
-	sub.seq++
 	sub.mu.Unlock()
 	sub.poke()
 }
@@ -199,66 +256,98 @@ func (sub *subscription) poke() {
 	}
 }
 
-// run reads the pub/sub connection until the watcher is closed. It pings when
+// send writes the queued requests until the session closes. Each batch is
+// bounded by the call timeout, including any connection setup go-redis does
+// on the way.
+func (w *watcher) send() {
+	defer w.wg.Done()
+	for {
+		select {
+		case <-w.kick:
+		case <-w.s.done:
+			return
+		}
+		w.mu.Lock()
+		ps, out := w.ps, w.out
+		w.out = outbox{}
+		for _, ch := range out.subscribe {
+			w.chans[ch].queued = false // evictLocked takes an evicted channel out of the outbox
+		}
+		w.mu.Unlock()
+		ctx := w.s.bound(w.ctx, time.Time{})
+		if len(out.unsubscribe) > 0 {
+			_ = ps.Unsubscribe(ctx, out.unsubscribe...)
+		}
+		if len(out.subscribe) > 0 {
+			_ = ps.Subscribe(ctx, out.subscribe...)
+		}
+		if out.ping {
+			_ = ps.Ping(ctx)
+		}
+	}
+}
+
+// run reads the pub/sub connection until the session closes. It pings when
 // the connection has been quiet for max(3 TTL, 10s) and replaces the
 // connection when two pings in a row go unanswered (a half-open connection
 // never errors).
 func (w *watcher) run() {
-	defer close(w.stopped)
+	defer w.wg.Done()
 	// Waiters never depend on pub/sub for correctness (they re-read the
 	// state when a lease can have expired), so a dead connection only slows
 	// handover: ping rarely, not to add a command per TTL to every waiter.
 	quiet := max(3*w.s.cfg.ttl, 10*time.Second)
-	unanswered := 0
-	lastPrune := time.Now()
+	heard, pinged := time.Now(), 0 // when the last message came, and pings sent since
 	for {
 		w.mu.Lock()
-		ps, closed := w.ps, w.closed
+		ps := w.ps
+		w.pruneLocked(time.Now())
 		w.mu.Unlock()
-		if closed {
+		if w.ending() {
 			return
 		}
-		if time.Since(lastPrune) >= w.s.cfg.ttl {
-			w.prune(ps)
-			lastPrune = time.Now()
-		}
-		msg, err := ps.ReceiveTimeout(context.Background(), quiet)
-		if w.isClosed() {
+		// Each read ends at the call timeout: go-redis takes the socket's
+		// read deadline from the context, whose deadline must also bound
+		// the connection setup that go-redis does inside the call (on first
+		// use, and at once after a broken connection).
+		msg, err := ps.ReceiveTimeout(w.s.bound(w.ctx, time.Time{}), w.s.cfg.callTimeout)
+		if w.ending() {
 			return
 		}
 		if err != nil {
 			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				unanswered++
-				if unanswered > 2 {
-					w.replace(ps)
-					unanswered = 0
-				} else {
-					_ = ps.Ping(w.s.bound(context.Background(), time.Time{}))
+			if !errors.As(err, &ne) || !ne.Timeout() {
+				// go-redis reconnects and resubscribes on the next call;
+				// whatever was published meanwhile is lost.
+				w.lost()
+				if w.s.wait(w.ctx, nil, w.s.retryDelay()) != nil {
+					return
 				}
 				continue
 			}
-			// go-redis reconnects and resubscribes on the next receive;
-			// whatever was published meanwhile is lost.
-			w.gapAll()
-			if w.s.wait(context.Background(), nil, w.s.retryDelay()) != nil {
-				return
+			// Nothing arrived in time, or a connection setup timed out.
+			switch silent := time.Since(heard); {
+			case silent < quiet*time.Duration(pinged+1):
+			case pinged == 2:
+				w.replace(ps)
+				heard, pinged = time.Now(), 0
+			default:
+				pinged++
+				w.ping()
 			}
 			continue
 		}
-		unanswered = 0
+		heard, pinged = time.Now(), 0
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			switch m.Kind {
 			case "subscribe":
 				w.confirm(m.Channel)
 			case "unsubscribe":
-				w.unsubscribed(ps, m.Channel)
+				w.unsubscribed(m.Channel)
 			}
 		case *redis.Message:
 			w.deliver(m.Channel, m.Payload)
-		case *redis.Pong:
-			w.pong(m.Payload)
 		}
 	}
 }
@@ -266,168 +355,116 @@ func (w *watcher) run() {
 // replace swaps a silent connection for a new one with the same channels.
 func (w *watcher) replace(old *redis.PubSub) {
 	w.mu.Lock()
-	if w.closed || w.ps != old {
+	if w.ending() || w.ps != old { // once ending, close may have taken w.ps already
 		w.mu.Unlock()
 		return
 	}
-	channels := make([]string, 0, len(w.chans))
-	for ch := range w.chans {
-		channels = append(channels, ch)
-	}
-	w.ps = w.s.client.Subscribe(context.Background())
-	ps := w.ps
-	for _, cs := range w.chans { // not confirmed on the new connection yet
-		if cs.confirmed {
-			cs.confirmed = false
-			cs.ready = make(chan struct{})
-		}
+	w.ps = w.s.client.Subscribe(w.ctx)
+	w.out.subscribe, w.out.unsubscribe = nil, nil
+	for _, cs := range w.chans {
+		w.unconfirmLocked(cs)
+		cs.queued = false
+		w.requestLocked(cs)
 	}
 	w.mu.Unlock()
 	_ = old.Close()
-	w.gapAll()
-	if len(channels) > 0 {
-		_ = ps.Subscribe(w.s.bound(context.Background(), time.Time{}), channels...)
-	}
 }
 
-// barrier returns true once every message published before it was called
-// has been delivered to the subscribers: it sends a PING on the pub/sub
-// connection, which Redis answers after everything it queued there before.
-// A read made on another connection (Election.inspect) and followed by a
-// barrier is therefore never newer than the events delivered so far. It
-// returns false if the PONG does not come within the call timeout.
-func (w *watcher) barrier(ctx context.Context) bool {
-	w.mu.Lock()
-	ps := w.ps
-	if ps == nil || w.closed {
-		w.mu.Unlock()
-		return false
-	}
-	w.nping++
-	payload := "redisleader-barrier-" + strconv.FormatUint(w.nping, 10)
-	done := make(chan struct{})
-	if w.pings == nil {
-		w.pings = make(map[string]chan struct{})
-	}
-	w.pings[payload] = done
-	w.mu.Unlock()
-	defer func() {
-		w.mu.Lock()
-		delete(w.pings, payload)
-		w.mu.Unlock()
-	}()
-	if ps.Ping(w.s.bound(ctx, time.Time{}), payload) != nil {
-		return false
-	}
-	t := time.NewTimer(w.s.cfg.callTimeout)
-	defer t.Stop()
-	select {
-	case <-done:
-		return true
-	case <-t.C:
-	case <-ctx.Done():
-	case <-w.s.done:
-	}
-	return false
-}
-
-func (w *watcher) pong(payload string) {
+// lost records that the connection broke: no channel is subscribed until
+// the server confirms it again.
+func (w *watcher) lost() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if ch := w.pings[payload]; ch != nil {
-		close(ch)
-		delete(w.pings, payload)
+	for _, cs := range w.chans {
+		w.unconfirmLocked(cs)
 	}
 }
 
-func (w *watcher) isClosed() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.closed
+// unconfirmLocked records that cs's channel is no longer subscribed and
+// tells its subscribers that they may miss messages from now on. w.mu must
+// be held.
+func (w *watcher) unconfirmLocked(cs *channelSubs) {
+	if !cs.confirmed {
+		return
+	}
+	cs.confirmed = false
+	cs.ready = make(chan struct{})
+	cs.regap = true
+	for sub := range cs.subs {
+		sub.markGap()
+	}
 }
 
 func (w *watcher) confirm(channel string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if cs := w.chans[channel]; cs != nil && !cs.confirmed {
-		cs.confirmed = true
-		close(cs.ready)
-	}
-}
-
-// unsubscribed handles the server's confirmation of an UNSUBSCRIBE. A prune
-// can race with a new subscriber to the same channel (the prune's
-// UNSUBSCRIBE arriving after the new SUBSCRIBE): then the channel is wanted,
-// so subscribe again, and tell its subscribers that they may have missed
-// messages meanwhile.
-func (w *watcher) unsubscribed(ps *redis.PubSub, channel string) {
-	w.mu.Lock()
 	cs := w.chans[channel]
-	if cs == nil || w.closed {
-		w.mu.Unlock()
+	if cs == nil || cs.confirmed {
 		return
 	}
-	if cs.confirmed {
-		cs.confirmed = false
-		cs.ready = make(chan struct{})
+	cs.confirmed = true
+	close(cs.ready)
+	if cs.regap { // what was published since the last gap is lost too
+		cs.regap = false
+		for sub := range cs.subs {
+			sub.markGap()
+		}
 	}
-	w.mu.Unlock()
-	w.gap(channel)
-	_ = ps.Subscribe(w.s.bound(context.Background(), time.Time{}), channel)
 }
 
-func (w *watcher) gap(channel string) {
-	for _, sub := range w.subscribers(channel) {
-		sub.markGap()
+// unsubscribed handles the server's confirmation of an UNSUBSCRIBE, normally
+// of an evicted channel. A channel that is wanted is subscribed again.
+func (w *watcher) unsubscribed(channel string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if cs := w.chans[channel]; cs != nil {
+		w.unconfirmLocked(cs)
+		w.requestLocked(cs)
 	}
 }
 
 func (w *watcher) deliver(channel, payload string) {
-	for _, sub := range w.subscribers(channel) {
-		sub.deliver(payload)
-	}
-}
-
-// gapAll tells every subscriber that messages may have been lost.
-func (w *watcher) gapAll() {
-	w.mu.Lock()
-	var subs []*subscription
-	for _, cs := range w.chans {
-		for sub := range cs.subs {
-			subs = append(subs, sub)
-		}
-	}
-	w.mu.Unlock()
-	for _, sub := range subs {
-		sub.markGap()
-	}
-}
-
-func (w *watcher) subscribers(channel string) []*subscription {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	cs := w.chans[channel]
-	if cs == nil {
-		return nil
+	if cs := w.chans[channel]; cs != nil {
+		for sub := range cs.subs {
+			sub.deliver(payload)
+		}
 	}
-	subs := make([]*subscription, 0, len(cs.subs))
-	for sub := range cs.subs {
-		subs = append(subs, sub)
-	}
-	return subs
 }
 
-// close stops the watcher and waits for its goroutine. Called once, by
-// Session.Close.
+// ping queues a PING.
+func (w *watcher) ping() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.out.ping = true
+	w.kickLocked()
+}
+
+// ending reports whether the session is closing: from then on nobody waits
+// for the watcher, so nothing new starts and its goroutines stop once their
+// call in progress returns, while Close releases the session's keys.
+func (w *watcher) ending() bool {
+	select {
+	case <-w.s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// close stops the watcher and waits for its goroutines: it cancels their
+// go-redis calls and closes the connection, which waits for a connection
+// setup in progress (bounded by the call timeout). Called once, by
+// Session.Close, after the session's done channel is closed.
 func (w *watcher) close() {
 	w.mu.Lock()
-	w.closed = true
-	ps, stopped := w.ps, w.stopped
+	ps, cancel := w.ps, w.cancel
 	w.mu.Unlock()
-	if ps != nil {
-		_ = ps.Close()
+	if ps == nil {
+		return
 	}
-	if stopped != nil {
-		<-stopped
-	}
+	cancel()
+	_ = ps.Close()
+	w.wg.Wait()
 }

@@ -1,0 +1,281 @@
+package redisleader
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/faultproxy"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// hungServer listens on loopback and accepts connections but never writes
+// a byte: a Redis that is stuck (or a proxy in front of one). It returns the
+// address; everything is closed when the test ends.
+func hungServer(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Go(func() { _, _ = io.Copy(io.Discard, c) })
+		}
+	})
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
+}
+
+// hungSession returns a session (with fastOpts) on a hungServer.
+func hungSession(t testing.TB) *Session {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: hungServer(t), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	return newSession(t, c, fastOpts()...)
+}
+
+const (
+	// fastCallTimeout is fastOpts' call timeout.
+	fastCallTimeout = 100 * time.Millisecond
+	// slack is what a call may take past its bound on a busy machine.
+	slack = 100 * time.Millisecond
+)
+
+// timed runs f and returns how long it took.
+func timed(f func()) time.Duration {
+	start := time.Now()
+	f()
+	return time.Since(start)
+}
+
+// Against a server that accepts connections and never answers, every
+// blocking call returns when its context ends, and Close stops the session's
+// goroutines within about a call timeout, not after go-redis's own socket
+// timeouts (seconds).
+func TestWatcherHungServer(t *testing.T) {
+	s := hungSession(t)
+	const wait = 200 * time.Millisecond
+	// An acquisition whose last attempt timed out deletes its token before
+	// it returns (Lock.abandon), bounded by the call timeout.
+	acquire := wait + fastCallTimeout + slack
+	e := mustElection(t, s, "hung")
+	for i := range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		d := timed(func() {
+			for range e.Observe(ctx) {
+				t.Error("Observe reported a leader of a server that never answers")
+			}
+		})
+		cancel()
+		t.Logf("Observe closed after %v", d)
+		assert.Less(t, d, wait+slack, "Observe #%d", i)
+
+		ctx, cancel = context.WithTimeout(context.Background(), wait)
+		var err error
+		d = timed(func() { _, err = s.Lock(ctx, "hung") })
+		cancel()
+		t.Logf("Lock returned after %v", d)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Less(t, d, acquire, "Lock #%d", i)
+
+		ctx, cancel = context.WithTimeout(context.Background(), wait)
+		d = timed(func() { _, err = e.Campaign(ctx, "me") })
+		cancel()
+		t.Logf("Campaign returned after %v", d)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Less(t, d, acquire, "Campaign #%d", i)
+	}
+
+	// Close(context.Background()) returns once every goroutine of the
+	// session has stopped: within about a call timeout (the release of the
+	// abandoned tokens, while the watcher's connection setup in progress
+	// runs out).
+	d := timed(func() { _ = s.Close(context.Background()) })
+	t.Logf("Close returned after %v", d)
+	assert.Less(t, d, fastCallTimeout+slack)
+	assert.Empty(t, waitNoLeaks(slack), "goroutines outlived Close")
+}
+
+// A blocking call waiting on a hung server returns ErrSessionClosed at once
+// when the session closes, and Close(ctx) returns within ctx.
+func TestWatcherHungServerCloseWhileWaiting(t *testing.T) {
+	s := hungSession(t)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Lock(context.Background(), "hung")
+		errc <- err
+	}()
+	// Start the watcher, in case Lock has not yet.
+	sub, err := s.watch.subscribe(context.Background(), "redisleader:{other}:ch")
+	require.NoError(t, err)
+	sub.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	d := timed(func() { _ = s.Close(ctx) })
+	assert.Less(t, d, 50*time.Millisecond+slack, "Close(ctx)")
+	// Lock's attempt in flight ends at the call timeout, and abandoning it
+	// deletes its token, bounded by the call timeout again.
+	assert.ErrorIs(t, recvWithin(t, errc, 2*fastCallTimeout+slack, "Lock's return"), ErrSessionClosed)
+	assert.Empty(t, waitNoLeaks(2*fastCallTimeout+slack), "goroutines outlived Close")
+}
+
+// recvMessage waits until payload arrives on sub, past any gaps.
+func recvMessage(t testing.TB, sub *subscription, payload string, within time.Duration) {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		select {
+		case <-sub.notify:
+			if msgs, _ := sub.take(); slices.Contains(msgs, payload) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("message %q: not within %v", payload, within)
+		}
+	}
+}
+
+// confirmed() is true only while the server has the channel subscribed: not
+// after the connection was lost, replaced, or the channel unsubscribed,
+// until the server confirms it again.
+func TestWatcherConfirmedOnlyWhileSubscribed(t *testing.T) {
+	ctx := context.Background()
+	setup := func(t *testing.T) (*Session, *faultproxy.Proxy, *redis.Client, *subscription, string) {
+		m, direct := newMini(t)
+		p, err := faultproxy.New(m.Addr())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = p.Close() })
+		c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, ReadTimeout: 200 * time.Millisecond})
+		t.Cleanup(func() { _ = c.Close() })
+		s := newSession(t, c, fastOpts()...)
+		ch := "redisleader:{" + t.Name() + "}:ch"
+		sub, err := s.watch.subscribe(ctx, ch)
+		require.NoError(t, err)
+		t.Cleanup(sub.Close)
+		require.True(t, sub.confirmed())
+		return s, p, direct, sub, ch
+	}
+	// heals ends the fault and waits until the channel is subscribed again,
+	// which is reported as a gap (what was published until then is lost),
+	// and a message gets through.
+	heals := func(t *testing.T, p *faultproxy.Proxy, direct *redis.Client, sub *subscription, ch string) {
+		sub.take()
+		p.Heal()
+		deadline := time.Now().Add(3 * time.Second)
+		for !sub.confirmed() {
+			require.True(t, time.Now().Before(deadline), "not subscribed again")
+			runtimeYield()
+		}
+		_, gap := sub.take()
+		assert.True(t, gap, "no gap reported when subscribed again")
+		for n := int64(0); n == 0; {
+			n, _ = direct.Publish(ctx, ch, "after").Result()
+			require.True(t, time.Now().Before(deadline), "no subscriber on the server")
+		}
+		recvMessage(t, sub, "after", 2*time.Second)
+	}
+
+	t.Run("connection lost", func(t *testing.T) {
+		_, p, direct, sub, ch := setup(t)
+		p.Pause(faultproxy.ServerToClient) // the new connection stays unconfirmed
+		p.ResetConns()
+		recvWithin(t, sub.notify, 2*time.Second, "a gap after the connection loss")
+		_, gap := sub.take()
+		assert.True(t, gap)
+		assert.False(t, sub.confirmed(), "confirmed while the connection is down")
+		heals(t, p, direct, sub, ch)
+	})
+	t.Run("replaced", func(t *testing.T) {
+		s, p, direct, sub, ch := setup(t)
+		p.Pause(faultproxy.ServerToClient)
+		s.watch.mu.Lock()
+		ps := s.watch.ps
+		s.watch.mu.Unlock()
+		s.watch.replace(ps)
+		assert.False(t, sub.confirmed(), "confirmed on a new connection before the server said so")
+		heals(t, p, direct, sub, ch)
+	})
+	t.Run("unsubscribed", func(t *testing.T) {
+		s, p, direct, sub, ch := setup(t)
+		s.watch.mu.Lock()
+		ps := s.watch.ps
+		s.watch.mu.Unlock()
+		// Replies come late, so the watcher's SUBSCRIBE after the
+		// UNSUBSCRIBE is confirmed well after the UNSUBSCRIBE is seen.
+		p.Delay(faultproxy.ServerToClient, 300*time.Millisecond, 0)
+		require.NoError(t, ps.Unsubscribe(ctx, ch)) // one the watcher did not ask for
+		recvWithin(t, sub.notify, 2*time.Second, "a gap after the unsubscribe")
+		assert.False(t, sub.confirmed(), "confirmed while unsubscribed")
+		heals(t, p, direct, sub, ch)
+	})
+}
+
+// The watcher's memory is bounded by the names in use, not by time: a
+// session with a long TTL that waits on many names one after another keeps
+// only a few idle channels subscribed, and none once they have been idle
+// for min(TTL, maxIdleTime).
+func TestWatcherIdleChannelsBounded(t *testing.T) {
+	_, c := newMini(t)
+	s := newSession(t, c, WithTTL(time.Hour))
+	ctx := context.Background()
+	for i := range 1000 {
+		l, err := s.Lock(ctx, fmt.Sprint("name-", i))
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+	}
+	kept := func() int {
+		s.watch.mu.Lock()
+		defer s.watch.mu.Unlock()
+		return len(s.watch.chans)
+	}
+	assert.LessOrEqual(t, kept(), maxIdleChannels, "channels kept by the watcher")
+	waitSubscribed(t, c, maxIdleChannels)
+
+	s.watch.mu.Lock()
+	s.watch.pruneLocked(time.Now().Add(maxIdleTime))
+	s.watch.mu.Unlock()
+	assert.Zero(t, kept(), "channels kept after maxIdleTime")
+	waitSubscribed(t, c, 0)
+}
+
+// waitSubscribed waits until the server has at most n channels subscribed.
+func waitSubscribed(t testing.TB, c *redis.Client, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		chans, err := c.PubSubChannels(context.Background(), "*").Result()
+		require.NoError(t, err)
+		if len(chans) <= n {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "%d channels still subscribed on the server, want at most %d", len(chans), n)
+		runtimeYield()
+	}
+}
