@@ -337,7 +337,11 @@ func unbind(ctx context.Context) {
 // one channel, closed at the deadline, when the parent is done, or by unbind;
 // Err is non-nil from that moment (from the deadline on, by the clock, even
 // before the timer has run) and does not change afterwards. A context derived
-// from it is cancelled at the deadline too.
+// from it is cancelled at the deadline too. One wait in go-redis does not use
+// it: a *redis.ClusterClient loads the server's command table (COMMAND) when
+// a single command (not a pipeline) first needs it, on a context of its own
+// with a 5s timeout, and until one load has succeeded every such command
+// waits for it.
 //
 // Every go-redis command calls Done, so its cost is on the hot path. The
 // channel is made on the first call to Done, with a timer at the deadline
