@@ -85,7 +85,9 @@ func (e *Election) inspect(ctx context.Context) (Leader, bool, error) {
 		return e.inspectQuorum(ctx)
 	}
 	argv := []any{nil, nil, 1, e.keys.lock}
-	res, err := inspectScript.run(e.s.bound(ctx, time.Time{}), e.s.client, argv).Slice()
+	callCtx := e.s.bound(ctx, time.Time{})
+	res, err := inspectScript.run(callCtx, e.s.client, argv).Slice()
+	unbind(callCtx)
 	if err != nil {
 		if errors.Is(err, redis.Nil) {
 			return Leader{}, false, nil

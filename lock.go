@@ -185,7 +185,9 @@ func (l *Lock) del(ctx context.Context) error {
 	}
 	argv := l.argv[:5]
 	argv[2], argv[4] = 1, l.tokenArg
-	n, err := releaseScript.run(l.s.bound(ctx, time.Time{}), l.s.client, argv).Int()
+	callCtx := l.s.bound(ctx, time.Time{})
+	n, err := releaseScript.run(callCtx, l.s.client, argv).Int()
+	unbind(callCtx)
 	switch {
 	case err != nil:
 		l.s.markStale(l, false)
@@ -519,13 +521,15 @@ func (l *Lock) attempt(ctx context.Context) (time.Duration, error) {
 		err    error
 		ackErr error
 	)
+	callCtx := s.bound(ctx, deadline)
 	if s.cfg.acks.n == 0 {
-		res, err = acquireScript.run(s.bound(ctx, deadline), s.client, l.argv[:]).Slice()
+		res, err = acquireScript.run(callCtx, s.client, l.argv[:]).Slice()
 	} else {
 		var cmds []*redis.Cmd
-		cmds, ackErr = acquireScript.runAllWait(s.bound(ctx, deadline), s.client, [][]any{l.argv[:]}, s.cfg.acks)
+		cmds, ackErr = acquireScript.runAllWait(callCtx, s.client, [][]any{l.argv[:]}, s.cfg.acks)
 		res, err = cmds[0].Slice()
 	}
+	unbind(callCtx)
 	r := l.acquireReply(res, err)
 	switch {
 	case r.err != nil:
