@@ -23,9 +23,8 @@ func TestScenarioHung(t *testing.T) {
 // proxies, which still accept connections: a server that accepts and never
 // replies. For a candidate whose connections (pool and pub/sub) were open
 // and one that never connected and has go-redis's default timeouts, each
-// blocking call with a 200ms context returns within it, plus one call
-// timeout for an acquisition (an attempt whose outcome is unknown is
-// abandoned by deleting its token, bounded by the call timeout); Observe's
+// blocking call with a 200ms context returns within it (an attempt whose
+// outcome is unknown leaves its token's delete to the background); Observe's
 // channel closes within it; Close(ctx) returns within about a call timeout
 // (the release of the abandoned tokens, while the watcher's connection
 // setup in progress runs out), once every goroutine of the session has
@@ -91,9 +90,9 @@ func s25Hung(t *testing.T) {
 	}
 	h.fault("blackhole-both", false)
 
-	h.check(lockD < wait+call+slack, "Lock returned after %v", lockD)
-	h.check(tryD < wait+call+slack, "TryLock returned after %v", tryD)
-	h.check(campD < wait+call+slack, "Campaign returned after %v", campD)
+	h.check(lockD < wait+slack, "Lock returned after %v", lockD)
+	h.check(tryD < wait+slack, "TryLock returned after %v", tryD)
+	h.check(campD < wait+slack, "Campaign returned after %v", campD)
 	h.check(obsD < wait+slack, "Observe's channel closed after %v", obsD)
 	h.check(closeD < call+slack, "Close returned after %v", closeD)
 	h.check(leaked == "", "goroutines outlived Close:\n%s", leaked)
