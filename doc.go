@@ -31,10 +31,17 @@
 // lost, resigns only after the function returns, and campaigns again.
 // Election.Campaign blocks until this candidate leads and returns the
 // leadership as a Lock (Release resigns); Election.Leader reads who leads;
-// Election.Observe streams every change. Waiting candidates and observers
+// Election.Observe streams the changes. Waiting candidates and observers
 // share the session's one pub/sub connection: a resignation wakes them at
 // once, and otherwise they wake only when the leader's lease can have
-// expired, about one command per TTL.
+// expired, about one command per TTL. A pub/sub message is only ever a hint
+// to read Redis: what Leader and Observe report, and what a waiter acts on,
+// is read from the lock key, so anyone who may publish on the channel can
+// at most make them read sooner.
+//
+// Locks are not reentrant, and a session never waits for itself: Lock,
+// TryLock and Campaign on a name the session holds return at once an error
+// matching ErrLocked. Use one session per independent contender.
 //
 // # Topologies
 //
@@ -74,9 +81,11 @@
 //   - Acquisition is idempotent: every attempt of one acquisition uses the
 //     same token, and a key that already holds that token is confirmed, not
 //     reported as held by someone else. go-redis's own retries of a command
-//     whose reply was lost (MaxRetries) are therefore safe, and an attempt
-//     whose outcome stays unknown is released with its token before the call
-//     returns.
+//     whose reply was lost (MaxRetries) are therefore safe. When an
+//     acquisition gives up after an attempt whose outcome is unknown, its
+//     token is deleted within the caller's context (in the background once
+//     that has ended), and the heartbeat keeps deleting it until it must
+//     have expired, in case the attempt reaches Redis later.
 //
 // # Fencing tokens
 //
@@ -95,7 +104,8 @@
 // at most one owner believes it holds a name at any real instant; loss is
 // signalled at D at the latest; renew and release never touch a key that
 // holds another token; fences strictly increase; blocking calls end with their
-// context or their session; no goroutine outlives Session.Close.
+// context or their session, whatever Redis does (refuses, hangs, or the
+// client's pool is exhausted); no goroutine outlives Session.Close.
 //
 // # Limits
 //
