@@ -483,7 +483,7 @@ func TestHealth(t *testing.T) {
 
 // Twenty candidates on a real redis-server, over resign and crash cycles:
 // belief intervals never overlap, fences strictly increase, and a bystander's
-// Observe sees every leader and every vacancy.
+// Observe sees leaders in order, the last one, and a vacancy between each two.
 func TestTwentyCandidates(t *testing.T) {
 	srv := redisserver.Start(t)
 	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.PoolSize = 64 })
@@ -579,9 +579,11 @@ func TestTwentyCandidates(t *testing.T) {
 	}
 	assert.Equal(t, terms/crashEvery, crashes)
 
-	// The bystander saw every leader, in order, with a vacancy between each
-	// two (a resignation or an expiry publishes or is noticed before the next
-	// acquisition).
+	// The bystander saw leaders of real terms, in order, and the last one,
+	// with a vacancy between each two (a resignation or an expiry publishes or
+	// is noticed before the next acquisition). Events carry no content, so
+	// Observe learns who leads by reading Redis: a term shorter than that
+	// read can pass unseen.
 	last := intervals[len(intervals)-1].fence
 	o.waitFor(t, "the last vacancy", func(l Leader) bool { return l.Fence == 0 })
 	var seen []int64
@@ -594,7 +596,12 @@ func TestTwentyCandidates(t *testing.T) {
 	for _, iv := range intervals {
 		want = append(want, iv.fence)
 	}
-	assert.Equal(t, want, seen, "Observe saw every leader in order")
+	for i, f := range seen {
+		assert.Contains(t, want, f, "Observe reported a leader that never led")
+		if i > 0 {
+			assert.Greater(t, f, seen[i-1], "Observe reports leaders in order")
+		}
+	}
 	assert.Equal(t, last, seen[len(seen)-1])
 	events := fenceList(o.snapshot())
 	for i := 1; i < len(events); i++ {

@@ -64,6 +64,14 @@ func invalidf(format string, args ...any) error {
 	return &invalidError{fmt.Sprintf(format, args...)}
 }
 
+// aclError is a command, key or channel that the Redis user's ACL denies
+// (see denied). It is a Redis error reply, rewritten to name what was
+// denied; retrying cannot fix it.
+type aclError struct{ msg string }
+
+func (e *aclError) Error() string { return e.msg }
+func (*aclError) RedisError()     {}
+
 // permanent reports whether a Redis error will not go away by retrying, so a
 // blocking acquire should return it instead of retrying until its context
 // ends. Everything else (network errors, timeouts, LOADING, READONLY, OOM,
@@ -77,6 +85,9 @@ func permanent(err error) bool {
 	var netErr net.Error
 	if errors.As(err, &netErr) || errors.Is(err, context.DeadlineExceeded) {
 		return false
+	}
+	if errors.As(err, new(*aclError)) {
+		return true
 	}
 	var rerr redis.Error
 	if !errors.As(err, &rerr) {
@@ -92,6 +103,9 @@ func permanent(err error) bool {
 }
 
 // Redis error prefixes that retrying cannot fix: wrong key type at our key,
-// missing permissions or credentials, a server without scripting, a script
-// that does not compile, a fence key that someone else overwrote.
-var permanentPrefixes = []string{"WRONGTYPE", "NOPERM", "NOAUTH", "WRONGPASS", "ERR unknown command", "ERR Error compiling script", "ERR redisleader:"}
+// missing permissions or credentials (NOPERM, and a denial inside a script:
+// Redis 7.0 and 7.2 word those as ERR, see the two prefixes after NOPERM), a
+// server without scripting, a script that does not compile, a fence key that
+// someone else wrote.
+var permanentPrefixes = []string{"WRONGTYPE", "NOPERM", "ERR The user executing the script can't", "ERR ACL failure in script",
+	"NOAUTH", "WRONGPASS", "ERR unknown command", "ERR Error compiling script", "ERR redisleader:"}
