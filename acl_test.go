@@ -244,6 +244,68 @@ func TestACLDeniedCommands(t *testing.T) {
 	}
 }
 
+// settingsWarnings runs a session on clients until its server check has
+// run (before its first renewal round) and returns its warnings.
+func settingsWarnings(t *testing.T, redlock bool, clients ...Client) string {
+	t.Helper()
+	logOpt, logs := warnLog()
+	round, roundDone := rounds()
+	opts := []Option{WithTTL(300 * time.Millisecond), round, logOpt}
+	var s *Session
+	if redlock {
+		var err error
+		s, err = NewRedlockSession(clients, opts...)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close(context.Background()) })
+	} else {
+		s = newSession(t, clients[0], opts...)
+	}
+	ctx := context.Background()
+	_, err := s.TryLock(ctx, "settings")
+	require.NoError(t, err)
+	require.False(t, waitRound(t, roundDone, 5*time.Second))
+	require.NoError(t, s.Close(ctx))
+	return logs.String()
+}
+
+// TestSettingsUncheckedAreWarned: a user whose ACL denies CONFIG and INFO
+// (-@dangerous, the usual hardening) gets one warning per session that the
+// server's settings could not be checked, and why (one for a Redlock
+// session too, with every node's reasons). (Regression: it was a debug
+// message, so the eviction and persistence warnings silently disappeared.)
+func TestSettingsUncheckedAreWarned(t *testing.T) {
+	const rule = "on >secret ~redisleader:* &redisleader:* +@all -@dangerous"
+	srv := redisserver.Start(t)
+	setUser(t, srv.Client(t), "hardened", rule)
+	out := settingsWarnings(t, false, userClient(t, srv, "hardened"))
+	assert.Equal(t, 1, strings.Count(out, "could not check the Redis server's settings"), out)
+	assert.Contains(t, out, "CONFIG GET: NOPERM this user has no permissions to run the 'config|get' command")
+	assert.Contains(t, out, "INFO replication: NOPERM this user has no permissions to run the 'info' command")
+
+	var nodes []Client
+	for range 3 {
+		srv := redisserver.Start(t)
+		setUser(t, srv.Client(t), "hardened", rule)
+		nodes = append(nodes, userClient(t, srv, "hardened"))
+	}
+	out = settingsWarnings(t, true, nodes...)
+	assert.Equal(t, 1, strings.Count(out, "could not check the Redis server's settings"), out)
+	assert.Equal(t, 3, strings.Count(out, "CONFIG GET: NOPERM"), out)
+}
+
+// TestReplicasCheckedWithoutConfig: a user denied CONFIG but allowed INFO
+// still gets the warning about replicas without WithReplicaAcks, besides
+// the warning that the other settings could not be checked. (Regression:
+// one failed command skipped every check.)
+func TestReplicasCheckedWithoutConfig(t *testing.T) {
+	primary, _, _ := replicated(t)
+	setUser(t, primary.Client(t), "noconfig", "on >secret ~redisleader:* &redisleader:* +@all -config")
+	out := settingsWarnings(t, false, userClient(t, primary, "noconfig"))
+	assert.Contains(t, out, "connected_replicas=1")
+	assert.Contains(t, out, "CONFIG GET: NOPERM")
+	assert.NotContains(t, out, "INFO replication:")
+}
+
 // TestACLRevokedChannel: with the channel permission revoked while a lock
 // is held, renewals go on (they publish nothing), and Release fails with
 // the permission error and deletes nothing (the key expires with its TTL):
