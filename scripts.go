@@ -269,8 +269,10 @@ func (s *script) run(ctx context.Context, c processor, argv []any) *redis.Cmd {
 
 // denied turns an ACL denial of a script call into an *aclError that says
 // what was denied. A denial inside the script already names the command and
-// its key or channel (see guarded); a denial of the EVALSHA or EVAL itself
-// (the command, or one of the keys) is named by the command and the keys.
+// its key or channel (see guarded); any other (of the EVALSHA or EVAL, of
+// one of its keys, or of a command the client sent for it, such as CLUSTER
+// SLOTS) comes with the script call's command and keys, and Redis's text
+// says which it was.
 func denied(cmd *redis.Cmd, argv []any) {
 	err := cmd.Err()
 	if err == nil || !redis.HasErrorPrefix(err, "NOPERM") {
@@ -286,7 +288,7 @@ func denied(cmd *redis.Cmd, argv []any) {
 	for _, k := range argv[3 : 3+n] {
 		keys = append(keys, fmt.Sprint(k))
 	}
-	cmd.SetErr(&aclError{fmt.Sprintf("permission denied for %s on keys %s (ACL): %s",
+	cmd.SetErr(&aclError{fmt.Sprintf("permission denied running %s on keys %s (ACL): %s",
 		strings.ToUpper(fmt.Sprint(argv[0])), strings.Join(keys, " "), msg)})
 }
 
