@@ -323,17 +323,33 @@ func TestSettingsUncheckedAreWarned(t *testing.T) {
 	assert.Equal(t, 3, strings.Count(out, "CONFIG GET: NOPERM"), out)
 }
 
-// TestReplicasCheckedWithoutConfig: a user denied CONFIG but allowed INFO
-// still gets the warning about replicas without WithReplicaAcks, besides
-// the warning that the other settings could not be checked. (Regression:
-// one failed command skipped every check.)
-func TestReplicasCheckedWithoutConfig(t *testing.T) {
+// TestACLReplicated: on a primary with a replica, the documented user with
+// +wait takes and releases locks with WithReplicaAcks (no denial in the ACL
+// log); and a user denied CONFIG but allowed INFO still gets the warning
+// about replicas without WithReplicaAcks, besides the warning that the
+// other settings could not be checked. (Regression, the latter: one failed
+// command skipped every check.)
+func TestACLReplicated(t *testing.T) {
 	primary, _, _ := replicated(t)
-	setUser(t, primary.Client(t), "noconfig", "on >secret ~redisleader:* &redisleader:* +@all -config")
-	out := settingsWarnings(t, false, userClient(t, primary, "noconfig"))
-	assert.Contains(t, out, "connected_replicas=1")
-	assert.Contains(t, out, "CONFIG GET: NOPERM")
-	assert.NotContains(t, out, "INFO replication:")
+	admin := primary.Client(t)
+	ctx := context.Background()
+	t.Run("WithReplicaAcks", func(t *testing.T) {
+		setUser(t, admin, "redisleader", aclRule, aclOptional)
+		require.NoError(t, admin.Do(ctx, "acl", "log", "reset").Err())
+		s := newSession(t, userClient(t, primary, "redisleader"), WithTTL(1500*time.Millisecond), WithReplicaAcks(1, 50*time.Millisecond))
+		l, err := s.TryLock(ctx, "acked")
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		require.NoError(t, s.Close(ctx))
+		assert.Empty(t, aclLog(t, admin))
+	})
+	t.Run("replicas checked without CONFIG", func(t *testing.T) {
+		setUser(t, admin, "noconfig", "on >secret ~redisleader:* &redisleader:* +@all -config")
+		out := settingsWarnings(t, false, userClient(t, primary, "noconfig"))
+		assert.Contains(t, out, "connected_replicas=1")
+		assert.Contains(t, out, "CONFIG GET: NOPERM")
+		assert.NotContains(t, out, "INFO replication:")
+	})
 }
 
 // TestACLRevokedChannel: with the channel permission revoked while a lock
