@@ -3,6 +3,7 @@ package redisleader
 import (
 	"context"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The least-privilege ACL user: the required rule, and what the optional
-// features add.
+// The least-privilege ACL user the README documents (section "ACL"): the
+// required rule, and what the optional features add.
 const (
 	aclRule = "on >secret resetkeys resetchannels ~redisleader:* &redisleader:* -@all " +
 		"+evalsha +eval +get +set +pexpire +pttl +time +del +publish +subscribe +unsubscribe +ping"
@@ -65,6 +66,17 @@ func aclLog(t testing.TB, admin *redis.Client) []any {
 	log, err := admin.Do(context.Background(), "acl", "log").Slice()
 	require.NoError(t, err)
 	return log
+}
+
+// TestReadmeDocumentsTheACLRule: the rules the tests here run with are the
+// ones the README tells operators to use.
+func TestReadmeDocumentsTheACLRule(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	rule := strings.Replace(aclRule, ">secret", ">PASSWORD", 1)
+	assert.Contains(t, string(readme), "ACL SETUSER redisleader "+rule)
+	assert.Contains(t, string(readme), aclOptional)
+	assert.Contains(t, string(readme), aclCluster)
 }
 
 // TestACLLeastPrivilege runs everything the library does as the documented
