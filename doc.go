@@ -134,4 +134,18 @@
 // redisleader:{name}:fence (the last fence, no TTL) and the pub/sub channel
 // redisleader:{name}:ch. The hash tag keeps them in one Redis Cluster slot.
 // Names are 1 to 512 bytes of UTF-8 without '{' or '}'.
+//
+// # ACL
+//
+// A Redis user needs read and write access to the keys redisleader:* and the
+// channels redisleader:*, and the commands EVALSHA and EVAL; GET, SET,
+// PEXPIRE, PTTL, TIME, DEL and PUBLISH, which the scripts call; SUBSCRIBE,
+// UNSUBSCRIBE and PING, for the session's pub/sub connection; WAIT with
+// WithReplicaAcks; CLUSTER SLOTS and COMMAND with a *redis.ClusterClient;
+// and, optionally, CONFIG GET and INFO for the check of server settings
+// (without them a session warns once that it could not check). A command or
+// channel the user may not use is a permanent error that names it
+// ("permission denied for PUBLISH redisleader:{name}:ch (ACL): …"):
+// blocking calls return it instead of retrying, and the denied attempt has
+// written nothing. The README gives the tested ACL SETUSER rule.
 package redisleader

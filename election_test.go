@@ -527,7 +527,7 @@ func TestHealth(t *testing.T) {
 
 // Twenty candidates on a real redis-server, over resign and crash cycles:
 // belief intervals never overlap, fences strictly increase, and a bystander's
-// Observe sees every leader and every vacancy.
+// Observe sees leaders in order, the last one, and a vacancy between each two.
 func TestTwentyCandidates(t *testing.T) {
 	srv := redisserver.Start(t)
 	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.PoolSize = 64 })

@@ -17,7 +17,9 @@ var (
 	// bad name, or options that break a rule. Such calls write nothing to Redis.
 	ErrInvalid = errors.New("redisleader: invalid argument")
 
-	// ErrLocked is returned by TryLock when another owner holds the key.
+	// ErrLocked is returned by TryLock when another owner holds the key, and
+	// by Lock, TryLock and Campaign when this session holds it (a session
+	// never waits for itself).
 	ErrLocked = errors.New("redisleader: held by another owner")
 
 	// ErrLost is matched by both ways of losing ownership without releasing it:
@@ -64,6 +66,14 @@ func invalidf(format string, args ...any) error {
 	return &invalidError{fmt.Sprintf(format, args...)}
 }
 
+// aclError is a command, key or channel that the Redis user's ACL denies
+// (see denied). It is a Redis error reply, rewritten to name what was
+// denied; retrying cannot fix it.
+type aclError struct{ msg string }
+
+func (e *aclError) Error() string { return e.msg }
+func (*aclError) RedisError()     {}
+
 // permanent reports whether a Redis error will not go away by retrying, so a
 // blocking acquire should return it instead of retrying until its context
 // ends. Everything else (network errors, timeouts, LOADING, READONLY, OOM,
@@ -77,6 +87,9 @@ func permanent(err error) bool {
 	var netErr net.Error
 	if errors.As(err, &netErr) || errors.Is(err, context.DeadlineExceeded) {
 		return false
+	}
+	if errors.As(err, new(*aclError)) {
+		return true
 	}
 	var rerr redis.Error
 	if !errors.As(err, &rerr) {
@@ -92,6 +105,9 @@ func permanent(err error) bool {
 }
 
 // Redis error prefixes that retrying cannot fix: wrong key type at our key,
-// missing permissions or credentials, a server without scripting, a script
-// that does not compile, a fence key that someone else overwrote.
-var permanentPrefixes = []string{"WRONGTYPE", "NOPERM", "NOAUTH", "WRONGPASS", "ERR unknown command", "ERR Error compiling script", "ERR redisleader:"}
+// missing permissions or credentials (NOPERM, and a denial inside a script:
+// Redis 7.0 and 7.2 word those as ERR, see the two prefixes after NOPERM), a
+// server without scripting, a script that does not compile, a fence key that
+// someone else wrote.
+var permanentPrefixes = []string{"WRONGTYPE", "NOPERM", "ERR The user executing the script can't", "ERR ACL failure in script",
+	"NOAUTH", "WRONGPASS", "ERR unknown command", "ERR Error compiling script", "ERR redisleader:"}

@@ -158,14 +158,20 @@ func (s *Session) onNodes(f func(i int, c Client)) {
 //	ARGV[1] token, ARGV[2] fence, ARGV[3] value
 //
 // Replies 1, or 0 (writing nothing) if the key does not hold our token.
-var raiseScript = newScript(`
-local cur = redis.call('GET', KEYS[1])
+// Order: GET the lock key, GET and validate the fence key, SET the fence
+// key (if larger), SET the lock key KEEPTTL. A fence key that does not hold
+// a fence is an error that writes nothing (see luaFence), and a failure
+// between the two SETs leaves the lock with this node's own, smaller fence:
+// a gap, never a fence key behind a lock.
+var raiseScript = newScript(guarded(luaFence + `
+local cur = call('GET', KEYS[1])
 if not cur or string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\n' then return 0 end
-redis.call('SET', KEYS[1], ARGV[1] .. '\n' .. ARGV[2] .. '\n' .. ARGV[3], 'KEEPTTL')
-local f = tonumber(redis.call('GET', KEYS[2]))
-if not f or f < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
+local stored, err = readFence(KEYS[2])
+if err then return err end
+if not stored or stored < tonumber(ARGV[2]) then call('SET', KEYS[2], ARGV[2]) end
+call('SET', KEYS[1], ARGV[1] .. '\n' .. ARGV[2] .. '\n' .. ARGV[3], 'KEEPTTL')
 return 1
-`)
+`))
 
 // errNoQuorum is a Redlock acquire that fell short of a quorum for reasons
 // other than other owners (nodes down, slow, split votes). Blocking

@@ -20,7 +20,7 @@ import (
 //
 //	redisleader:{name}        the lock: "<token>\n<fence>\n<value>", with a PX TTL
 //	redisleader:{name}:fence  the last fence handed out (no TTL)
-//	redisleader:{name}:ch     channel: a message on every acquire and release
+//	redisleader:{name}:ch     channel: "A" on every acquire, "R" on every release
 type keys struct {
 	name, lock, fence string
 }
@@ -70,19 +70,74 @@ func checkValue(value string) error {
 // Each acquire and each release publishes an event on the channel lock key +
 // ":ch" (not a key, so it need not be declared). PUBLISH on Redis Cluster
 // reaches every node; the channel carries the name's hash tag, so it is also
-// ready for sharded pub/sub (SPUBLISH). With <stored> the lock's value
-// "<token>\n<fence>\n<value>", the events are "A<ttl ms>\n<stored>" for an
-// acquisition and "R<token>\n<fence>\n" for a release (without the value,
-// which can be 64 KiB); see parseEvent. Expiry publishes nothing: waiters
+// ready for sharded pub/sub (SPUBLISH). Events carry no content: "A" for an
+// acquisition, "R" for a release. They are only hints to read the state
+// again (pub/sub loses messages, and a script can publish and then fail on
+// its first write, under OOM say), and they tell a subscriber nothing about
+// the owner: no token, no fence, no value. Expiry publishes nothing: waiters
 // re-read the state when a lease can have expired.
 //
 // The scripts below compare the token as a prefix of the stored value:
 // "<token>\n", where the token is 128 random bits in base32 (crypto/rand.Text)
 // and contains no newline, so no value can fake another owner's token.
 //
+// Every script does its reads and its PUBLISH before its first write, so a
+// command that fails for a reason retrying cannot fix (a user's ACL that
+// denies the command or the channel, a key of the wrong type, a foreign
+// fence) leaves Redis exactly as it was. A command the user's ACL denies ends
+// the script with a NOPERM error naming the command and its key or channel
+// (Redis 7.0 words a denial inside a script as "ERR The user executing the
+// script can't …" without saying what it denied); see guarded and denied.
+//
 // Scripts run as EVALSHA, falling back to EVAL on NOSCRIPT (see script.run),
 // so a flushed script cache costs one extra round trip and is never mistaken
 // for a lost lock.
+
+// guarded wraps a script body: in it, call(…) is redis.call, except that an
+// ACL denial becomes an error reply "NOPERM redisleader: permission denied
+// for <COMMAND> <key or channel> (ACL): <what Redis said>". A failed call
+// ends the body through Lua's error and pcall, and the script replies with
+// the failed call's error: the reply is kept aside rather than passed
+// through error, because what pcall hands back differs between Redis
+// versions (7.0 turns an error table into its message). A Lua runtime error
+// becomes "ERR <message>".
+func guarded(body string) string {
+	return `local failed
+local function call(...)
+  local r = redis.pcall(...)
+  if type(r) == 'table' and r.err then
+    local e = r.err
+    if string.sub(e, 1, 6) == 'NOPERM' or string.find(e, "executing the script can't", 1, true) or string.find(e, 'ACL failure', 1, true) then
+      local cmd, target = ...
+      e = 'NOPERM redisleader: permission denied for ' .. string.upper(cmd) .. (target and ' ' .. target or '') .. ' (ACL): ' .. e
+    end
+    failed = {err = e}
+    error(e)
+  end
+  return r
+end
+local ok, res = pcall(function()
+` + body + `end)
+if ok then return res end
+return failed or redis.error_reply('ERR ' .. tostring(res))
+`
+}
+
+// luaFence is a Lua function for scripts that read a fence key: readFence(key)
+// returns the fence it holds (nil when the key does not exist), or an error
+// reply, written nowhere, when it holds anything else (someone else wrote
+// it): fences must not go backwards, so a foreign value is neither reset nor
+// touched. A fence is an integer in [0, 2^53−1), exact in Lua's doubles.
+const luaFence = `local function readFence(key)
+  local raw = call('GET', key)
+  if not raw then return nil end
+  local f = tonumber(raw)
+  if not f or f < 0 or f >= 9007199254740991 or f % 1 ~= 0 then
+    return nil, redis.error_reply('ERR redisleader: fence key ' .. key .. ' does not hold a fence (an integer in [0, 2^53-1)); it was left unchanged')
+  end
+  return f
+end
+`
 
 // acquireScript takes the lock, or confirms that this token already holds it.
 //
@@ -96,60 +151,53 @@ func checkValue(value string) error {
 //	                      a refreshed TTL, never "held by another")
 //	{0, stored, pttl}     held by another owner: its stored value and PTTL in ms
 //
-// The fence is max(stored + 1, server TIME in µs), written before the lock's
-// SET (one SET … GET on the common path, where the clock is ahead of the
-// stored fence): a script error in between leaves a gap in the fences, never
-// a lock without a fence. A fence key that does not hold an integer in [0, 2^53−1)
-// (someone else wrote it) is an error, never silently reset: fences must
-// not go backwards. Fences stay monotonic when Redis loses data (restart
-// without persistence, old snapshot) unless the server clock also goes back.
+// The fence is max(stored + 1, server TIME in µs). Order: GET the lock key
+// (held: PEXPIRE if ours, the only write on that path, else PTTL); TIME; GET
+// the fence key and validate it; PUBLISH "A"; SET the fence key; SET the lock
+// key NX PX. So a denied command or channel, a key of the wrong type or a
+// fence key that does not hold a fence (an error, never silently reset:
+// fences must not go backwards) leaves both keys untouched, and a failure
+// between the two SETs leaves a gap in the fences, never a lock without a
+// fence. Fences stay monotonic when Redis loses data (restart without
+// persistence, old snapshot) unless the server clock also goes back.
 // Numbers up to 2^53 are exact in Lua; µs since 1970 stay below that for
 // centuries.
-var acquireScript = newScript(`
-local cur = redis.call('GET', KEYS[1])
+var acquireScript = newScript(guarded(luaFence + `
+local cur = call('GET', KEYS[1])
 if cur then
   if string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    call('PEXPIRE', KEYS[1], ARGV[2])
     local f = string.sub(cur, #ARGV[1] + 2)
     return {1, tonumber(string.sub(f, 1, string.find(f, '\n', 1, true) - 1))}
   end
-  return {0, cur, redis.call('PTTL', KEYS[1])}
+  return {0, cur, call('PTTL', KEYS[1])}
 end
-local t = redis.call('TIME')
+local t = call('TIME')
 local fence = t[1] * 1000000 + t[2]
+local stored, err = readFence(KEYS[2])
+if err then return err end
+if stored and stored >= fence then fence = stored + 1 end
 local fs = string.format('%.0f', fence)
-local raw = redis.call('SET', KEYS[2], fs, 'GET')
-if raw then
-  local stored = tonumber(raw)
-  if not stored or stored < 0 or stored >= 9007199254740991 or stored % 1 ~= 0 then
-    redis.call('SET', KEYS[2], raw)
-    return redis.error_reply('ERR redisleader: fence key ' .. KEYS[2] .. ' does not hold a fence (an integer below 2^53)')
-  end
-  if stored >= fence then
-    fence = stored + 1
-    fs = string.format('%.0f', fence)
-    redis.call('SET', KEYS[2], fs)
-  end
-end
-local v = ARGV[1] .. '\n' .. fs .. '\n' .. ARGV[3]
-redis.call('SET', KEYS[1], v, 'NX', 'PX', ARGV[2])
-redis.call('PUBLISH', KEYS[1] .. ':ch', 'A' .. ARGV[2] .. '\n' .. v)
+call('PUBLISH', KEYS[1] .. ':ch', 'A')
+call('SET', KEYS[2], fs)
+call('SET', KEYS[1], ARGV[1] .. '\n' .. fs .. '\n' .. ARGV[3], 'NX', 'PX', ARGV[2])
 return {1, fence}
-`)
+`))
 
 // renewScript extends the TTL if, and only if, the key holds our token.
 //
 //	KEYS[1] lock key
 //	ARGV[1] token, ARGV[2] TTL in ms
 //
-// Replies 1 if renewed, 0 if the key is missing or holds another token.
-var renewScript = newScript(`
-local cur = redis.call('GET', KEYS[1])
+// Replies 1 if renewed, 0 if the key is missing or holds another token. It
+// publishes nothing; its one write (PEXPIRE) comes last.
+var renewScript = newScript(guarded(`
+local cur = call('GET', KEYS[1])
 if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
-`)
+`))
 
 // releaseScript deletes the key if, and only if, it holds our token, and
 // tells subscribers of the name's channel (lock key + ":ch") that it is free.
@@ -158,28 +206,30 @@ return 0
 //	ARGV[1] token
 //
 // Replies 1 if deleted, 0 if the key is missing or holds another token (then
-// it writes nothing).
-var releaseScript = newScript(`
-local cur = redis.call('GET', KEYS[1])
+// it writes nothing). Order: GET, PUBLISH "R", DEL: a denied channel leaves
+// the key in place (it expires with its TTL) rather than deleted by a
+// release that reports an error.
+var releaseScript = newScript(guarded(`
+local cur = call('GET', KEYS[1])
 if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
-  redis.call('DEL', KEYS[1])
-  local p = string.find(cur, '\n', #ARGV[1] + 2, true)
-  redis.call('PUBLISH', KEYS[1] .. ':ch', 'R' .. string.sub(cur, 1, p))
+  call('PUBLISH', KEYS[1] .. ':ch', 'R')
+  call('DEL', KEYS[1])
   return 1
 end
 return 0
-`)
+`))
 
 // inspectScript reads the holder and its remaining TTL in one call.
 //
 //	KEYS[1] lock key
 //
-// Replies {stored, pttl in ms}, or nil when nobody holds the key.
-var inspectScript = newScript(`
-local cur = redis.call('GET', KEYS[1])
+// Replies {stored, pttl in ms}, or nil when nobody holds the key. It writes
+// nothing.
+var inspectScript = newScript(guarded(`
+local cur = call('GET', KEYS[1])
 if not cur then return false end
-return {cur, redis.call('PTTL', KEYS[1])}
-`)
+return {cur, call('PTTL', KEYS[1])}
+`))
 
 // processor runs one command: a client, or a pipeline that queues it.
 type processor interface {
@@ -213,7 +263,33 @@ func (s *script) run(ctx context.Context, c processor, argv []any) *redis.Cmd {
 		cmd = redis.NewCmd(ctx, argv...)
 		_ = c.Process(ctx, cmd)
 	}
+	denied(cmd, argv)
 	return cmd
+}
+
+// denied turns an ACL denial of a script call into an *aclError that says
+// what was denied. A denial inside the script already names the command and
+// its key or channel (see guarded); any other (of the EVALSHA or EVAL, of
+// one of its keys, or of a command the client sent for it, such as CLUSTER
+// SLOTS) comes with the script call's command and keys, and Redis's text
+// says which it was.
+func denied(cmd *redis.Cmd, argv []any) {
+	err := cmd.Err()
+	if err == nil || !redis.HasErrorPrefix(err, "NOPERM") {
+		return
+	}
+	msg := err.Error()
+	if what, ok := strings.CutPrefix(msg, "NOPERM redisleader: "); ok {
+		cmd.SetErr(&aclError{what})
+		return
+	}
+	n, _ := argv[2].(int)
+	keys := make([]string, 0, n)
+	for _, k := range argv[3 : 3+n] {
+		keys = append(keys, fmt.Sprint(k))
+	}
+	cmd.SetErr(&aclError{fmt.Sprintf("permission denied running %s on keys %s (ACL): %s",
+		strings.ToUpper(fmt.Sprint(argv[0])), strings.Join(keys, " "), msg)})
 }
 
 // runAll executes the script once per argument vector in one round trip (a
@@ -267,6 +343,9 @@ func (s *script) runAllWait(ctx context.Context, c Client, argvs [][]any, acks r
 		wait2 = acks.queue(ctx, retry)
 		_, _ = retry.Exec(ctx)
 	}
+	for i, argv := range argvs {
+		denied(cmds[i], argv)
+	}
 	return cmds, acks.check(wait, wait2)
 }
 
@@ -303,37 +382,6 @@ type holder struct {
 	token string
 	fence int64
 	value string
-}
-
-// An event is a message on a name's channel.
-type event struct {
-	acquired bool          // an acquisition; otherwise a release
-	ttl      time.Duration // the new lease's TTL (acquisitions only)
-	holder   holder        // the owner that acquired or released
-}
-
-// parseEvent decodes a channel message published by the scripts.
-func parseEvent(payload string) (event, bool) {
-	if payload == "" {
-		return event{}, false
-	}
-	switch payload[0] {
-	case 'A':
-		ms, stored, ok := strings.Cut(payload[1:], "\n")
-		if !ok {
-			return event{}, false
-		}
-		n, err := strconv.ParseInt(ms, 10, 64)
-		h, ok := parseHolder(stored)
-		if err != nil || !ok {
-			return event{}, false
-		}
-		return event{acquired: true, ttl: time.Duration(n) * time.Millisecond, holder: h}, true
-	case 'R':
-		h, ok := parseHolder(payload[1:])
-		return event{holder: h}, ok
-	}
-	return event{}, false
 }
 
 // parseHolder splits a stored lock value "<token>\n<fence>\n<value>".

@@ -1,0 +1,406 @@
+package redisleader
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/redisserver"
+	"github.com/redisleader/redisleader/internal/syncbuf"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The least-privilege ACL user the README documents (section "ACL"): the
+// required rule, and what the optional features add.
+const (
+	aclRule = "on >secret resetkeys resetchannels ~redisleader:* &redisleader:* -@all " +
+		"+evalsha +eval +get +set +pexpire +pttl +time +del +publish +subscribe +unsubscribe +ping"
+	aclOptional = "+wait +config|get +info"
+	aclCluster  = "+cluster|slots +command" // for a *redis.ClusterClient
+)
+
+// aclCommands are the commands the required rule allows.
+func aclCommands() []string {
+	var cmds []string
+	for _, f := range strings.Fields(aclRule) {
+		if c, ok := strings.CutPrefix(f, "+"); ok {
+			cmds = append(cmds, c)
+		}
+	}
+	return cmds
+}
+
+// setUser creates or changes an ACL user on the server admin talks to.
+func setUser(t testing.TB, admin *redis.Client, name string, rules ...string) {
+	t.Helper()
+	args := []any{"acl", "setuser", name}
+	for _, r := range rules {
+		for _, f := range strings.Fields(r) {
+			args = append(args, f)
+		}
+	}
+	require.NoError(t, admin.Do(context.Background(), args...).Err())
+}
+
+// userClient returns a client that authenticates as an ACL user.
+func userClient(t testing.TB, srv *redisserver.Server, name string) *redis.Client {
+	return srv.Client(t, func(o *redis.Options) {
+		o.Username, o.Password, o.ContextTimeoutEnabled = name, "secret", true
+	})
+}
+
+// warnLog returns a logger option that keeps warnings, and the buffer.
+func warnLog() (Option, *syncbuf.Buffer) {
+	var buf syncbuf.Buffer
+	return WithLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))), &buf
+}
+
+// aclLog returns the server's ACL log: every denial since the last reset.
+func aclLog(t testing.TB, admin *redis.Client) []any {
+	t.Helper()
+	log, err := admin.Do(context.Background(), "acl", "log").Slice()
+	require.NoError(t, err)
+	return log
+}
+
+// TestReadmeDocumentsTheACLRule: the rules the tests here run with are the
+// ones the README tells operators to use.
+func TestReadmeDocumentsTheACLRule(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	rule := strings.Replace(aclRule, ">secret", ">PASSWORD", 1)
+	assert.Contains(t, string(readme), "ACL SETUSER redisleader "+rule)
+	assert.Contains(t, string(readme), aclOptional)
+	assert.Contains(t, string(readme), aclCluster)
+}
+
+// TestACLLeastPrivilege runs everything the library does as the documented
+// least-privilege user: TryLock, renewal and Release; a blocking Lock woken
+// by a release; the pruning of a channel nobody waits on; Campaign, Leader
+// and Observe across a handover; Close. The server denies nothing (its ACL
+// log stays empty), the sessions log no failure, and every command of the
+// rule was used, so dropping any one of them breaks something.
+func TestACLLeastPrivilege(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	setUser(t, admin, "redisleader", aclRule, aclOptional)
+	require.NoError(t, admin.ConfigResetStat(ctx).Err())
+	c := userClient(t, srv, "redisleader")
+	logOpt, logs := warnLog()
+	opts := []Option{WithTTL(300 * time.Millisecond), logOpt}
+	roundA, roundsA := rounds()
+	roundB, roundsB := rounds()
+	a := newSession(t, c, append(opts, roundA)...)
+	b := newSession(t, c, append(opts, roundB)...)
+
+	// A lock: taken, renewed, released.
+	l, err := a.TryLock(ctx, "acl-lock")
+	require.NoError(t, err)
+	for range 2 {
+		require.False(t, waitRound(t, roundsA, 2*time.Second), "a renewal failed")
+	}
+	assert.True(t, l.Held())
+
+	// A blocking Lock waits for the holder and is woken by its release.
+	waiting := make(chan *Lock, 1)
+	go func() {
+		l, err := b.Lock(ctx, "acl-lock")
+		assert.NoError(t, err)
+		waiting <- l
+	}()
+	require.NoError(t, l.Release(ctx))
+	var lb *Lock
+	select {
+	case lb = <-waiting:
+		require.NotNil(t, lb)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting Lock was not woken by the release")
+	}
+	// Nobody has waited on the name's channel for over a TTL when b's own
+	// release arrives there, so b's watcher unsubscribes from it.
+	for range 4 {
+		require.False(t, waitRound(t, roundsB, 2*time.Second), "a renewal failed")
+	}
+	require.NoError(t, lb.Release(ctx))
+
+	// An election: a bystander observes a handover from a to b.
+	bystander := mustElection(t, newSession(t, c, opts...), "acl-election")
+	octx, ocancel := context.WithCancel(ctx)
+	defer ocancel()
+	o := observe(octx, bystander)
+	o.waitFor(t, "initial vacancy", func(l Leader) bool { return l.Fence == 0 })
+	la, err := mustElection(t, a, "acl-election").Campaign(ctx, "a")
+	require.NoError(t, err)
+	o.waitFor(t, "leader a", func(l Leader) bool { return l.Value == "a" })
+	next := campaign(t, ctx, mustElection(t, b, "acl-election"), "b")
+	require.NoError(t, la.Release(ctx))
+	lb = <-next
+	require.NotNil(t, lb)
+	o.waitFor(t, "leader b", func(l Leader) bool { return l.Value == "b" && l.Fence == lb.Fence() })
+	leader, err := bystander.Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "b", leader.Value)
+	ocancel()
+
+	require.NoError(t, b.Close(ctx))
+	require.NoError(t, a.Close(ctx))
+	assert.ErrorIs(t, lb.Err(), ErrSessionClosed)
+	n, err := admin.Exists(ctx, "redisleader:{acl-election}").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "Close released the leadership")
+
+	assert.Empty(t, aclLog(t, admin), "the server denied something")
+	assert.NotContains(t, logs.String(), "failed", "a call failed")
+	assert.NotContains(t, logs.String(), "could not check")
+	for _, cmd := range aclCommands() {
+		assert.Eventually(t, func() bool {
+			stats, err := admin.Info(ctx, "commandstats").Result()
+			return err == nil && strings.Contains(stats, "cmdstat_"+cmd+":calls=")
+		}, 2*time.Second, 10*time.Millisecond, "the rule allows %s, which nothing used", cmd)
+	}
+}
+
+// TestACLCluster: on Redis Cluster the documented user also needs what
+// go-redis's ClusterClient reads, the slot map (CLUSTER SLOTS) and the
+// command table (COMMAND; without it every call sends COMMAND again and is
+// denied): locks on names across the masters and an election then work
+// and no node denies anything.
+func TestACLCluster(t *testing.T) {
+	cluster := redisserver.StartCluster(t, 3)
+	for _, n := range cluster.Nodes() {
+		setUser(t, n.Client(t), "redisleader", aclRule, aclOptional, aclCluster)
+	}
+	c := cluster.Client(t, func(o *redis.ClusterOptions) {
+		o.Username, o.Password, o.ContextTimeoutEnabled = "redisleader", "secret", true
+	})
+	ctx := context.Background()
+	s := newSession(t, c, WithTTL(time.Second))
+	for _, name := range []string{"a", "b", "c", "d", "e", "f"} {
+		l, err := s.TryLock(ctx, name)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+	}
+	l, err := mustElection(t, s, "cluster-election").Campaign(ctx, "v")
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, s.Close(ctx))
+	for _, n := range cluster.Nodes() {
+		assert.Empty(t, aclLog(t, n.Client(t)), "node %s denied something", n.Addr())
+	}
+}
+
+// TestACLDeniedChannel: without the channel permission, a blocking Lock on
+// context.Background() returns at once with a permanent error that says what
+// was denied, and the denied attempt wrote nothing: no lock key, the fence
+// key as it was. (Regression: Redis 7 words a denial inside a script as
+// "ERR The user executing the script can't …", which was retried forever,
+// and the acquire script had set both keys before its PUBLISH failed.)
+func TestACLDeniedChannel(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	setUser(t, admin, "nochannel", aclRule, "resetchannels")
+	s := newSession(t, userClient(t, srv, "nochannel"), WithTTL(time.Second))
+
+	for name, fence := range map[string]string{"denied-fresh": "", "denied-fenced": "42"} {
+		k := newKeys(name)
+		if fence != "" {
+			require.NoError(t, admin.Set(ctx, k.fence, fence, 0).Err())
+		}
+		start := time.Now()
+		done := make(chan error, 1)
+		go func() {
+			_, err := s.Lock(ctx, k.name)
+			done <- err
+		}()
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("a blocking Lock without the channel permission did not return")
+		}
+		t.Logf("Lock returned after %v: %v", time.Since(start), err)
+		require.Error(t, err)
+		assert.True(t, permanent(err), "%v", err)
+		assert.ErrorContains(t, err, "permission denied for PUBLISH "+k.channel()+" (ACL): ERR The user executing the script can't publish to the channel mentioned in the command")
+		_, err = s.TryLock(ctx, k.name)
+		assert.ErrorContains(t, err, "permission denied for PUBLISH "+k.channel())
+
+		n, err := admin.Exists(ctx, k.lock).Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "the denied attempts left a lock key")
+		got, err := admin.Get(ctx, k.fence).Result()
+		if fence == "" {
+			assert.ErrorIs(t, err, redis.Nil, "the denied attempts wrote a fence key")
+		} else {
+			assert.Equal(t, fence, got, "the denied attempts changed the fence key")
+		}
+	}
+}
+
+// TestACLDeniedCommands: whichever command the user lacks, TryLock fails
+// with a permanent error naming it (and its key or channel), and writes
+// nothing.
+func TestACLDeniedCommands(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	for _, tt := range []struct {
+		without string // ACL rules applied after the documented ones
+		want    string // in the error, after "permission denied "
+	}{
+		{"-publish", "for PUBLISH redisleader:{no-publish}:ch (ACL): ERR The user executing the script can't run this command or subcommand"},
+		{"-time", "for TIME (ACL): ERR The user executing the script can't run this command or subcommand"},
+		{"-get", "for GET redisleader:{no-get} (ACL): ERR The user executing the script can't run this command or subcommand"},
+		{"-set", "for SET redisleader:{no-set}:fence (ACL): ERR The user executing the script can't run this command or subcommand"},
+		{"-evalsha", "running EVALSHA on keys redisleader:{no-evalsha} redisleader:{no-evalsha}:fence (ACL): NOPERM this user has no permissions to run the 'evalsha' command"},
+		{"-eval", "running EVAL on keys redisleader:{no-eval} redisleader:{no-eval}:fence (ACL): NOPERM this user has no permissions to run the 'eval' command"},
+		{"resetkeys ~other:*", "running EVALSHA on keys redisleader:{no-keys} redisleader:{no-keys}:fence (ACL): NOPERM this user has no permissions to access one of the keys used as arguments"},
+	} {
+		name := "no-" + strings.TrimPrefix(strings.Fields(tt.without)[0], "-")
+		if name == "no-resetkeys" {
+			name = "no-keys"
+		}
+		t.Run(name, func(t *testing.T) {
+			setUser(t, admin, name, aclRule, tt.without)
+			require.NoError(t, admin.ScriptFlush(ctx).Err()) // so that EVAL is needed
+			k := newKeys(name)
+			require.NoError(t, admin.Set(ctx, k.fence, "42", 0).Err())
+			s := newSession(t, userClient(t, srv, name), WithTTL(time.Second))
+			_, err := s.TryLock(ctx, name)
+			require.Error(t, err)
+			assert.True(t, permanent(err), "%v", err)
+			assert.ErrorContains(t, err, "permission denied "+tt.want)
+			n, err := admin.Exists(ctx, k.lock).Result()
+			require.NoError(t, err)
+			assert.Zero(t, n, "the denied attempt left a lock key")
+			got, _ := admin.Get(ctx, k.fence).Result()
+			assert.Equal(t, "42", got, "the denied attempt changed the fence key")
+		})
+	}
+}
+
+// settingsWarnings runs a session on clients until its server check has
+// run (before its first renewal round) and returns its warnings.
+func settingsWarnings(t *testing.T, redlock bool, clients ...Client) string {
+	t.Helper()
+	logOpt, logs := warnLog()
+	round, roundDone := rounds()
+	opts := []Option{WithTTL(300 * time.Millisecond), round, logOpt}
+	var s *Session
+	if redlock {
+		var err error
+		s, err = NewRedlockSession(clients, opts...)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close(context.Background()) })
+	} else {
+		s = newSession(t, clients[0], opts...)
+	}
+	ctx := context.Background()
+	_, err := s.TryLock(ctx, "settings")
+	require.NoError(t, err)
+	require.False(t, waitRound(t, roundDone, 5*time.Second))
+	require.NoError(t, s.Close(ctx))
+	return logs.String()
+}
+
+// TestSettingsUncheckedAreWarned: a user whose ACL denies CONFIG and INFO
+// (-@dangerous, the usual hardening) gets one warning per session that the
+// server's settings could not be checked, and why (one for a Redlock
+// session too, with every node's reasons). (Regression: it was a debug
+// message, so the eviction and persistence warnings silently disappeared.)
+func TestSettingsUncheckedAreWarned(t *testing.T) {
+	const rule = "on >secret ~redisleader:* &redisleader:* +@all -@dangerous"
+	srv := redisserver.Start(t)
+	setUser(t, srv.Client(t), "hardened", rule)
+	out := settingsWarnings(t, false, userClient(t, srv, "hardened"))
+	assert.Equal(t, 1, strings.Count(out, "could not check the Redis server's settings"), out)
+	assert.Contains(t, out, "CONFIG GET: NOPERM this user has no permissions to run the 'config|get' command")
+	assert.Contains(t, out, "INFO replication: NOPERM this user has no permissions to run the 'info' command")
+
+	var nodes []Client
+	for range 3 {
+		srv := redisserver.Start(t)
+		setUser(t, srv.Client(t), "hardened", rule)
+		nodes = append(nodes, userClient(t, srv, "hardened"))
+	}
+	out = settingsWarnings(t, true, nodes...)
+	assert.Equal(t, 1, strings.Count(out, "could not check the Redis server's settings"), out)
+	assert.Equal(t, 3, strings.Count(out, "CONFIG GET: NOPERM"), out)
+}
+
+// TestACLReplicated: on a primary with a replica, the documented user with
+// +wait takes and releases locks with WithReplicaAcks (no denial in the ACL
+// log); and a user denied CONFIG but allowed INFO still gets the warning
+// about replicas without WithReplicaAcks, besides the warning that the
+// other settings could not be checked. (Regression, the latter: one failed
+// command skipped every check.)
+func TestACLReplicated(t *testing.T) {
+	primary, _, _ := replicated(t)
+	admin := primary.Client(t)
+	ctx := context.Background()
+	t.Run("WithReplicaAcks", func(t *testing.T) {
+		setUser(t, admin, "redisleader", aclRule, aclOptional)
+		require.NoError(t, admin.Do(ctx, "acl", "log", "reset").Err())
+		s := newSession(t, userClient(t, primary, "redisleader"), WithTTL(1500*time.Millisecond), WithReplicaAcks(1, 50*time.Millisecond))
+		l, err := s.TryLock(ctx, "acked")
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		require.NoError(t, s.Close(ctx))
+		assert.Empty(t, aclLog(t, admin))
+	})
+	t.Run("replicas checked without CONFIG", func(t *testing.T) {
+		setUser(t, admin, "noconfig", "on >secret ~redisleader:* &redisleader:* +@all -config")
+		out := settingsWarnings(t, false, userClient(t, primary, "noconfig"))
+		assert.Contains(t, out, "connected_replicas=1")
+		assert.Contains(t, out, "CONFIG GET: NOPERM")
+		assert.NotContains(t, out, "INFO replication:")
+	})
+}
+
+// TestACLRevokedChannel: with the channel permission revoked while a lock
+// is held, renewals go on (they publish nothing), and Release fails with
+// the permission error and deletes nothing (the key expires with its TTL):
+// a script that cannot publish writes nothing.
+func TestACLRevokedChannel(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	setUser(t, admin, "revoked", aclRule)
+	round, roundDone := rounds()
+	s := newSession(t, userClient(t, srv, "revoked"), WithTTL(300*time.Millisecond), round)
+	l, err := s.TryLock(ctx, "revoked")
+	require.NoError(t, err)
+	setUser(t, admin, "revoked", "resetchannels")
+	for range 3 {
+		require.False(t, waitRound(t, roundDone, 2*time.Second), "a renewal failed without the channel permission")
+	}
+	assert.True(t, l.Held())
+	err = l.Release(ctx)
+	assert.ErrorContains(t, err, "permission denied for PUBLISH redisleader:{revoked}:ch (ACL)")
+	v, err := admin.Get(ctx, l.Key()).Result()
+	require.NoError(t, err, "the release that could not publish deleted the key")
+	assert.True(t, strings.HasPrefix(v, l.token+"\n"))
+}
+
+func TestPermanentACLErrors(t *testing.T) {
+	for _, msg := range []string{
+		// Redis 7.0, a denial inside a script (redis.call).
+		"ERR The user executing the script can't run this command or subcommand script: 05fc4503a1a80103617a76da01f0bd4554a5fe93, on @user_script:1.",
+		"ERR The user executing the script can't publish to the channel mentioned in the command script: 05fc4503a1a80103617a76da01f0bd4554a5fe93, on @user_script:1.",
+		"ERR The user executing the script can't access at least one of the keys mentioned in the command arguments script: 5c306038d6091f2835d0e71a729d768f915b864f, on @user_script:1.",
+		// Redis 7.2 and later.
+		"ERR ACL failure in script: User u has no permissions to run the 'publish' command script: 05fc4503a1a80103617a76da01f0bd4554a5fe93, on @user_script:1.",
+		// Outside a script.
+		"NOPERM this user has no permissions to access one of the channels used as arguments",
+	} {
+		assert.True(t, permanent(redisErr(msg)), msg)
+	}
+	assert.True(t, permanent(&aclError{"permission denied for TIME (ACL): ERR The user executing the script can't run this command or subcommand"}))
+}

@@ -1,0 +1,237 @@
+package redisleader
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/redisserver"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// keyspace reports the writes Redis notifies (notify-keyspace-events KEA)
+// to keys with a prefix.
+type keyspace struct {
+	t      *testing.T
+	c      *redis.Client
+	msgs   <-chan *redis.Message
+	marker atomic.Int64
+}
+
+// watchKeyspace subscribes to every keyspace notification of the server c
+// talks to, which must run with notify-keyspace-events KEA.
+func watchKeyspace(t *testing.T, c *redis.Client) *keyspace {
+	t.Helper()
+	ctx := context.Background()
+	ps := c.PSubscribe(ctx, "__keyspace@0__:*")
+	t.Cleanup(func() { _ = ps.Close() })
+	_, err := ps.Receive(ctx) // the subscription's confirmation
+	require.NoError(t, err)
+	return &keyspace{t: t, c: c, msgs: ps.Channel()}
+}
+
+// writes returns the notifications, "key event", for keys starting with
+// prefix since the last call. It publishes a marker on a keyspace channel
+// (writing nothing) and reads up to it: Redis delivers notifications and
+// messages in the order of the commands, so every earlier one has arrived
+// by then.
+func (k *keyspace) writes(prefix string) []string {
+	k.t.Helper()
+	marker := fmt.Sprintf("marker:%d", k.marker.Add(1))
+	require.NoError(k.t, k.c.Publish(context.Background(), "__keyspace@0__:"+marker, "marker").Err())
+	var got []string
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case m := <-k.msgs:
+			key := strings.TrimPrefix(m.Channel, "__keyspace@0__:")
+			if key == marker {
+				return got
+			}
+			if strings.HasPrefix(key, prefix) {
+				got = append(got, key+" "+m.Payload)
+			}
+		case <-timeout:
+			k.t.Fatalf("no notification for the marker key %s within 5s", marker)
+		}
+	}
+}
+
+// notifying starts a redis-server that publishes keyspace notifications.
+func notifying(t *testing.T) (*redis.Client, *keyspace) {
+	srv := redisserver.Start(t, redisserver.Options{Args: []string{"--notify-keyspace-events", "KEA"}})
+	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	return c, watchKeyspace(t, c)
+}
+
+// foreignFences are values someone else may have left in a fence key: a
+// string with a TTL, and a hash (WRONGTYPE) with a TTL.
+var foreignFences = []struct {
+	name  string
+	write func(c *redis.Client, key string) error
+	read  func(c *redis.Client, key string) (any, error)
+}{
+	{
+		"string",
+		func(c *redis.Client, key string) error {
+			return c.Set(context.Background(), key, "not a fence", time.Minute).Err()
+		},
+		func(c *redis.Client, key string) (any, error) { return c.Get(context.Background(), key).Result() },
+	},
+	{
+		"hash",
+		func(c *redis.Client, key string) error {
+			if err := c.HSet(context.Background(), key, "field", "value").Err(); err != nil {
+				return err
+			}
+			return c.Expire(context.Background(), key, time.Minute).Err()
+		},
+		func(c *redis.Client, key string) (any, error) { return c.HGetAll(context.Background(), key).Result() },
+	},
+}
+
+// untouched checks that key still holds what foreign wrote, with its TTL.
+func untouched(t *testing.T, c *redis.Client, key string, read func(*redis.Client, string) (any, error), want any) {
+	t.Helper()
+	got, err := read(c, key)
+	require.NoError(t, err)
+	assert.Equal(t, want, got, "the foreign value is kept")
+	ttl, err := c.PTTL(context.Background(), key).Result()
+	require.NoError(t, err)
+	assert.Greater(t, ttl, 50*time.Second, "its TTL is kept")
+}
+
+// TestForeignFenceKeyIsUntouched: a fence key that holds something other
+// than a fence (a string or a hash, with a TTL) makes the acquire fail with a
+// permanent error naming the key and the rule, and nothing is written: the
+// value and its TTL stay, keyspace watchers see no write at all, and no lock
+// key appears. (Regression, string: the acquire script swapped the value out
+// with SET … GET and wrote it back with a plain SET, dropping its TTL: four
+// writes for a TryLock and the blocking Lock after it.)
+func TestForeignFenceKeyIsUntouched(t *testing.T) {
+	c, ks := notifying(t)
+	ctx := context.Background()
+	s := newSession(t, c, WithTTL(time.Second))
+	for _, f := range foreignFences {
+		t.Run(f.name, func(t *testing.T) {
+			k := newKeys("foreign-" + f.name)
+			require.NoError(t, f.write(c, k.fence))
+			want, err := f.read(c, k.fence)
+			require.NoError(t, err)
+			ks.writes("") // only what follows
+			_, err = s.TryLock(ctx, k.name)
+			require.Error(t, err)
+			assert.True(t, permanent(err), "a foreign fence key is not retried: %v", err)
+			if f.name == "string" {
+				assert.ErrorContains(t, err, "fence key "+k.fence+" does not hold a fence (an integer in [0, 2^53-1)); it was left unchanged")
+			} else {
+				assert.ErrorContains(t, err, "WRONGTYPE")
+			}
+			_, err = s.Lock(ctx, k.name)
+			assert.True(t, permanent(err), "blocking Lock returns at once: %v", err)
+			assert.Empty(t, ks.writes("redisleader:"), "a foreign fence key means no write at all")
+			untouched(t, c, k.fence, f.read, want)
+			n, err := c.Exists(ctx, k.lock).Result()
+			require.NoError(t, err)
+			assert.Zero(t, n, "no lock without a fence")
+		})
+	}
+}
+
+// TestRaiseLeavesForeignFenceKey: the Redlock fence write-back validates the
+// fence key before it writes anything: a foreign value or a key of another
+// type is a permanent error, and neither the lock key nor the fence key
+// changes. A valid fence is raised, never lowered. (Regression: raiseScript
+// rewrote the lock value first, then overwrote a foreign string with a
+// plain SET, dropping its TTL, or failed on a hash after the rewrite.)
+func TestRaiseLeavesForeignFenceKey(t *testing.T) {
+	c, ks := notifying(t)
+	ctx := context.Background()
+	raise := func(k keys) error {
+		return raiseScript.run(ctx, c, []any{nil, nil, 2, k.lock, k.fence, "tok", "200", "v"}).Err()
+	}
+	const held = "tok\n100\nv"
+	for _, f := range foreignFences {
+		t.Run(f.name, func(t *testing.T) {
+			k := newKeys("raise-" + f.name)
+			require.NoError(t, c.Set(ctx, k.lock, held, time.Minute).Err())
+			require.NoError(t, f.write(c, k.fence))
+			want, err := f.read(c, k.fence)
+			require.NoError(t, err)
+			ks.writes("")
+			err = raise(k)
+			assert.Error(t, err)
+			assert.True(t, permanent(err), "%v", err)
+			assert.Empty(t, ks.writes("redisleader:"), "no write at all")
+			untouched(t, c, k.fence, f.read, want)
+			v, err := c.Get(ctx, k.lock).Result()
+			require.NoError(t, err)
+			assert.Equal(t, held, v, "the lock keeps its value")
+		})
+	}
+	k := newKeys("raise")
+	require.NoError(t, c.Set(ctx, k.lock, held, time.Minute).Err())
+	require.NoError(t, c.Set(ctx, k.fence, "150", 0).Err())
+	require.NoError(t, raise(k))
+	v, _ := c.Get(ctx, k.fence).Result()
+	assert.Equal(t, "200", v, "a smaller fence is raised")
+	v, _ = c.Get(ctx, k.lock).Result()
+	assert.Equal(t, "tok\n200\nv", v)
+	require.NoError(t, c.Set(ctx, k.fence, "300", 0).Err())
+	require.NoError(t, raise(k))
+	v, _ = c.Get(ctx, k.fence).Result()
+	assert.Equal(t, "300", v, "a larger fence stays")
+}
+
+// TestEventsCarryNoContent: the channel tells subscribers that something
+// happened ("A": acquired, "R": released), never who holds the name: no
+// token, fence or value reaches them.
+func TestEventsCarryNoContent(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		k := newKeys("quiet")
+		ps := b.client.Subscribe(ctx, k.channel())
+		defer ps.Close()
+		_, err := ps.Receive(ctx)
+		require.NoError(t, err)
+		s := newSession(t, b.client)
+		l, err := s.TryLock(ctx, "quiet")
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		for _, want := range []string{"A", "R"} {
+			m, err := ps.ReceiveMessage(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, want, m.Payload)
+		}
+	})
+}
+
+// TestScriptErrorsWriteNothing: an acquire that fails on its first write
+// (OOM here) has read and published, but written nothing; the lock stays
+// free. A Lua runtime error in a script still comes back as an error reply.
+func TestScriptErrorsWriteNothing(t *testing.T) {
+	c, ks := notifying(t)
+	ctx := context.Background()
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory", "1").Err())
+	defer c.ConfigSet(ctx, "maxmemory", "0")
+	s := newSession(t, c, WithTTL(time.Second))
+	ks.writes("")
+	_, err := s.TryLock(ctx, "oom")
+	assert.ErrorContains(t, err, "OOM")
+	assert.False(t, permanent(err), "OOM is retried")
+	assert.Empty(t, ks.writes("redisleader:"))
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory", "0").Err())
+
+	// The idempotent path finds our token followed by no fence.
+	k := newKeys("broken")
+	require.NoError(t, c.Set(ctx, k.lock, "tok\nno-newline-after-the-fence", time.Minute).Err())
+	err = acquireScript.run(ctx, c, []any{nil, nil, 2, k.lock, k.fence, "tok", "1000", ""}).Err()
+	var rerr redis.Error
+	require.ErrorAs(t, err, &rerr, "an error reply, not a status reply")
+	assert.True(t, strings.HasPrefix(err.Error(), "ERR "), "%v", err)
+}
