@@ -58,8 +58,10 @@ func (e *Election) Name() string { return e.keys.name }
 //
 // Campaign returns ctx's error when ctx ends and ErrSessionClosed when the
 // session closes, promptly in both cases, leaving no key behind; an error
-// matching ErrInvalid when value is longer than 64 KiB; or a Redis error that
-// retrying cannot fix. Transient Redis errors are retried.
+// matching ErrInvalid when value is longer than 64 KiB; an error matching
+// ErrLocked when this session already leads (a session never waits for
+// itself); or a Redis error that retrying cannot fix. Transient Redis errors
+// are retried.
 func (e *Election) Campaign(ctx context.Context, value string) (*Lock, error) {
 	return e.s.acquire(ctx, e.keys.name, value, true)
 }
@@ -252,8 +254,10 @@ func (o *observer) send(l Leader) {
 //
 // Closing the session cancels onElected's context too; Run still releases
 // the leadership only after onElected has returned, and Session.Close waits
-// for that release (see Close). Run returns ctx's error when ctx ends, ErrSessionClosed
-// when the session closes, or an error matching ErrInvalid for a nil onElected or a value over
+// for that release (see Close). Run returns ctx's error when ctx ends,
+// ErrSessionClosed when the session closes, what Campaign returns otherwise
+// (ErrLocked when the session already leads this election, in another Run
+// say), or an error matching ErrInvalid for a nil onElected or a value over
 // 64 KiB. To learn who leads while this candidate does not, use Observe.
 func (e *Election) Run(ctx context.Context, value string, onElected func(ctx context.Context, leadership *Lock) error) error {
 	if onElected == nil {
@@ -285,7 +289,10 @@ func (e *Election) Run(ctx context.Context, value string, onElected func(ctx con
 // It returns onElected's error only if onElected gave up a leadership that
 // was still held.
 func (e *Election) lead(ctx context.Context, lead *Lock, onElected func(context.Context, *Lock) error) error {
-	released := e.s.startTerm(lead)
+	released, ok := e.s.startTerm(lead)
+	if !ok {
+		return nil // closed since Campaign returned; Close releases the key
+	}
 	leaderCtx, cancel := context.WithCancelCause(context.WithValue(ctx, termKey{}, lead))
 	stop := lead.onEnd(func() { cancel(lead.Err()) })
 	defer func() {

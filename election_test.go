@@ -775,3 +775,58 @@ func TestCloseWaitsForRunsRelease(t *testing.T) {
 		assert.Empty(t, b.get(newKeys("self-close").lock))
 	})
 }
+
+// Close called from onElected with its context releases the session's other
+// keys and returns nil; it waits for everything but that onElected.
+func TestCloseFromOnElectedReleasesTheRest(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		s, err := NewSession(b.client, fastOpts()...)
+		require.NoError(t, err)
+		other, err := s.TryLock(ctx, "close-self-other")
+		require.NoError(t, err)
+		closeErr, runErr := make(chan error, 1), make(chan error, 1)
+		go func() {
+			runErr <- mustElection(t, s, "close-self").Run(ctx, "a", func(lctx context.Context, _ *Lock) error {
+				closeErr <- s.Close(lctx)
+				return nil
+			})
+		}()
+		assert.NoError(t, recvWithin(t, closeErr, 3*time.Second, "Close from onElected"))
+		assert.Empty(t, b.get(other.Key()), "the session's other lock after Close")
+		assert.ErrorIs(t, recvWithin(t, runErr, 3*time.Second, "Run"), ErrSessionClosed)
+		assert.Empty(t, b.get(newKeys("close-self").lock), "the leadership after Run returned")
+	})
+}
+
+// A Close that gave up on its context does not make a later Close return at
+// once: the later one waits for what the first left running (here, Run's
+// onElected and the release it owes).
+func TestSecondCloseWaitsForTheFirstsWork(t *testing.T) {
+	_, c := newMini(t)
+	s, err := NewSession(c, fastOpts()...)
+	require.NoError(t, err)
+	elected, finish, returned := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(returned)
+		_ = mustElection(t, s, "close-twice").Run(context.Background(), "a", func(lctx context.Context, _ *Lock) error {
+			close(elected)
+			<-finish
+			return nil
+		})
+	}()
+	recvWithin(t, elected, 2*time.Second, "elected")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	assert.ErrorIs(t, s.Close(ctx), context.DeadlineExceeded)
+	second := make(chan error, 1)
+	go func() { second <- s.Close(context.Background()) }()
+	select {
+	case err := <-second:
+		t.Fatalf("the second Close returned %v while onElected still runs", err)
+	case <-time.After(200 * time.Millisecond): // an observation window, not synchronisation
+	}
+	close(finish)
+	assert.NoError(t, recvWithin(t, second, 2*time.Second, "the second Close"))
+	recvWithin(t, returned, time.Second, "Run")
+}

@@ -163,12 +163,26 @@ func (s *Session) enter() error {
 // Blocking calls on the session return ErrSessionClosed.
 //
 // Close returns when all that is done, or with ctx's error when ctx ends
-// first (the rest then finishes in the background). Called from onElected,
-// it does not wait for that onElected if given its context (or one derived
-// from it). A failed release is returned; those keys expire within one TTL.
+// first (the rest then finishes in the background). From inside onElected,
+// pass onElected's context (or one derived from it): Close then waits for
+// everything but that onElected; with another context it would wait for
+// the onElected that called it, until that context ends. A failed release
+// is returned; those keys expire within one TTL.
 // Later and concurrent calls wait for the first to finish (or for their own
 // ctx) and return nil.
 func (s *Session) Close(ctx context.Context) error {
+	self, _ := ctx.Value(termKey{}).(*Lock)
+	if self != nil {
+		// Called from onElected with its context, which ending self cancels:
+		// keep only its deadline.
+		var cancel context.CancelFunc = func() {}
+		if d, ok := ctx.Deadline(); ok {
+			ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), d)
+		} else {
+			ctx = context.WithoutCancel(ctx)
+		}
+		defer cancel()
+	}
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()
@@ -179,7 +193,6 @@ func (s *Session) Close(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	defer close(s.closed)
 	s.err = ErrSessionClosed
 	close(s.done)
 	release := append(slices.Collect(maps.Keys(s.locks)), slices.Collect(maps.Keys(s.stale))...)
@@ -200,7 +213,6 @@ func (s *Session) Close(ctx context.Context) error {
 	relErr := s.releaseAll(ctx, keep)
 
 	s.cancel()
-	self, _ := ctx.Value(termKey{}).(*Lock)
 	stopped := make(chan struct{})
 	go func() {
 		<-s.hbDone
@@ -212,6 +224,7 @@ func (s *Session) Close(ctx context.Context) error {
 			}
 		}
 		close(stopped)
+		close(s.closed)
 	}()
 	select {
 	case <-stopped:
@@ -226,18 +239,22 @@ func (s *Session) Close(ctx context.Context) error {
 type termKey struct{}
 
 // startTerm registers l as a leadership that Election.Run will release
-// itself, and returns the function that Run calls once it has.
-func (s *Session) startTerm(l *Lock) (released func()) {
+// itself, and returns the function that Run calls once it has. It fails
+// when the session was closed meanwhile: Close then releases l itself.
+func (s *Session) startTerm(l *Lock) (released func(), ok bool) {
 	done := make(chan struct{})
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return nil, false
+	}
 	s.terms[l] = done
-	s.mu.Unlock()
 	return func() {
 		s.mu.Lock()
 		delete(s.terms, l)
 		s.mu.Unlock()
 		close(done)
-	}
+	}, true
 }
 
 // releaseAll deletes the keys of ended locks, one pipelined round trip. A key

@@ -640,7 +640,10 @@ func (l *Lock) takeover(ctx context.Context) (lost, err error) {
 		case <-t.C:
 		case <-l.Done():
 		case <-ctx.Done():
-			_ = l.Release(context.WithoutCancel(ctx))
+			if l.end(ErrReleased) {
+				l.s.remove(l)
+				l.dispose(ctx, false)
+			}
 			return nil, ctx.Err()
 		case <-l.s.done:
 			return nil, ErrSessionClosed
@@ -656,26 +659,33 @@ func (l *Lock) takeover(ctx context.Context) (lost, err error) {
 // abandon ends an acquisition that will not be returned and returns err,
 // joined with lastErr when they differ. If an attempt's outcome was unknown
 // (unsure), or a give-back after one failed, our token may be in Redis, or
-// get there later (an attempt still on its way): it is deleted now, within
-// ctx (in the background once ctx has ended, so that the caller returns with
-// its context whatever Redis does), and the heartbeat keeps deleting it
-// until it must have expired, so no phantom lock blocks others for a TTL.
-// The caller must still be registered with s.work.
+// get there later (an attempt still on its way): dispose deletes it and has
+// the heartbeat keep deleting it until it must have expired, so no phantom
+// lock blocks others for a TTL.
 func (l *Lock) abandon(ctx context.Context, unsure bool, lastErr, err error) error {
 	if unsure || l.leftover {
-		l.s.markStale(l, true)
-		if ctx.Err() == nil {
-			_ = l.del(ctx)
-		} else {
-			l.s.work.Add(1) // Close waits for it
-			go func() {
-				defer l.s.work.Done()
-				_ = l.del(context.WithoutCancel(ctx))
-			}()
-		}
+		l.dispose(ctx, true)
 	}
 	if lastErr != nil && lastErr != err {
 		return errors.Join(err, lastErr)
 	}
 	return err
+}
+
+// dispose deletes an ended acquisition's token: within ctx, or in the
+// background once ctx has ended, so that the caller returns with its context
+// whatever Redis does; the heartbeat retries until the delete succeeded (with
+// repeat: until the token must have expired). The caller must be registered
+// with s.work.
+func (l *Lock) dispose(ctx context.Context, repeat bool) {
+	l.s.markStale(l, repeat)
+	if ctx.Err() == nil {
+		_ = l.del(ctx)
+		return
+	}
+	l.s.work.Add(1) // Close waits for it
+	go func() {
+		defer l.s.work.Done()
+		_ = l.del(context.WithoutCancel(ctx))
+	}()
 }

@@ -892,3 +892,50 @@ func TestAbandonedAcquireLandingLate(t *testing.T) {
 			"the late acquire's key (TTL 3s) is still there")
 	})
 }
+
+// hangRelease holds every release script call (with all, every call) until
+// its context ends.
+type hangRelease struct {
+	*redis.Client
+	all bool
+}
+
+func (h hangRelease) Process(ctx context.Context, cmd redis.Cmder) error {
+	if a := cmd.Args(); h.all || (len(a) > 1 && (a[1] == releaseScript.sha || a[1] == releaseScript.src)) {
+		<-ctx.Done()
+		cmd.SetErr(ctx.Err())
+		return cmd.Err()
+	}
+	return h.Client.Process(ctx, cmd)
+}
+
+// A blocking Lock returns with its context also when the context ends
+// during the takeover delay and the release then hangs, and (Redlock) when
+// an attempt short of a quorum gives back its keys on a node that hangs.
+func TestLockReturnsWithItsContextWhileGivingBack(t *testing.T) {
+	const wait = 100 * time.Millisecond
+	lockWithin := func(t *testing.T, s *Session, name string) {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		start := time.Now()
+		_, err := s.Lock(ctx, name)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Less(t, time.Since(start), wait+200*time.Millisecond, "Lock outlived its context")
+	}
+	t.Run("takeover delay", func(t *testing.T) {
+		_, c := newMini(t)
+		s := newSession(t, hangRelease{Client: c}, WithTTL(6*time.Second), WithCallTimeout(time.Second), WithTakeoverDelay(2*time.Second))
+		lockWithin(t, s, "takeover-hang")
+	})
+	t.Run("Redlock give-back", func(t *testing.T) {
+		ms, cs := redlockNodes(t, 3)
+		cs[2] = hangRelease{Client: cs[2].(*redis.Client), all: true}
+		k := newKeys("giveback-hang")
+		ms[1].Set(k.lock, "other\n1\n")
+		ms[1].SetTTL(k.lock, time.Minute)
+		s, err := NewRedlockSession(cs, WithTTL(6*time.Second), WithCallTimeout(time.Second))
+		require.NoError(t, err)
+		defer s.Close(context.Background())
+		lockWithin(t, s, "giveback-hang")
+	})
+}

@@ -318,7 +318,8 @@ const ringRejectf = "%s (%T) is or wraps a *redis.Ring: each Ring client decides
 // an embedded *redis.ClusterClient or *redis.Ring promotes, and by the
 // clients it embeds as fields of pointer or interface type (Client,
 // redis.UniversalClient), up to 4 wrappers deep. A client held in a named
-// field is not seen.
+// field is not seen, and a nil embedded interface is passed over (the
+// wrapper may implement the methods itself).
 func kindOf(c Client) clientKind { return kindOfValue(reflect.ValueOf(c), 4) }
 
 func kindOfValue(v reflect.Value, depth int) clientKind {
@@ -347,9 +348,15 @@ func kindOfValue(v reflect.Value, depth int) clientKind {
 		return kind
 	}
 	for i := range s.NumField() {
-		if f := s.Type().Field(i); f.Anonymous && f.Type.Implements(clientType) {
-			kind = max(kind, kindOfValue(s.Field(i), depth-1))
+		f := s.Type().Field(i)
+		if !f.Anonymous || !f.Type.Implements(clientType) {
+			continue
 		}
+		fv := s.Field(i)
+		if f.Type.Kind() == reflect.Interface && fv.IsNil() {
+			continue // a test double that implements the methods itself, say
+		}
+		kind = max(kind, kindOfValue(fv, depth-1))
 	}
 	return kind
 }

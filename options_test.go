@@ -307,6 +307,8 @@ type (
 	wrappedCluster struct{ *redis.ClusterClient }
 	wrappedRing    struct{ *redis.Ring }
 	wrappedIface   struct{ Client }
+	// testDouble embeds a nil interface and implements Client itself.
+	testDouble struct{ redis.UniversalClient }
 )
 
 // unreachableNodes returns a cluster client and a ring for a port nothing
@@ -363,7 +365,7 @@ func TestWrappedClusterClient(t *testing.T) {
 func TestWrappedNilClient(t *testing.T) {
 	_, _, cs := unreachableNodes(t)
 	for _, n := range []Client{(*wrappedCluster)(nil), wrappedCluster{}, &wrappedCluster{}, (*wrappedRing)(nil), wrappedRing{},
-		(*wrappedClient)(nil), wrappedClient{}, wrappedIface{}, &wrappedIface{wrappedClient{}}} {
+		(*wrappedClient)(nil), wrappedClient{}, &wrappedIface{wrappedClient{}}} {
 		t.Run(fmt.Sprintf("%T", n), func(t *testing.T) {
 			for _, opts := range [][]Option{nil, {WithReplicaAcks(1, 10*time.Millisecond)}} {
 				s, err := NewSession(n, opts...)
@@ -373,4 +375,16 @@ func TestWrappedNilClient(t *testing.T) {
 			assertRejected(t, s, err, "NewRedlockSession: client 1 is nil")
 		})
 	}
+}
+
+func (testDouble) Process(context.Context, redis.Cmder) error         { return nil }
+func (testDouble) Pipeline() redis.Pipeliner                          { return nil }
+func (testDouble) Subscribe(context.Context, ...string) *redis.PubSub { return nil }
+
+// A test double that embeds a nil interface but implements every method of
+// Client itself is a working client, not a nil one.
+func TestTestDoubleWithNilEmbeddedInterface(t *testing.T) {
+	s, err := NewSession(testDouble{})
+	require.NoError(t, err)
+	require.NoError(t, s.Close(context.Background()))
 }

@@ -237,7 +237,7 @@ func (l *Lock) attemptQuorum(ctx context.Context) (time.Duration, error) {
 		}
 	}
 	// No quorum: give back what we took, on every node (compare-and-delete).
-	l.giveBack(context.WithoutCancel(ctx))
+	l.giveBack(ctx) // within ctx: what fails is left to abandon
 	if len(locked) > len(s.nodes)-s.quorum {
 		return left, fmt.Errorf("%w on %d of %d nodes", ErrLocked, len(locked), len(s.nodes))
 	}
@@ -351,15 +351,15 @@ func (s *Session) renewRoundQuorum(ctx context.Context, sent, earliest time.Time
 
 // holderFence returns the fence the holder of token knows: the one stored
 // with its token on the most nodes (its acquisition wrote it back to a
-// quorum; a node that took the token late, outside that quorum, has its own
-// and is outvoted), the larger on a tie.
+// quorum; a node that took the token late, outside that quorum, has its own,
+// later one and is outvoted), the smaller on a tie.
 func holderFence(held []holder, token string) int64 {
 	counts := map[int64]int{}
 	var fence int64
 	for _, h := range held {
 		if h.token == token {
 			counts[h.fence]++
-			if c, best := counts[h.fence], counts[fence]; c > best || (c == best && h.fence > fence) {
+			if c, best := counts[h.fence], counts[fence]; c > best || (c == best && h.fence < fence) {
 				fence = h.fence
 			}
 		}
