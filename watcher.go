@@ -83,13 +83,9 @@ type subscription struct {
 	notify chan struct{} // capacity 1: something arrived
 
 	mu   sync.Mutex // protects msgs and gap
-	msgs []string   // payloads not yet taken, oldest first
+	msgs int        // messages since the last take; their content is never used
 	gap  bool       // messages may have been lost since the last take
 }
-
-// maxQueued bounds the messages a slow subscriber keeps; past it the oldest
-// are dropped and the subscriber is told to re-read the state.
-const maxQueued = 256
 
 // subscribe registers interest in channel and waits, up to the call timeout
 // or ctx, until the server has confirmed the subscription, so that a release
@@ -221,23 +217,20 @@ func (w *watcher) evictLocked(cs *channelSubs) {
 	w.kickLocked()
 }
 
-// take returns the queued payloads and whether messages may have been lost,
-// and clears both.
-func (sub *subscription) take() (msgs []string, gap bool) {
+// take returns how many messages arrived and whether messages may have been
+// lost since the last take, and clears both. A message is only a hint to
+// read Redis, so its payload is not kept.
+func (sub *subscription) take() (msgs int, gap bool) {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
 	msgs, gap = sub.msgs, sub.gap
-	sub.msgs, sub.gap = nil, false
+	sub.msgs, sub.gap = 0, false
 	return msgs, gap
 }
 
-func (sub *subscription) deliver(payload string) {
+func (sub *subscription) deliver() {
 	sub.mu.Lock()
-	if len(sub.msgs) >= maxQueued {
-		sub.msgs = sub.msgs[1:]
-		sub.gap = true
-	}
-	sub.msgs = append(sub.msgs, payload)
+	sub.msgs++
 	sub.mu.Unlock()
 	sub.poke()
 }
@@ -347,7 +340,7 @@ func (w *watcher) run() {
 				w.unsubscribed(m.Channel)
 			}
 		case *redis.Message:
-			w.deliver(m.Channel, m.Payload)
+			w.deliver(m.Channel)
 		}
 	}
 }
@@ -423,12 +416,12 @@ func (w *watcher) unsubscribed(channel string) {
 	}
 }
 
-func (w *watcher) deliver(channel, payload string) {
+func (w *watcher) deliver(channel string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if cs := w.chans[channel]; cs != nil {
 		for sub := range cs.subs {
-			sub.deliver(payload)
+			sub.deliver()
 		}
 	}
 }
