@@ -33,7 +33,7 @@ func LockName(prefix, key string) string {
 	var b strings.Builder
 	b.WriteString(prefix)
 	if n := len(prefix) + escapedLen(key); n <= maxNameLen && n > 0 {
-		escape(&b, key, len(key))
+		escape(&b, key, n-len(prefix))
 		return b.String()
 	}
 	// Too long (or empty): a readable head, then the hash of the whole key.
