@@ -89,12 +89,12 @@ func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	if closed {
 		return nil, ErrClosed
 	}
-	acquired := time.Now()
 	rl, err := l.s.TryLock(ctx, LockName(l.prefix, key))
 	if err != nil {
 		return nil, err
 	}
-	return &lock{l: l, rl: rl, holdUntil: acquired.Add(l.minHold)}, nil
+	// MinHold counts from the reply, not the request: the longer of the two.
+	return &lock{l: l, rl: rl, holdUntil: time.Now().Add(l.minHold)}, nil
 }
 
 // Close waits until every lock whose job has returned has been held for its
