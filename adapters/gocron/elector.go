@@ -108,14 +108,15 @@ func NewElector(s *redisleader.Session, name, value string, opts ...ElectorOptio
 }
 
 // IsLeader returns nil while this instance leads (and has settled), and
-// ErrNotLeader, or ErrClosed after Close, otherwise. It does no I/O.
+// otherwise ErrNotLeader, or once the campaign has ended what Err says
+// (ErrClosed, redisleader.ErrSessionClosed). It does no I/O.
 func (e *Elector) IsLeader(context.Context) error {
 	if l := e.term.Load(); l != nil && l.Held() {
 		return nil
 	}
 	select {
 	case <-e.done:
-		return ErrClosed
+		return e.Err()
 	default:
 		return ErrNotLeader
 	}

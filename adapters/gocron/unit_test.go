@@ -271,8 +271,8 @@ func TestElectorLifecycle(t *testing.T) {
 	if err := e2.WaitLeader(ctx); !errors.Is(err, redisleader.ErrSessionClosed) {
 		t.Errorf("WaitLeader after the session closed: got %v, want ErrSessionClosed", err)
 	}
-	if err := e2.IsLeader(ctx); err == nil {
-		t.Error("IsLeader after the session closed: nil")
+	if err := e2.IsLeader(ctx); !errors.Is(err, redisleader.ErrSessionClosed) {
+		t.Errorf("IsLeader after the session closed: got %v, want ErrSessionClosed", err)
 	}
 	if err := e2.Close(ctx); err != nil {
 		t.Fatal(err)
