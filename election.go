@@ -48,8 +48,9 @@ func (e *Election) Name() string { return e.keys.name }
 
 // Campaign blocks until this candidate leads, and returns its leadership as a
 // Lock: Done is closed when leadership ends and Err says why, Fence is the
-// leader's fencing token, Value is value, and Release resigns (at once: the
-// key is deleted and waiting candidates are woken through pub/sub).
+// leader's fencing token, Value is value, and Release resigns (as Resign
+// does: at once, the key is deleted and waiting candidates are woken through
+// pub/sub).
 //
 // While another candidate leads, Campaign waits on the session's pub/sub
 // connection (subscribed before its first attempt, so a resignation is never
@@ -64,6 +65,78 @@ func (e *Election) Name() string { return e.keys.name }
 // are retried.
 func (e *Election) Campaign(ctx context.Context, value string) (*Lock, error) {
 	return e.s.acquire(ctx, e.keys.name, value, true)
+}
+
+// Resign ends this session's leadership of the election, if it leads,
+// whether Campaign or Run won it: it is that leadership Lock's Release. The
+// leadership ends with ErrReleased, its key is deleted and waiting
+// candidates take over at once.
+//
+// A leadership that Run holds is deleted by Run once onElected has returned:
+// Resign cancels onElected's context (with cause ErrReleased) at once and
+// waits for the delete until ctx ends; from inside onElected, with
+// onElected's context, it does not wait. Run then campaigns again, as when
+// onElected returns nil; to stop campaigning, end Run's context.
+//
+// When this session does not lead the election (it never did, or its
+// leadership has ended already), Resign returns nil and writes nothing, as
+// etcd's does; but while Run has yet to delete a resigned term's key, it
+// waits for that delete too. It does not stop a Campaign or Run that is
+// still campaigning. Otherwise it returns what Release returns.
+func (e *Election) Resign(ctx context.Context) error {
+	l := e.s.leading(e.keys.name)
+	if l == nil {
+		l = e.s.resignedTerm(e.keys.name)
+	}
+	if l == nil {
+		return nil
+	}
+	return l.Release(ctx)
+}
+
+// leading returns the session's leadership of name (its delivered, held
+// lock of the name), or nil.
+func (s *Session) leading(name string) *Lock {
+	s.mu.Lock()
+	l := s.names[name]
+	s.mu.Unlock()
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	delivered := l.delivered
+	l.mu.Unlock()
+	if !delivered || !l.Held() {
+		return nil
+	}
+	return l
+}
+
+// resignedTerm returns a Run term of name that was resigned and that Run
+// has yet to release, or nil.
+func (s *Session) resignedTerm(name string) *Lock {
+	var terms []*Lock
+	s.mu.Lock()
+	for l := range s.terms {
+		if l.keys.name == name {
+			terms = append(terms, l)
+		}
+	}
+	s.mu.Unlock()
+	for _, l := range terms { // Err may end l, which takes s.mu
+		if l.Err() == ErrReleased {
+			return l
+		}
+	}
+	return nil
+}
+
+// termOf returns the channel closed once Election.Run has released l, or
+// nil when l is not a Run term.
+func (s *Session) termOf(l *Lock) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.terms[l] // a nil channel when absent
 }
 
 // Leader returns the current leader with one Redis call, or ErrNoLeader.
@@ -234,13 +307,14 @@ func (o *observer) send(l Leader) {
 // elected, calls onElected on Run's own goroutine with a context that is
 // cancelled the moment leadership is lost (lease expired, key taken or
 // deleted, session closed) or ctx ends; context.Cause of that context says
-// why (ErrNotOwner, ErrExpired, ErrSessionClosed, or ctx's cause). The
-// leadership argument is this term's Lock: pass leadership.Fence() with
-// every write to a resource that can check it. onElected must not Release
-// it; Run does, after onElected returns. Run waits
-// for onElected to return before it releases leadership, so this leader's
-// work never overlaps with the next leader's; then it campaigns again.
-// onElected is never run concurrently with itself.
+// why (ErrNotOwner, ErrExpired, ErrSessionClosed, ErrReleased after Resign,
+// or ctx's cause). The leadership argument is this term's Lock: pass
+// leadership.Fence() with every write to a resource that can check it.
+// Run waits for onElected to return before it releases leadership, so this
+// leader's work never overlaps with the next leader's; then it campaigns
+// again. Resign (or the Lock's Release) ends the term at once, but the
+// release still waits for onElected (see Resign). onElected is never run
+// concurrently with itself.
 //
 // onElected should return when its context is cancelled:
 //   - If it returns after leadership was lost, whatever it returns, Run
@@ -299,12 +373,7 @@ func (e *Election) lead(ctx context.Context, lead *Lock, onElected func(context.
 		stop()
 		cancel(ErrReleased)
 		// A fresh context: the release must happen even when ctx has ended.
-		rctx := context.WithoutCancel(ctx)
-		if errors.Is(lead.Err(), ErrSessionClosed) {
-			_ = lead.del(rctx) // Close left this key to us
-		} else {
-			_ = lead.Release(rctx)
-		}
+		lead.runErr = lead.releaseTerm(context.WithoutCancel(ctx))
 		released()
 	}()
 	err := onElected(leaderCtx, lead)
