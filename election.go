@@ -12,6 +12,10 @@ import (
 // ErrNoLeader is returned by Election.Leader when nobody leads.
 var ErrNoLeader = errors.New("redisleader: no leader")
 
+// ErrNotLeader is returned by Election.Proclaim when this session does not
+// lead the election.
+var ErrNotLeader = errors.New("redisleader: this session does not lead the election")
+
 // An Election is a named leadership contest: a lock whose holder publishes a
 // value (its identity, such as host:port) that everyone can read. Create it
 // with Session.Election. An Election holds no state of its own and is safe
@@ -23,7 +27,7 @@ type Election struct {
 
 // Leader describes who leads an election.
 type Leader struct {
-	// Value is what the leader passed to Campaign or Run.
+	// Value is what the leader passed to Campaign or Run, or last to Proclaim.
 	Value string
 	// Fence is the leader's fencing token; it is never zero for a leader.
 	// Observe sends a Leader with Fence 0 when nobody leads.
@@ -48,9 +52,9 @@ func (e *Election) Name() string { return e.keys.name }
 
 // Campaign blocks until this candidate leads, and returns its leadership as a
 // Lock: Done is closed when leadership ends and Err says why, Fence is the
-// leader's fencing token, Value is value, and Release resigns (as Resign
-// does: at once, the key is deleted and waiting candidates are woken through
-// pub/sub).
+// leader's fencing token, Value is value (until Proclaim changes it), and
+// Release resigns (as Resign does: at once, the key is deleted and waiting
+// candidates are woken through pub/sub).
 //
 // While another candidate leads, Campaign waits on the session's pub/sub
 // connection (subscribed before its first attempt, so a resignation is never
@@ -92,6 +96,63 @@ func (e *Election) Resign(ctx context.Context) error {
 		return nil
 	}
 	return l.Release(ctx)
+}
+
+// Proclaim publishes value as this leader's new value without resigning:
+// the key keeps its token, its fence and its TTL, so the leadership, its
+// Lock and its fencing token stay as they are; Leader and Observe report the
+// new value with the same Fence, and the leadership's Lock.Value returns it.
+//
+// Proclaim returns an error matching ErrInvalid, without Redis I/O, when value
+// is longer than 64 KiB, and on a Redlock session (a value stored on only
+// some nodes could not be told apart from the former one by readers);
+// ErrSessionClosed when the session is closed; and an error matching
+// ErrNotLeader, writing nothing, when this session does not lead the
+// election. When Redis says the key no longer holds this leadership's token,
+// the leadership ends with ErrNotOwner and the error matches both
+// ErrNotLeader and ErrNotOwner. After a Redis error the stored value may be
+// either; Proclaim again. The call is bounded by ctx, the call timeout and
+// the leadership's local deadline.
+func (e *Election) Proclaim(ctx context.Context, value string) error {
+	if err := checkValue(value); err != nil {
+		return err
+	}
+	if e.s.quorum > 1 {
+		return invalidf("Proclaim is not available on a Redlock session")
+	}
+	if err := e.s.Err(); err != nil {
+		return err
+	}
+	l := e.s.leading(e.keys.name)
+	if l == nil {
+		return fmt.Errorf("redisleader: proclaim %q: %w", e.keys.name, ErrNotLeader)
+	}
+	return l.proclaim(ctx, value)
+}
+
+// proclaim stores value as the leadership's value in Redis, then here.
+func (l *Lock) proclaim(ctx context.Context, value string) error {
+	l.proclaiming.Lock()
+	defer l.proclaiming.Unlock()
+	deadline, ok := l.liveDeadline(time.Now())
+	if !ok {
+		return fmt.Errorf("redisleader: proclaim %q: %w", l.keys.name, ErrNotLeader)
+	}
+	argv := []any{nil, nil, 1, l.keys.lock, l.tokenArg, value}
+	callCtx := l.s.bound(ctx, deadline)
+	n, err := proclaimScript.run(callCtx, l.s.client, argv).Int()
+	unbind(callCtx)
+	switch {
+	case err != nil:
+		return fmt.Errorf("redisleader: proclaim %q (the stored value may be the former one or the new one): %w", l.keys.name, err)
+	case n == 0:
+		l.lose(ErrNotOwner)
+		return fmt.Errorf("redisleader: proclaim %q: %w: %w", l.keys.name, ErrNotLeader, ErrNotOwner)
+	}
+	l.mu.Lock()
+	l.value = value
+	l.mu.Unlock()
+	return nil
 }
 
 // leading returns the session's leadership of name (its delivered, held

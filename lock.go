@@ -25,14 +25,14 @@ type Lock struct {
 	keys     keys
 	token    string
 	tokenArg any // token, boxed once for script arguments
-	value    string
 	fence    int64
 	// argv is the script argument vector: {_, _, 2, lock key, fence key,
 	// token, TTL, value} for acquire, then {_, _, 1, lock key, token} for the
 	// release. Only the acquiring goroutine, then the one releaser, use it.
 	argv [8]any
 
-	mu       sync.Mutex    // protects deadline, renewed, err, done, onEnds and runReleases
+	mu       sync.Mutex    // protects value, deadline, renewed, err, done, onEnds and runReleases
+	value    string        // as acquired, then as last proclaimed
 	deadline time.Time     // local deadline D on the monotonic clock
 	renewed  time.Time     // send time of the last successful acquire or renew
 	err      error         // nil while held
@@ -48,6 +48,9 @@ type Lock struct {
 	// runErr is what Run's delete of a term's key returned; written before
 	// the term's released channel is closed, read after.
 	runErr error
+	// proclaiming serialises Election.Proclaim calls, so that the value
+	// kept here is the last one stored in Redis.
+	proclaiming sync.Mutex
 	// leftover: a give-back left this acquisition's token on some node.
 	// Only the acquiring goroutine uses it.
 	leftover bool
@@ -68,11 +71,14 @@ func (l *Lock) Name() string {
 }
 
 // Value returns the value published with the lock: the candidate's value for
-// an election (see Election.Campaign), empty for a plain lock.
+// an election (see Election.Campaign), or the last one Election.Proclaim
+// stored; empty for a plain lock.
 func (l *Lock) Value() string {
 	if l == nil {
 		return ""
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	return l.value
 }
 
