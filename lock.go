@@ -173,9 +173,8 @@ func (l *Lock) Deadline() time.Time {
 // returned (onElected's context is cancelled with cause ErrReleased when the
 // lock ends); Release, also a later one, waits for that delete, or returns
 // ctx's error when ctx ends first (Run still deletes the key when onElected
-// returns). From inside
-// onElected, pass onElected's context (or one derived from it): Release then
-// returns nil without waiting for its own term.
+// returns). From inside onElected, pass onElected's context (or one derived
+// from it): Release then returns nil without waiting for its own term.
 func (l *Lock) Release(ctx context.Context) error {
 	err := l.check()
 	if err == nil || err == ErrReleased {
