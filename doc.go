@@ -30,8 +30,11 @@
 // while this process leads with a context cancelled the moment leadership is
 // lost, resigns only after the function returns, and campaigns again.
 // Election.Campaign blocks until this candidate leads and returns the
-// leadership as a Lock (Release resigns); Election.Leader reads who leads;
-// Election.Observe streams the changes. Waiting candidates and observers
+// leadership as a Lock; Election.Resign (or the Lock's Release) resigns, and
+// Election.Proclaim changes the leader's value without a new term (the
+// fence stays); Election.Leader reads who leads; Election.Observe streams
+// the changes. A Run term that is resigned ends at once (onElected's context
+// is cancelled), but its key is deleted only once onElected has returned. Waiting candidates and observers
 // share the session's one pub/sub connection: a resignation wakes them at
 // once, and otherwise they wake only when the leader's lease can have
 // expired, about one command per TTL. A pub/sub message is only ever a hint

@@ -12,6 +12,10 @@ import (
 // ErrNoLeader is returned by Election.Leader when nobody leads.
 var ErrNoLeader = errors.New("redisleader: no leader")
 
+// ErrNotLeader is returned by Election.Proclaim when this session does not
+// lead the election.
+var ErrNotLeader = errors.New("redisleader: this session does not lead the election")
+
 // An Election is a named leadership contest: a lock whose holder publishes a
 // value (its identity, such as host:port) that everyone can read. Create it
 // with Session.Election. An Election holds no state of its own and is safe
@@ -23,7 +27,7 @@ type Election struct {
 
 // Leader describes who leads an election.
 type Leader struct {
-	// Value is what the leader passed to Campaign or Run.
+	// Value is what the leader passed to Campaign or Run, or last to Proclaim.
 	Value string
 	// Fence is the leader's fencing token; it is never zero for a leader.
 	// Observe sends a Leader with Fence 0 when nobody leads.
@@ -48,8 +52,9 @@ func (e *Election) Name() string { return e.keys.name }
 
 // Campaign blocks until this candidate leads, and returns its leadership as a
 // Lock: Done is closed when leadership ends and Err says why, Fence is the
-// leader's fencing token, Value is value, and Release resigns (at once: the
-// key is deleted and waiting candidates are woken through pub/sub).
+// leader's fencing token, Value is value (until Proclaim changes it), and
+// Release resigns (as Resign does: at once, the key is deleted and waiting
+// candidates are woken through pub/sub).
 //
 // While another candidate leads, Campaign waits on the session's pub/sub
 // connection (subscribed before its first attempt, so a resignation is never
@@ -64,6 +69,137 @@ func (e *Election) Name() string { return e.keys.name }
 // are retried.
 func (e *Election) Campaign(ctx context.Context, value string) (*Lock, error) {
 	return e.s.acquire(ctx, e.keys.name, value, true)
+}
+
+// Resign ends this session's leadership of the election, if it leads,
+// whether Campaign or Run won it: it is that leadership Lock's Release. The
+// leadership ends with ErrReleased, its key is deleted and waiting
+// candidates take over at once.
+//
+// A leadership that Run holds is deleted by Run once onElected has returned:
+// Resign cancels onElected's context (with cause ErrReleased) at once and
+// waits for the delete until ctx ends; from inside onElected, with
+// onElected's context, it does not wait. As after Close, the key is no
+// longer renewed meanwhile: it expires after the TTL if onElected takes
+// longer. Run then campaigns again, as when onElected returns nil; to stop
+// campaigning, end Run's context.
+//
+// When this session does not lead the election (it never did, or its
+// leadership has ended already), Resign returns nil and writes nothing, as
+// etcd's does; but while Run has yet to delete a resigned term's key, it
+// waits for that delete too. It does not stop a Campaign or Run that is
+// still campaigning. Otherwise it returns what Release returns.
+func (e *Election) Resign(ctx context.Context) error {
+	l := e.s.leading(e.keys.name)
+	if l == nil {
+		l = e.s.resignedTerm(e.keys.name)
+	}
+	if l == nil {
+		return nil
+	}
+	return l.Release(ctx)
+}
+
+// Proclaim publishes value as this leader's new value without resigning:
+// the key keeps its token, its fence and its TTL, so the leadership, its
+// Lock and its fencing token stay as they are; Leader and Observe report the
+// new value with the same Fence, and the leadership's Lock.Value returns it.
+//
+// Proclaim returns an error matching ErrInvalid, without Redis I/O, when value
+// is longer than 64 KiB, and on a Redlock session (a value stored on only
+// some nodes could not be told apart from the former one by readers);
+// ErrSessionClosed when the session is closed; and an error matching
+// ErrNotLeader, writing nothing, when this session does not lead the
+// election. When Redis says the key no longer holds this leadership's token,
+// the leadership ends with ErrNotOwner and the error matches both
+// ErrNotLeader and ErrNotOwner. After a Redis error the stored value may be
+// either; Proclaim again. The call is bounded by ctx, the call timeout and
+// the leadership's local deadline.
+func (e *Election) Proclaim(ctx context.Context, value string) error {
+	if err := checkValue(value); err != nil {
+		return err
+	}
+	if e.s.quorum > 1 {
+		return invalidf("Proclaim is not available on a Redlock session")
+	}
+	if err := e.s.Err(); err != nil {
+		return err
+	}
+	l := e.s.leading(e.keys.name)
+	if l == nil {
+		return fmt.Errorf("redisleader: proclaim %q: %w", e.keys.name, ErrNotLeader)
+	}
+	return l.proclaim(ctx, value)
+}
+
+// proclaim stores value as the leadership's value in Redis, then here.
+func (l *Lock) proclaim(ctx context.Context, value string) error {
+	l.proclaiming.Lock()
+	defer l.proclaiming.Unlock()
+	deadline, ok := l.liveDeadline(time.Now())
+	if !ok {
+		return fmt.Errorf("redisleader: proclaim %q: %w", l.keys.name, ErrNotLeader)
+	}
+	argv := []any{nil, nil, 1, l.keys.lock, l.tokenArg, value}
+	callCtx := l.s.bound(ctx, deadline)
+	n, err := proclaimScript.run(callCtx, l.s.client, argv).Int()
+	unbind(callCtx)
+	switch {
+	case err != nil:
+		return fmt.Errorf("redisleader: proclaim %q (the stored value may be the former one or the new one): %w", l.keys.name, err)
+	case n == 0:
+		l.lose(ErrNotOwner)
+		return fmt.Errorf("redisleader: proclaim %q: %w: %w", l.keys.name, ErrNotLeader, ErrNotOwner)
+	}
+	l.mu.Lock()
+	l.value = value
+	l.mu.Unlock()
+	return nil
+}
+
+// leading returns the session's leadership of name (its delivered, held
+// lock of the name), or nil.
+func (s *Session) leading(name string) *Lock {
+	s.mu.Lock()
+	l := s.names[name]
+	s.mu.Unlock()
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	delivered := l.delivered
+	l.mu.Unlock()
+	if !delivered || !l.Held() {
+		return nil
+	}
+	return l
+}
+
+// resignedTerm returns a Run term of name that was resigned and that Run
+// has yet to release, or nil.
+func (s *Session) resignedTerm(name string) *Lock {
+	var terms []*Lock
+	s.mu.Lock()
+	for l := range s.terms {
+		if l.keys.name == name {
+			terms = append(terms, l)
+		}
+	}
+	s.mu.Unlock()
+	for _, l := range terms { // Err may end l, which takes s.mu
+		if l.Err() == ErrReleased {
+			return l
+		}
+	}
+	return nil
+}
+
+// termOf returns the channel closed once Election.Run has released l, or
+// nil when l is not a Run term.
+func (s *Session) termOf(l *Lock) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.terms[l] // a nil channel when absent
 }
 
 // Leader returns the current leader with one Redis call, or ErrNoLeader.
@@ -234,13 +370,14 @@ func (o *observer) send(l Leader) {
 // elected, calls onElected on Run's own goroutine with a context that is
 // cancelled the moment leadership is lost (lease expired, key taken or
 // deleted, session closed) or ctx ends; context.Cause of that context says
-// why (ErrNotOwner, ErrExpired, ErrSessionClosed, or ctx's cause). The
-// leadership argument is this term's Lock: pass leadership.Fence() with
-// every write to a resource that can check it. onElected must not Release
-// it; Run does, after onElected returns. Run waits
-// for onElected to return before it releases leadership, so this leader's
-// work never overlaps with the next leader's; then it campaigns again.
-// onElected is never run concurrently with itself.
+// why (ErrNotOwner, ErrExpired, ErrSessionClosed, ErrReleased after Resign,
+// or ctx's cause). The leadership argument is this term's Lock: pass
+// leadership.Fence() with every write to a resource that can check it.
+// Run waits for onElected to return before it releases leadership, so this
+// leader's work never overlaps with the next leader's; then it campaigns
+// again. Resign (or the Lock's Release) ends the term at once, but the
+// release still waits for onElected (see Resign). onElected is never run
+// concurrently with itself.
 //
 // onElected should return when its context is cancelled:
 //   - If it returns after leadership was lost, whatever it returns, Run
@@ -299,12 +436,7 @@ func (e *Election) lead(ctx context.Context, lead *Lock, onElected func(context.
 		stop()
 		cancel(ErrReleased)
 		// A fresh context: the release must happen even when ctx has ended.
-		rctx := context.WithoutCancel(ctx)
-		if errors.Is(lead.Err(), ErrSessionClosed) {
-			_ = lead.del(rctx) // Close left this key to us
-		} else {
-			_ = lead.Release(rctx)
-		}
+		lead.runErr = lead.releaseTerm(context.WithoutCancel(ctx))
 		released()
 	}()
 	err := onElected(leaderCtx, lead)

@@ -167,7 +167,8 @@ func ExampleElection_Run() {
 }
 
 // Campaign blocks until this candidate leads and returns its leadership as
-// a Lock; Release resigns. Leader tells anyone who leads now.
+// a Lock. Proclaim announces a new value without resigning; Resign resigns
+// (as the Lock's Release does). Leader tells anyone who leads now.
 func ExampleElection_Campaign() {
 	mr := miniredis.NewMiniRedis()
 	if err := mr.Start(); err != nil {
@@ -198,14 +199,75 @@ func ExampleElection_Campaign() {
 	}
 	fmt.Println("leader:", who.Value, "same fence:", who.Fence == leadership.Fence())
 
-	if err := leadership.Release(ctx); err != nil { // resign: followers take over at once
+	// Moved to another port: announce it without resigning (same fence).
+	if err := election.Proclaim(ctx, "host-a:9090"); err != nil {
+		log.Fatal(err)
+	}
+	who, err = election.Leader(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("leader:", who.Value, "same fence:", who.Fence == leadership.Fence())
+
+	if err := election.Resign(ctx); err != nil { // followers take over at once
 		log.Fatal(err)
 	}
 	_, err = election.Leader(ctx)
 	fmt.Println("after resigning:", err)
 	// Output:
 	// leader: host-a:8080 same fence: true
+	// leader: host-a:9090 same fence: true
 	// after resigning: redisleader: no leader
+}
+
+// Resign during Run ends the term at once: onElected's context is cancelled
+// with cause ErrReleased, and Resign returns once Run has deleted the key,
+// after onElected returned. Run then campaigns again, until ctx ends.
+func ExampleElection_Resign() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	defer client.Close()
+
+	session, err := redisleader.NewSession(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer session.Close(context.Background())
+	election, err := session.Election("scheduler")
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	ctx, stop := context.WithCancel(context.Background())
+	elected, returned := make(chan struct{}), make(chan error)
+	go func() {
+		terms := 0
+		returned <- election.Run(ctx, "host-a:8080", func(leaderCtx context.Context, _ *redisleader.Lock) error {
+			if terms++; terms == 1 {
+				close(elected)
+			}
+			<-leaderCtx.Done()
+			if terms == 1 {
+				fmt.Println("term over:", context.Cause(leaderCtx))
+			}
+			return nil
+		})
+	}()
+	<-elected
+	if err := election.Resign(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("resigned")
+	stop()
+	fmt.Println("Run returned:", <-returned)
+	// Output:
+	// term over: redisleader: released
+	// resigned
+	// Run returned: context canceled
 }
 
 // Observe streams leader changes, pushed through pub/sub, with Fence 0 for

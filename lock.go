@@ -25,14 +25,14 @@ type Lock struct {
 	keys     keys
 	token    string
 	tokenArg any // token, boxed once for script arguments
-	value    string
 	fence    int64
 	// argv is the script argument vector: {_, _, 2, lock key, fence key,
 	// token, TTL, value} for acquire, then {_, _, 1, lock key, token} for the
 	// release. Only the acquiring goroutine, then the one releaser, use it.
 	argv [8]any
 
-	mu       sync.Mutex    // protects deadline, renewed, err, done and onEnds
+	mu       sync.Mutex    // protects value, deadline, renewed, err, done, onEnds and runReleases
+	value    string        // as acquired, then as last proclaimed
 	deadline time.Time     // local deadline D on the monotonic clock
 	renewed  time.Time     // send time of the last successful acquire or renew
 	err      error         // nil while held
@@ -42,6 +42,15 @@ type Lock struct {
 	// delivered is set when the acquisition is handed to its caller (after
 	// any takeover delay): from then on someone believes it holds the name.
 	delivered bool
+	// runReleases: Release ended this Election.Run term and left the delete
+	// to Run, which does it once onElected has returned.
+	runReleases bool
+	// runErr is what Run's delete of a term's key returned; written before
+	// the term's released channel is closed, read after.
+	runErr error
+	// proclaiming serialises Election.Proclaim calls, so that the value
+	// kept here is the last one stored in Redis.
+	proclaiming sync.Mutex
 	// leftover: a give-back left this acquisition's token on some node.
 	// Only the acquiring goroutine uses it.
 	leftover bool
@@ -62,11 +71,14 @@ func (l *Lock) Name() string {
 }
 
 // Value returns the value published with the lock: the candidate's value for
-// an election (see Election.Campaign), empty for a plain lock.
+// an election (see Election.Campaign), or the last one Election.Proclaim
+// stored; empty for a plain lock.
 func (l *Lock) Value() string {
 	if l == nil {
 		return ""
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	return l.value
 }
 
@@ -147,16 +159,29 @@ func (l *Lock) Deadline() time.Time {
 	return l.deadline
 }
 
-// Release gives the lock up (for an election's leadership: resigns). The
-// lock ends with ErrReleased first, then its key is deleted in Redis if it
-// still holds this acquisition's token, and waiting owners are told at once.
-// A lock that already ended is not written: Release returns nil if it was
-// released before, or the reason it ended (ErrNotOwner, ErrExpired,
-// ErrSessionClosed). A Redis error is returned wrapped; the session then
-// retries the delete in the background (the key expires within the TTL at
-// the latest). The call is bounded by ctx and the call timeout.
+// Release gives the lock up (for an election's leadership: resigns, as
+// Election.Resign does). The lock ends with ErrReleased first, then its key
+// is deleted in Redis if it still holds this acquisition's token, and
+// waiting owners are told at once. A lock that already ended is not written:
+// Release returns nil if it was released before, or the reason it ended
+// (ErrNotOwner, ErrExpired, ErrSessionClosed). A Redis error is returned
+// wrapped; the session then retries the delete in the background (the key
+// expires within the TTL at the latest). The call is bounded by ctx and the
+// call timeout.
+//
+// A leadership that Election.Run holds is deleted by Run, once onElected has
+// returned (onElected's context is cancelled with cause ErrReleased when the
+// lock ends); Release, also a later one, waits for that delete, or returns
+// ctx's error when ctx ends first (Run still deletes the key when onElected
+// returns). From inside onElected, pass onElected's context (or one derived
+// from it): Release then returns nil without waiting for its own term.
 func (l *Lock) Release(ctx context.Context) error {
 	err := l.check()
+	if err == nil || err == ErrReleased {
+		if released := l.s.termOf(l); released != nil {
+			return l.resignTerm(ctx, released)
+		}
+	}
 	if err == nil {
 		if l.end(ErrReleased) {
 			l.s.remove(l)
@@ -272,13 +297,53 @@ func (l *Lock) lose(why error) {
 	}
 }
 
+// resignTerm is Release of an Election.Run term: it ends the lock, leaving
+// the delete to Run, and waits until Run has done it (not when ctx is the
+// term's own onElected context).
+func (l *Lock) resignTerm(ctx context.Context, released <-chan struct{}) error {
+	if l.endAs(ErrReleased, true) {
+		l.s.remove(l)
+	}
+	if self, _ := ctx.Value(termKey{}).(*Lock); self == l {
+		return nil
+	}
+	select {
+	case <-released:
+		return l.runErr
+	case <-ctx.Done():
+		return fmt.Errorf("redisleader: release %q: Election.Run deletes the key once onElected has returned: %w", l.keys.name, ctx.Err())
+	}
+}
+
+// releaseTerm is Election.Run's release of a term, once onElected has
+// returned: it deletes the key if the term was still held, or if Release or
+// Close ended it and left the delete to Run.
+func (l *Lock) releaseTerm(ctx context.Context) error {
+	if l.check() == nil && l.end(ErrReleased) {
+		l.s.remove(l)
+		return l.del(ctx)
+	}
+	l.mu.Lock()
+	left := l.runReleases || errors.Is(l.err, ErrSessionClosed)
+	l.mu.Unlock()
+	if left {
+		return l.del(ctx)
+	}
+	return nil
+}
+
 // end ends the lock with err unless it already ended, reporting whether it did.
-func (l *Lock) end(err error) bool {
+func (l *Lock) end(err error) bool { return l.endAs(err, false) }
+
+// endAs is end that, with runReleases, records that the key is left for
+// Election.Run to delete.
+func (l *Lock) endAs(err error, runReleases bool) bool {
 	l.mu.Lock()
 	if l.err != nil {
 		l.mu.Unlock()
 		return false
 	}
+	l.runReleases = runReleases
 	fs := l.endLocked(err)
 	l.mu.Unlock()
 	for _, f := range fs {

@@ -20,7 +20,7 @@ import (
 //
 //	redisleader:{name}        the lock: "<token>\n<fence>\n<value>", with a PX TTL
 //	redisleader:{name}:fence  the last fence handed out (no TTL)
-//	redisleader:{name}:ch     channel: "A" on every acquire, "R" on every release
+//	redisleader:{name}:ch     channel: "A" on every acquire and proclaim, "R" on every release
 type keys struct {
 	name, lock, fence string
 }
@@ -67,11 +67,11 @@ func checkValue(value string) error {
 	return nil
 }
 
-// Each acquire and each release publishes an event on the channel lock key +
-// ":ch" (not a key, so it need not be declared). PUBLISH on Redis Cluster
-// reaches every node; the channel carries the name's hash tag, so it is also
-// ready for sharded pub/sub (SPUBLISH). Events carry no content: "A" for an
-// acquisition, "R" for a release. They are only hints to read the state
+// Each acquire, proclaim and release publishes an event on the channel lock
+// key + ":ch" (not a key, so it need not be declared). PUBLISH on Redis
+// Cluster reaches every node; the channel carries the name's hash tag, so it
+// is also ready for sharded pub/sub (SPUBLISH). Events carry no content: "A"
+// for an acquisition or a new value, "R" for a release. They are only hints to read the state
 // again (pub/sub loses messages, and a script can publish and then fail on
 // its first write, under OOM say), and they tell a subscriber nothing about
 // the owner: no token, no fence, no value. Expiry publishes nothing: waiters
@@ -217,6 +217,29 @@ if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
   return 1
 end
 return 0
+`))
+
+// proclaimScript replaces the value stored with our token, keeping the token,
+// the fence and the TTL, and tells subscribers of the name's channel.
+//
+//	KEYS[1] lock key
+//	ARGV[1] token, ARGV[2] the new value
+//
+// Replies 1 if stored, 0 if the key is missing or holds another token (then
+// it writes nothing). Order: GET, PUBLISH "A", SET KEEPTTL: a denied command
+// or channel, or our token without a fence after it (an error reply), leaves
+// the key as it was.
+var proclaimScript = newScript(guarded(`
+local cur = call('GET', KEYS[1])
+if not cur or string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\n' then return 0 end
+local rest = string.sub(cur, #ARGV[1] + 2)
+local nl = string.find(rest, '\n', 1, true)
+if not nl then
+  return redis.error_reply('ERR redisleader: lock key ' .. KEYS[1] .. ' holds our token but no fence; it was left unchanged')
+end
+call('PUBLISH', KEYS[1] .. ':ch', 'A')
+call('SET', KEYS[1], string.sub(cur, 1, #ARGV[1] + 1 + nl) .. ARGV[2], 'KEEPTTL')
+return 1
 `))
 
 // inspectScript reads the holder and its remaining TTL in one call.
