@@ -351,7 +351,7 @@ func TestACLReplicated(t *testing.T) {
 	t.Run("WithReplicaAcks", func(t *testing.T) {
 		setUser(t, admin, "redisleader", aclRule, aclOptional)
 		require.NoError(t, admin.Do(ctx, "acl", "log", "reset").Err())
-		s := newSession(t, userClient(t, primary, "redisleader"), WithTTL(1500*time.Millisecond), WithReplicaAcks(1, 50*time.Millisecond))
+		s := newSession(t, userClient(t, primary, "redisleader"), WithTTL(3*time.Second), WithReplicaAcks(1, 200*time.Millisecond))
 		l, err := s.TryLock(ctx, "acked")
 		require.NoError(t, err)
 		require.NoError(t, l.Release(ctx))

@@ -66,8 +66,9 @@ func TestReplicaAcks(t *testing.T) {
 	c := primary.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
 	var logs syncbuf.Buffer
 	round, roundDone := rounds()
-	// Call timeout 250ms: room for WAIT's 50ms plus Redis's 100ms timeout check.
-	s := newSession(t, c, WithTTL(1500*time.Millisecond), WithReplicaAcks(1, 50*time.Millisecond), round,
+	// Call timeout 500ms: room for WAIT's 200ms plus Redis's 100ms timeout check
+	// (200ms, not less: a busy machine delays the replica's acknowledgement).
+	s := newSession(t, c, WithTTL(3*time.Second), WithReplicaAcks(1, 200*time.Millisecond), round,
 		WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 
 	l, err := s.TryLock(ctx, "acked")
@@ -82,7 +83,7 @@ func TestReplicaAcks(t *testing.T) {
 	link.Blackhole(faultproxy.Both)
 	_, err = s.TryLock(ctx, "unacked")
 	assert.ErrorIs(t, err, ErrReplication)
-	assert.ErrorContains(t, err, "0 of 1 replicas acknowledged within 50ms")
+	assert.ErrorContains(t, err, "0 of 1 replicas acknowledged within 200ms")
 	n, _ := c.Exists(ctx, "redisleader:{unacked}").Result()
 	assert.Zero(t, n, "an unacknowledged acquire must not leave its key")
 
@@ -119,7 +120,7 @@ func TestReplicaAcksRetriesUntilAcknowledged(t *testing.T) {
 	ctx := context.Background()
 	c := primary.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
 	refused := make(chan struct{}, 1)
-	s := newSession(t, c, WithTTL(1500*time.Millisecond), WithReplicaAcks(1, 50*time.Millisecond),
+	s := newSession(t, c, WithTTL(3*time.Second), WithReplicaAcks(1, 200*time.Millisecond),
 		withAttemptHook(func(_ string, err error) {
 			if errors.Is(err, ErrReplication) {
 				select {
