@@ -11,20 +11,16 @@ import (
 	prom "github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader"
 	"github.com/redisleader/redisleader/adapters/prometheus"
+	"github.com/redisleader/redisleader/internal/metrictest"
 )
 
-// setup starts a miniredis and a registry with the metrics, and returns a
-// function that opens sessions feeding them (closed when the test ends),
-// and a channel of their renewal rounds, each sent once the metrics have
-// recorded it.
+// setup makes a registry with the metrics, and returns a miniredis, a
+// function that opens sessions on it feeding the metrics, and a channel of
+// their renewal rounds, each sent once the metrics have recorded it.
 func setup(t *testing.T) (*miniredis.Miniredis, *prom.Registry, func() *redisleader.Session, <-chan redisleader.RenewalEvent) {
 	t.Helper()
-	m := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = c.Close() })
 	reg := prom.NewRegistry()
 	opt, err := prometheus.New(reg)
 	if err != nil {
@@ -37,14 +33,7 @@ func setup(t *testing.T) (*miniredis.Miniredis, *prom.Registry, func() *redislea
 		default:
 		}
 	}})
-	open := func() *redisleader.Session {
-		s, err := redisleader.NewSession(c, redisleader.WithTTL(300*time.Millisecond), opt, after)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close(context.Background()) })
-		return s
-	}
+	m, open := metrictest.Open(t, opt, after)
 	return m, reg, open, rounds
 }
 
@@ -122,19 +111,6 @@ func waitRound(t *testing.T, rounds <-chan redisleader.RenewalEvent, ok func(red
 	}
 }
 
-// waitEnd waits for l to end and fails t unless it ended with want.
-func waitEnd(t *testing.T, l *redisleader.Lock, want error) {
-	t.Helper()
-	select {
-	case <-l.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("the lock did not end within 5s")
-	}
-	if !errors.Is(l.Err(), want) {
-		t.Fatalf("Err() = %v, want %v", l.Err(), want)
-	}
-}
-
 // nextLeader skips vacancies and returns the next leader Observe sends.
 func nextLeader(t *testing.T, ch <-chan redisleader.Leader) redisleader.Leader {
 	t.Helper()
@@ -150,62 +126,26 @@ func nextLeader(t *testing.T, ch <-chan redisleader.Leader) redisleader.Leader {
 // sessions.
 func TestElectionLossHandover(t *testing.T) {
 	m, reg, open, rounds := setup(t)
-	a, b, watcher := open(), open(), open()
-	ctx := context.Background()
-	ea, _ := a.Election("svc")
-	eb, _ := b.Election("svc")
-	ew, _ := watcher.Election("svc")
-	obsCtx, stop := context.WithCancel(ctx)
+	watcher, _ := open().Election("svc")
+	ea, _ := open().Election("svc")
+	eb, _ := open().Election("svc")
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	states := ew.Observe(obsCtx)
+	states := watcher.Observe(ctx)
 	if l := next(t, states); l.Fence != 0 {
 		t.Fatalf("initial state %+v, want nobody", l)
 	}
-
-	// Election.
-	lead, err := ea.Campaign(ctx, "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l := nextLeader(t, states); l.Value != "a" {
-		t.Fatalf("observed %+v, want a", l)
-	}
-	if v := sample(t, reg, "redisleader_leader", "name", "svc"); v != 1 {
-		t.Fatalf("leader gauge %v after the election, want 1", v)
-	}
-
-	// Loss: the next renewal finds the key gone.
-	m.Del(lead.Key())
-	waitEnd(t, lead, redisleader.ErrNotOwner)
-	if v := sample(t, reg, "redisleader_leader", "name", "svc"); v != 0 {
-		t.Fatalf("leader gauge %v after the loss, want 0", v)
-	}
-
-	// Handover: a leads again, b waits, a resigns, b takes over.
-	lead, err = ea.Campaign(ctx, "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l := nextLeader(t, states); l.Value != "a" || l.Fence != lead.Fence() {
-		t.Fatalf("observed %+v, want a's second term (fence %d)", l, lead.Fence())
-	}
-	won := make(chan *redisleader.Lock, 1)
-	go func() {
-		l, err := eb.Campaign(ctx, "b")
-		if err != nil {
-			t.Error(err)
+	metrictest.Scenario(t, m, ea, eb, func(step string, term *redisleader.Lock) {
+		if step != metrictest.Lost { // wait for the watcher to see the new term
+			if l := nextLeader(t, states); l.Fence != term.Fence() {
+				t.Fatalf("%s: observed %+v, want fence %d", step, l, term.Fence())
+			}
 		}
-		won <- l
-	}()
-	if err := lead.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if l := <-won; l == nil {
-		t.FailNow()
-	}
-	if l := nextLeader(t, states); l.Value != "b" {
-		t.Fatalf("observed %+v, want b", l)
-	}
+		want := map[string]float64{metrictest.Elected: 1, metrictest.Lost: 0, metrictest.Reelected: 1, metrictest.HandedOver: 1}[step]
+		if v := sample(t, reg, "redisleader_leader", "name", "svc"); v != want {
+			t.Fatalf("%s: leader gauge %v, want %v", step, v, want)
+		}
+	})
 
 	want := `
 # HELP redisleader_acquisitions_total Acquisitions of name handed to their caller (Lock, TryLock, Campaign, Run).
@@ -262,7 +202,7 @@ func TestRenewalFailureExpiry(t *testing.T) {
 	if v := sample(t, reg, "redisleader_renewal_failures_total"); v < 1 {
 		t.Fatalf("renewal_failures_total = %v, want at least 1", v)
 	}
-	waitEnd(t, l, redisleader.ErrExpired)
+	metrictest.WaitEnd(t, l, redisleader.ErrExpired)
 	m.SetError("")
 	if v := sample(t, reg, "redisleader_losses_total", "name", "job", "cause", "expired"); v != 1 {
 		t.Fatalf("losses_total{cause=expired} = %v, want 1", v)
@@ -292,15 +232,8 @@ func TestOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	defer c.Close()
-	s, err := redisleader.NewSession(c, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
-	if _, err := s.TryLock(context.Background(), "job"); err != nil {
+	_, open := metrictest.Open(t, opt)
+	if _, err := open().TryLock(context.Background(), "job"); err != nil {
 		t.Fatal(err)
 	}
 	if v := sample(t, reg, "redisleader_acquisitions_total", "name", "job", "app", "x"); v != 1 {
