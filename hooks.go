@@ -6,10 +6,10 @@ import (
 )
 
 // Hooks are callbacks through which a session reports what happens to the
-// names it holds and observes, for metrics and alerts (see WithHooks and,
-// for Prometheus, the adapters/prometheus module). Each field is optional: a
-// nil one is never called, and a session without hooks pays nothing for
-// them.
+// names it holds and observes, for metrics and alerts (see WithHooks, and
+// the adapters/prometheus and adapters/otel modules). Each field is
+// optional: a nil one is never called, and a session without hooks pays
+// nothing for them.
 //
 // The contract:
 //   - Hooks are called synchronously on the library's goroutines (the
