@@ -40,13 +40,13 @@ func libPair(ctx context.Context, b *testing.B, s *Session) {
 	}
 }
 
-func benchServer(b *testing.B) (*redis.Client, *Session) {
+func benchServer(b *testing.B, opts ...Option) (*redis.Client, *Session) {
 	srv := redisserver.Start(b)
 	c := srv.Client(b, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
 	if err := c.Ping(context.Background()).Err(); err != nil {
 		b.Fatal(err)
 	}
-	s, err := NewSession(c, WithTTL(10*time.Second))
+	s, err := NewSession(c, append([]Option{WithTTL(10 * time.Second)}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}

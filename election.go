@@ -352,6 +352,7 @@ func (o *observer) report(l Leader) {
 // send puts l on the channel; when it is full the oldest change is dropped,
 // so the latest state always arrives.
 func (o *observer) send(l Leader) {
+	o.e.s.cfg.hooks.observed(o.e.keys.name, l, !o.sent)
 	o.last, o.sent = l, true
 	for {
 		select {

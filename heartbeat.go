@@ -683,7 +683,10 @@ func (s *Session) heartbeat(ctx context.Context) {
 		case <-t.C:
 			armed = false
 		}
-		held, failed := s.renewRound(ctx)
+		start := time.Now()
+		held, failures := s.renewRound(ctx)
+		s.cfg.hooks.round(start, held, failures)
+		failed := failures > 0
 		if !failed { // not while Redis misbehaves: never delay a renewal retry
 			s.cleanStale(ctx)
 		}
@@ -714,12 +717,12 @@ func (s *Session) goIdle() bool {
 }
 
 // renewRound renews every held lock in one round trip and reports how many
-// locks are still held and whether any renewal failed with an error (to be
+// locks are still held and how many renewals failed with an error (to be
 // retried soon). The round's context ends at the earliest local deadline.
-func (s *Session) renewRound(ctx context.Context) (held int, failed bool) {
+func (s *Session) renewRound(ctx context.Context) (held, failed int) {
 	locks := s.held()
 	if len(locks) == 0 {
-		return 0, false
+		return 0, 0
 	}
 	sent := time.Now()
 	earliest := time.Time{}
@@ -735,7 +738,7 @@ func (s *Session) renewRound(ctx context.Context) (held int, failed bool) {
 		live = append(live, l)
 	}
 	if len(live) == 0 {
-		return 0, false
+		return 0, 0
 	}
 	if s.quorum > 1 {
 		return len(live), s.renewRoundQuorum(ctx, sent, earliest, live)
@@ -761,9 +764,9 @@ func (s *Session) renewRound(ctx context.Context) (held int, failed bool) {
 		switch {
 		case err != nil:
 			if ctx.Err() != nil {
-				return len(live), false // closing
+				return len(live), 0 // closing
 			}
-			failed = true
+			failed++
 			if left := time.Until(l.Deadline()); left > 0 {
 				s.cfg.logger.Warn("redisleader: renewal failed; retrying until the local deadline",
 					"name", l.keys.name, "fence", l.fence, "deadline_in", left, "err", err)

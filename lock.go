@@ -54,6 +54,9 @@ type Lock struct {
 	// leftover: a give-back left this acquisition's token on some node.
 	// Only the acquiring goroutine uses it.
 	leftover bool
+	// deliveredAt is when delivered was set, as a time since hookEpoch
+	// (8 bytes, not a time.Time's 24), for Hooks. l.mu protects it.
+	deliveredAt time.Duration
 }
 
 // errNilLock is what Err and Release say on a nil *Lock.
@@ -247,14 +250,16 @@ func (l *Lock) extend(sent time.Time) {
 	l.emitLocked(probe.Renewed, now)
 }
 
-// deliver marks the acquisition as handed to its caller, unless it has
-// already ended or expired (then the caller finds it ended).
-func (l *Lock) deliver() {
+// deliver marks the acquisition, whose call started at start, as handed to
+// its caller, unless it has already ended or expired (then the caller finds
+// it ended).
+func (l *Lock) deliver(start time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if now := time.Now(); l.err == nil && now.Before(l.deadline) {
-		l.delivered = true
+		l.delivered, l.deliveredAt = true, now.Sub(hookEpoch)
 		l.emitLocked(probe.Acquired, now)
+		l.s.cfg.hooks.acquired(l, start, now)
 	}
 }
 
@@ -357,6 +362,7 @@ func (l *Lock) endAs(err error, runReleases bool) bool {
 func (l *Lock) endLocked(err error) []func() {
 	l.err = err
 	l.emitLocked(probe.Ended, time.Now())
+	l.s.cfg.hooks.ended(l)
 	if l.done == nil {
 		l.done = closedChan
 	} else {
@@ -429,6 +435,7 @@ func (s *Session) TryLock(ctx context.Context, name string) (*Lock, error) {
 // Every attempt uses the same token, so an attempt whose reply was lost is
 // confirmed by the next one rather than mistaken for another owner.
 func (s *Session) acquire(ctx context.Context, name, value string, block bool) (*Lock, error) {
+	start := time.Now()
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
@@ -478,7 +485,7 @@ func (s *Session) acquire(ctx context.Context, name, value string, block bool) (
 			case err != nil:
 				return nil, err
 			case lost == nil:
-				l.deliver()
+				l.deliver(start)
 				return l, nil
 			case !block:
 				return nil, fmt.Errorf("redisleader: acquire %q: the lease ended before it could be handed over: %w", name, lost)

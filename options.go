@@ -41,6 +41,7 @@ type config struct {
 	acks             replicaAcks
 	acksSet          bool
 	logger           *slog.Logger
+	hooks            Hooks
 	onRound          func(held int, failed bool)  // test hook: after each renewal round
 	onAttempt        func(name string, err error) // test hook: after each acquire attempt
 }

@@ -297,8 +297,8 @@ func (l *Lock) delQuorum(ctx context.Context) error {
 // lock is renewed on every node (one pipelined round trip per node, all
 // nodes at once). A lock renewed by a quorum is extended; one that so many
 // nodes no longer hold that no quorum is possible is lost; otherwise the
-// round failed for it and is retried. It reports whether any lock failed.
-func (s *Session) renewRoundQuorum(ctx context.Context, sent, earliest time.Time, live []*Lock) (failed bool) {
+// round failed for it and is retried. It reports how many locks failed.
+func (s *Session) renewRoundQuorum(ctx context.Context, sent, earliest time.Time, live []*Lock) (failed int) {
 	renewed, notOwner, errs, lastErr := make([]int, len(live)), make([]int, len(live)), make([]int, len(live)), make([]error, len(live))
 	var mu sync.Mutex
 	callCtx, cancel := s.boundNodes(ctx, earliest)
@@ -329,7 +329,7 @@ func (s *Session) renewRoundQuorum(ctx context.Context, sent, earliest time.Time
 		}
 	})
 	if ctx.Err() != nil {
-		return false // closing
+		return 0 // closing
 	}
 	for j, l := range live {
 		switch {
@@ -338,7 +338,7 @@ func (s *Session) renewRoundQuorum(ctx context.Context, sent, earliest time.Time
 		case notOwner[j] > len(s.nodes)-s.quorum:
 			l.lose(ErrNotOwner)
 		default:
-			failed = true
+			failed++
 			if left := time.Until(l.Deadline()); left > 0 {
 				s.cfg.logger.Warn("redisleader: renewal reached no quorum; retrying until the local deadline",
 					"name", l.keys.name, "fence", l.fence, "renewed", renewed[j], "not_owner", notOwner[j],

@@ -1,0 +1,148 @@
+package redisleader
+
+import (
+	"errors"
+	"time"
+)
+
+// Hooks are callbacks through which a session reports what happens to the
+// names it holds and observes, for metrics and alerts (see WithHooks, and
+// the adapters/prometheus and adapters/otel modules). Each field is
+// optional: a nil one is never called, and a session without hooks pays
+// nothing for them.
+//
+// The contract:
+//   - Hooks are called synchronously on the library's goroutines (the
+//     acquiring goroutine, the heartbeat, a deadline timer, the caller of
+//     Release, Held, Err or Close, an Observe goroutine), some of them
+//     while a lock's internal mutex is held. They must not block and must
+//     not call into this package; hand anything slow to another goroutine.
+//   - They may be called concurrently with each other and with themselves,
+//     for different names and sessions.
+//   - For one acquisition, Acquired is called once, when it is handed to
+//     its caller, and then exactly one of Lost or Released, once it ends.
+//     An acquisition that ended before it was handed over (WithTakeoverDelay)
+//     reports nothing.
+//   - A panic in a hook is not recovered.
+type Hooks struct {
+	// Acquired: Lock, TryLock, Campaign or Run acquired a name and is handing
+	// it to its caller.
+	Acquired func(AcquireEvent)
+	// Lost: an acquisition ended because ownership was lost; Cause is
+	// ErrNotOwner or ErrExpired.
+	Lost func(EndEvent)
+	// Released: an acquisition ended because it was given up; Cause is
+	// ErrReleased (Release, or Run resigning) or ErrSessionClosed (Close).
+	Released func(EndEvent)
+	// RenewalRound: the heartbeat finished a renewal round that renewed at
+	// least one lock.
+	RenewalRound func(RenewalEvent)
+	// LeaderChanged: an Observe goroutine is sending a state on its channel:
+	// first the current one (Initial), then one per change. Each Observe
+	// call reports on its own.
+	LeaderChanged func(LeaderEvent)
+}
+
+// An AcquireEvent describes an acquisition handed to its caller.
+type AcquireEvent struct {
+	Name  string
+	Value string // the candidate's value; empty for a plain lock
+	Fence int64
+	// Wait is the time from the call to Lock, TryLock or Campaign (or Run's
+	// campaign) until it returned the lock, including WithTakeoverDelay.
+	Wait time.Duration
+}
+
+// An EndEvent describes the end of an acquisition that was handed to its
+// caller.
+type EndEvent struct {
+	Name  string
+	Value string
+	Fence int64
+	Held  time.Duration // from the hand-over to the end
+	Cause error         // why it ended: what Lock.Err returns from now on
+}
+
+// A RenewalEvent describes one renewal round of a session's heartbeat.
+type RenewalEvent struct {
+	Duration time.Duration // from the start of the round to its outcome
+	Locks    int           // locks the round renewed (or tried to)
+	// Failures is the number of those locks whose renewal failed with an
+	// error (they are retried soon; one that cannot be renewed before its
+	// local deadline is then Lost with ErrExpired). A "not owner" reply is
+	// not a failure but a loss, reported by Lost.
+	Failures int
+}
+
+// A LeaderEvent is a leader state that Observe is sending.
+type LeaderEvent struct {
+	Name    string
+	Leader  Leader // Fence 0: nobody leads
+	Initial bool   // the first state this Observe call sends, not a change
+}
+
+// WithHooks adds hooks to the session (see Hooks for the contract). It may
+// be given several times: each hook of every WithHooks is called, in the
+// order the options were given.
+func WithHooks(h Hooks) Option {
+	return optionFunc(func(c *config) {
+		c.hooks = Hooks{
+			Acquired:      chain(c.hooks.Acquired, h.Acquired),
+			Lost:          chain(c.hooks.Lost, h.Lost),
+			Released:      chain(c.hooks.Released, h.Released),
+			RenewalRound:  chain(c.hooks.RenewalRound, h.RenewalRound),
+			LeaderChanged: chain(c.hooks.LeaderChanged, h.LeaderChanged),
+		}
+	})
+}
+
+// chain returns a hook that calls f, then g; nil ones are left out.
+func chain[E any](f, g func(E)) func(E) {
+	switch {
+	case f == nil:
+		return g
+	case g == nil:
+		return f
+	}
+	return func(e E) { f(e); g(e) }
+}
+
+// hookEpoch is the origin of Lock.deliveredAt, on the monotonic clock.
+var hookEpoch = time.Now()
+
+// acquired reports l, handed over at now to a call that started at start.
+// l.mu is held.
+func (h *Hooks) acquired(l *Lock, start, now time.Time) {
+	if h.Acquired != nil {
+		h.Acquired(AcquireEvent{Name: l.keys.name, Value: l.value, Fence: l.fence, Wait: now.Sub(start)})
+	}
+}
+
+// ended reports the end of l, with l.err as the cause, if l was handed
+// over. l.mu is held.
+func (h *Hooks) ended(l *Lock) {
+	if !l.delivered || (h.Lost == nil && h.Released == nil) {
+		return
+	}
+	f := h.Released
+	if errors.Is(l.err, ErrLost) {
+		f = h.Lost
+	}
+	if f != nil {
+		f(EndEvent{Name: l.keys.name, Value: l.value, Fence: l.fence, Held: time.Since(hookEpoch) - l.deliveredAt, Cause: l.err})
+	}
+}
+
+// round reports a renewal round that started at start.
+func (h *Hooks) round(start time.Time, locks, failures int) {
+	if h.RenewalRound != nil && locks > 0 {
+		h.RenewalRound(RenewalEvent{Duration: time.Since(start), Locks: locks, Failures: failures})
+	}
+}
+
+// observed reports a state an observer of name is sending.
+func (h *Hooks) observed(name string, l Leader, initial bool) {
+	if h.LeaderChanged != nil {
+		h.LeaderChanged(LeaderEvent{Name: name, Leader: l, Initial: initial})
+	}
+}
