@@ -163,7 +163,7 @@ func (s *Session) onNodes(f func(i int, c Client)) {
 // a fence is an error that writes nothing (see luaFence), and a failure
 // between the two SETs leaves the lock with this node's own, smaller fence:
 // a gap, never a fence key behind a lock.
-var raiseScript = newScript(guarded(luaFence + `
+var raiseScript = newScript("31571c8adcb8abaa8f6d25a378484d4c778f0a5d", guarded(luaFence+`
 local cur = call('GET', KEYS[1])
 if not cur or string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\n' then return 0 end
 local stored, err = readFence(KEYS[2])
