@@ -189,7 +189,7 @@ func TestBoundConcurrentDone(t *testing.T) {
 			chans = map[<-chan struct{}]bool{}
 		)
 		for range 4 {
-			wg.Go(func() {
+			wgGo(&wg, func() {
 				for range 10 {
 					ch := ctx.Done()
 					_ = ctx.Err()
@@ -205,8 +205,8 @@ func TestBoundConcurrentDone(t *testing.T) {
 		for c := range chans {
 			ch = c
 		}
-		wg.Go(func() { unbind(ctx) })
-		wg.Go(func() { <-ctx.Done() })
+		wgGo(&wg, func() { unbind(ctx) })
+		wgGo(&wg, func() { <-ctx.Done() })
 		wg.Wait()
 		require.True(t, isClosed(ch))
 	}

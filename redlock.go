@@ -123,7 +123,7 @@ func (s *Session) onNodesUntil(ctx context.Context, mu *sync.Mutex, settled func
 		grace *time.Timer // started once the outcome is known; under mu
 	)
 	for i, c := range s.nodes {
-		wg.Go(func() {
+		wgGo(&wg, func() {
 			f(cctx, i, c)
 			mu.Lock()
 			defer mu.Unlock()
@@ -144,10 +144,20 @@ func (s *Session) onNodesUntil(ctx context.Context, mu *sync.Mutex, settled func
 func (s *Session) onNodes(f func(i int, c Client)) {
 	var wg sync.WaitGroup
 	for i, c := range s.nodes[1:] {
-		wg.Go(func() { f(i+1, c) })
+		wgGo(&wg, func() { f(i+1, c) })
 	}
 	f(0, s.nodes[0])
 	wg.Wait()
+}
+
+// wgGo is sync.WaitGroup.Go, which needs Go 1.25: the module's go line is
+// 1.24 (see go.mod), so the library and its tests start goroutines with it.
+func wgGo(wg *sync.WaitGroup, f func()) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		f()
+	}()
 }
 
 // raiseScript writes the fence a Redlock acquisition chose back to a node:
@@ -163,7 +173,7 @@ func (s *Session) onNodes(f func(i int, c Client)) {
 // a fence is an error that writes nothing (see luaFence), and a failure
 // between the two SETs leaves the lock with this node's own, smaller fence:
 // a gap, never a fence key behind a lock.
-var raiseScript = newScript(guarded(luaFence + `
+var raiseScript = newScript("31571c8adcb8abaa8f6d25a378484d4c778f0a5d", guarded(luaFence+`
 local cur = call('GET', KEYS[1])
 if not cur or string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\n' then return 0 end
 local stored, err = readFence(KEYS[2])

@@ -2,8 +2,6 @@ package redisleader
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -162,7 +160,7 @@ end
 // persistence, old snapshot) unless the server clock also goes back.
 // Numbers up to 2^53 are exact in Lua; µs since 1970 stay below that for
 // centuries.
-var acquireScript = newScript(guarded(luaFence + `
+var acquireScript = newScript("adfa6203c3181568eda5aa9095060784e921ff69", guarded(luaFence+`
 local cur = call('GET', KEYS[1])
 if cur then
   if string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
@@ -191,7 +189,7 @@ return {1, fence}
 //
 // Replies 1 if renewed, 0 if the key is missing or holds another token. It
 // publishes nothing; its one write (PEXPIRE) comes last.
-var renewScript = newScript(guarded(`
+var renewScript = newScript("1e304e2c2703f3409f4e2e03d0c75af59f69dc90", guarded(`
 local cur = call('GET', KEYS[1])
 if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
   return call('PEXPIRE', KEYS[1], ARGV[2])
@@ -209,7 +207,7 @@ return 0
 // it writes nothing). Order: GET, PUBLISH "R", DEL: a denied channel leaves
 // the key in place (it expires with its TTL) rather than deleted by a
 // release that reports an error.
-var releaseScript = newScript(guarded(`
+var releaseScript = newScript("de4963080d2432cd69524c1e5f559971ab3ec2fe", guarded(`
 local cur = call('GET', KEYS[1])
 if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
   call('PUBLISH', KEYS[1] .. ':ch', 'R')
@@ -229,7 +227,7 @@ return 0
 // it writes nothing). Order: GET, PUBLISH "A", SET KEEPTTL: a denied command
 // or channel, or our token without a fence after it (an error reply), leaves
 // the key as it was.
-var proclaimScript = newScript(guarded(`
+var proclaimScript = newScript("6899a416464681aa5e76803a85ef13ffaac098d8", guarded(`
 local cur = call('GET', KEYS[1])
 if not cur or string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\n' then return 0 end
 local rest = string.sub(cur, #ARGV[1] + 2)
@@ -248,7 +246,7 @@ return 1
 //
 // Replies {stored, pttl in ms}, or nil when nobody holds the key. It writes
 // nothing.
-var inspectScript = newScript(guarded(`
+var inspectScript = newScript("009128c0dd808478e53d54a107cbade81174533d", guarded(`
 local cur = call('GET', KEYS[1])
 if not cur then return false end
 return {cur, call('PTTL', KEYS[1])}
@@ -270,9 +268,19 @@ type script struct {
 	sha any // its hex SHA-1, boxed once
 }
 
-func newScript(src string) *script {
-	sum := sha1.Sum([]byte(src))
-	return &script{src: src, sha: hex.EncodeToString(sum[:])}
+// scripts lists every script newScript made, for TestScriptSHAs.
+var scripts []*script
+
+// newScript returns the script src, run as EVALSHA sha. sha is src's hex
+// SHA-1, written out next to each script rather than computed: hashing here,
+// at start-up, panics under GODEBUG=fips140=only (SHA-1 is not FIPS 140
+// approved), which regulated users run. TestScriptSHAs checks every script's
+// SHA and prints the right one for a script that changed; a wrong one would
+// make every call fall back to EVAL, costing a round trip.
+func newScript(sha, src string) *script {
+	s := &script{src: src, sha: sha}
+	scripts = append(scripts, s)
+	return s
 }
 
 // run executes the script once. argv is {_, _, numkeys, keys..., args...};

@@ -27,7 +27,7 @@ func hungServer(t testing.TB) string {
 		conns []net.Conn
 		wg    sync.WaitGroup
 	)
-	wg.Go(func() {
+	wgGo(&wg, func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
@@ -36,7 +36,7 @@ func hungServer(t testing.TB) string {
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
-			wg.Go(func() { _, _ = io.Copy(io.Discard, c) })
+			wgGo(&wg, func() { _, _ = io.Copy(io.Discard, c) })
 		}
 	})
 	t.Cleanup(func() {

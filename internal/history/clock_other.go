@@ -1,4 +1,4 @@
-//go:build !(linux || darwin || freebsd || openbsd || dragonfly)
+//go:build !linux
 
 package history
 
@@ -6,6 +6,6 @@ import "time"
 
 var base = time.Now()
 
-// Now returns a monotonic reading in nanoseconds. On this platform it is
+// Now returns a monotonic reading in nanoseconds. Off Linux it is
 // process-local (not comparable across processes).
 func Now() int64 { return int64(time.Since(base)) + 1 }

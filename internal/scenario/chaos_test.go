@@ -199,7 +199,7 @@ func chaosRun(t *testing.T, h *harness, seed uint64, rng *rand.Rand, cs []*candi
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, c := range cs {
-		wg.Go(func() { c.contend(ctx, 20*time.Millisecond, 150*time.Millisecond, 0.02) })
+		wgGo(&wg, func() { c.contend(ctx, 20*time.Millisecond, 150*time.Millisecond, 0.02) })
 	}
 	heal := func(d time.Duration) bool {
 		select {

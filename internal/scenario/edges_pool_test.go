@@ -40,7 +40,7 @@ func s26PoolExhausted(t *testing.T) {
 	l := c0.mustLead(5 * time.Second)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Go(func() { c0.work(context.Background(), l, time.Hour) })
+	wgGo(&wg, func() { c0.work(context.Background(), l, time.Hour) })
 	stop := h.lead(c1)
 	defer stop()
 

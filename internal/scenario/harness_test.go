@@ -451,13 +451,23 @@ func (c *candidate) work(ctx context.Context, l *redisleader.Lock, hold time.Dur
 	}
 }
 
+// wgGo is sync.WaitGroup.Go, which needs Go 1.25 (the module's go line is
+// 1.24).
+func wgGo(wg *sync.WaitGroup, f func()) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		f()
+	}()
+}
+
 // lead makes the candidates campaign, each holding leadership until stop
 // is called, which waits for them.
 func (h *harness) lead(cs ...*candidate) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, c := range cs {
-		wg.Go(func() { c.contend(ctx, time.Hour, time.Hour+1, 0) })
+		wgGo(&wg, func() { c.contend(ctx, time.Hour, time.Hour+1, 0) })
 	}
 	return func() { cancel(); wg.Wait() }
 }

@@ -61,7 +61,7 @@ func contendAll(d, holdMin, holdMax time.Duration, abandonP float64, cs ...*cand
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, c := range cs {
-		wg.Go(func() { c.contend(ctx, holdMin, holdMax, abandonP) })
+		wgGo(&wg, func() { c.contend(ctx, holdMin, holdMax, abandonP) })
 	}
 	wg.Wait()
 }
@@ -618,7 +618,7 @@ func s16ScriptFlush(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	flushes := 0
 	var wg sync.WaitGroup
-	wg.Go(func() {
+	wgGo(&wg, func() {
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		for {
@@ -706,7 +706,7 @@ func s19Herd(t *testing.T) {
 	for i, s := range sessions {
 		el, _ := s.Election(h.name)
 		who := fmt.Sprintf("h%d", i)
-		wg.Go(func() {
+		wgGo(&wg, func() {
 			for runCtx.Err() == nil {
 				l, err := el.Campaign(runCtx, who)
 				if err != nil {
