@@ -68,7 +68,7 @@ func (e *Election) Name() string { return e.keys.name }
 // itself); or a Redis error that retrying cannot fix. Transient Redis errors
 // are retried.
 func (e *Election) Campaign(ctx context.Context, value string) (*Lock, error) {
-	return e.s.acquire(ctx, e.keys.name, value, true)
+	return e.s.acquire(ctx, e.keys.name, value, true, false)
 }
 
 // Resign ends this session's leadership of the election, if it leads,
@@ -79,7 +79,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lock, error) {
 // A leadership that Run holds is deleted by Run once onElected has returned:
 // Resign cancels onElected's context (with cause ErrReleased) at once and
 // waits for the delete until ctx ends; from inside onElected, with
-// onElected's context, it does not wait. As after Close, the key is no
+// onElected's context (or that of a Run nested in it), it does not wait. As after Close, the key is no
 // longer renewed meanwhile: it expires after the TTL if onElected takes
 // longer. Run then campaigns again, as when onElected returns nil; to stop
 // campaigning, end Run's context.
@@ -97,7 +97,7 @@ func (e *Election) Resign(ctx context.Context) error {
 	if l == nil {
 		return nil
 	}
-	return l.Release(ctx)
+	return l.release(ctx, true)
 }
 
 // Proclaim publishes value as this leader's new value without resigning:
@@ -114,7 +114,8 @@ func (e *Election) Resign(ctx context.Context) error {
 // the leadership ends with ErrNotOwner and the error matches both
 // ErrNotLeader and ErrNotOwner. After a Redis error the stored value may be
 // either; Proclaim again. The call is bounded by ctx, the call timeout and
-// the leadership's local deadline.
+// the leadership's local deadline. Proclaim does not wait for replicas
+// (WithReplicaAcks): after a failover the former value may come back.
 func (e *Election) Proclaim(ctx context.Context, value string) error {
 	if err := checkValue(value); err != nil {
 		return err
@@ -134,8 +135,18 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 
 // proclaim stores value as the leadership's value in Redis, then here.
 func (l *Lock) proclaim(ctx context.Context, value string) error {
-	l.proclaiming.Lock()
-	defer l.proclaiming.Unlock()
+	l.mu.Lock()
+	if l.proclaiming == nil {
+		l.proclaiming = make(chan struct{}, 1)
+	}
+	turn := l.proclaiming
+	l.mu.Unlock()
+	select {
+	case turn <- struct{}{}:
+		defer func() { <-turn }()
+	case <-ctx.Done():
+		return fmt.Errorf("redisleader: proclaim %q: %w", l.keys.name, ctx.Err())
+	}
 	deadline, ok := l.liveDeadline(time.Now())
 	if !ok {
 		return fmt.Errorf("redisleader: proclaim %q: %w", l.keys.name, ErrNotLeader)
@@ -405,7 +416,7 @@ func (e *Election) Run(ctx context.Context, value string, onElected func(ctx con
 		return err
 	}
 	for {
-		lead, err := e.Campaign(ctx, value)
+		lead, err := e.s.acquire(ctx, e.keys.name, value, true, true)
 		if err != nil {
 			return err
 		}
@@ -427,19 +438,21 @@ func (e *Election) Run(ctx context.Context, value string, onElected func(ctx con
 // It returns onElected's error only if onElected gave up a leadership that
 // was still held.
 func (e *Election) lead(ctx context.Context, lead *Lock, onElected func(context.Context, *Lock) error) error {
-	released, ok := e.s.startTerm(lead)
-	if !ok {
-		return nil // closed since Campaign returned; Close releases the key
+	if lead.term == nil {
+		return nil // the session closed before the term was registered: Close releases the key
 	}
-	leaderCtx, cancel := context.WithCancelCause(context.WithValue(ctx, termKey{}, lead))
+	leaderCtx, cancel := context.WithCancelCause(withTerm(ctx, lead))
 	stop := lead.onEnd(func() { cancel(lead.Err()) })
 	defer func() {
 		stop()
 		cancel(ErrReleased)
 		// A fresh context: the release must happen even when ctx has ended.
 		lead.runErr = lead.releaseTerm(context.WithoutCancel(ctx))
-		released()
+		e.s.endTerm(lead)
 	}()
+	if lead.Err() != nil {
+		return nil // resigned or closed before onElected could start
+	}
 	err := onElected(leaderCtx, lead)
 	if lost := lead.Err(); lost != nil {
 		if err != nil {

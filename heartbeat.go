@@ -164,15 +164,16 @@ func (s *Session) enter() error {
 //
 // Close returns when all that is done, or with ctx's error when ctx ends
 // first (the rest then finishes in the background). From inside onElected,
-// pass onElected's context (or one derived from it): Close then waits for
-// everything but that onElected; with another context it would wait for
-// the onElected that called it, until that context ends. A failed release
+// pass onElected's context (or one derived from it, also through nested
+// Runs): Close then waits for everything but those onElected calls; with
+// another context it would wait for the onElected that called it, until
+// that context ends. A failed release
 // is returned; those keys expire within one TTL.
 // Later and concurrent calls wait for the first to finish (or for their own
 // ctx) and return nil.
 func (s *Session) Close(ctx context.Context) error {
-	self, _ := ctx.Value(termKey{}).(*Lock)
-	if self != nil {
+	chain := termsOf(ctx)
+	if chain.of(s) {
 		// Called from onElected with its context, which ending self cancels:
 		// keep only its deadline.
 		var cancel context.CancelFunc = func() {}
@@ -219,7 +220,7 @@ func (s *Session) Close(ctx context.Context) error {
 		s.work.Wait()
 		s.watch.close()
 		for l, released := range terms {
-			if l != self {
+			if !chain.has(l) {
 				<-released
 			}
 		}
@@ -235,26 +236,65 @@ func (s *Session) Close(ctx context.Context) error {
 }
 
 // termKey is the context key under which Run's onElected context carries
-// its term's Lock, so that Close called from onElected does not wait for it.
+// its term, and the terms of the Runs it is nested in, so that Close and
+// Resign called from onElected do not wait for them.
 type termKey struct{}
 
-// startTerm registers l as a leadership that Election.Run will release
-// itself, and returns the function that Run calls once it has. It fails
-// when the session was closed meanwhile: Close then releases l itself.
-func (s *Session) startTerm(l *Lock) (released func(), ok bool) {
-	done := make(chan struct{})
+// terms is the chain of Run terms a context was derived from, innermost
+// first.
+type terms struct {
+	l      *Lock
+	parent *terms
+}
+
+// withTerm returns ctx carrying l in front of ctx's chain of terms.
+func withTerm(ctx context.Context, l *Lock) context.Context {
+	return context.WithValue(ctx, termKey{}, &terms{l: l, parent: termsOf(ctx)})
+}
+
+// termsOf returns the chain of terms ctx carries (nil: none).
+func termsOf(ctx context.Context) *terms {
+	t, _ := ctx.Value(termKey{}).(*terms)
+	return t
+}
+
+// has reports whether l is in the chain.
+func (t *terms) has(l *Lock) bool {
+	for ; t != nil; t = t.parent {
+		if t.l == l {
+			return true
+		}
+	}
+	return false
+}
+
+// of reports whether a term of s is in the chain.
+func (t *terms) of(s *Session) bool {
+	for ; t != nil; t = t.parent {
+		if t.l.s == s {
+			return true
+		}
+	}
+	return false
+}
+
+// registerTerm registers a fresh acquisition by Election.Run as a term,
+// unless the session was closed meanwhile (Close then releases it).
+func (s *Session) registerTerm(l *Lock) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.err != nil {
-		return nil, false
+	if s.err == nil {
+		l.term = make(chan struct{})
+		s.terms[l] = l.term
 	}
-	s.terms[l] = done
-	return func() {
-		s.mu.Lock()
-		delete(s.terms, l)
-		s.mu.Unlock()
-		close(done)
-	}, true
+}
+
+// endTerm records that Run has released its term l.
+func (s *Session) endTerm(l *Lock) {
+	s.mu.Lock()
+	delete(s.terms, l)
+	s.mu.Unlock()
+	close(l.term)
 }
 
 // releaseAll deletes the keys of ended locks, one pipelined round trip. A key

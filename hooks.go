@@ -13,9 +13,10 @@ import (
 //
 // The contract:
 //   - Hooks are called synchronously on the library's goroutines (the
-//     acquiring goroutine, the heartbeat, a deadline timer, the caller of
-//     Release, Held, Err or Close, an Observe goroutine), some of them
-//     while a lock's internal mutex is held. They must not block and must
+//     acquiring goroutine, the heartbeat, a deadline timer, an Observe
+//     goroutine, and any caller of a method that can end a lock: Lock,
+//     TryLock, Campaign, Run, Release, Resign, Proclaim, Held, Err, Close),
+//     Acquired, Lost and Released while that lock's internal mutex is held. They must not block and must
 //     not call into this package; hand anything slow to another goroutine.
 //   - They may be called concurrently with each other and with themselves,
 //     for different names and sessions.
@@ -34,8 +35,9 @@ type Hooks struct {
 	// Released: an acquisition ended because it was given up; Cause is
 	// ErrReleased (Release, or Run resigning) or ErrSessionClosed (Close).
 	Released func(EndEvent)
-	// RenewalRound: the heartbeat finished a renewal round that renewed at
-	// least one lock.
+	// RenewalRound: the heartbeat finished a renewal round for at least one
+	// live lock (whether or not the renewals succeeded; a round cut short by
+	// Close reports no failures).
 	RenewalRound func(RenewalEvent)
 	// LeaderChanged: an Observe goroutine is sending a state on its channel:
 	// first the current one (Initial), then one per change. Each Observe

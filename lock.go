@@ -48,9 +48,12 @@ type Lock struct {
 	// runErr is what Run's delete of a term's key returned; written before
 	// the term's released channel is closed, read after.
 	runErr error
+	// term is closed once Election.Run has released this term; nil unless
+	// Run acquired it (set before the acquisition is handed over).
+	term chan struct{}
 	// proclaiming serialises Election.Proclaim calls, so that the value
 	// kept here is the last one stored in Redis.
-	proclaiming sync.Mutex
+	proclaiming chan struct{} // capacity 1, made by the first Proclaim under mu
 	// leftover: a give-back left this acquisition's token on some node.
 	// Only the acquiring goroutine uses it.
 	leftover bool
@@ -173,16 +176,18 @@ func (l *Lock) Deadline() time.Time {
 // call timeout.
 //
 // A leadership that Election.Run holds is deleted by Run, once onElected has
-// returned (onElected's context is cancelled with cause ErrReleased when the
-// lock ends); Release, also a later one, waits for that delete, or returns
-// ctx's error when ctx ends first (Run still deletes the key when onElected
-// returns). From inside onElected, pass onElected's context (or one derived
-// from it): Release then returns nil without waiting for its own term.
-func (l *Lock) Release(ctx context.Context) error {
+// returned: Release ends it (onElected's context is cancelled with cause
+// ErrReleased) and returns nil without waiting for that delete, so it may be
+// called from onElected itself; Election.Resign is the form that waits.
+func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, false) }
+
+// release is Release; for a Run term, wait says whether to wait for Run's
+// delete (Election.Resign) or not (Lock.Release).
+func (l *Lock) release(ctx context.Context, wait bool) error {
 	err := l.check()
 	if err == nil || err == ErrReleased {
 		if released := l.s.termOf(l); released != nil {
-			return l.resignTerm(ctx, released)
+			return l.resignTerm(ctx, released, wait)
 		}
 	}
 	if err == nil {
@@ -303,13 +308,13 @@ func (l *Lock) lose(why error) {
 }
 
 // resignTerm is Release of an Election.Run term: it ends the lock, leaving
-// the delete to Run, and waits until Run has done it (not when ctx is the
-// term's own onElected context).
-func (l *Lock) resignTerm(ctx context.Context, released <-chan struct{}) error {
+// the delete to Run, and with wait waits until Run has done it (not when
+// ctx comes from the term's own onElected, which cannot return meanwhile).
+func (l *Lock) resignTerm(ctx context.Context, released <-chan struct{}, wait bool) error {
 	if l.endAs(ErrReleased, true) {
 		l.s.remove(l)
 	}
-	if self, _ := ctx.Value(termKey{}).(*Lock); self == l {
+	if !wait || termsOf(ctx).has(l) {
 		return nil
 	}
 	select {
@@ -417,7 +422,7 @@ func (l *Lock) onEnd(f func()) (stop func()) {
 // itself: on a name it holds, Lock returns at once an error matching
 // ErrLocked that says so.
 func (s *Session) Lock(ctx context.Context, name string) (*Lock, error) {
-	return s.acquire(ctx, name, "", true)
+	return s.acquire(ctx, name, "", true, false)
 }
 
 // TryLock makes one attempt to acquire name. Locks are not reentrant: a name
@@ -427,14 +432,18 @@ func (s *Session) Lock(ctx context.Context, name string) (*Lock, error) {
 // case the key is released with this attempt's token in case the attempt took
 // effect.
 func (s *Session) TryLock(ctx context.Context, name string) (*Lock, error) {
-	return s.acquire(ctx, name, "", false)
+	return s.acquire(ctx, name, "", false, false)
 }
 
 // acquire runs acquisition attempts with one token until the key is ours, or
 // (blocking) ctx or the session ends, or (non-blocking) after one attempt.
 // Every attempt uses the same token, so an attempt whose reply was lost is
 // confirmed by the next one rather than mistaken for another owner.
-func (s *Session) acquire(ctx context.Context, name, value string, block bool) (*Lock, error) {
+//
+// With term (Election.Run), the acquisition is registered as a Run term
+// before it is handed over, so that no Release or Close can see it as a
+// plain lock and delete its key before onElected has run and returned.
+func (s *Session) acquire(ctx context.Context, name, value string, block, term bool) (*Lock, error) {
 	start := time.Now()
 	if err := checkName(name); err != nil {
 		return nil, err
@@ -485,6 +494,9 @@ func (s *Session) acquire(ctx context.Context, name, value string, block bool) (
 			case err != nil:
 				return nil, err
 			case lost == nil:
+				if term {
+					s.registerTerm(l)
+				}
 				l.deliver(start)
 				return l, nil
 			case !block:
