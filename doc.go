@@ -37,8 +37,9 @@
 // is cancelled), but its key is deleted only once onElected has returned.
 // Waiting candidates and observers share the session's one pub/sub
 // connection: a resignation wakes them at once, and otherwise they wake only
-// when the leader's lease can have expired, about one command per TTL. A pub/sub message is only ever a hint
-// to read Redis: what Leader and Observe report, and what a waiter acts on,
+// when the leader's lease can have expired, about one command per TTL. A
+// pub/sub message is only ever a hint to read Redis: what Leader and Observe
+// report, and what a waiter acts on,
 // is read from the lock key, so anyone who may publish on the channel can
 // at most make them read sooner.
 //

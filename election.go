@@ -79,8 +79,8 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lock, error) {
 // A leadership that Run holds is deleted by Run once onElected has returned:
 // Resign cancels onElected's context (with cause ErrReleased) at once and
 // waits for the delete until ctx ends; from inside onElected, with
-// onElected's context (or that of a Run nested in it), it does not wait. As after Close, the key is no
-// longer renewed meanwhile: it expires after the TTL if onElected takes
+// onElected's context (or that of a Run nested in it), it does not wait. As
+// after Close, the key is no longer renewed meanwhile: it expires after the TTL if onElected takes
 // longer. Run then campaigns again, as when onElected returns nil; to stop
 // campaigning, end Run's context.
 //

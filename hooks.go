@@ -16,8 +16,9 @@ import (
 //     acquiring goroutine, the heartbeat, a deadline timer, an Observe
 //     goroutine, and any caller of a method that can end a lock: Lock,
 //     TryLock, Campaign, Run, Release, Resign, Proclaim, Held, Err, Close),
-//     Acquired, Lost and Released while that lock's internal mutex is held. They must not block and must
-//     not call into this package; hand anything slow to another goroutine.
+//     Acquired, Lost and Released while that lock's internal mutex is held.
+//     They must not block and must not call into this package; hand
+//     anything slow to another goroutine.
 //   - They may be called concurrently with each other and with themselves,
 //     for different names and sessions.
 //   - For one acquisition, Acquired is called once, when it is handed to
