@@ -383,6 +383,12 @@ func (w *watcher) unconfirmLocked(cs *channelSubs) {
 	cs.confirmed = false
 	cs.ready = make(chan struct{})
 	cs.regap = true
+	cs.gap()
+}
+
+// gap tells every subscriber of the channel that messages may have been
+// lost. w.mu must be held.
+func (cs *channelSubs) gap() {
 	for sub := range cs.subs {
 		sub.markGap()
 	}
@@ -399,9 +405,7 @@ func (w *watcher) confirm(channel string) {
 	close(cs.ready)
 	if cs.regap { // what was published since the last gap is lost too
 		cs.regap = false
-		for sub := range cs.subs {
-			sub.markGap()
-		}
+		cs.gap()
 	}
 }
 

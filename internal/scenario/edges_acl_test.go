@@ -14,11 +14,6 @@ import (
 	"github.com/redisleader/redisleader/internal/redisserver"
 )
 
-// TestScenarioACL runs S27: Redis ACLs change under a running election.
-func TestScenarioACL(t *testing.T) {
-	t.Run("S27", s27ACLRevoked)
-}
-
 // aclRule is the README's least-privilege user (section "ACL").
 const aclRule = "on >secret resetkeys resetchannels ~redisleader:* &redisleader:* -@all " +
 	"+evalsha +eval +get +set +pexpire +pttl +time +del +publish +subscribe +unsubscribe +ping +config|get +info"

@@ -15,11 +15,6 @@ import (
 	"github.com/redisleader/redisleader/internal/history"
 )
 
-// TestScenarioForged runs S28 of the fast tier: forged pub/sub events.
-func TestScenarioForged(t *testing.T) {
-	t.Run("S28", s28Forged)
-}
-
 // S28: while three candidates hand leadership around (terms of 50–150ms),
 // an attacker allowed to publish on the election's channel floods it with
 // forged acquisitions (fences near 2^53 and just above the real leader's),

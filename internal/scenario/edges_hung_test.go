@@ -13,12 +13,6 @@ import (
 	"github.com/redisleader/redisleader/internal/faultproxy"
 )
 
-// TestScenarioHung runs S25 of the fast tier: a Redis that accepts
-// connections but never answers.
-func TestScenarioHung(t *testing.T) {
-	t.Run("S25", s25Hung)
-}
-
 // S25: every byte between the candidates and Redis is blackholed by their
 // proxies, which still accept connections: a server that accepts and never
 // replies. For a candidate whose connections (pool and pub/sub) were open

@@ -14,12 +14,6 @@ import (
 	"github.com/redisleader/redisleader/internal/history"
 )
 
-// TestScenarioEdgesPool runs S26: the application exhausts the leader's
-// go-redis pool.
-func TestScenarioEdgesPool(t *testing.T) {
-	t.Run("S26", s26PoolExhausted)
-}
-
 // S26: the leader's client has a pool of one connection (PoolTimeout 3s),
 // which the application takes, as a blocking BLPOP on the same client would.
 // First for 0.4 T: the leader keeps leading (its renewal goes through once
