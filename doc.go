@@ -137,7 +137,7 @@
 // A name maps to redisleader:{name} (the lock, with a TTL),
 // redisleader:{name}:fence (the last fence, no TTL) and the pub/sub channel
 // redisleader:{name}:ch. The hash tag keeps them in one Redis Cluster slot.
-// Names are 1 to 512 bytes of UTF-8 without '{' or '}'.
+// Names are 1 to 512 bytes of UTF-8 without '{', '}' or control characters.
 //
 // # ACL
 //

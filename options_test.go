@@ -112,6 +112,9 @@ func TestBadNamesWriteNothing(t *testing.T) {
 		{"close brace", "a}b", `must not contain '{' or '}'`},
 		{"too long", strings.Repeat("x", 513), "name is 513 bytes long; it must be at most 512"},
 		{"not UTF-8", "a\xffb", "must be valid UTF-8"},
+		{"newline", "a\nb", `name "a\nb" must not contain control characters`},
+		{"escape", "a\x1b[31mb", "must not contain control characters"},
+		{"C1 control", "a\u0085b", "must not contain control characters"},
 	}
 	ctx := context.Background()
 	for _, tt := range tests {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
@@ -43,7 +44,8 @@ func (k keys) channel() string { return k.lock + channelSuffix }
 const maxValueLen = 64 << 10
 
 // checkName enforces the naming rule: 1 to 512 bytes of UTF-8, without '{' or
-// '}' (they would break the cluster hash tag).
+// '}' (they would break the cluster hash tag) and without control characters
+// (they would forge lines in logs and terminals).
 func checkName(name string) error {
 	switch {
 	case name == "":
@@ -54,6 +56,8 @@ func checkName(name string) error {
 		return invalidf("name %q must not contain '{' or '}' (they would break the Redis Cluster hash tag)", name)
 	case !utf8.ValidString(name):
 		return invalidf("name %q must be valid UTF-8", name)
+	case strings.IndexFunc(name, unicode.IsControl) >= 0:
+		return invalidf("name %q must not contain control characters", name)
 	}
 	return nil
 }
