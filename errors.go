@@ -49,17 +49,26 @@ var (
 	// acquisitions retry. A renewal that is not acknowledged is retried until
 	// the local deadline, like any other failed renewal.
 	ErrReplication = errors.New("redisleader: too few replicas acknowledged")
+
+	// ErrNoLeader is returned by Election.Leader when nobody leads.
+	ErrNoLeader = errors.New("redisleader: no leader")
+
+	// ErrNotLeader is returned by Election.Proclaim when this session does
+	// not lead the election.
+	ErrNotLeader = errors.New("redisleader: this session does not lead the election")
 )
 
 type lostError struct{ why string }
 
-func (e *lostError) Error() string        { return "redisleader: ownership lost: " + e.why }
+func (e *lostError) Error() string { return "redisleader: ownership lost: " + e.why }
+
 func (e *lostError) Is(target error) bool { return target == ErrLost }
 
 // invalidError is a bad-input error; it matches ErrInvalid.
 type invalidError struct{ msg string }
 
-func (e *invalidError) Error() string        { return "redisleader: " + e.msg }
+func (e *invalidError) Error() string { return "redisleader: " + e.msg }
+
 func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
 
 func invalidf(format string, args ...any) error {
@@ -72,7 +81,8 @@ func invalidf(format string, args ...any) error {
 type aclError struct{ msg string }
 
 func (e *aclError) Error() string { return e.msg }
-func (*aclError) RedisError()     {}
+
+func (*aclError) RedisError() {}
 
 // permanent reports whether a Redis error will not go away by retrying, so a
 // blocking acquire should return it instead of retrying until its context
@@ -111,3 +121,16 @@ func permanent(err error) bool {
 // someone else wrote.
 var permanentPrefixes = []string{"WRONGTYPE", "NOPERM", "ERR The user executing the script can't", "ERR ACL failure in script",
 	"NOAUTH", "WRONGPASS", "ERR unknown command", "ERR Error compiling script", "ERR redisleader:"}
+
+// heldError: the session asked for a name it holds itself. Locks are not
+// reentrant, and a session never waits for itself.
+type heldError struct{ name string }
+
+func (e *heldError) Error() string {
+	return fmt.Sprintf("redisleader: %q is already held by this session (locks are not reentrant, and a session never waits for itself)", e.name)
+}
+
+func (e *heldError) Is(target error) bool { return target == ErrLocked }
+
+// errNilLock is what Err and Release say on a nil *Lock.
+var errNilLock = invalidf("nil *Lock: the acquire that should have returned it failed (check its error)")

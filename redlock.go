@@ -150,39 +150,6 @@ func (s *Session) onNodes(f func(i int, c Client)) {
 	wg.Wait()
 }
 
-// wgGo is sync.WaitGroup.Go, which needs Go 1.25: the module's go line is
-// 1.24 (see go.mod), so the library and its tests start goroutines with it.
-func wgGo(wg *sync.WaitGroup, f func()) {
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		f()
-	}()
-}
-
-// raiseScript writes the fence a Redlock acquisition chose back to a node:
-// into its lock value (so that Leader reads it) and, if larger, into the
-// node's fence key.
-//
-//	KEYS[1] lock key, KEYS[2] fence key
-//	ARGV[1] token, ARGV[2] fence, ARGV[3] value
-//
-// Replies 1, or 0 (writing nothing) if the key does not hold our token.
-// Order: GET the lock key, GET and validate the fence key, SET the fence
-// key (if larger), SET the lock key KEEPTTL. A fence key that does not hold
-// a fence is an error that writes nothing (see luaFence), and a failure
-// between the two SETs leaves the lock with this node's own, smaller fence:
-// a gap, never a fence key behind a lock.
-var raiseScript = newScript("31571c8adcb8abaa8f6d25a378484d4c778f0a5d", guarded(luaFence+`
-local cur = call('GET', KEYS[1])
-if not cur or string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\n' then return 0 end
-local stored, err = readFence(KEYS[2])
-if err then return err end
-if not stored or stored < tonumber(ARGV[2]) then call('SET', KEYS[2], ARGV[2]) end
-call('SET', KEYS[1], ARGV[1] .. '\n' .. ARGV[2] .. '\n' .. ARGV[3], 'KEEPTTL')
-return 1
-`))
-
 // errNoQuorum is a Redlock acquire that fell short of a quorum for reasons
 // other than other owners (nodes down, slow, split votes). Blocking
 // acquisitions retry it after a random delay.

@@ -1,0 +1,330 @@
+package redisleader
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Lock acquires name, blocking until it is acquired, ctx ends, or the session
+// closes. While another owner holds the name it waits on the session's
+// pub/sub connection: a release wakes it at once, and otherwise it tries
+// again when the holder's lease can have expired (about one command per TTL
+// while a healthy owner holds; within milliseconds of a crashed owner's
+// expiry).
+// It returns the lock, or: an error matching ErrInvalid for a bad name (no
+// Redis I/O); ErrSessionClosed; ctx's error joined with the last Redis error,
+// if any; or a Redis error that retrying cannot fix (wrong key type, missing
+// permission). Transient Redis errors are retried. If an attempt's outcome
+// was unknown when Lock gives up, the key is released with this attempt's
+// token, so no unowned lock is left behind. A session never waits for
+// itself: on a name it holds, Lock returns at once an error matching
+// ErrLocked that says so.
+func (s *Session) Lock(ctx context.Context, name string) (*Lock, error) {
+	return s.acquire(ctx, name, "", true, false)
+}
+
+// TryLock makes one attempt to acquire name. Locks are not reentrant: a name
+// the same session already holds is ErrLocked too. It returns ErrLocked (wrapped
+// with the holder's fence) if another owner holds it, an error matching
+// ErrInvalid for a bad name, ErrSessionClosed, or a Redis error; in the last
+// case the key is released with this attempt's token in case the attempt took
+// effect.
+func (s *Session) TryLock(ctx context.Context, name string) (*Lock, error) {
+	return s.acquire(ctx, name, "", false, false)
+}
+
+// acquire runs acquisition attempts with one token until the key is ours, or
+// (blocking) ctx or the session ends, or (non-blocking) after one attempt.
+// Every attempt uses the same token, so an attempt whose reply was lost is
+// confirmed by the next one rather than mistaken for another owner.
+//
+// With term (Election.Run), the acquisition is registered as a Run term
+// before it is handed over, so that no Release or Close can see it as a
+// plain lock and delete its key before onElected has run and returned.
+func (s *Session) acquire(ctx context.Context, name, value string, block, term bool) (*Lock, error) {
+	start := time.Now()
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	if err := checkValue(value); err != nil {
+		return nil, err
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.work.Done()
+	if s.holds(name) {
+		return nil, &heldError{name}
+	}
+	k := newKeys(name)
+	var sub *subscription
+	if block {
+		// Subscribe before the first attempt, so a release between a failed
+		// attempt and the wait is never missed.
+		var err error
+		if sub, err = s.watch.subscribe(ctx, k.channel()); err != nil {
+			return nil, err
+		}
+		defer sub.Close()
+	}
+	l := s.newLock(k, value)
+	var (
+		lastErr  error     // of the last attempt, if it failed with a Redis error
+		unsure   bool      // an attempt's outcome is unknown: our token may be, or get, in Redis
+		loggedAt time.Time // errors are logged at most once per TTL
+	)
+	for {
+		if err := s.Err(); err != nil {
+			return nil, l.abandon(ctx, unsure, lastErr, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, l.abandon(ctx, unsure, lastErr, err)
+		}
+		left, err := l.attempt(ctx)
+		if s.cfg.onAttempt != nil {
+			s.cfg.onAttempt(name, err)
+		}
+		locked := errors.Is(err, ErrLocked)
+		switch {
+		case err == nil:
+			lost, err := l.takeover(ctx)
+			switch {
+			case err != nil:
+				return nil, err
+			case lost == nil:
+				if term {
+					s.registerTerm(l)
+				}
+				l.deliver(start)
+				return l, nil
+			case !block:
+				return nil, fmt.Errorf("redisleader: acquire %q: the lease ended before it could be handed over: %w", name, lost)
+			}
+			l = s.newLock(k, value) // start over with a new token
+			continue
+		case errors.Is(err, ErrSessionClosed):
+			return nil, err // attempt has given the key back already
+		case locked && s.holds(name):
+			return nil, l.abandon(ctx, unsure, nil, &heldError{name})
+		case !locked:
+			lastErr, unsure = err, true
+		}
+		if !block || permanent(err) {
+			return nil, l.abandon(ctx, unsure, nil, err)
+		}
+		wait := s.retryDelay()
+		if locked {
+			lastErr = nil
+			wait = s.followDelay(left, sub)
+		} else if time.Since(loggedAt) >= s.cfg.ttl {
+			loggedAt = time.Now()
+			s.cfg.logger.Warn("redisleader: acquire failed; retrying", "name", name, "err", err)
+		}
+		if err := s.wait(ctx, sub, wait); err != nil {
+			return nil, l.abandon(ctx, unsure, lastErr, err)
+		}
+	}
+}
+
+// followDelay is how long a waiter sleeps after finding the name held with
+// left to go on the holder's lease (negative: the key has no TTL): until
+// that lease can have expired, plus 1–2ms (PTTL is in whole milliseconds and
+// Redis expires a key only once its time has passed; the spread keeps
+// waiters from arriving all at once). A healthy holder renews meanwhile, so a
+// waiter sends about one command per TTL; a crashed one is replaced within
+// milliseconds of its expiry; a release wakes the waiter at once through its
+// subscription. Without a confirmed subscription, or when the key has no TTL,
+// it polls at the retry interval instead.
+func (s *Session) followDelay(left time.Duration, sub *subscription) time.Duration {
+	if left < 0 {
+		return s.retryDelay()
+	}
+	d := left + time.Millisecond + mrand.N(time.Millisecond)
+	if sub == nil || !sub.confirmed() {
+		d = min(d, s.retryDelay())
+	}
+	return d
+}
+
+// wait sleeps for d, or until a message arrives on sub, ctx ends or the
+// session closes.
+func (s *Session) wait(ctx context.Context, sub *subscription, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var notify <-chan struct{}
+	if sub != nil {
+		notify = sub.notify
+	}
+	select {
+	case <-t.C:
+	case <-notify:
+		sub.take()
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.done:
+		return ErrSessionClosed
+	}
+	return nil
+}
+
+// newLock prepares an acquisition: a fresh random token (128 bits) and the
+// script argument vector, boxed once and reused by every attempt and by the
+// release.
+func (s *Session) newLock(k keys, value string) *Lock {
+	token := rand.Text()
+	l := &Lock{s: s, keys: k, token: token, tokenArg: token, value: value}
+	l.argv = [8]any{nil, nil, 2, k.lock, k.fence, l.tokenArg, s.ttlArg, value}
+	return l
+}
+
+// attempt makes one acquire call (on every node, for a Redlock session).
+// On success the lock is armed (deadline timer) and registered with the
+// heartbeat. If another owner holds the key it returns ErrLocked and how
+// long that owner's lease has left on the server.
+func (l *Lock) attempt(ctx context.Context) (time.Duration, error) {
+	s := l.s
+	if s.quorum > 1 {
+		return l.attemptQuorum(ctx)
+	}
+	sent := time.Now()
+	deadline := sent.Add(s.cfg.validity())
+	var (
+		res    []any
+		err    error
+		ackErr error
+	)
+	callCtx := s.bound(ctx, deadline)
+	if s.cfg.acks.n == 0 {
+		res, err = acquireScript.run(callCtx, s.client, l.argv[:]).Slice()
+	} else {
+		var cmds []*redis.Cmd
+		cmds, ackErr = acquireScript.runAllWait(callCtx, s.client, [][]any{l.argv[:]}, s.cfg.acks)
+		res, err = cmds[0].Slice()
+	}
+	unbind(callCtx)
+	r := l.acquireReply(res, err)
+	switch {
+	case r.err != nil:
+		return r.left, r.err
+	case ackErr != nil:
+		// Taken on the primary but not seen by enough replicas: a failover
+		// could lose it, so it does not count. Give the key back.
+		l.giveBack(ctx)
+		return 0, fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, ackErr)
+	}
+	return 0, l.arm(sent, deadline, r.fence)
+}
+
+// arm completes a successful acquire sent at sent: unless the reply came
+// after the deadline, it starts the deadline timer and registers the lock
+// with the heartbeat.
+func (l *Lock) arm(sent, deadline time.Time, fence int64) error {
+	if !time.Now().Before(deadline) {
+		// The reply came too late to trust the lease. The key is ours, so the
+		// next attempt (same token) refreshes it and starts a new deadline.
+		return fmt.Errorf("redisleader: acquire %q: reply arrived after the lease's local deadline", l.keys.name)
+	}
+	l.fence = fence
+	l.mu.Lock()
+	l.deadline, l.renewed = deadline, sent
+	l.mu.Unlock()
+	// Registered before the timer starts, so that the timer's lose, which
+	// unregisters it, always comes after.
+	if err := l.s.add(l); err != nil {
+		// The session closed while we acquired: give the key back now.
+		l.end(err)
+		_ = l.del(context.Background())
+		return err
+	}
+	if testHookArmed != nil {
+		testHookArmed(l)
+	}
+	l.mu.Lock()
+	if l.err == nil {
+		l.timer = time.AfterFunc(time.Until(l.deadline), l.onDeadline)
+	}
+	l.mu.Unlock()
+	return nil
+}
+
+// giveBack deletes this acquisition's token after an attempt that did not
+// count, best effort. The acquisition goes on with the same token, so
+// unlike del it neither overwrites the acquire arguments nor hands the token
+// to the stale-token cleanup, which could delete it after a later attempt
+// of this acquisition has succeeded with it. A node where the delete failed
+// keeps the token until the next attempt takes it again, or, if the
+// acquisition gives up, abandon cleans it up.
+func (l *Lock) giveBack(ctx context.Context) {
+	if l.s.deleteTokens(ctx, []*Lock{l})[0].failed > 0 {
+		l.leftover = true
+	}
+}
+
+// takeover waits out the takeover delay (WithTakeoverDelay) of a fresh
+// acquisition while the heartbeat renews it. It returns why the acquisition
+// ended if it ended before it could be handed over (a deadline can pass
+// even with no delay), or ctx's error or ErrSessionClosed if those ended
+// first (the key is then released, by the caller here or by Close).
+func (l *Lock) takeover(ctx context.Context) (lost, err error) {
+	if d := l.s.cfg.takeoverDelay; d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-l.Done():
+		case <-ctx.Done():
+			if l.end(ErrReleased) {
+				l.s.remove(l)
+				l.dispose(ctx, false)
+			}
+			return nil, ctx.Err()
+		case <-l.s.done:
+			return nil, ErrSessionClosed
+		}
+	}
+	lost = l.check()
+	if errors.Is(lost, ErrSessionClosed) {
+		return nil, lost
+	}
+	return lost, nil
+}
+
+// abandon ends an acquisition that will not be returned and returns err,
+// joined with lastErr when they differ. If an attempt's outcome was unknown
+// (unsure), or a give-back after one failed, our token may be in Redis, or
+// get there later (an attempt still on its way): dispose deletes it and has
+// the heartbeat keep deleting it until it must have expired, so no phantom
+// lock blocks others for a TTL.
+func (l *Lock) abandon(ctx context.Context, unsure bool, lastErr, err error) error {
+	if unsure || l.leftover {
+		l.dispose(ctx, true)
+	}
+	if lastErr != nil && lastErr != err {
+		return errors.Join(err, lastErr)
+	}
+	return err
+}
+
+// dispose deletes an ended acquisition's token: within ctx, or in the
+// background once ctx has ended, so that the caller returns with its context
+// whatever Redis does; the heartbeat retries until the delete succeeded (with
+// repeat: until the token must have expired). The caller must be registered
+// with s.work.
+func (l *Lock) dispose(ctx context.Context, repeat bool) {
+	l.s.markStale(l, repeat)
+	if ctx.Err() == nil {
+		_ = l.del(ctx)
+		return
+	}
+	l.s.work.Add(1) // Close waits for it
+	go func() {
+		defer l.s.work.Done()
+		_ = l.del(context.WithoutCancel(ctx))
+	}()
+}

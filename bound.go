@@ -1,0 +1,249 @@
+package redisleader
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// bound bounds one Redis call by the call timeout and, when deadline is not
+// zero, by a lease's local deadline. It returns ctx itself when ctx already
+// ends sooner. Once the call has returned, the caller passes the result to
+// unbind, which ends it and keeps its timer for the next call; a context that
+// is never unbound ends at its deadline all the same. ctx must not itself
+// come from bound.
+func (s *Session) bound(ctx context.Context, deadline time.Time) context.Context {
+	d := time.Now().Add(s.cfg.callTimeout)
+	if !deadline.IsZero() && deadline.Before(d) {
+		d = deadline
+	}
+	if cur, ok := ctx.Deadline(); ok && !cur.After(d) {
+		return ctx
+	}
+	return &boundCtx{Context: ctx, deadline: d, states: &s.dones}
+}
+
+// unbind ends a context from bound once its call has returned: its Done
+// channel closes, Err returns context.Canceled unless the context had already
+// ended, and its timer goes back to the session for the next call. Any other
+// context is left alone.
+func unbind(ctx context.Context) {
+	c, ok := ctx.(*boundCtx)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = context.Canceled
+	}
+	if c.done == nil {
+		c.done = closedChan
+	}
+	st := c.st
+	c.st = nil
+	if st != nil {
+		st.closeDone()
+	}
+	c.mu.Unlock()
+	if st != nil {
+		st.recycle(c.states)
+	}
+}
+
+// boundCtx is a context with an earlier deadline than its parent, made for
+// one go-redis call. go-redis bounds socket reads and writes by Deadline
+// (with ContextTimeoutEnabled), checks Err, and selects on Done while it
+// waits for a pool connection, for a dial, or between its own retries, so
+// each of these waits ends at the deadline or when the parent is done. Done,
+// Deadline and Err keep the context.Context contract exactly: Done returns
+// one channel, closed at the deadline, when the parent is done, or by unbind;
+// Err is non-nil from that moment (from the deadline on, by the clock, even
+// before the timer has run) and does not change afterwards. A context derived
+// from it is cancelled at the deadline too. One wait in go-redis does not use
+// it: a *redis.ClusterClient loads the server's command table (COMMAND) when
+// a single command (not a pipeline) first needs it, on a context of its own
+// with a 5s timeout, and until one load has succeeded every such command
+// waits for it.
+//
+// Every go-redis command calls Done, so its cost is on the hot path. The
+// channel is made on the first call to Done, with a timer at the deadline
+// and, only for a parent that can be cancelled, a context.AfterFunc on the
+// parent; the timer and its callback come from a per-session list of idle
+// doneStates, so a call costs the context and the channel, two allocations
+// (context.WithDeadline costs about ten). unbind returns the doneState to the
+// list when neither its timer nor the parent's callback has started. A
+// context that is never unbound (the pub/sub calls) ends at its deadline:
+// the timer closes the channel and unregisters the parent's callback, so
+// nothing stays registered on a long-lived parent. The channel itself is
+// never reused: whoever still holds it after the call (a hook's goroutine,
+// say) sees it closed. Only go-redis, and hooks on the user's client, see a
+// boundCtx.
+type boundCtx struct {
+	context.Context
+	deadline time.Time
+	states   *doneStates // where the timer comes from and goes back to
+
+	mu   sync.Mutex    // protects done, err and st; Done may be called from several goroutines
+	done chan struct{} // made by the first Done
+	err  error         // why the context ended, once it has
+	st   *doneState    // closes done at the deadline or when the parent is done; nil after unbind
+}
+
+func (c *boundCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		if c.errLocked() != nil {
+			c.done = closedChan
+		} else {
+			c.done = make(chan struct{})
+			c.st = c.states.get()
+			c.st.arm(c.Context, c.done, c.deadline)
+		}
+	}
+	return c.done
+}
+
+func (c *boundCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func (c *boundCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.errLocked()
+}
+
+// errLocked returns why the context ended, recording it the first time it
+// sees the parent done or the deadline passed, and then closes Done at once
+// rather than when the timer or the parent's callback runs. c.mu must be held.
+func (c *boundCtx) errLocked() error {
+	if c.err != nil {
+		return c.err
+	}
+	if err := c.Context.Err(); err != nil {
+		c.err = err
+	} else if !time.Now().Before(c.deadline) {
+		c.err = context.DeadlineExceeded
+	} else {
+		return nil
+	}
+	if c.st != nil {
+		c.st.closeDone()
+	}
+	return c.err
+}
+
+// A doneState closes one boundCtx's Done channel at its deadline or when its
+// parent is done. It is reused, for another channel, once unbind has stopped
+// both callbacks before they started.
+type doneState struct {
+	fireFunc func()      // fire, as a func value made once
+	timer    *time.Timer // runs fire at the deadline
+
+	mu    sync.Mutex    // protects ch, stop and fired
+	ch    chan struct{} // the channel to close; nil once closed
+	stop  func() bool   // unregisters fire from the parent; nil when not registered
+	fired bool          // a callback ran: the state is not reused
+}
+
+// arm makes the state close ch at deadline or when parent is done.
+func (st *doneState) arm(parent context.Context, ch chan struct{}, deadline time.Time) {
+	st.mu.Lock()
+	st.ch = ch
+	st.mu.Unlock()
+	if parent.Done() != nil {
+		// Registered before the timer is armed, so that the timer always
+		// finds it to unregister.
+		stop := context.AfterFunc(parent, st.fireFunc)
+		st.mu.Lock()
+		st.stop = stop
+		st.mu.Unlock()
+	}
+	if st.timer == nil {
+		st.timer = time.AfterFunc(time.Until(deadline), st.fireFunc)
+	} else {
+		st.timer.Reset(time.Until(deadline))
+	}
+}
+
+// fire runs on the timer or on the parent's AfterFunc: it closes the channel
+// and unregisters the parent's callback (a no-op when that is the caller).
+func (st *doneState) fire() {
+	st.mu.Lock()
+	st.fired = true
+	st.closeDoneLocked()
+	stop := st.stop
+	st.stop = nil
+	st.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+func (st *doneState) closeDone() {
+	st.mu.Lock()
+	st.closeDoneLocked()
+	st.mu.Unlock()
+}
+
+func (st *doneState) closeDoneLocked() {
+	if st.ch != nil {
+		close(st.ch)
+		st.ch = nil
+	}
+}
+
+// recycle stops the callbacks of a state whose channel unbind has closed,
+// and returns it to the list unless one of them has started (it may still be
+// running; the state is then left to the garbage collector).
+func (st *doneState) recycle(states *doneStates) {
+	reusable := st.timer.Stop()
+	st.mu.Lock()
+	stop := st.stop
+	st.stop = nil
+	if st.fired {
+		reusable = false
+	}
+	st.mu.Unlock()
+	if stop != nil && !stop() {
+		reusable = false
+	}
+	if reusable {
+		states.put(st)
+	}
+}
+
+// maxIdleDoneStates bounds the idle doneStates a session keeps: about the
+// number of its Redis calls in flight at once that it expects.
+const maxIdleDoneStates = 64
+
+// doneStates is a session's list of idle doneStates.
+type doneStates struct {
+	mu   sync.Mutex
+	idle []*doneState
+}
+
+func (d *doneStates) get() *doneState {
+	d.mu.Lock()
+	if n := len(d.idle); n > 0 {
+		st := d.idle[n-1]
+		d.idle[n-1] = nil
+		d.idle = d.idle[:n-1]
+		d.mu.Unlock()
+		return st
+	}
+	d.mu.Unlock()
+	st := &doneState{}
+	st.fireFunc = st.fire
+	return st
+}
+
+func (d *doneStates) put(st *doneState) {
+	d.mu.Lock()
+	if len(d.idle) < maxIdleDoneStates {
+		d.idle = append(d.idle, st)
+	}
+	d.mu.Unlock()
+}
+
+// closedChan is the Done channel of a lock that ended before anyone asked.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()

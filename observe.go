@@ -1,0 +1,126 @@
+package redisleader
+
+import (
+	"context"
+	"time"
+)
+
+// Observe returns a channel of leader changes: the current state first, then
+// one Leader per change, with Fence 0 meaning nobody leads. Every state sent
+// was read from Redis; a message on the name's pub/sub channel only makes the
+// observer read at once, and the state is also read when the leader's lease
+// can have expired (expiry publishes nothing). So a lost or forged message
+// cannot make the channel report anything Redis did not say, and a lost one
+// delays a change by at most about one TTL. A term shorter than a read may
+// be missed; the latest state always arrives. While a leader holds, an
+// observer sends about one command per TTL.
+//
+// The channel buffers 64 changes; when it is full the oldest is dropped, so
+// a slow reader never blocks the library. The channel is closed, by this
+// package, when ctx ends or the session closes; errors reading Redis are
+// retried and are not reported on the channel.
+func (e *Election) Observe(ctx context.Context) <-chan Leader {
+	out := make(chan Leader, observeBuffer)
+	if e.s.enter() != nil {
+		close(out)
+		return out
+	}
+	go func() {
+		defer e.s.work.Done()
+		defer close(out)
+		e.observe(ctx, out)
+	}()
+	return out
+}
+
+// observeBuffer is how many changes an Observe channel holds.
+const observeBuffer = 64
+
+// observer is one Observe goroutine. Everything it reports comes from a read
+// of the lock key: a message on the name's channel only says "read now"
+// (anyone allowed to subscribe may also publish, so a message's content is
+// never trusted).
+type observer struct {
+	e    *Election
+	out  chan Leader
+	last Leader // last state sent
+	sent bool
+}
+
+func (e *Election) observe(ctx context.Context, out chan Leader) {
+	sub, err := e.s.watch.subscribe(ctx, e.keys.channel())
+	if err != nil {
+		return
+	}
+	defer sub.Close()
+	o := observer{e: e, out: out}
+	// Subscribed before the first read, so no change after it goes unheard.
+	next := time.Duration(0)
+	for {
+		t := time.NewTimer(next)
+		select {
+		case <-t.C:
+		case <-sub.notify:
+			sub.take() // a hint, whatever it says (or a gap): read now
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-e.s.done:
+			t.Stop()
+			return
+		}
+		t.Stop()
+		next = o.read(ctx)
+	}
+}
+
+// read reads the leader, reports it if it changed, and returns how long until
+// it must be read again: when the leader's lease can have expired (expiry
+// publishes nothing), the TTL while nobody leads, the retry delay after an
+// error.
+func (o *observer) read(ctx context.Context) time.Duration {
+	l, ok, err := o.e.inspect(ctx)
+	switch {
+	case err != nil:
+		return o.e.s.retryDelay()
+	case !ok:
+		o.report(Leader{})
+		return o.e.s.cfg.ttl
+	}
+	o.report(l)
+	if l.TTL <= 0 { // no TTL (someone PERSISTed the key): poll slowly
+		return o.e.s.cfg.ttl
+	}
+	return l.TTL + time.Millisecond
+}
+
+// report sends l if it differs from the last state sent. A new leader read
+// while the last one sent still led means that one's term ended first:
+// the vacancy, however short, is sent before the new leader.
+func (o *observer) report(l Leader) {
+	if o.sent && l.Fence == o.last.Fence && l.Value == o.last.Value {
+		return
+	}
+	if o.sent && o.last.Fence != 0 && l.Fence != 0 && l.Fence != o.last.Fence {
+		o.send(Leader{})
+	}
+	o.send(l)
+}
+
+// send puts l on the channel; when it is full the oldest change is dropped,
+// so the latest state always arrives.
+func (o *observer) send(l Leader) {
+	o.e.s.cfg.hooks.observed(o.e.keys.name, l, !o.sent)
+	o.last, o.sent = l, true
+	for {
+		select {
+		case o.out <- l:
+			return
+		default:
+		}
+		select {
+		case <-o.out:
+		default:
+		}
+	}
+}

@@ -1,0 +1,217 @@
+package redisleader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Run campaigns for leadership with value and, each time this candidate is
+// elected, calls onElected on Run's own goroutine with a context that is
+// cancelled the moment leadership is lost (lease expired, key taken or
+// deleted, session closed) or ctx ends; context.Cause of that context says
+// why (ErrNotOwner, ErrExpired, ErrSessionClosed, ErrReleased after Resign,
+// or ctx's cause). The leadership argument is this term's Lock: pass
+// leadership.Fence() with every write to a resource that can check it.
+// Run waits for onElected to return before it releases leadership, so this
+// leader's work never overlaps with the next leader's; then it campaigns
+// again. Resign (or the Lock's Release) ends the term at once, but the
+// release still waits for onElected (see Resign). onElected is never run
+// concurrently with itself.
+//
+// onElected should return when its context is cancelled:
+//   - If it returns after leadership was lost, whatever it returns, Run
+//     campaigns again (a non-nil error is logged).
+//   - If it returns nil while still leading, Run resigns and campaigns again
+//     (another candidate may win).
+//   - If it returns an error while still leading, Run resigns and returns
+//     that error.
+//   - If it panics, Run resigns first (so the others take over at once) and
+//     the panic continues up Run's caller.
+//
+// Closing the session cancels onElected's context too; Run still releases
+// the leadership only after onElected has returned, and Session.Close waits
+// for that release (see Close). Run returns ctx's error when ctx ends,
+// ErrSessionClosed when the session closes, what Campaign returns otherwise
+// (ErrLocked when the session already leads this election, in another Run
+// say), or an error matching ErrInvalid for a nil onElected or a value over
+// 64 KiB. To learn who leads while this candidate does not, use Observe.
+func (e *Election) Run(ctx context.Context, value string, onElected func(ctx context.Context, leadership *Lock) error) error {
+	if onElected == nil {
+		return invalidf("Run: onElected must not be nil")
+	}
+	if err := checkValue(value); err != nil {
+		return err
+	}
+	for {
+		lead, err := e.s.acquire(ctx, e.keys.name, value, true, true)
+		if err != nil {
+			return err
+		}
+		err = e.lead(ctx, lead, onElected)
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		if serr := e.s.Err(); serr != nil {
+			return serr
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// lead runs one term: onElected under a context tied to the leadership, then
+// the release, which happens only after onElected has returned (or panicked).
+// It returns onElected's error only if onElected gave up a leadership that
+// was still held.
+func (e *Election) lead(ctx context.Context, lead *Lock, onElected func(context.Context, *Lock) error) error {
+	if lead.term == nil {
+		return nil // the session closed before the term was registered: Close releases the key
+	}
+	leaderCtx, cancel := context.WithCancelCause(withTerm(ctx, lead))
+	stop := lead.onEnd(func() { cancel(lead.Err()) })
+	defer func() {
+		stop()
+		cancel(ErrReleased)
+		// A fresh context: the release must happen even when ctx has ended.
+		lead.runErr = lead.releaseTerm(context.WithoutCancel(ctx))
+		e.s.endTerm(lead)
+	}()
+	if lead.Err() != nil {
+		return nil // resigned or closed before onElected could start
+	}
+	err := onElected(leaderCtx, lead)
+	if lost := lead.Err(); lost != nil {
+		if err != nil {
+			e.s.cfg.logger.Warn("redisleader: onElected returned after leadership ended",
+				"election", e.keys.name, "fence", lead.Fence(), "why", lost, "err", err)
+		}
+		return nil
+	}
+	return err
+}
+
+// termKey is the context key under which Run's onElected context carries
+// its term, and the terms of the Runs it is nested in, so that Close and
+// Resign called from onElected do not wait for them.
+type termKey struct{}
+
+// terms is the chain of Run terms a context was derived from, innermost
+// first.
+type terms struct {
+	l      *Lock
+	parent *terms
+}
+
+// withTerm returns ctx carrying l in front of ctx's chain of terms.
+func withTerm(ctx context.Context, l *Lock) context.Context {
+	return context.WithValue(ctx, termKey{}, &terms{l: l, parent: termsOf(ctx)})
+}
+
+// termsOf returns the chain of terms ctx carries (nil: none).
+func termsOf(ctx context.Context) *terms {
+	t, _ := ctx.Value(termKey{}).(*terms)
+	return t
+}
+
+// has reports whether l is in the chain.
+func (t *terms) has(l *Lock) bool {
+	for ; t != nil; t = t.parent {
+		if t.l == l {
+			return true
+		}
+	}
+	return false
+}
+
+// of reports whether a term of s is in the chain.
+func (t *terms) of(s *Session) bool {
+	for ; t != nil; t = t.parent {
+		if t.l.s == s {
+			return true
+		}
+	}
+	return false
+}
+
+// registerTerm registers a fresh acquisition by Election.Run as a term,
+// unless the session was closed meanwhile (Close then releases it).
+func (s *Session) registerTerm(l *Lock) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		l.term = make(chan struct{})
+		s.terms[l] = l.term
+	}
+}
+
+// endTerm records that Run has released its term l.
+func (s *Session) endTerm(l *Lock) {
+	s.mu.Lock()
+	delete(s.terms, l)
+	s.mu.Unlock()
+	close(l.term)
+}
+
+// resignedTerm returns a Run term of name that was resigned and that Run
+// has yet to release, or nil.
+func (s *Session) resignedTerm(name string) *Lock {
+	var terms []*Lock
+	s.mu.Lock()
+	for l := range s.terms {
+		if l.keys.name == name {
+			terms = append(terms, l)
+		}
+	}
+	s.mu.Unlock()
+	for _, l := range terms { // Err may end l, which takes s.mu
+		if l.Err() == ErrReleased {
+			return l
+		}
+	}
+	return nil
+}
+
+// termOf returns the channel closed once Election.Run has released l, or
+// nil when l is not a Run term.
+func (s *Session) termOf(l *Lock) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.terms[l] // a nil channel when absent
+}
+
+// resignTerm is Release of an Election.Run term: it ends the lock, leaving
+// the delete to Run, and with wait waits until Run has done it (not when
+// ctx comes from the term's own onElected, which cannot return meanwhile).
+func (l *Lock) resignTerm(ctx context.Context, released <-chan struct{}, wait bool) error {
+	if l.endAs(ErrReleased, true) {
+		l.s.remove(l)
+	}
+	if !wait || termsOf(ctx).has(l) {
+		return nil
+	}
+	select {
+	case <-released:
+		return l.runErr
+	case <-ctx.Done():
+		return fmt.Errorf("redisleader: release %q: Election.Run deletes the key once onElected has returned: %w", l.keys.name, ctx.Err())
+	}
+}
+
+// releaseTerm is Election.Run's release of a term, once onElected has
+// returned: it deletes the key if the term was still held, or if Release or
+// Close ended it and left the delete to Run.
+func (l *Lock) releaseTerm(ctx context.Context) error {
+	if l.check() == nil && l.end(ErrReleased) {
+		l.s.remove(l)
+		return l.del(ctx)
+	}
+	l.mu.Lock()
+	left := l.runReleases || errors.Is(l.err, ErrSessionClosed)
+	l.mu.Unlock()
+	if left {
+		return l.del(ctx)
+	}
+	return nil
+}

@@ -1,0 +1,307 @@
+package redisleader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Client is the part of go-redis this package uses: running a command
+// (scripts, as EVALSHA/EVAL), pipelining several, and one pub/sub connection
+// per session for release notifications. *redis.Client (also as
+// returned by redis.NewFailoverClient), *redis.ClusterClient and
+// redis.UniversalClient implement it, as does any wrapper that embeds one (to
+// inject faults in tests, say). Hooks added to the client with AddHook see
+// every command this package sends.
+//
+// *redis.Ring implements it too, but NewSession and NewRedlockSession reject
+// it: each Ring client decides on its own when a shard is down and moves
+// that shard's keys to another, so two clients can hold the same name on
+// different shards at once. They recognise a Ring or a *redis.ClusterClient
+// by its methods, also when a wrapper embeds it (as a pointer, or in an
+// embedded interface); a wrapper that holds it in a named field hides it.
+type Client interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+	Pipeline() redis.Pipeliner
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+// A Session is one participant's lease on Redis: a TTL and one heartbeat
+// goroutine that renews every key the session holds, all in one pipelined
+// round trip per renewal round, plus (on first use) one pub/sub connection
+// shared by everything in the session that waits for a name.
+//
+// Ownership of each key ends at a local deadline computed on the monotonic
+// clock from the send time of the last successful acquire or renew:
+// D = sendTime + TTL·(1−drift) − margin. A timer at D, not the heartbeat,
+// signals the loss, so a stuck Redis call or a starved goroutine cannot
+// extend ownership past the moment Redis may give the key to someone else.
+//
+// A Session is safe for concurrent use. Its zero value is not usable: create
+// one with NewSession and end it with Close.
+type Session struct {
+	client Client   // the only node; for Redlock the first, which also carries pub/sub
+	nodes  []Client // Redlock: every independent node; otherwise just client
+	quorum int      // nodes needed: 1, or len(nodes)/2+1 for Redlock
+	cfg    config
+	ttlArg any // the TTL in ms, boxed once for script arguments
+
+	mu     sync.Mutex // protects locks, names, stale, terms, err and idle, and orders work.Add before Close
+	locks  map[*Lock]struct{}
+	names  map[string]*Lock        // the held lock of each name in locks
+	stale  map[*Lock]staleness     // ended locks whose token may still be in Redis
+	terms  map[*Lock]chan struct{} // leaderships Election.Run releases itself; closed once it has
+	err    error                   // nil until Close
+	idle   bool                    // the heartbeat sleeps until kicked
+	done   chan struct{}           // closed when Close starts
+	closed chan struct{}           // closed when the first Close has finished
+	kick   chan struct{}           // capacity 1: work was added while idle
+	cancel context.CancelFunc
+	hbDone chan struct{}  // closed when the heartbeat goroutine has returned
+	watch  *watcher       // the session's pub/sub connection, started on first use
+	work   sync.WaitGroup // acquisitions in flight and Observe goroutines
+	dones  doneStates     // idle timers for the contexts of bound
+}
+
+// NewSession validates the options and starts the session's heartbeat
+// goroutine. It does no I/O: an unreachable Redis shows up in the first
+// acquire. Bad input (a nil client, an option that breaks a rule) returns an
+// error matching ErrInvalid that names the option and the rule.
+//
+// The caller must call Close to stop the heartbeat and release what the
+// session holds.
+func NewSession(client Client, opts ...Option) (*Session, error) {
+	kind := kindOf(client)
+	switch kind {
+	case kindNil:
+		return nil, invalidf("NewSession: client must not be nil")
+	case kindRing:
+		return nil, invalidf(ringRejectf, "NewSession: the client", client)
+	}
+	cfg, err := buildConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if kind == kindCluster && cfg.acks.n > 0 {
+		return nil, invalidf("WithReplicaAcks(%d, %v) needs WAIT on the connection that wrote, which a cluster client (%T is or wraps a *redis.ClusterClient) does not give; use it with a *redis.Client (also from redis.NewFailoverClient)",
+			cfg.acks.n, cfg.acks.timeout, client)
+	}
+	return startSession([]Client{client}, cfg), nil
+}
+
+// startSession starts a session on validated nodes and configuration.
+func startSession(nodes []Client, cfg config) *Session {
+	client := nodes[0]
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Session{
+		client: client,
+		nodes:  nodes,
+		quorum: len(nodes)/2 + 1,
+		cfg:    cfg,
+		ttlArg: strconv.FormatInt(cfg.ttl.Milliseconds(), 10),
+		locks:  make(map[*Lock]struct{}),
+		names:  make(map[string]*Lock),
+		stale:  make(map[*Lock]staleness),
+		terms:  make(map[*Lock]chan struct{}),
+		idle:   true,
+		done:   make(chan struct{}),
+		closed: make(chan struct{}),
+		kick:   make(chan struct{}, 1),
+		cancel: cancel,
+		hbDone: make(chan struct{}),
+	}
+	s.watch = &watcher{s: s, chans: make(map[string]*channelSubs)}
+	for _, c := range nodes {
+		warnRiskyClient(c, cfg)
+	}
+	go s.heartbeat(ctx)
+	return s
+}
+
+// Done returns a channel that is closed when Close is called. It is never
+// closed otherwise. Blocking calls on the session return ErrSessionClosed
+// once it is closed.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Err returns nil while the session is open and ErrSessionClosed after Close.
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// enter registers an acquisition or observer, unless the session is closed.
+// Close waits for every registered one to call s.work.Done.
+func (s *Session) enter() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	s.work.Add(1) // under mu, so never concurrently with Close's Wait
+	return nil
+}
+
+// Close ends the session. First every lock it holds ends with
+// ErrSessionClosed (Done closes, Held turns false, Run's onElected contexts
+// are cancelled), then their keys are released in Redis (compare-and-delete,
+// one pipelined round trip) so that waiting owners take over at once —
+// except a leadership held by Election.Run, which Run releases once
+// onElected has returned. Then Close stops the heartbeat, the pub/sub
+// connection, observers and acquisitions in flight, and waits for them and
+// for those releases by Run, so that the client can be closed next.
+// Blocking calls on the session return ErrSessionClosed.
+//
+// Close returns when all that is done, or with ctx's error when ctx ends
+// first (the rest then finishes in the background). From inside onElected,
+// pass onElected's context (or one derived from it, also through nested
+// Runs): Close then waits for everything but those onElected calls; with
+// another context it would wait for the onElected that called it, until
+// that context ends. A failed release
+// is returned; those keys expire within one TTL.
+// Later and concurrent calls wait for the first to finish (or for their own
+// ctx) and return nil.
+func (s *Session) Close(ctx context.Context) error {
+	chain := termsOf(ctx)
+	if chain.of(s) {
+		// Called from onElected with its context, which ending self cancels:
+		// keep only its deadline.
+		var cancel context.CancelFunc = func() {}
+		if d, ok := ctx.Deadline(); ok {
+			ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), d)
+		} else {
+			ctx = context.WithoutCancel(ctx)
+		}
+		defer cancel()
+	}
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		select {
+		case <-s.closed:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	s.err = ErrSessionClosed
+	close(s.done)
+	release := append(slices.Collect(maps.Keys(s.locks)), slices.Collect(maps.Keys(s.stale))...)
+	clear(s.stale)
+	terms := maps.Clone(s.terms)
+	s.mu.Unlock()
+
+	keep := release[:0]
+	for _, l := range release {
+		l.end(ErrSessionClosed) // a no-op for the stale ones
+		s.remove(l)
+		// A Run term releases its own key once onElected has returned, so
+		// that the next leader never starts while this one still works.
+		if _, ok := terms[l]; !ok {
+			keep = append(keep, l)
+		}
+	}
+	relErr := s.releaseAll(ctx, keep)
+
+	s.cancel()
+	stopped := make(chan struct{})
+	go func() {
+		<-s.hbDone
+		s.work.Wait()
+		s.watch.close()
+		for l, released := range terms {
+			if !chain.has(l) {
+				<-released
+			}
+		}
+		close(stopped)
+		close(s.closed)
+	}()
+	select {
+	case <-stopped:
+		return relErr
+	case <-ctx.Done():
+		return errors.Join(ctx.Err(), relErr)
+	}
+}
+
+// add registers an acquired lock with the heartbeat. It fails when the
+// session was closed meanwhile; the caller then releases the key.
+func (s *Session) add(l *Lock) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	s.locks[l] = struct{}{}
+	s.names[l.keys.name] = l
+	s.wakeLocked()
+	return nil
+}
+
+// wakeLocked kicks the heartbeat if it is idle. s.mu must be held.
+func (s *Session) wakeLocked() {
+	if s.idle {
+		s.idle = false
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (s *Session) remove(l *Lock) {
+	s.mu.Lock()
+	delete(s.locks, l)
+	if s.names[l.keys.name] == l {
+		delete(s.names, l.keys.name)
+	}
+	s.mu.Unlock()
+}
+
+// holds reports whether the session holds name now.
+func (s *Session) holds(name string) bool {
+	s.mu.Lock()
+	l := s.names[name]
+	s.mu.Unlock()
+	return l != nil && l.Held()
+}
+
+// held returns the locks the session holds now.
+func (s *Session) held() []*Lock {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Collect(maps.Keys(s.locks))
+}
+
+// releaseAll deletes the keys of ended locks, one pipelined round trip. A key
+// that no longer holds a lock's token is not an error: the lock had already
+// ended, or the delete's reply was lost and go-redis retried it.
+func (s *Session) releaseAll(ctx context.Context, locks []*Lock) error {
+	var failed []error
+	for _, d := range s.deleteTokens(ctx, locks) {
+		if d.failed >= s.quorum {
+			failed = append(failed, d.err)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("redisleader: releasing %d keys (%d failed; they expire within the TTL): %w", len(locks), len(failed), failed[0])
+	}
+	return nil
+}
+
+// wgGo is sync.WaitGroup.Go, which needs Go 1.25: the module's go line is
+// 1.24 (see go.mod), so the library and its tests start goroutines with it.
+func wgGo(wg *sync.WaitGroup, f func()) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		f()
+	}()
+}
