@@ -7,8 +7,6 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Lock acquires name, blocking until it is acquired, ctx ends, or the session
@@ -87,8 +85,8 @@ func (s *Session) acquire(ctx context.Context, name, value string, block, term b
 			return nil, l.abandon(ctx, unsure, lastErr, err)
 		}
 		left, err := l.attempt(ctx)
-		if s.cfg.onAttempt != nil {
-			s.cfg.onAttempt(name, err)
+		if s.cfg.test.attempt != nil {
+			s.cfg.test.attempt(name, err)
 		}
 		locked := errors.Is(err, ErrLocked)
 		switch {
@@ -178,45 +176,24 @@ func (s *Session) wait(ctx context.Context, sub *subscription, d time.Duration) 
 // release.
 func (s *Session) newLock(k keys, value string) *Lock {
 	token := rand.Text()
-	l := &Lock{s: s, keys: k, token: token, tokenArg: token, value: value}
-	l.argv = [8]any{nil, nil, 2, k.lock, k.fence, l.tokenArg, s.ttlArg, value}
+	l := &Lock{s: s, keys: k, token: token, tokenArg: token, lockArg: k.lock, value: value}
+	l.argv = [8]any{nil, nil, 2, l.lockArg, k.fence, l.tokenArg, s.ttlArg, value}
 	return l
 }
 
-// attempt makes one acquire call (on every node, for a Redlock session).
-// On success the lock is armed (deadline timer) and registered with the
-// heartbeat. If another owner holds the key it returns ErrLocked and how
-// long that owner's lease has left on the server.
+// attempt makes one acquire attempt. On success the lock is armed
+// (deadline timer) and registered with the heartbeat. If another owner holds
+// the key it returns ErrLocked and how long that owner's lease has left on
+// the server.
 func (l *Lock) attempt(ctx context.Context) (time.Duration, error) {
-	s := l.s
-	if s.quorum > 1 {
-		return l.attemptQuorum(ctx)
-	}
 	sent := time.Now()
-	deadline := sent.Add(s.cfg.validity())
-	var (
-		res    []any
-		err    error
-		ackErr error
-	)
-	callCtx := s.bound(ctx, deadline)
-	if s.cfg.acks.n == 0 {
-		res, err = acquireScript.run(callCtx, s.client, l.argv[:]).Slice()
-	} else {
-		var cmds []*redis.Cmd
-		cmds, ackErr = acquireScript.runAllWait(callCtx, s.client, [][]any{l.argv[:]}, s.cfg.acks)
-		res, err = cmds[0].Slice()
+	deadline := sent.Add(l.s.cfg.validity())
+	r := l.s.place.acquire(ctx, l, deadline)
+	if r.giveBack {
+		l.giveBack(ctx) // within ctx: what fails is left to abandon
 	}
-	unbind(callCtx)
-	r := l.acquireReply(res, err)
-	switch {
-	case r.err != nil:
+	if r.err != nil {
 		return r.left, r.err
-	case ackErr != nil:
-		// Taken on the primary but not seen by enough replicas: a failover
-		// could lose it, so it does not count. Give the key back.
-		l.giveBack(ctx)
-		return 0, fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, ackErr)
 	}
 	return 0, l.arm(sent, deadline, r.fence)
 }
@@ -242,8 +219,8 @@ func (l *Lock) arm(sent, deadline time.Time, fence int64) error {
 		_ = l.del(context.Background())
 		return err
 	}
-	if testHookArmed != nil {
-		testHookArmed(l)
+	if l.s.cfg.test.armed != nil {
+		l.s.cfg.test.armed(l)
 	}
 	l.mu.Lock()
 	if l.err == nil {
@@ -255,13 +232,12 @@ func (l *Lock) arm(sent, deadline time.Time, fence int64) error {
 
 // giveBack deletes this acquisition's token after an attempt that did not
 // count, best effort. The acquisition goes on with the same token, so
-// unlike del it neither overwrites the acquire arguments nor hands the token
-// to the stale-token cleanup, which could delete it after a later attempt
+// unlike del it does not hand the token to the stale-token cleanup, which could delete it after a later attempt
 // of this acquisition has succeeded with it. A node where the delete failed
 // keeps the token until the next attempt takes it again, or, if the
 // acquisition gives up, abandon cleans it up.
 func (l *Lock) giveBack(ctx context.Context) {
-	if l.s.deleteTokens(ctx, []*Lock{l})[0].failed > 0 {
+	if l.s.place.release(ctx, l).retry {
 		l.leftover = true
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -22,13 +21,13 @@ import (
 // gets the replica check. What could not be read is itself a warning, once
 // per session (with every node's reasons), since it hides those settings.
 func (s *Session) checkServer(ctx context.Context) {
-	callCtx, cancel := s.boundNodes(ctx, time.Time{})
+	callCtx, cancel := context.WithTimeout(ctx, s.cfg.callTimeout)
 	defer cancel()
 	var (
 		mu        sync.Mutex
 		unchecked []error
 	)
-	s.onNodes(func(_ int, c Client) {
+	s.place.each(func(c Client) {
 		errs := s.checkNode(callCtx, c)
 		mu.Lock()
 		defer mu.Unlock()

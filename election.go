@@ -2,11 +2,8 @@ package redisleader
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // An Election is a named leadership contest: a lock whose holder publishes a
@@ -113,8 +110,8 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 	if err := checkValue(value); err != nil {
 		return err
 	}
-	if e.s.quorum > 1 {
-		return invalidf("Proclaim is not available on a Redlock session")
+	if _, redlock := e.s.place.(*quorum); redlock {
+		return errRedlockProclaim
 	}
 	if err := e.s.Err(); err != nil {
 		return err
@@ -144,14 +141,11 @@ func (l *Lock) proclaim(ctx context.Context, value string) error {
 	if !ok {
 		return fmt.Errorf("redisleader: proclaim %q: %w", l.keys.name, ErrNotLeader)
 	}
-	argv := []any{nil, nil, 1, l.keys.lock, l.tokenArg, value}
-	callCtx := l.s.bound(ctx, deadline)
-	n, err := proclaimScript.run(callCtx, l.s.client, argv).Int()
-	unbind(callCtx)
+	stored, err := l.s.place.proclaim(ctx, l, value, deadline)
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisleader: proclaim %q (the stored value may be the former one or the new one): %w", l.keys.name, err)
-	case n == 0:
+	case !stored:
 		l.lose(ErrNotOwner)
 		return fmt.Errorf("redisleader: proclaim %q: %w: %w", l.keys.name, ErrNotLeader, ErrNotOwner)
 	}
@@ -184,7 +178,7 @@ func (s *Session) leading(name string) *Lock {
 // any moment. Only the leader's own Lock (Held, Done) says for sure that it
 // still leads.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
-	l, ok, err := e.inspect(ctx)
+	l, ok, err := e.s.place.inspect(ctx, e.keys)
 	switch {
 	case err != nil:
 		return Leader{}, err
@@ -192,34 +186,4 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 		return Leader{}, ErrNoLeader
 	}
 	return l, nil
-}
-
-// inspect reads the leader and its remaining TTL in one call.
-func (e *Election) inspect(ctx context.Context) (Leader, bool, error) {
-	if e.s.quorum > 1 {
-		return e.inspectQuorum(ctx)
-	}
-	argv := []any{nil, nil, 1, e.keys.lock}
-	callCtx := e.s.bound(ctx, time.Time{})
-	res, err := inspectScript.run(callCtx, e.s.client, argv).Slice()
-	unbind(callCtx)
-	if err != nil {
-		if errors.Is(err, redis.Nil) {
-			return Leader{}, false, nil
-		}
-		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", e.keys.name, err)
-	}
-	if len(res) != 2 {
-		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: unexpected reply %v", e.keys.name, res)
-	}
-	stored, _ := res[0].(string)
-	h, ok := parseHolder(stored)
-	if !ok {
-		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: key %s holds a value this package did not write", e.keys.name, e.keys.lock)
-	}
-	var ttl time.Duration
-	if ms, ok := res[1].(int64); ok && ms > 0 {
-		ttl = time.Duration(ms) * time.Millisecond
-	}
-	return Leader{Value: h.value, Fence: h.fence, TTL: ttl}, true, nil
 }

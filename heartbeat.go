@@ -6,8 +6,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // heartbeat is the session's one goroutine. It sleeps while nothing is held;
@@ -46,8 +44,8 @@ func (s *Session) heartbeat(ctx context.Context) {
 		if !failed { // not while Redis misbehaves: never delay a renewal retry
 			s.cleanStale(ctx)
 		}
-		if s.cfg.onRound != nil {
-			s.cfg.onRound(held, failed)
+		if s.cfg.test.round != nil {
+			s.cfg.test.round(held, failed)
 		}
 		switch {
 		case failed:
@@ -96,54 +94,26 @@ func (s *Session) renewRound(ctx context.Context) (held, failed int) {
 	if len(live) == 0 {
 		return 0, 0
 	}
-	if s.quorum > 1 {
-		return len(live), s.renewRoundQuorum(ctx, sent, earliest, live)
+	outcomes := s.place.renew(ctx, live, earliest)
+	if ctx.Err() != nil {
+		return len(live), 0 // closing
 	}
-	argvs := s.renewArgs(live)
-	var (
-		cmds   []*redis.Cmd
-		ackErr error // the round was not acknowledged by enough replicas
-	)
-	callCtx := s.bound(ctx, earliest)
-	if s.cfg.acks.n == 0 {
-		cmds = renewScript.runAll(callCtx, s.client, argvs)
-	} else {
-		cmds, ackErr = renewScript.runAllWait(callCtx, s.client, argvs, s.cfg.acks)
-	}
-	unbind(callCtx)
-	for i, c := range cmds {
+	for i, r := range outcomes {
 		l := live[i]
-		n, err := c.Int64()
-		if err == nil && n != 0 && ackErr != nil {
-			err = ackErr
-		}
 		switch {
-		case err != nil:
-			if ctx.Err() != nil {
-				return len(live), 0 // closing
-			}
+		case r.err != nil:
 			failed++
 			if left := time.Until(l.Deadline()); left > 0 {
 				s.cfg.logger.Warn("redisleader: renewal failed; retrying until the local deadline",
-					"name", l.keys.name, "fence", l.fence, "deadline_in", left, "err", err)
+					"name", l.keys.name, "fence", l.fence, "deadline_in", left, "err", r.err)
 			}
-		case n == 0:
+		case r.lost:
 			l.lose(ErrNotOwner)
 		default:
 			l.extend(sent)
 		}
 	}
 	return len(live), failed
-}
-
-// renewArgs returns the renew script's argument vectors for locks, one each
-// (a script call fills in the first two slots, so a vector serves one call).
-func (s *Session) renewArgs(locks []*Lock) [][]any {
-	argvs := make([][]any, len(locks))
-	for i, l := range locks {
-		argvs[i] = []any{nil, nil, 1, l.keys.lock, l.tokenArg, s.ttlArg}
-	}
-	return argvs
 }
 
 // staleness says how the heartbeat cleans up an ended lock's token.
@@ -186,12 +156,15 @@ func (s *Session) cleanStale(ctx context.Context) {
 	s.mu.Lock()
 	locks := slices.Collect(maps.Keys(s.stale))
 	s.mu.Unlock()
-	outcomes := s.deleteTokens(ctx, locks)
+	if len(locks) == 0 {
+		return
+	}
+	outcomes := s.place.releaseAll(ctx, locks)
 	now := time.Now()
 	s.mu.Lock()
 	for i, l := range locks {
 		st := s.stale[l]
-		if (outcomes[i].failed == 0 && !st.repeat) || now.After(st.until) {
+		if (!outcomes[i].retry && !st.repeat) || now.After(st.until) {
 			delete(s.stale, l)
 		}
 	}

@@ -20,14 +20,14 @@ type Lock struct {
 	s        *Session
 	keys     keys
 	token    string
-	tokenArg any // token, boxed once for script arguments
 	fence    int64
-	// argv is the script argument vector: {_, _, 2, lock key, fence key,
-	// token, TTL, value} for acquire, then {_, _, 1, lock key, token} for the
-	// release. Only the acquiring goroutine, then the one releaser, use it.
+	tokenArg any // token, boxed once for script arguments
+	lockArg  any // keys.lock, boxed once for script arguments
+	// argv is the acquire script's argument vector {_, _, 2, lock key,
+	// fence key, token, TTL, value}; only the acquiring goroutine uses it.
 	argv [8]any
 
-	mu       sync.Mutex    // protects value, deadline, renewed, err, done, onEnds and runReleases
+	mu       sync.Mutex    // protects value, deadline, renewed, err, done, onEnds, delivered and deliveredAt
 	value    string        // as acquired, then as last proclaimed
 	deadline time.Time     // local deadline D on the monotonic clock
 	renewed  time.Time     // send time of the last successful acquire or renew
@@ -38,15 +38,6 @@ type Lock struct {
 	// delivered is set when the acquisition is handed to its caller (after
 	// any takeover delay): from then on someone believes it holds the name.
 	delivered bool
-	// runReleases: Release ended this Election.Run term and left the delete
-	// to Run, which does it once onElected has returned.
-	runReleases bool
-	// runErr is what Run's delete of a term's key returned; written before
-	// the term's released channel is closed, read after.
-	runErr error
-	// term is closed once Election.Run has released this term; nil unless
-	// Run acquired it (set before the acquisition is handed over).
-	term chan struct{}
 	// proclaiming serialises Election.Proclaim calls, so that the value
 	// kept here is the last one stored in Redis.
 	proclaiming chan struct{} // capacity 1, made by the first Proclaim under mu
@@ -54,7 +45,7 @@ type Lock struct {
 	// Only the acquiring goroutine uses it.
 	leftover bool
 	// deliveredAt is when delivered was set, as a time since hookEpoch
-	// (8 bytes, not a time.Time's 24), for Hooks. l.mu protects it.
+	// (8 bytes, not a time.Time's 24), for Hooks.
 	deliveredAt time.Duration
 }
 
@@ -176,8 +167,8 @@ func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, false)
 func (l *Lock) release(ctx context.Context, wait bool) error {
 	err := l.check()
 	if err == nil || err == ErrReleased {
-		if released := l.s.termOf(l); released != nil {
-			return l.resignTerm(ctx, released, wait)
+		if t := l.s.termOf(l); t != nil {
+			return l.resignTerm(ctx, t, wait)
 		}
 	}
 	if err == nil {
@@ -193,29 +184,23 @@ func (l *Lock) release(ctx context.Context, wait bool) error {
 	return err
 }
 
-// del runs the compare-and-delete for this lock's token. It is called at most
-// once per lock, after the acquisition ended: it overwrites the acquire
-// arguments in l.argv. A key that no longer holds the
-// token is not reported as an error: go-redis retries a delete whose reply
-// was lost, and the retry finds the key gone; it is logged, since it may
-// also mean that the key was deleted or expired behind our back just before.
-// If the delete fails, its outcome is unknown (the request may never have
-// run: a NOSCRIPT reply lost on the way, say), so the session's heartbeat
-// retries it until it succeeds or the token has expired.
+// del runs the compare-and-delete for this lock's token, once the
+// acquisition has ended. A key that no longer holds the token is not
+// reported as an error: go-redis retries a delete whose reply was lost, and
+// the retry finds the key gone; it is logged, since it may also mean that
+// the key was deleted or expired behind our back just before. If the delete
+// fails, its outcome is unknown (the request may never have run: a NOSCRIPT
+// reply lost on the way, say), so the session's heartbeat retries it until
+// it succeeds or the token has expired.
 func (l *Lock) del(ctx context.Context) error {
-	if l.s.quorum > 1 {
-		return l.delQuorum(ctx)
-	}
-	argv := l.argv[:5]
-	argv[2], argv[4] = 1, l.tokenArg
-	callCtx := l.s.bound(ctx, time.Time{})
-	n, err := releaseScript.run(callCtx, l.s.client, argv).Int()
-	unbind(callCtx)
-	switch {
-	case err != nil:
+	d := l.s.place.release(ctx, l)
+	if d.retry {
 		l.s.markStale(l, false)
-		return fmt.Errorf("redisleader: release %q (retried in the background; the key expires within the TTL at the latest): %w", l.keys.name, err)
-	case n == 0:
+	}
+	switch {
+	case d.err != nil:
+		return fmt.Errorf("redisleader: release %q (retried in the background; the key expires within the TTL at the latest): %w", l.keys.name, d.err)
+	case d.missing:
 		l.s.cfg.logger.Info("redisleader: released key did not hold our token (a retried delete, or the key was gone)",
 			"name", l.keys.name, "fence", l.fence)
 	}
@@ -287,17 +272,12 @@ func (l *Lock) lose(why error) {
 }
 
 // end ends the lock with err unless it already ended, reporting whether it did.
-func (l *Lock) end(err error) bool { return l.endAs(err, false) }
-
-// endAs is end that, with runReleases, records that the key is left for
-// Election.Run to delete.
-func (l *Lock) endAs(err error, runReleases bool) bool {
+func (l *Lock) end(err error) bool {
 	l.mu.Lock()
 	if l.err != nil {
 		l.mu.Unlock()
 		return false
 	}
-	l.runReleases = runReleases
 	fs := l.endLocked(err)
 	l.mu.Unlock()
 	for _, f := range fs {

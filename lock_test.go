@@ -814,8 +814,7 @@ func TestSessionNeverWaitsForItself(t *testing.T) {
 // acquisition is not handed over expired.
 func TestArmRacingItsDeadline(t *testing.T) {
 	m, c := newMini(t)
-	s := newSession(t, c, fastOpts()...)
-	testHookArmed = func(l *Lock) {
+	armed := func(l *Lock) {
 		// The deadline passes before the timer starts (no renewal gets through).
 		m.SetError("LOADING stalled")
 		defer m.SetError("")
@@ -829,11 +828,10 @@ func TestArmRacingItsDeadline(t *testing.T) {
 			<-l.Done()
 		}
 	}
-	defer func() { testHookArmed = nil }()
+	s := newSession(t, c, append(fastOpts(), withArmedHook(armed))...)
 	l, err := s.TryLock(context.Background(), "racing")
 	assert.Nil(t, l)
 	assert.ErrorIs(t, err, ErrExpired)
-	testHookArmed = nil
 	require.Eventually(t, func() bool { return len(s.held()) == 0 }, time.Second, time.Millisecond,
 		"the expired lock is still registered with the session")
 }

@@ -79,7 +79,7 @@ func (e *Election) observe(ctx context.Context, out chan Leader) {
 // publishes nothing), the TTL while nobody leads, the retry delay after an
 // error.
 func (o *observer) read(ctx context.Context) time.Duration {
-	l, ok, err := o.e.inspect(ctx)
+	l, ok, err := o.e.s.place.inspect(ctx, o.e.keys)
 	switch {
 	case err != nil:
 		return o.e.s.retryDelay()

@@ -42,8 +42,7 @@ type config struct {
 	acksSet          bool
 	logger           *slog.Logger
 	hooks            Hooks
-	onRound          func(held int, failed bool)  // test hook: after each renewal round
-	onAttempt        func(name string, err error) // test hook: after each acquire attempt
+	test             testHooks // nil in production
 }
 
 // Defaults, stated once (and in each option's doc). Derived defaults depend
@@ -177,18 +176,6 @@ func WithLogger(l *slog.Logger) Option {
 		}
 		c.logger = l
 	})
-}
-
-// withRoundHook is an unexported option for tests: f runs on the heartbeat
-// goroutine after every renewal round.
-func withRoundHook(f func(held int, failed bool)) Option {
-	return optionFunc(func(c *config) { c.onRound = f })
-}
-
-// withAttemptHook is an unexported option for tests and benchmarks: f runs
-// after every acquire attempt, on the acquiring goroutine.
-func withAttemptHook(f func(name string, err error)) Option {
-	return optionFunc(func(c *config) { c.onAttempt = f })
 }
 
 // nilLogger marks an explicit WithLogger(nil) so validation can reject it.

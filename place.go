@@ -2,19 +2,63 @@ package redisleader
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
-// acquired is what one node answered to an acquire.
+// A place is where a session's leases live: one Redis server (node, below)
+// or a majority of independent ones (quorum, in redlock.go). It runs the
+// scripts and turns what Redis answered into one outcome per lock; what the
+// session does with an outcome (arm a deadline, extend it, lose the lock,
+// retry, log) is the same for both, and is written once, in the callers.
+type place interface {
+	// acquire makes one acquire attempt for l, bounded by ctx, the call
+	// timeout and deadline (the local deadline the lease would get).
+	acquire(ctx context.Context, l *Lock, deadline time.Time) acquired
+	// renew renews every lock once, bounded by ctx, the call timeout and
+	// deadline (the earliest of their local deadlines).
+	renew(ctx context.Context, locks []*Lock, deadline time.Time) []renewal
+	// release deletes l's token wherever the key still holds it.
+	release(ctx context.Context, l *Lock) deleted
+	// releaseAll is release for several locks at once, in one round trip.
+	releaseAll(ctx context.Context, locks []*Lock) []deleted
+	// inspect reads who holds k and the TTL left.
+	inspect(ctx context.Context, k keys) (Leader, bool, error)
+	// proclaim stores value as l's value, keeping token, fence and TTL; it
+	// reports whether the key still held l's token.
+	proclaim(ctx context.Context, l *Lock, value string, deadline time.Time) (bool, error)
+	// each runs f for every server at once and waits for all of them.
+	each(f func(c Client))
+}
+
+// acquired is the outcome of an acquire attempt.
 type acquired struct {
 	fence int64         // ours when err is nil, else the holder's (ErrLocked)
 	left  time.Duration // ErrLocked: the holder's PTTL (-1: no TTL)
-	err   error         // nil: acquired; ErrLocked wrapped; or the Redis error
+	err   error         // nil: acquired; ErrLocked wrapped; or why not
+	// giveBack: the attempt does not count, but may have left our token
+	// in Redis; the caller deletes it.
+	giveBack bool
 }
 
-// acquireReply decodes the acquire script's reply.
+// renewal is the outcome of one lock's renewal: renewed when both fields
+// are zero.
+type renewal struct {
+	lost bool  // Redis says the key no longer holds the token (for a quorum: no quorum can)
+	err  error // the renewal failed: retried until the local deadline
+}
+
+// deleted is the outcome of one lock's compare-and-delete.
+type deleted struct {
+	err     error // the delete failed (for a quorum: on a quorum of nodes)
+	retry   bool  // it failed somewhere: the token may still be there
+	missing bool  // the key did not hold the token (for a quorum: on a quorum)
+}
+
+// acquireReply decodes one server's reply to the acquire script.
 func (l *Lock) acquireReply(res []any, err error) acquired {
 	if err != nil {
 		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, err)}
@@ -42,63 +86,152 @@ func (l *Lock) acquireReply(res []any, err error) acquired {
 	return r
 }
 
-// deleted is the outcome of one lock's compare-and-delete: on how many
-// nodes it failed, and the first error.
-type deleted struct {
-	failed int
-	err    error
+// renewReply decodes one server's reply to the renew script.
+func renewReply(cmd *redis.Cmd) renewal {
+	n, err := cmd.Int64()
+	switch {
+	case err != nil:
+		return renewal{err: err}
+	case n == 0:
+		return renewal{lost: true}
+	}
+	return renewal{}
 }
 
-// deleteTokens runs the compare-and-delete for every lock's token in one
-// pipelined round trip (per node, all nodes at once) and returns each
-// lock's outcome. A node where the key no longer held the token counts as
-// deleted.
-func (s *Session) deleteTokens(ctx context.Context, locks []*Lock) []deleted {
-	if len(locks) == 0 {
-		return nil
+// deleteReply decodes one server's reply to the release script.
+func deleteReply(cmd *redis.Cmd) deleted {
+	n, err := cmd.Int64()
+	switch {
+	case err != nil:
+		return deleted{err: err, retry: true}
+	case n == 0:
+		return deleted{missing: true}
 	}
-	out := make([]deleted, len(locks))
-	// run deletes every lock's token on one node; record adds its errors.
-	run := func(ctx context.Context, c Client) []error {
-		argvs := make([][]any, len(locks))
-		for i, l := range locks {
-			argvs[i] = []any{nil, nil, 1, l.keys.lock, l.tokenArg}
+	return deleted{}
+}
+
+// holderReply decodes one server's reply to the inspect script: whether the
+// key exists (present), and whether it holds a value this package wrote (ok).
+func holderReply(cmd *redis.Cmd) (h holder, ttl time.Duration, present, ok bool, err error) {
+	res, err := cmd.Slice()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return holder{}, 0, false, false, nil
+	case err != nil:
+		return holder{}, 0, false, false, err
+	case len(res) != 2:
+		return holder{}, 0, true, false, fmt.Errorf("unexpected reply %v", res)
+	}
+	stored, _ := res[0].(string)
+	h, ok = parseHolder(stored)
+	if ms, isInt := res[1].(int64); isInt && ms > 0 {
+		ttl = time.Duration(ms) * time.Millisecond
+	}
+	return h, ttl, true, ok, nil
+}
+
+// releaseArgs returns the release script's arguments for l, made fresh for
+// each call (a script call fills in the first two slots).
+func releaseArgs(l *Lock) []any { return []any{nil, nil, 1, l.lockArg, l.tokenArg} }
+
+// renewArgs returns the renew script's arguments for every lock.
+func (s *Session) renewArgs(locks []*Lock) [][]any {
+	argvs := make([][]any, len(locks))
+	for i, l := range locks {
+		argvs[i] = []any{nil, nil, 1, l.lockArg, l.tokenArg, s.ttlArg}
+	}
+	return argvs
+}
+
+// node is the place of a session on one Redis server (also a primary found
+// through Sentinel, or a Cluster, whose client routes each name to its
+// slot's primary). With WithReplicaAcks every write is followed by WAIT on
+// the same connection, and a write too few replicas acknowledged does not
+// count.
+type node struct {
+	s *Session
+	c Client
+}
+
+func (n *node) acquire(ctx context.Context, l *Lock, deadline time.Time) acquired {
+	var (
+		cmd    *redis.Cmd
+		ackErr error
+	)
+	callCtx := n.s.bound(ctx, deadline)
+	if acks := n.s.cfg.acks; acks.n == 0 {
+		cmd = acquireScript.run(callCtx, n.c, l.argv[:]) // the hot path: no slice of commands
+	} else {
+		var cmds []*redis.Cmd
+		cmds, ackErr = acquireScript.runAll(callCtx, n.c, [][]any{l.argv[:]}, acks)
+		cmd = cmds[0]
+	}
+	unbind(callCtx)
+	r := l.acquireReply(cmd.Slice())
+	if r.err == nil && ackErr != nil {
+		// Taken on the primary but not seen by enough replicas: a failover
+		// could lose it, so it does not count.
+		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, ackErr), giveBack: true}
+	}
+	return r
+}
+
+func (n *node) renew(ctx context.Context, locks []*Lock, deadline time.Time) []renewal {
+	callCtx := n.s.bound(ctx, deadline)
+	cmds, ackErr := renewScript.runAll(callCtx, n.c, n.s.renewArgs(locks), n.s.cfg.acks)
+	unbind(callCtx)
+	out := make([]renewal, len(cmds))
+	for i, cmd := range cmds {
+		out[i] = renewReply(cmd)
+		if out[i] == (renewal{}) && ackErr != nil {
+			out[i].err = ackErr
 		}
-		errs := make([]error, len(locks))
-		for i, cmd := range releaseScript.runAll(ctx, c, argvs) {
-			errs[i] = cmd.Err()
-		}
-		return errs
 	}
-	record := func(errs []error) {
-		for i, err := range errs {
-			if err != nil {
-				out[i].failed++
-				if out[i].err == nil {
-					out[i].err = err
-				}
-			}
-		}
-	}
-	if s.quorum == 1 {
-		callCtx := s.bound(ctx, time.Time{})
-		errs := run(callCtx, s.client)
-		unbind(callCtx)
-		record(errs)
-		return out
-	}
-	// Redlock: every node, at once, and wait for every one (up to the call
-	// timeout): unlike an acquire or a renewal, a delete cut short leaves
-	// the token on a healthy node, where it keeps the next owner from a
-	// quorum while another node is down.
-	callCtx, cancel := s.boundNodes(ctx, time.Time{})
-	defer cancel()
-	var mu sync.Mutex
-	s.onNodes(func(_ int, c Client) {
-		errs := run(callCtx, c)
-		mu.Lock()
-		defer mu.Unlock()
-		record(errs)
-	})
 	return out
 }
+
+func (n *node) release(ctx context.Context, l *Lock) deleted {
+	callCtx := n.s.bound(ctx, time.Time{})
+	cmd := releaseScript.run(callCtx, n.c, releaseArgs(l))
+	unbind(callCtx)
+	return deleteReply(cmd)
+}
+
+func (n *node) releaseAll(ctx context.Context, locks []*Lock) []deleted {
+	argvs := make([][]any, len(locks))
+	for i, l := range locks {
+		argvs[i] = releaseArgs(l)
+	}
+	callCtx := n.s.bound(ctx, time.Time{})
+	cmds, _ := releaseScript.runAll(callCtx, n.c, argvs, replicaAcks{})
+	unbind(callCtx)
+	out := make([]deleted, len(cmds))
+	for i, cmd := range cmds {
+		out[i] = deleteReply(cmd)
+	}
+	return out
+}
+
+func (n *node) inspect(ctx context.Context, k keys) (Leader, bool, error) {
+	callCtx := n.s.bound(ctx, time.Time{})
+	h, ttl, present, ok, err := holderReply(inspectScript.run(callCtx, n.c, []any{nil, nil, 1, k.lock}))
+	unbind(callCtx)
+	switch {
+	case err != nil:
+		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.name, err)
+	case !present:
+		return Leader{}, false, nil
+	case !ok:
+		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: key %s holds a value this package did not write", k.name, k.lock)
+	}
+	return Leader{Value: h.value, Fence: h.fence, TTL: ttl}, true, nil
+}
+
+func (n *node) proclaim(ctx context.Context, l *Lock, value string, deadline time.Time) (bool, error) {
+	callCtx := n.s.bound(ctx, deadline)
+	res, err := proclaimScript.run(callCtx, n.c, []any{nil, nil, 1, l.lockArg, l.tokenArg, value}).Int()
+	unbind(callCtx)
+	return res == 1, err
+}
+
+func (n *node) each(f func(c Client)) { f(n.c) }

@@ -1,14 +1,13 @@
 package redisleader
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // NewRedlockSession creates a session whose locks and elections live on a
@@ -88,17 +87,32 @@ func NewRedlockSession(clients []Client, opts ...Option) (*Session, error) {
 	if cfg.acks.n > 0 {
 		return nil, invalidf("NewRedlockSession: WithReplicaAcks is not available in Redlock mode")
 	}
-	return startSession(slices.Clone(clients), cfg), nil
+	nodes := slices.Clone(clients)
+	return startSession(nodes[0], cfg, func(s *Session) place {
+		return &quorum{s: s, nodes: nodes, need: len(nodes)/2 + 1}
+	}), nil
 }
 
-// boundNodes bounds the calls of one Redlock operation like bound, but with
-// a context that is cancelled at the deadline (context.WithDeadline), so
-// waits that go-redis starts on a context derived from it (dial retries and
-// their backoff, on a node that is down) end at the deadline too: a dead
+// quorum is the place of a Redlock session: independent nodes, of which a
+// majority (need) must agree. Every operation runs on all nodes at once;
+// the quorum arithmetic is here and nowhere else.
+type quorum struct {
+	s     *Session
+	nodes []Client
+	need  int // len(nodes)/2 + 1
+}
+
+// spare is how many nodes can fail (or refuse) with a quorum still possible.
+func (q *quorum) spare() int { return len(q.nodes) - q.need }
+
+// bound bounds the calls of one Redlock operation like Session.bound, but
+// with a context that is cancelled at the deadline (context.WithDeadline),
+// so waits that go-redis starts on a context derived from it (dial retries
+// and their backoff, on a node that is down) end at the deadline too: a dead
 // node must not hold up the quorum. It costs a timer and a few allocations,
-// which the single-node hot path avoids with bound.
-func (s *Session) boundNodes(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
-	d := time.Now().Add(s.cfg.callTimeout)
+// which the single-node hot path avoids.
+func (q *quorum) bound(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
+	d := time.Now().Add(q.s.cfg.callTimeout)
 	if !deadline.IsZero() && deadline.Before(d) {
 		d = deadline
 	}
@@ -114,7 +128,7 @@ func (s *Session) boundNodes(ctx context.Context, deadline time.Time) (context.C
 // later), then the context is cancelled, so that a call waiting on a node
 // that is down (go-redis's dial retries and backoff) ends at once instead of
 // at the call timeout.
-func (s *Session) onNodesUntil(ctx context.Context, mu *sync.Mutex, settled func() bool, f func(ctx context.Context, i int, c Client)) {
+func (q *quorum) onNodesUntil(ctx context.Context, mu *sync.Mutex, settled func() bool, f func(ctx context.Context, i int, c Client)) {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	start := time.Now()
@@ -122,7 +136,7 @@ func (s *Session) onNodesUntil(ctx context.Context, mu *sync.Mutex, settled func
 		wg    sync.WaitGroup
 		grace *time.Timer // started once the outcome is known; under mu
 	)
-	for i, c := range s.nodes {
+	for i, c := range q.nodes {
 		wgGo(&wg, func() {
 			f(cctx, i, c)
 			mu.Lock()
@@ -140,13 +154,13 @@ func (s *Session) onNodesUntil(ctx context.Context, mu *sync.Mutex, settled func
 	mu.Unlock()
 }
 
-// onNodes runs f for every node at once and waits for all of them.
-func (s *Session) onNodes(f func(i int, c Client)) {
+// each runs f for every node at once and waits for all of them.
+func (q *quorum) each(f func(c Client)) {
 	var wg sync.WaitGroup
-	for i, c := range s.nodes[1:] {
-		wgGo(&wg, func() { f(i+1, c) })
+	for _, c := range q.nodes[1:] {
+		wgGo(&wg, func() { f(c) })
 	}
-	f(0, s.nodes[0])
+	f(q.nodes[0])
 	wg.Wait()
 }
 
@@ -155,23 +169,21 @@ func (s *Session) onNodes(f func(i int, c Client)) {
 // acquisitions retry it after a random delay.
 var errNoQuorum = errors.New("no quorum")
 
-// attemptQuorum is attempt for a Redlock session.
-func (l *Lock) attemptQuorum(ctx context.Context) (time.Duration, error) {
-	s := l.s
-	sent := time.Now()
-	deadline := sent.Add(s.cfg.validity())
-	callCtx, cancel := s.boundNodes(ctx, deadline)
+// acquire runs the acquire script on every node; with a quorum it writes
+// the largest fence back (raiseFence). Short of a quorum, what was taken is
+// given back.
+func (q *quorum) acquire(ctx context.Context, l *Lock, deadline time.Time) acquired {
+	callCtx, cancel := q.bound(ctx, deadline)
 	defer cancel()
-	replies := make([]acquired, len(s.nodes))
+	replies := make([]acquired, len(q.nodes))
 	var (
 		mu             sync.Mutex
 		taken, refused int
 	)
-	settled := func() bool { return taken >= s.quorum || refused > len(s.nodes)-s.quorum }
-	s.onNodesUntil(callCtx, &mu, settled, func(ctx context.Context, i int, c Client) {
+	settled := func() bool { return taken >= q.need || refused > q.spare() }
+	q.onNodesUntil(callCtx, &mu, settled, func(ctx context.Context, i int, c Client) {
 		argv := slices.Clone(l.argv[:])
-		res, err := acquireScript.run(ctx, c, argv).Slice()
-		r := l.acquireReply(res, err)
+		r := l.acquireReply(acquireScript.run(ctx, c, argv).Slice())
 		mu.Lock()
 		defer mu.Unlock()
 		replies[i] = r
@@ -201,47 +213,41 @@ func (l *Lock) attemptQuorum(ctx context.Context) (time.Duration, error) {
 			lastErr = r.err
 		}
 	}
-	if len(won) >= s.quorum {
-		raiseCtx, cancelRaise := s.boundNodes(ctx, deadline)
-		raised := l.raiseFence(raiseCtx, won, fence)
+	if len(won) >= q.need {
+		raiseCtx, cancelRaise := q.bound(ctx, deadline)
+		raised := q.raiseFence(raiseCtx, l, won, fence)
 		cancelRaise()
-		lastErr = fmt.Errorf("the fence was stored on %d of %d nodes", raised, len(s.nodes))
-		if raised >= s.quorum {
-			lastErr = l.arm(sent, deadline, fence)
-			if lastErr == nil || errors.Is(lastErr, ErrSessionClosed) {
-				return 0, lastErr
-			}
+		if raised >= q.need {
+			return acquired{fence: fence}
 		}
+		lastErr = fmt.Errorf("the fence was stored on %d of %d nodes", raised, len(q.nodes))
 	}
-	// No quorum: give back what we took, on every node (compare-and-delete).
-	l.giveBack(ctx) // within ctx: what fails is left to abandon
-	if len(locked) > len(s.nodes)-s.quorum {
-		return left, fmt.Errorf("%w on %d of %d nodes", ErrLocked, len(locked), len(s.nodes))
+	if len(locked) > q.spare() {
+		return acquired{left: left, err: fmt.Errorf("%w on %d of %d nodes", ErrLocked, len(locked), len(q.nodes)), giveBack: true}
 	}
 	err := fmt.Errorf("redisleader: acquire %q: %w: acquired on %d of %d nodes (need %d), held by others on %d",
-		l.keys.name, errNoQuorum, len(won), len(s.nodes), s.quorum, len(locked))
+		l.keys.name, errNoQuorum, len(won), len(q.nodes), q.need, len(locked))
 	if lastErr != nil {
 		err = fmt.Errorf("%w; last error: %w", err, lastErr)
 	}
-	return 0, err
+	return acquired{err: err, giveBack: true}
 }
 
 // raiseFence writes fence back to the given nodes and returns on how many
 // it was stored (it stops waiting once a quorum has, or cannot).
-func (l *Lock) raiseFence(ctx context.Context, nodes []int, fence int64) int {
+func (q *quorum) raiseFence(ctx context.Context, l *Lock, nodes []int, fence int64) int {
 	var (
 		mu             sync.Mutex
 		stored, failed int
 	)
 	fs := fmt.Sprint(fence)
-	s := l.s
-	failed = len(s.nodes) - len(nodes) // nodes we do not hold cannot store it
-	settled := func() bool { return stored >= s.quorum || failed > len(s.nodes)-s.quorum }
-	s.onNodesUntil(ctx, &mu, settled, func(ctx context.Context, i int, c Client) {
+	failed = len(q.nodes) - len(nodes) // nodes we do not hold cannot store it
+	settled := func() bool { return stored >= q.need || failed > q.spare() }
+	q.onNodesUntil(ctx, &mu, settled, func(ctx context.Context, i int, c Client) {
 		if !slices.Contains(nodes, i) {
 			return
 		}
-		argv := []any{nil, nil, 2, l.keys.lock, l.keys.fence, l.tokenArg, fs, l.value}
+		argv := []any{nil, nil, 2, l.lockArg, l.keys.fence, l.tokenArg, fs, l.value}
 		n, err := raiseScript.run(ctx, c, argv).Int()
 		mu.Lock()
 		defer mu.Unlock()
@@ -254,76 +260,98 @@ func (l *Lock) raiseFence(ctx context.Context, nodes []int, fence int64) int {
 	return stored
 }
 
-// delQuorum is del for a Redlock session: compare-and-delete on every node,
-// once the acquisition is over. It fails only if a quorum of nodes failed;
-// failures on fewer are retried in the background by the heartbeat.
-func (l *Lock) delQuorum(ctx context.Context) error {
-	d := l.s.deleteTokens(ctx, []*Lock{l})[0]
-	if d.failed == 0 {
-		return nil
-	}
-	l.s.markStale(l, false)
-	if d.failed >= l.s.quorum {
-		return fmt.Errorf("redisleader: release %q failed on %d of %d nodes (retried in the background; the keys expire within the TTL at the latest): %w",
-			l.keys.name, d.failed, len(l.s.nodes), d.err)
-	}
-	return nil
-}
-
-// renewRoundQuorum is renewRound's work for a Redlock session: every live
-// lock is renewed on every node (one pipelined round trip per node, all
-// nodes at once). A lock renewed by a quorum is extended; one that so many
-// nodes no longer hold that no quorum is possible is lost; otherwise the
-// round failed for it and is retried. It reports how many locks failed.
-func (s *Session) renewRoundQuorum(ctx context.Context, sent, earliest time.Time, live []*Lock) (failed int) {
-	renewed, notOwner, errs, lastErr := make([]int, len(live)), make([]int, len(live)), make([]int, len(live)), make([]error, len(live))
+// renew renews every lock on every node (one pipelined round trip per
+// node, all nodes at once). A lock renewed by a quorum is renewed; one that
+// so many nodes no longer hold that no quorum is possible is lost;
+// otherwise its renewal failed.
+func (q *quorum) renew(ctx context.Context, locks []*Lock, deadline time.Time) []renewal {
+	renewed, notOwner, errs, lastErr := make([]int, len(locks)), make([]int, len(locks)), make([]int, len(locks)), make([]error, len(locks))
 	var mu sync.Mutex
-	callCtx, cancel := s.boundNodes(ctx, earliest)
+	callCtx, cancel := q.bound(ctx, deadline)
 	defer cancel()
 	settled := func() bool { // every lock renewed by a quorum, or past hope of one
-		for j := range live {
-			if renewed[j] < s.quorum && notOwner[j]+errs[j] <= len(s.nodes)-s.quorum {
+		for j := range locks {
+			if renewed[j] < q.need && notOwner[j]+errs[j] <= q.spare() {
 				return false
 			}
 		}
 		return true
 	}
-	s.onNodesUntil(callCtx, &mu, settled, func(ctx context.Context, _ int, c Client) {
-		cmds := renewScript.runAll(ctx, c, s.renewArgs(live))
+	q.onNodesUntil(callCtx, &mu, settled, func(ctx context.Context, _ int, c Client) {
+		cmds, _ := renewScript.runAll(ctx, c, q.s.renewArgs(locks), replicaAcks{})
 		mu.Lock()
 		defer mu.Unlock()
 		for j, cmd := range cmds {
-			n, err := cmd.Int64()
-			switch {
-			case err != nil:
+			switch r := renewReply(cmd); {
+			case r.err != nil:
 				errs[j]++
-				lastErr[j] = err
-			case n == 0:
+				lastErr[j] = r.err
+			case r.lost:
 				notOwner[j]++
 			default:
 				renewed[j]++
 			}
 		}
 	})
-	if ctx.Err() != nil {
-		return 0 // closing
-	}
-	for j, l := range live {
+	out := make([]renewal, len(locks))
+	for j := range locks {
 		switch {
-		case renewed[j] >= s.quorum:
-			l.extend(sent)
-		case notOwner[j] > len(s.nodes)-s.quorum:
-			l.lose(ErrNotOwner)
+		case renewed[j] >= q.need:
+		case notOwner[j] > q.spare():
+			out[j].lost = true
 		default:
-			failed++
-			if left := time.Until(l.Deadline()); left > 0 {
-				s.cfg.logger.Warn("redisleader: renewal reached no quorum; retrying until the local deadline",
-					"name", l.keys.name, "fence", l.fence, "renewed", renewed[j], "not_owner", notOwner[j],
-					"nodes", len(s.nodes), "deadline_in", left, "err", lastErr[j])
-			}
+			out[j].err = fmt.Errorf("renewed on %d of %d nodes (need %d), not owner on %d: %w",
+				renewed[j], len(q.nodes), q.need, notOwner[j], cmp.Or(lastErr[j], errNoQuorum))
 		}
 	}
-	return failed
+	return out
+}
+
+func (q *quorum) release(ctx context.Context, l *Lock) deleted {
+	return q.releaseAll(ctx, []*Lock{l})[0]
+}
+
+// releaseAll deletes every lock's token on every node, at once, and waits
+// for every node (up to the call timeout): unlike an acquire or a renewal,
+// a delete cut short leaves the token on a healthy node, where it keeps the
+// next owner from a quorum while another node is down. A delete fails if
+// it failed on a quorum of nodes.
+func (q *quorum) releaseAll(ctx context.Context, locks []*Lock) []deleted {
+	failed, missing, firstErr := make([]int, len(locks)), make([]int, len(locks)), make([]error, len(locks))
+	argvs := func() [][]any {
+		argvs := make([][]any, len(locks))
+		for i, l := range locks {
+			argvs[i] = releaseArgs(l)
+		}
+		return argvs
+	}
+	callCtx, cancel := q.bound(ctx, time.Time{})
+	defer cancel()
+	var mu sync.Mutex
+	q.each(func(c Client) {
+		cmds, _ := releaseScript.runAll(callCtx, c, argvs(), replicaAcks{})
+		mu.Lock()
+		defer mu.Unlock()
+		for i, cmd := range cmds {
+			switch d := deleteReply(cmd); {
+			case d.err != nil:
+				failed[i]++
+				if firstErr[i] == nil {
+					firstErr[i] = d.err
+				}
+			case d.missing:
+				missing[i]++
+			}
+		}
+	})
+	out := make([]deleted, len(locks))
+	for i := range locks {
+		out[i] = deleted{retry: failed[i] > 0, missing: missing[i] >= q.need}
+		if failed[i] >= q.need {
+			out[i].err = fmt.Errorf("failed on %d of %d nodes: %w", failed[i], len(q.nodes), firstErr[i])
+		}
+	}
+	return out
 }
 
 // holderFence returns the fence the holder of token knows: the one stored
@@ -344,18 +372,17 @@ func holderFence(held []holder, token string) int64 {
 	return fence
 }
 
-// inspectQuorum is Election.inspect for a Redlock session: the holder found
-// on a quorum of nodes, with the smallest remaining TTL among them.
-func (e *Election) inspectQuorum(ctx context.Context) (Leader, bool, error) {
-	s := e.s
+// inspect reports the holder found on a quorum of nodes, with the smallest
+// remaining TTL among them and the fence it knows (holderFence).
+func (q *quorum) inspect(ctx context.Context, k keys) (Leader, bool, error) {
 	type reply struct {
 		h   holder
 		ttl time.Duration
 		ok  bool
 		err error
 	}
-	replies := make([]reply, len(s.nodes))
-	callCtx, cancel := s.boundNodes(ctx, time.Time{})
+	replies := make([]reply, len(q.nodes))
+	callCtx, cancel := q.bound(ctx, time.Time{})
 	defer cancel()
 	var (
 		mu       sync.Mutex
@@ -367,22 +394,11 @@ func (e *Election) inspectQuorum(ctx context.Context) (Leader, bool, error) {
 		for _, v := range votes {
 			best = max(best, v)
 		}
-		return best >= s.quorum || best+len(s.nodes)-answered < s.quorum
+		return best >= q.need || best+len(q.nodes)-answered < q.need
 	}
-	s.onNodesUntil(callCtx, &mu, settled, func(ctx context.Context, i int, c Client) {
+	q.onNodesUntil(callCtx, &mu, settled, func(ctx context.Context, i int, c Client) {
 		var r reply
-		res, err := inspectScript.run(ctx, c, []any{nil, nil, 1, e.keys.lock}).Slice()
-		switch {
-		case errors.Is(err, redis.Nil):
-		case err != nil:
-			r.err = err
-		case len(res) == 2:
-			stored, _ := res[0].(string)
-			r.h, r.ok = parseHolder(stored)
-			if ms, ok := res[1].(int64); ok && ms > 0 {
-				r.ttl = time.Duration(ms) * time.Millisecond
-			}
-		}
+		r.h, r.ttl, _, r.ok, r.err = holderReply(inspectScript.run(ctx, c, []any{nil, nil, 1, k.lock}))
 		mu.Lock()
 		defer mu.Unlock()
 		replies[i] = r
@@ -391,36 +407,43 @@ func (e *Election) inspectQuorum(ctx context.Context) (Leader, bool, error) {
 			votes[r.h.token]++
 		}
 	})
-	failed := 0
-	var lastErr error
+	var (
+		held    []holder
+		failed  int
+		lastErr error
+	)
 	for _, r := range replies {
 		if r.err != nil {
 			failed++
 			lastErr = r.err
-			continue
+		} else if r.ok {
+			held = append(held, r.h)
 		}
+	}
+	for _, r := range replies {
 		if !r.ok {
 			continue
 		}
-		votes, ttl := 0, r.ttl
+		n, ttl := 0, r.ttl
 		for _, o := range replies {
 			if o.ok && o.h.token == r.h.token {
-				votes++
+				n++
 				ttl = min(ttl, o.ttl)
 			}
 		}
-		if votes >= s.quorum {
-			var held []holder
-			for _, o := range replies {
-				if o.ok {
-					held = append(held, o.h)
-				}
-			}
+		if n >= q.need {
 			return Leader{Value: r.h.value, Fence: holderFence(held, r.h.token), TTL: ttl}, true, nil
 		}
 	}
-	if failed > len(s.nodes)-s.quorum {
-		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %d of %d nodes failed: %w", e.keys.name, failed, len(s.nodes), lastErr)
+	if failed > q.spare() {
+		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %d of %d nodes failed: %w", k.name, failed, len(q.nodes), lastErr)
 	}
 	return Leader{}, false, nil
+}
+
+// errRedlockProclaim refuses Election.Proclaim on a Redlock session.
+var errRedlockProclaim = invalidf("Proclaim is not available on a Redlock session")
+
+func (q *quorum) proclaim(context.Context, *Lock, string, time.Time) (bool, error) {
+	return false, errRedlockProclaim
 }

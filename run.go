@@ -66,7 +66,8 @@ func (e *Election) Run(ctx context.Context, value string, onElected func(ctx con
 // It returns onElected's error only if onElected gave up a leadership that
 // was still held.
 func (e *Election) lead(ctx context.Context, lead *Lock, onElected func(context.Context, *Lock) error) error {
-	if lead.term == nil {
+	t := e.s.termOf(lead)
+	if t == nil {
 		return nil // the session closed before the term was registered: Close releases the key
 	}
 	leaderCtx, cancel := context.WithCancelCause(withTerm(ctx, lead))
@@ -75,8 +76,8 @@ func (e *Election) lead(ctx context.Context, lead *Lock, onElected func(context.
 		stop()
 		cancel(ErrReleased)
 		// A fresh context: the release must happen even when ctx has ended.
-		lead.runErr = lead.releaseTerm(context.WithoutCancel(ctx))
-		e.s.endTerm(lead)
+		t.err = lead.releaseTerm(context.WithoutCancel(ctx))
+		e.s.endTerm(lead, t)
 	}()
 	if lead.Err() != nil {
 		return nil // resigned or closed before onElected could start
@@ -96,6 +97,14 @@ func (e *Election) lead(ctx context.Context, lead *Lock, onElected func(context.
 // its term, and the terms of the Runs it is nested in, so that Close and
 // Resign called from onElected do not wait for them.
 type termKey struct{}
+
+// A term is a leadership that Election.Run holds. Run, not Release or
+// Close, deletes its key, once onElected has returned, so that the next
+// leader never starts while this one still works.
+type term struct {
+	released chan struct{} // closed once Run has deleted the key (or found it lost)
+	err      error         // what that delete returned; written before released is closed
+}
 
 // terms is the chain of Run terms a context was derived from, innermost
 // first.
@@ -141,17 +150,16 @@ func (s *Session) registerTerm(l *Lock) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err == nil {
-		l.term = make(chan struct{})
-		s.terms[l] = l.term
+		s.terms[l] = &term{released: make(chan struct{})}
 	}
 }
 
 // endTerm records that Run has released its term l.
-func (s *Session) endTerm(l *Lock) {
+func (s *Session) endTerm(l *Lock, t *term) {
 	s.mu.Lock()
 	delete(s.terms, l)
 	s.mu.Unlock()
-	close(l.term)
+	close(t.released)
 }
 
 // resignedTerm returns a Run term of name that was resigned and that Run
@@ -173,44 +181,41 @@ func (s *Session) resignedTerm(name string) *Lock {
 	return nil
 }
 
-// termOf returns the channel closed once Election.Run has released l, or
-// nil when l is not a Run term.
-func (s *Session) termOf(l *Lock) <-chan struct{} {
+// termOf returns the term of l, or nil when l is not a Run term.
+func (s *Session) termOf(l *Lock) *term {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.terms[l] // a nil channel when absent
+	return s.terms[l]
 }
 
 // resignTerm is Release of an Election.Run term: it ends the lock, leaving
 // the delete to Run, and with wait waits until Run has done it (not when
 // ctx comes from the term's own onElected, which cannot return meanwhile).
-func (l *Lock) resignTerm(ctx context.Context, released <-chan struct{}, wait bool) error {
-	if l.endAs(ErrReleased, true) {
+func (l *Lock) resignTerm(ctx context.Context, t *term, wait bool) error {
+	if l.end(ErrReleased) {
 		l.s.remove(l)
 	}
 	if !wait || termsOf(ctx).has(l) {
 		return nil
 	}
 	select {
-	case <-released:
-		return l.runErr
+	case <-t.released:
+		return t.err
 	case <-ctx.Done():
 		return fmt.Errorf("redisleader: release %q: Election.Run deletes the key once onElected has returned: %w", l.keys.name, ctx.Err())
 	}
 }
 
 // releaseTerm is Election.Run's release of a term, once onElected has
-// returned: it deletes the key if the term was still held, or if Release or
-// Close ended it and left the delete to Run.
+// returned: it deletes the key if the term is still held, or if Release,
+// Resign or Close ended it (they leave a term's delete to Run). A term that
+// was lost is not Run's to delete.
 func (l *Lock) releaseTerm(ctx context.Context) error {
 	if l.check() == nil && l.end(ErrReleased) {
 		l.s.remove(l)
 		return l.del(ctx)
 	}
-	l.mu.Lock()
-	left := l.runReleases || errors.Is(l.err, ErrSessionClosed)
-	l.mu.Unlock()
-	if left {
+	if err := l.Err(); err == ErrReleased || errors.Is(err, ErrSessionClosed) {
 		return l.del(ctx)
 	}
 	return nil

@@ -229,7 +229,8 @@ func (s *script) run(ctx context.Context, c processor, argv []any) *redis.Cmd {
 	argv[0], argv[1] = "evalsha", s.sha
 	cmd := redis.NewCmd(ctx, argv...)
 	_ = c.Process(ctx, cmd)
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+	// HasErrorPrefix allocates even for a nil error: test for nil first.
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		argv[0], argv[1] = "eval", s.src
 		cmd = redis.NewCmd(ctx, argv...)
 		_ = c.Process(ctx, cmd)
@@ -267,19 +268,14 @@ func denied(cmd *redis.Cmd, argv []any) {
 // pipeline; on Redis Cluster one per node), and re-sends as EVAL, in a
 // second round trip, those that met a server without the script. Replies
 // and errors are read from the returned commands, in the order of argvs.
-func (s *script) runAll(ctx context.Context, c Client, argvs [][]any) []*redis.Cmd {
-	if len(argvs) == 1 {
-		return []*redis.Cmd{s.run(ctx, c, argvs[0])}
+// With acks on (n > 0) each pipeline ends with WAIT on the same connection,
+// and runAll returns an error unless enough replicas acknowledged every
+// write (see replicaAcks.check). A single vector without acks is sent as a
+// plain command.
+func (s *script) runAll(ctx context.Context, c Client, argvs [][]any, acks replicaAcks) ([]*redis.Cmd, error) {
+	if len(argvs) == 1 && acks.n == 0 {
+		return []*redis.Cmd{s.run(ctx, c, argvs[0])}, nil
 	}
-	cmds, _ := s.runAllWait(ctx, c, argvs, replicaAcks{})
-	return cmds
-}
-
-// runAllWait is runAll that, when acks.n > 0, ends each pipeline with
-// WAIT n timeout on the same connection, and returns how many replicas
-// acknowledged every write of the pipelines (the smaller count when a
-// NOSCRIPT retry needed a second pipeline), or WAIT's error.
-func (s *script) runAllWait(ctx context.Context, c Client, argvs [][]any, acks replicaAcks) ([]*redis.Cmd, error) {
 	cmds := make([]*redis.Cmd, len(argvs))
 	pipe := c.Pipeline()
 	for i, argv := range argvs {
@@ -293,7 +289,7 @@ func (s *script) runAllWait(ctx context.Context, c Client, argvs [][]any, acks r
 	// one node may have lost the script while another timed out.
 	var retry redis.Pipeliner
 	for i, argv := range argvs {
-		if redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
+		if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			if retry == nil {
 				retry = c.Pipeline()
 			}

@@ -46,22 +46,21 @@ type Client interface {
 // A Session is safe for concurrent use. Its zero value is not usable: create
 // one with NewSession and end it with Close.
 type Session struct {
-	client Client   // the only node; for Redlock the first, which also carries pub/sub
-	nodes  []Client // Redlock: every independent node; otherwise just client
-	quorum int      // nodes needed: 1, or len(nodes)/2+1 for Redlock
+	client Client // carries the session's pub/sub: the only server, or Redlock's first node
+	place  place  // where the leases live: one server, or a Redlock quorum
 	cfg    config
 	ttlArg any // the TTL in ms, boxed once for script arguments
 
 	mu     sync.Mutex // protects locks, names, stale, terms, err and idle, and orders work.Add before Close
 	locks  map[*Lock]struct{}
-	names  map[string]*Lock        // the held lock of each name in locks
-	stale  map[*Lock]staleness     // ended locks whose token may still be in Redis
-	terms  map[*Lock]chan struct{} // leaderships Election.Run releases itself; closed once it has
-	err    error                   // nil until Close
-	idle   bool                    // the heartbeat sleeps until kicked
-	done   chan struct{}           // closed when Close starts
-	closed chan struct{}           // closed when the first Close has finished
-	kick   chan struct{}           // capacity 1: work was added while idle
+	names  map[string]*Lock    // the held lock of each name in locks
+	stale  map[*Lock]staleness // ended locks whose token may still be in Redis
+	terms  map[*Lock]*term     // leaderships Election.Run releases itself
+	err    error               // nil until Close
+	idle   bool                // the heartbeat sleeps until kicked
+	done   chan struct{}       // closed when Close starts
+	closed chan struct{}       // closed when the first Close has finished
+	kick   chan struct{}       // capacity 1: work was added while idle
 	cancel context.CancelFunc
 	hbDone chan struct{}  // closed when the heartbeat goroutine has returned
 	watch  *watcher       // the session's pub/sub connection, started on first use
@@ -92,23 +91,21 @@ func NewSession(client Client, opts ...Option) (*Session, error) {
 		return nil, invalidf("WithReplicaAcks(%d, %v) needs WAIT on the connection that wrote, which a cluster client (%T is or wraps a *redis.ClusterClient) does not give; use it with a *redis.Client (also from redis.NewFailoverClient)",
 			cfg.acks.n, cfg.acks.timeout, client)
 	}
-	return startSession([]Client{client}, cfg), nil
+	return startSession(client, cfg, func(s *Session) place { return &node{s: s, c: client} }), nil
 }
 
-// startSession starts a session on validated nodes and configuration.
-func startSession(nodes []Client, cfg config) *Session {
-	client := nodes[0]
+// startSession starts a session on a validated configuration, with pub/sub
+// on client and its leases in the place that newPlace makes.
+func startSession(client Client, cfg config, newPlace func(*Session) place) *Session {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Session{
 		client: client,
-		nodes:  nodes,
-		quorum: len(nodes)/2 + 1,
 		cfg:    cfg,
 		ttlArg: strconv.FormatInt(cfg.ttl.Milliseconds(), 10),
 		locks:  make(map[*Lock]struct{}),
 		names:  make(map[string]*Lock),
 		stale:  make(map[*Lock]staleness),
-		terms:  make(map[*Lock]chan struct{}),
+		terms:  make(map[*Lock]*term),
 		idle:   true,
 		done:   make(chan struct{}),
 		closed: make(chan struct{}),
@@ -116,10 +113,9 @@ func startSession(nodes []Client, cfg config) *Session {
 		cancel: cancel,
 		hbDone: make(chan struct{}),
 	}
+	s.place = newPlace(s)
 	s.watch = &watcher{s: s, chans: make(map[string]*channelSubs)}
-	for _, c := range nodes {
-		warnRiskyClient(c, cfg)
-	}
+	s.place.each(func(c Client) { warnRiskyClient(c, cfg) })
 	go s.heartbeat(ctx)
 	return s
 }
@@ -215,9 +211,9 @@ func (s *Session) Close(ctx context.Context) error {
 		<-s.hbDone
 		s.work.Wait()
 		s.watch.close()
-		for l, released := range terms {
+		for l, t := range terms {
 			if !chain.has(l) {
-				<-released
+				<-t.released
 			}
 		}
 		close(stopped)
@@ -285,8 +281,11 @@ func (s *Session) held() []*Lock {
 // ended, or the delete's reply was lost and go-redis retried it.
 func (s *Session) releaseAll(ctx context.Context, locks []*Lock) error {
 	var failed []error
-	for _, d := range s.deleteTokens(ctx, locks) {
-		if d.failed >= s.quorum {
+	if len(locks) == 0 {
+		return nil
+	}
+	for _, d := range s.place.releaseAll(ctx, locks) {
+		if d.err != nil {
 			failed = append(failed, d.err)
 		}
 	}

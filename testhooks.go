@@ -6,9 +6,31 @@ import (
 	"github.com/redisleader/redisleader/internal/probe"
 )
 
-// testHookArmed, when set by a test, runs in arm between registering the
-// lock and starting its deadline timer.
-var testHookArmed func(*Lock)
+// testHooks are the points where tests and benchmarks watch or steer a
+// session. All are nil in production; the options below set them.
+type testHooks struct {
+	round   func(held int, failed bool)  // on the heartbeat goroutine, after each renewal round
+	attempt func(name string, err error) // on the acquiring goroutine, after each acquire attempt
+	armed   func(*Lock)                  // in arm, between registering the lock and starting its deadline timer
+}
+
+// withRoundHook is an unexported option for tests: f runs on the heartbeat
+// goroutine after every renewal round.
+func withRoundHook(f func(held int, failed bool)) Option {
+	return optionFunc(func(c *config) { c.test.round = f })
+}
+
+// withAttemptHook is an unexported option for tests and benchmarks: f runs
+// after every acquire attempt, on the acquiring goroutine.
+func withAttemptHook(f func(name string, err error)) Option {
+	return optionFunc(func(c *config) { c.test.attempt = f })
+}
+
+// withArmedHook is an unexported option for tests: f runs in arm between
+// registering a fresh lock and starting its deadline timer.
+func withArmedHook(f func(*Lock)) Option {
+	return optionFunc(func(c *config) { c.test.armed = f })
+}
 
 // emitLocked reports a lease event of a delivered acquisition to the
 // reliability tests' probe (a no-op unless a test installed one). l.mu must
