@@ -1,6 +1,7 @@
 package redisleader
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -10,11 +11,9 @@ import (
 )
 
 // Lock acquires name, blocking until it is acquired, ctx ends, or the session
-// closes. While another owner holds the name it waits on the session's
-// pub/sub connection: a release wakes it at once, and otherwise it tries
-// again when the holder's lease can have expired (about one command per TTL
-// while a healthy owner holds; within milliseconds of a crashed owner's
-// expiry).
+// closes. While another owner holds the name it waits as the package
+// documentation describes (section Waiting).
+//
 // It returns the lock, or: an error matching ErrInvalid for a bad name (no
 // Redis I/O); ErrSessionClosed; ctx's error joined with the last Redis error,
 // if any; or a Redis error that retrying cannot fix (wrong key type, missing
@@ -27,12 +26,11 @@ func (s *Session) Lock(ctx context.Context, name string) (*Lock, error) {
 	return s.acquire(ctx, name, "", true, false)
 }
 
-// TryLock makes one attempt to acquire name. Locks are not reentrant: a name
-// the same session already holds is ErrLocked too. It returns ErrLocked (wrapped
-// with the holder's fence) if another owner holds it, an error matching
-// ErrInvalid for a bad name, ErrSessionClosed, or a Redis error; in the last
-// case the key is released with this attempt's token in case the attempt took
-// effect.
+// TryLock makes one attempt to acquire name. It returns an error matching
+// ErrLocked if another owner holds it (wrapped with the holder's fence) or
+// this session does (locks are not reentrant), an error matching ErrInvalid
+// for a bad name, ErrSessionClosed, or a Redis error; in the last case the
+// key is released with this attempt's token in case the attempt took effect.
 func (s *Session) TryLock(ctx context.Context, name string) (*Lock, error) {
 	return s.acquire(ctx, name, "", false, false)
 }
@@ -46,7 +44,7 @@ func (s *Session) TryLock(ctx context.Context, name string) (*Lock, error) {
 // before it is handed over, so that no Release or Close can see it as a
 // plain lock and delete its key before onElected has run and returned.
 func (s *Session) acquire(ctx context.Context, name, value string, block, term bool) (*Lock, error) {
-	start := time.Now()
+	a := acquisition{s: s, start: time.Now(), value: value, term: term}
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
@@ -60,85 +58,113 @@ func (s *Session) acquire(ctx context.Context, name, value string, block, term b
 	if s.holds(name) {
 		return nil, &heldError{name}
 	}
-	k := newKeys(name)
-	var sub *subscription
+	a.keys = newKeys(name)
 	if block {
 		// Subscribe before the first attempt, so a release between a failed
 		// attempt and the wait is never missed.
-		var err error
-		if sub, err = s.watch.subscribe(ctx, k.channel()); err != nil {
+		sub, err := s.watch.subscribe(ctx, a.keys.channel())
+		if err != nil {
 			return nil, err
 		}
 		defer sub.Close()
+		a.sub, a.block = sub, true
 	}
-	l := s.newLock(k, value)
-	var (
-		lastErr  error     // of the last attempt, if it failed with a Redis error
-		unsure   bool      // an attempt's outcome is unknown: our token may be, or get, in Redis
-		loggedAt time.Time // errors are logged at most once per TTL
-	)
+	a.l = s.newLock(a.keys, value)
 	for {
-		if err := s.Err(); err != nil {
-			return nil, l.abandon(ctx, unsure, lastErr, err)
+		if err := cmp.Or(s.Err(), ctx.Err()); err != nil {
+			return nil, a.abandon(ctx, a.lastErr, err)
 		}
-		if err := ctx.Err(); err != nil {
-			return nil, l.abandon(ctx, unsure, lastErr, err)
-		}
-		left, err := l.attempt(ctx)
+		left, err := a.l.attempt(ctx)
 		if s.cfg.test.attempt != nil {
 			s.cfg.test.attempt(name, err)
 		}
 		locked := errors.Is(err, ErrLocked)
 		switch {
 		case err == nil:
-			lost, err := l.takeover(ctx)
-			switch {
-			case err != nil:
-				return nil, err
-			case lost == nil:
-				if term {
-					s.registerTerm(l)
-				}
-				l.deliver(start)
-				return l, nil
-			case !block:
-				return nil, fmt.Errorf("redisleader: acquire %q: the lease ended before it could be handed over: %w", name, lost)
+			if l, again, err := a.handOver(ctx); !again {
+				return l, err
 			}
-			l = s.newLock(k, value) // start over with a new token
 			continue
 		case errors.Is(err, ErrSessionClosed):
 			return nil, err // attempt has given the key back already
 		case locked && s.holds(name):
-			return nil, l.abandon(ctx, unsure, nil, &heldError{name})
+			return nil, a.abandon(ctx, nil, &heldError{name})
 		case !locked:
-			lastErr, unsure = err, true
+			a.lastErr, a.unsure = err, true
 		}
 		if !block || permanent(err) {
-			return nil, l.abandon(ctx, unsure, nil, err)
+			return nil, a.abandon(ctx, nil, err)
 		}
-		wait := s.retryDelay()
-		if locked {
-			lastErr = nil
-			wait = s.followDelay(left, sub)
-		} else if time.Since(loggedAt) >= s.cfg.ttl {
-			loggedAt = time.Now()
-			s.cfg.logger.Warn("redisleader: acquire failed; retrying", "name", name, "err", err)
-		}
-		if err := s.wait(ctx, sub, wait); err != nil {
-			return nil, l.abandon(ctx, unsure, lastErr, err)
+		if err := s.wait(ctx, a.sub, a.delay(left, err, locked)); err != nil {
+			return nil, a.abandon(ctx, a.lastErr, err)
 		}
 	}
+}
+
+// acquisition is the state of one acquire call across its attempts.
+type acquisition struct {
+	s        *Session
+	start    time.Time
+	keys     keys
+	value    string
+	block    bool          // wait and retry until acquired
+	term     bool          // an Election.Run term (see Session.acquire)
+	sub      *subscription // the name's channel, when blocking
+	l        *Lock         // the current attempt's lock and token
+	lastErr  error         // of the last attempt, if it failed with a Redis error
+	unsure   bool          // an attempt's outcome is unknown: our token may be, or get, in Redis
+	loggedAt time.Time     // errors are logged at most once per TTL
+}
+
+// handOver waits out the takeover delay of an acquired lock and delivers
+// it. again: the lease ended before it could be handed over and a blocking
+// acquisition starts over with a new token.
+func (a *acquisition) handOver(ctx context.Context) (l *Lock, again bool, err error) {
+	lost, err := a.l.takeover(ctx)
+	switch {
+	case err != nil:
+		return nil, false, err
+	case lost == nil:
+		if a.term {
+			a.s.registerTerm(a.l)
+		}
+		a.l.deliver(a.start)
+		return a.l, false, nil
+	case !a.block:
+		return nil, false, fmt.Errorf("redisleader: acquire %q: the lease ended before it could be handed over: %w", a.keys.name, lost)
+	}
+	a.l = a.s.newLock(a.keys, a.value)
+	return nil, true, nil
+}
+
+// delay is how long to wait after a failed attempt: until the holder's
+// lease can have expired when the name is held (left), else the retry
+// delay, and the failure is logged at most once per TTL.
+func (a *acquisition) delay(left time.Duration, err error, locked bool) time.Duration {
+	if locked {
+		a.lastErr = nil
+		return a.s.followDelay(left, a.sub)
+	}
+	if time.Since(a.loggedAt) >= a.s.cfg.ttl {
+		a.loggedAt = time.Now()
+		a.s.cfg.logger.Warn("redisleader: acquire failed; retrying", "name", a.keys.name, "err", err)
+	}
+	return a.s.retryDelay()
+}
+
+// abandon gives the acquisition up with err (see Lock.abandon).
+func (a *acquisition) abandon(ctx context.Context, lastErr, err error) error {
+	return a.l.abandon(ctx, a.unsure, lastErr, err)
 }
 
 // followDelay is how long a waiter sleeps after finding the name held with
 // left to go on the holder's lease (negative: the key has no TTL): until
 // that lease can have expired, plus 1–2ms (PTTL is in whole milliseconds and
 // Redis expires a key only once its time has passed; the spread keeps
-// waiters from arriving all at once). A healthy holder renews meanwhile, so a
-// waiter sends about one command per TTL; a crashed one is replaced within
-// milliseconds of its expiry; a release wakes the waiter at once through its
-// subscription. Without a confirmed subscription, or when the key has no TTL,
-// it polls at the retry interval instead.
+// waiters from arriving all at once). A release wakes the waiter sooner,
+// through its subscription; without a confirmed one, or when the key has no
+// TTL, it polls at the retry interval instead (see the package
+// documentation, section Waiting).
 func (s *Session) followDelay(left time.Duration, sub *subscription) time.Duration {
 	if left < 0 {
 		return s.retryDelay()
@@ -231,11 +257,11 @@ func (l *Lock) arm(sent, deadline time.Time, fence int64) error {
 }
 
 // giveBack deletes this acquisition's token after an attempt that did not
-// count, best effort. The acquisition goes on with the same token, so
-// unlike del it does not hand the token to the stale-token cleanup, which could delete it after a later attempt
-// of this acquisition has succeeded with it. A node where the delete failed
-// keeps the token until the next attempt takes it again, or, if the
-// acquisition gives up, abandon cleans it up.
+// count, best effort. The acquisition goes on with the same token, so unlike
+// del it does not hand the token to the stale-token cleanup, which could
+// delete it after a later attempt of this acquisition has succeeded with it.
+// A node where the delete failed keeps the token until the next attempt
+// takes it again, or, if the acquisition gives up, abandon cleans it up.
 func (l *Lock) giveBack(ctx context.Context) {
 	if l.s.place.release(ctx, l).retry {
 		l.leftover = true

@@ -11,55 +11,20 @@ import (
 )
 
 // NewRedlockSession creates a session whose locks and elections live on a
-// majority of independent Redis nodes (the Redlock algorithm): clients must
-// be an odd number, at least 3, of clients for distinct, independent Redis
-// servers (not replicas of each other, not one Cluster), and an acquisition
-// holds while a quorum of len(clients)/2+1 nodes hold its token.
+// majority of independent Redis servers (the Redlock algorithm): an
+// acquisition holds while a quorum of len(clients)/2+1 nodes hold its token.
+// clients must be an odd number, at least 3, of clients for distinct,
+// independent servers (not replicas of each other, not one Cluster). The
+// session works as one from NewSession, with the same options, except that
+// Election.Proclaim is refused; how the quorum changes each operation, and
+// what Redlock does not tolerate, is in the package documentation, section
+// Redlock.
 //
-// Everything else is as with NewSession: the same options, Lock, TryLock,
-// Election, Campaign, Run, Observe. How the quorum changes each operation:
-//
-//   - Acquire runs the acquire script on every node in parallel. It succeeds
-//     when a quorum took the key and the replies came before the local
-//     deadline, which is measured from before the first send
-//     (D = send + TTL·(1−drift) − margin, as always). Otherwise the key is
-//     released on every node and the acquire fails: ErrLocked if enough
-//     nodes are held by others that no quorum is possible, else an error
-//     that blocking acquisitions retry after a random delay.
-//   - Renewal rounds run on every node in parallel and extend the deadline
-//     when a quorum renewed. When so many nodes answer "not owner" that no
-//     quorum is possible, the lock ends at once with ErrNotOwner; errors
-//     are retried until the deadline, where it ends with ErrExpired.
-//   - Release deletes the token on every node and waits for each, up to the
-//     call timeout (so a node that is down makes it take that long; acquire
-//     and renewal rounds stop waiting for such a node once the outcome is
-//     known). Errors on a minority of nodes are retried in the background
-//     and do not fail Release.
-//   - Fences: each node issues max(its last fence + 1, its clock in µs);
-//     the acquisition takes the largest of its quorum and writes it back to
-//     the fence key of every node that holds the lock, and succeeds only if
-//     a quorum stored it. Any later acquisition's quorum shares a node with
-//     this one, so its fence is larger: fences strictly increase across
-//     owners as long as no node loses its data (the same condition as the
-//     lock itself; see below).
-//   - Election.Leader (and Observe) reads every node and reports the holder
-//     found on a quorum, with the fence that holder knows. Pub/sub
-//     notifications come from the first node only; while it is down,
-//     waiters poll at the retry interval and Observe reads the quorum when
-//     a lease can have expired.
-//
-// Redlock tolerates a minority of nodes being down or unreachable. It does
-// not tolerate what breaks a single Redis on a node of a quorum: a forward
-// step of a node's wall clock, or a node that restarts without persistence,
-// can let two owners hold quorums that overlap only on that node (Martin
-// Kleppmann's scenarios). Restart crashed nodes only after the TTL (Redis's
-// own advice), keep their clocks slewed, or use WithTakeoverDelay; see
-// docs/RELIABILITY.md for the measurements.
-//
-// Bad input (fewer than 3 clients, an even number, a nil or repeated
-// client, an option that breaks a rule) returns an error matching
-// ErrInvalid and does no I/O. WithReplicaAcks is not available in Redlock
-// mode (each node is meant to stand alone).
+// Bad input (fewer than 3 clients, an even number, a nil, repeated, Ring or
+// cluster client, an option that breaks a rule, or WithReplicaAcks, which is
+// not available in Redlock mode: each node is meant to stand alone) returns
+// an error matching ErrInvalid. NewRedlockSession does no I/O; the caller
+// must call Close.
 func NewRedlockSession(clients []Client, opts ...Option) (*Session, error) {
 	switch n := len(clients); {
 	case n < 3:
@@ -173,33 +138,13 @@ var errNoQuorum = errors.New("no quorum")
 // the largest fence back (raiseFence). Short of a quorum, what was taken is
 // given back.
 func (q *quorum) acquire(ctx context.Context, l *Lock, deadline time.Time) acquired {
-	callCtx, cancel := q.bound(ctx, deadline)
-	defer cancel()
-	replies := make([]acquired, len(q.nodes))
-	var (
-		mu             sync.Mutex
-		taken, refused int
-	)
-	settled := func() bool { return taken >= q.need || refused > q.spare() }
-	q.onNodesUntil(callCtx, &mu, settled, func(ctx context.Context, i int, c Client) {
-		argv := slices.Clone(l.argv[:])
-		r := l.acquireReply(acquireScript.run(ctx, c, argv).Slice())
-		mu.Lock()
-		defer mu.Unlock()
-		replies[i] = r
-		if r.err == nil {
-			taken++
-		} else {
-			refused++
-		}
-	})
 	var (
 		won, locked []int
 		fence       int64
 		left        = time.Duration(-1)
 		lastErr     error
 	)
-	for i, r := range replies {
+	for i, r := range q.acquireAll(ctx, l, deadline) {
 		switch {
 		case r.err == nil:
 			won = append(won, i)
@@ -231,6 +176,32 @@ func (q *quorum) acquire(ctx context.Context, l *Lock, deadline time.Time) acqui
 		err = fmt.Errorf("%w; last error: %w", err, lastErr)
 	}
 	return acquired{err: err, giveBack: true}
+}
+
+// acquireAll runs the acquire script on every node and returns each one's
+// answer; it stops waiting once a quorum took the key, or none can.
+func (q *quorum) acquireAll(ctx context.Context, l *Lock, deadline time.Time) []acquired {
+	callCtx, cancel := q.bound(ctx, deadline)
+	defer cancel()
+	replies := make([]acquired, len(q.nodes))
+	var (
+		mu             sync.Mutex
+		taken, refused int
+	)
+	settled := func() bool { return taken >= q.need || refused > q.spare() }
+	q.onNodesUntil(callCtx, &mu, settled, func(ctx context.Context, i int, c Client) {
+		argv := slices.Clone(l.argv[:])
+		r := l.acquireReply(acquireScript.run(ctx, c, argv).Slice())
+		mu.Lock()
+		defer mu.Unlock()
+		replies[i] = r
+		if r.err == nil {
+			taken++
+		} else {
+			refused++
+		}
+	})
+	return replies
 }
 
 // raiseFence writes fence back to the given nodes and returns on how many
@@ -375,38 +346,7 @@ func holderFence(held []holder, token string) int64 {
 // inspect reports the holder found on a quorum of nodes, with the smallest
 // remaining TTL among them and the fence it knows (holderFence).
 func (q *quorum) inspect(ctx context.Context, k keys) (Leader, bool, error) {
-	type reply struct {
-		h   holder
-		ttl time.Duration
-		ok  bool
-		err error
-	}
-	replies := make([]reply, len(q.nodes))
-	callCtx, cancel := q.bound(ctx, time.Time{})
-	defer cancel()
-	var (
-		mu       sync.Mutex
-		votes    = map[string]int{}
-		answered int
-	)
-	settled := func() bool { // a holder on a quorum, or nobody can reach one
-		best := 0
-		for _, v := range votes {
-			best = max(best, v)
-		}
-		return best >= q.need || best+len(q.nodes)-answered < q.need
-	}
-	q.onNodesUntil(callCtx, &mu, settled, func(ctx context.Context, i int, c Client) {
-		var r reply
-		r.h, r.ttl, _, r.ok, r.err = holderReply(inspectScript.run(ctx, c, []any{nil, nil, 1, k.lock}))
-		mu.Lock()
-		defer mu.Unlock()
-		replies[i] = r
-		answered++
-		if r.ok {
-			votes[r.h.token]++
-		}
-	})
+	replies := q.readHolders(ctx, k)
 	var (
 		held    []holder
 		failed  int
@@ -439,6 +379,46 @@ func (q *quorum) inspect(ctx context.Context, k keys) (Leader, bool, error) {
 		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %d of %d nodes failed: %w", k.name, failed, len(q.nodes), lastErr)
 	}
 	return Leader{}, false, nil
+}
+
+// nodeHolder is what one node's lock key says.
+type nodeHolder struct {
+	h   holder
+	ttl time.Duration
+	ok  bool // the key holds a value this package wrote
+	err error
+}
+
+// readHolders reads k's lock key on every node; it stops waiting once a
+// holder is found on a quorum, or none can be.
+func (q *quorum) readHolders(ctx context.Context, k keys) []nodeHolder {
+	replies := make([]nodeHolder, len(q.nodes))
+	callCtx, cancel := q.bound(ctx, time.Time{})
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		votes    = map[string]int{}
+		answered int
+	)
+	settled := func() bool {
+		best := 0
+		for _, v := range votes {
+			best = max(best, v)
+		}
+		return best >= q.need || best+len(q.nodes)-answered < q.need
+	}
+	q.onNodesUntil(callCtx, &mu, settled, func(ctx context.Context, i int, c Client) {
+		var r nodeHolder
+		r.h, r.ttl, _, r.ok, r.err = holderReply(inspectScript.run(ctx, c, []any{nil, nil, 1, k.lock}))
+		mu.Lock()
+		defer mu.Unlock()
+		replies[i] = r
+		answered++
+		if r.ok {
+			votes[r.h.token]++
+		}
+	})
+	return replies
 }
 
 // errRedlockProclaim refuses Election.Proclaim on a Redlock session.

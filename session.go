@@ -35,16 +35,12 @@ type Client interface {
 // A Session is one participant's lease on Redis: a TTL and one heartbeat
 // goroutine that renews every key the session holds, all in one pipelined
 // round trip per renewal round, plus (on first use) one pub/sub connection
-// shared by everything in the session that waits for a name.
-//
-// Ownership of each key ends at a local deadline computed on the monotonic
-// clock from the send time of the last successful acquire or renew:
-// D = sendTime + TTL·(1−drift) − margin. A timer at D, not the heartbeat,
-// signals the loss, so a stuck Redis call or a starved goroutine cannot
-// extend ownership past the moment Redis may give the key to someone else.
+// shared by everything in the session that waits for a name. Ownership of
+// each key ends at a local deadline (see the package documentation, section
+// Timing).
 //
 // A Session is safe for concurrent use. Its zero value is not usable: create
-// one with NewSession and end it with Close.
+// one with NewSession or NewRedlockSession and end it with Close.
 type Session struct {
 	client Client // carries the session's pub/sub: the only server, or Redlock's first node
 	place  place  // where the leases live: one server, or a Redlock quorum
@@ -144,36 +140,28 @@ func (s *Session) enter() error {
 	return nil
 }
 
-// Close ends the session. First every lock it holds ends with
-// ErrSessionClosed (Done closes, Held turns false, Run's onElected contexts
-// are cancelled), then their keys are released in Redis (compare-and-delete,
-// one pipelined round trip) so that waiting owners take over at once —
-// except a leadership held by Election.Run, which Run releases once
-// onElected has returned. Then Close stops the heartbeat, the pub/sub
+// Close ends the session. Every lock it holds ends with ErrSessionClosed
+// (Done closes, Held turns false, Run's onElected contexts are cancelled),
+// then their keys are released in Redis (compare-and-delete, one pipelined
+// round trip) so that waiting owners take over at once, except Run's terms,
+// which Run releases. Then Close stops the heartbeat, the pub/sub
 // connection, observers and acquisitions in flight, and waits for them and
-// for those releases by Run, so that the client can be closed next.
-// Blocking calls on the session return ErrSessionClosed.
+// for Run's releases, so that the client can be closed next. Blocking calls
+// on the session return ErrSessionClosed. From inside onElected, pass
+// onElected's context (see the package documentation, section Elections).
 //
 // Close returns when all that is done, or with ctx's error when ctx ends
-// first (the rest then finishes in the background). From inside onElected,
-// pass onElected's context (or one derived from it, also through nested
-// Runs): Close then waits for everything but those onElected calls; with
-// another context it would wait for the onElected that called it, until
-// that context ends. A failed release
-// is returned; those keys expire within one TTL.
-// Later and concurrent calls wait for the first to finish (or for their own
-// ctx) and return nil.
+// first (the rest then finishes in the background). A failed release is
+// returned; those keys expire within one TTL. Later and concurrent calls
+// wait for the first to finish and return nil, or ctx's error when their
+// own ctx ends first.
 func (s *Session) Close(ctx context.Context) error {
 	chain := termsOf(ctx)
 	if chain.of(s) {
 		// Called from onElected with its context, which ending self cancels:
 		// keep only its deadline.
-		var cancel context.CancelFunc = func() {}
-		if d, ok := ctx.Deadline(); ok {
-			ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), d)
-		} else {
-			ctx = context.WithoutCancel(ctx)
-		}
+		var cancel context.CancelFunc
+		ctx, cancel = deadlineOnly(ctx)
 		defer cancel()
 	}
 	s.mu.Lock()
@@ -188,24 +176,52 @@ func (s *Session) Close(ctx context.Context) error {
 	}
 	s.err = ErrSessionClosed
 	close(s.done)
-	release := append(slices.Collect(maps.Keys(s.locks)), slices.Collect(maps.Keys(s.stale))...)
+	ended := append(slices.Collect(maps.Keys(s.locks)), slices.Collect(maps.Keys(s.stale))...)
 	clear(s.stale)
 	terms := maps.Clone(s.terms)
 	s.mu.Unlock()
 
-	keep := release[:0]
-	for _, l := range release {
-		l.end(ErrSessionClosed) // a no-op for the stale ones
+	relErr := s.releaseAll(ctx, s.endAll(ended, terms))
+	s.cancel()
+	stopped := s.stopped(terms, chain)
+	select {
+	case <-stopped:
+		return relErr
+	case <-ctx.Done():
+		return errors.Join(ctx.Err(), relErr)
+	}
+}
+
+// deadlineOnly returns a context with ctx's values and deadline that is not
+// cancelled with ctx.
+func deadlineOnly(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(context.WithoutCancel(ctx), d)
+	}
+	return context.WithoutCancel(ctx), func() {}
+}
+
+// endAll ends the locks Close found with ErrSessionClosed (a no-op for the
+// stale ones) and returns those whose keys Close deletes: all but Run's
+// terms, which Run deletes once onElected has returned, so that the next
+// leader never starts while this one still works.
+func (s *Session) endAll(locks []*Lock, terms map[*Lock]*term) []*Lock {
+	keep := locks[:0]
+	for _, l := range locks {
+		l.end(ErrSessionClosed)
 		s.remove(l)
-		// A Run term releases its own key once onElected has returned, so
-		// that the next leader never starts while this one still works.
 		if _, ok := terms[l]; !ok {
 			keep = append(keep, l)
 		}
 	}
-	relErr := s.releaseAll(ctx, keep)
+	return keep
+}
 
-	s.cancel()
+// stopped returns a channel closed once the heartbeat, acquisitions in
+// flight, observers and the pub/sub connection have stopped and Run has
+// released its terms (except those in chain, which cannot meanwhile); it
+// also closes s.closed then.
+func (s *Session) stopped(terms map[*Lock]*term, chain *terms) <-chan struct{} {
 	stopped := make(chan struct{})
 	go func() {
 		<-s.hbDone
@@ -219,12 +235,7 @@ func (s *Session) Close(ctx context.Context) error {
 		close(stopped)
 		close(s.closed)
 	}()
-	select {
-	case <-stopped:
-		return relErr
-	case <-ctx.Done():
-		return errors.Join(ctx.Err(), relErr)
-	}
+	return stopped
 }
 
 // add registers an acquired lock with the heartbeat. It fails when the

@@ -38,6 +38,11 @@ type watcher struct {
 
 	mu     sync.Mutex // protects everything below
 	ps     *redis.PubSub
+	// primed is the connection run has read from once. go-redis's PubSub
+	// sets up its reader state on the first ReceiveTimeout without its
+	// mutex, and reads that state under the mutex when a SUBSCRIBE fails, so
+	// send waits until run has read from ps before it writes to it.
+	primed *redis.PubSub
 	ctx    context.Context // the parent of every go-redis call; cancelled by close
 	cancel context.CancelFunc
 	chans  map[string]*channelSubs
@@ -261,6 +266,10 @@ func (w *watcher) send() {
 			return
 		}
 		w.mu.Lock()
+		if w.ps != w.primed {
+			w.mu.Unlock()
+			continue // run kicks once it has read from w.ps
+		}
 		ps, out := w.ps, w.out
 		w.out = outbox{}
 		for _, ch := range out.subscribe {
@@ -293,7 +302,7 @@ func (w *watcher) run() {
 	heard, pinged := time.Now(), 0 // when the last message came, and pings sent since
 	for {
 		w.mu.Lock()
-		ps := w.ps
+		ps, primed := w.ps, w.primed == w.ps
 		w.pruneLocked(time.Now())
 		w.mu.Unlock()
 		if w.ending() {
@@ -302,8 +311,19 @@ func (w *watcher) run() {
 		// Each read ends at the call timeout: go-redis takes the socket's
 		// read deadline from the context, whose deadline must also bound
 		// the connection setup that go-redis does inside the call (on first
-		// use, and at once after a broken connection).
-		msg, err := ps.ReceiveTimeout(w.s.bound(w.ctx, time.Time{}), w.s.cfg.callTimeout)
+		// use, and at once after a broken connection). The first read from
+		// a connection is short, since send waits for it (see primed).
+		timeout := w.s.cfg.callTimeout
+		if !primed {
+			timeout = time.Millisecond
+		}
+		msg, err := ps.ReceiveTimeout(w.s.bound(w.ctx, time.Time{}), timeout)
+		if !primed {
+			w.mu.Lock()
+			w.primed = ps
+			w.kickLocked()
+			w.mu.Unlock()
+		}
 		if w.ending() {
 			return
 		}
@@ -331,17 +351,22 @@ func (w *watcher) run() {
 			continue
 		}
 		heard, pinged = time.Now(), 0
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			switch m.Kind {
-			case "subscribe":
-				w.confirm(m.Channel)
-			case "unsubscribe":
-				w.unsubscribed(m.Channel)
-			}
-		case *redis.Message:
-			w.deliver(m.Channel)
+		w.handle(msg)
+	}
+}
+
+// handle acts on one message read from the connection.
+func (w *watcher) handle(msg any) {
+	switch m := msg.(type) {
+	case *redis.Subscription:
+		switch m.Kind {
+		case "subscribe":
+			w.confirm(m.Channel)
+		case "unsubscribe":
+			w.unsubscribed(m.Channel)
 		}
+	case *redis.Message:
+		w.deliver(m.Channel)
 	}
 }
 

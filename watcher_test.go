@@ -1,11 +1,14 @@
 package redisleader
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -278,4 +281,75 @@ func waitSubscribed(t testing.TB, c *redis.Client, n int) {
 		require.True(t, time.Now().Before(deadline), "%d channels still subscribed on the server, want at most %d", len(chans), n)
 		runtimeYield()
 	}
+}
+
+// go-redis's PubSub sets up its reader state on the first ReceiveTimeout
+// without taking its mutex, and reads that state under the mutex when a
+// SUBSCRIBE meets a broken connection: a SUBSCRIBE that reaches the
+// connection before the first receive races with it. The watcher's send
+// goroutine therefore waits until run has read from a connection once, so
+// every pub/sub connection is dialled by run's ReceiveTimeout, never by
+// send's Subscribe (whose first write then fails here, as on a connection
+// that broke at once). Under the old code send dialled first about half of
+// the time, and the race detector flagged go-redis's state.
+func TestWatcherSendWaitsForFirstReceive(t *testing.T) {
+	m, _ := newMini(t)
+	for i := range 20 {
+		var (
+			mu       sync.Mutex
+			dialers  []string
+			failOnce = true
+		)
+		c := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true,
+			Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				stack := make([]byte, 64<<10)
+				stack = stack[:runtime.Stack(stack, false)]
+				who := "other"
+				switch {
+				case bytes.Contains(stack, []byte("(*PubSub).ReceiveTimeout")):
+					who = "receive"
+				case bytes.Contains(stack, []byte("(*PubSub).Subscribe")):
+					who = "subscribe"
+				}
+				conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				dialers = append(dialers, who)
+				if who == "subscribe" && failOnce {
+					failOnce = false
+					return &failWrite{Conn: conn}, nil
+				}
+				return conn, nil
+			}})
+		t.Cleanup(func() { _ = c.Close() })
+		s := newSession(t, c)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		sub, err := s.watch.subscribe(ctx, fmt.Sprintf("first-receive-%d", i))
+		cancel()
+		require.NoError(t, err)
+		require.Eventually(t, sub.confirmed, 5*time.Second, time.Millisecond, "the channel is never confirmed")
+		sub.Close()
+		require.NoError(t, s.Close(context.Background()))
+		mu.Lock()
+		require.NotEmpty(t, dialers)
+		assert.Equal(t, "receive", dialers[0], "round %d: the pub/sub connection was first dialled by %s", i, dialers[0])
+		mu.Unlock()
+	}
+}
+
+// failWrite is a connection whose first write fails, as if it broke.
+type failWrite struct {
+	net.Conn
+	failed atomic.Bool
+}
+
+func (c *failWrite) Write(p []byte) (int, error) {
+	if c.failed.CompareAndSwap(false, true) {
+		_ = c.Conn.Close()
+		return 0, io.ErrClosedPipe
+	}
+	return c.Conn.Write(p)
 }
