@@ -36,8 +36,8 @@ type watcher struct {
 	s  *Session
 	wg sync.WaitGroup // run and send
 
-	mu     sync.Mutex // protects everything below
-	ps     *redis.PubSub
+	mu sync.Mutex // protects everything below
+	ps *redis.PubSub
 	// primed is the connection run has read from once. go-redis's PubSub
 	// sets up its reader state on the first ReceiveTimeout without its
 	// mutex, and reads that state under the mutex when a SUBSCRIBE fails, so
