@@ -6,11 +6,12 @@
 //
 // # Model
 //
-// A Session is one participant's lease: a random owner ID, a TTL, and one
-// heartbeat goroutine that renews every key the session holds in one
-// pipelined round trip per renewal round. A Lock is one acquisition of one
-// name; it ends exactly once (Done is closed) and says why (Err): released,
-// lost (ErrNotOwner, ErrExpired), or the session closed.
+// A Session is one participant's lease: a TTL and one heartbeat goroutine
+// that renews every key the session holds in one pipelined round trip per
+// renewal round. A Lock is one acquisition of one name, with its own random
+// token and fence; it ends exactly once (Done is closed) and says why (Err):
+// released, lost (ErrNotOwner, ErrExpired), or the session closed. Ownership
+// ends at a local deadline (see Timing).
 //
 //	s, err := redisleader.NewSession(client, redisleader.WithTTL(10*time.Second))
 //	...
@@ -27,25 +28,44 @@
 //
 // An Election is a named lock whose holder publishes a value (its identity).
 // Election.Run is what most services want: it campaigns, calls a function
-// while this process leads with a context cancelled the moment leadership is
-// lost, resigns only after the function returns, and campaigns again.
-// Election.Campaign blocks until this candidate leads and returns the
-// leadership as a Lock; Election.Resign (or the Lock's Release) resigns, and
-// Election.Proclaim changes the leader's value without a new term (the
-// fence stays); Election.Leader reads who leads; Election.Observe streams
-// the changes. A Run term that is resigned ends at once (onElected's context
-// is cancelled), but its key is deleted only once onElected has returned.
-// Waiting candidates and observers share the session's one pub/sub
-// connection: a resignation wakes them at once, and otherwise they wake only
-// when the leader's lease can have expired, about one command per TTL. A
-// pub/sub message is only ever a hint to read Redis: what Leader and Observe
-// report, and what a waiter acts on,
-// is read from the lock key, so anyone who may publish on the channel can
-// at most make them read sooner.
+// for each term it wins, and campaigns again. Election.Campaign blocks until
+// this candidate leads and returns the leadership as a Lock;
+// Election.Resign (or the Lock's Release) resigns, and Election.Proclaim
+// changes the leader's value without a new term (the fence stays);
+// Election.Leader reads who leads; Election.Observe streams the changes.
+//
+// A leadership won by Run is a term, and Run, not Release, Resign or Close,
+// deletes its key, once onElected has returned, so that one term's work
+// never overlaps the next leader's. Release, Resign and Close end a term at
+// once (Done closes, onElected's context is cancelled) and the key is no
+// longer renewed: it expires after the TTL if onElected takes longer.
+// Release does not wait for Run's delete, so it may be called from
+// onElected; Resign and Close wait for it until their ctx ends. From inside
+// onElected, pass them onElected's context (or one derived from it, also
+// through nested Runs): they then wait for everything but the onElected
+// calls they were called from, which cannot return meanwhile; with another
+// context they would wait for those until that context ends.
 //
 // Locks are not reentrant, and a session never waits for itself: Lock,
 // TryLock and Campaign on a name the session holds return at once an error
 // matching ErrLocked. Use one session per independent contender.
+//
+// # Waiting
+//
+// A blocking Lock, Campaign or Run, and Observe, wait on the session's one
+// pub/sub connection, subscribed to the name's channel before their first
+// attempt or read, so that no release is missed: a release wakes them at
+// once. Otherwise they try (or read) again when the holder's lease can have
+// expired, which they know from the remaining TTL they last read: about one
+// command per TTL while a healthy holder renews, and a try within
+// milliseconds of a crashed holder's expiry. Lock, Campaign and Run poll at
+// the retry interval instead while their subscription is not confirmed or
+// the key has no TTL.
+//
+// A pub/sub message is only ever a hint to read Redis: what Leader and
+// Observe report, and what a waiter acts on, is read from the lock key, so
+// anyone who may publish on the channel can at most make them read sooner,
+// and a lost message delays them by at most the holder's remaining TTL.
 //
 // # Topologies
 //
@@ -53,11 +73,57 @@
 // (redis.NewFailoverClient) and Redis Cluster (*redis.ClusterClient: every
 // key of a name shares one hash slot). WithReplicaAcks adds a WAIT safety
 // level for primaries with replicas: an acquire or renewal counts only once
-// enough replicas acknowledged it, so a failover to one of them cannot hand
-// the name to a second owner while the first still believes. NewRedlockSession
-// holds names on a majority of independent Redis servers (Redlock). The
-// README compares them with measurements; docs/RELIABILITY.md has the fault
+// n replicas acknowledged it, so a failover to one of them cannot hand the
+// name to a second owner while the first still believes. WAIT is not a
+// consensus protocol: with more replicas than n, the promoted replica may
+// be one that did not acknowledge. NewRedlockSession holds names on a
+// majority of independent Redis servers (see Redlock). The README compares
+// the topologies with measurements; docs/RELIABILITY.md has the fault
 // scenarios.
+//
+// # Redlock
+//
+// On a session from NewRedlockSession an acquisition holds while a quorum
+// of len(clients)/2+1 nodes hold its token. Everything else is as with
+// NewSession (the same options but WithReplicaAcks, and every method but
+// Election.Proclaim); the quorum changes each operation:
+//
+//   - Acquire runs the acquire script on every node in parallel. It succeeds
+//     when a quorum took the key and the replies came before the local
+//     deadline, which is measured from before the first send, as always (see
+//     Timing). Otherwise the key is released on every node and the acquire
+//     fails: ErrLocked if enough nodes are held by others that no quorum is
+//     possible, else an error that blocking acquisitions retry after a
+//     random delay.
+//   - Renewal rounds run on every node in parallel and extend the deadline
+//     when a quorum renewed. When so many nodes answer "not owner" that no
+//     quorum is possible, the lock ends at once with ErrNotOwner; errors are
+//     retried until the deadline, where it ends with ErrExpired.
+//   - Release deletes the token on every node and waits for each, up to the
+//     call timeout (so a node that is down makes it take that long; acquire
+//     and renewal rounds stop waiting for such a node once the outcome is
+//     known). Errors on a minority of nodes are retried in the background
+//     and do not fail Release.
+//   - Fences: each node issues max(its last fence + 1, its clock in µs); the
+//     acquisition takes the largest of its quorum and writes it back to the
+//     fence key of every node that holds the lock, and succeeds only if a
+//     quorum stored it. Any later acquisition's quorum shares a node with
+//     this one, so its fence is larger: fences strictly increase across
+//     owners as long as no node loses its data (the same condition as the
+//     lock itself; see below).
+//   - Election.Leader (and Observe) reads every node and reports the holder
+//     found on a quorum, with the fence that holder knows. Pub/sub
+//     notifications come from the first node only; while it is down,
+//     waiters poll at the retry interval and Observe reads the quorum when a
+//     lease can have expired.
+//
+// Redlock tolerates a minority of nodes being down or unreachable. It does
+// not tolerate what breaks a single Redis on a node of a quorum: a forward
+// step of a node's wall clock, or a node that restarts without persistence,
+// can let two owners hold quorums that overlap only on that node (Martin
+// Kleppmann's scenarios). Restart crashed nodes only after the TTL (Redis's
+// own advice), keep their clocks slewed, or use WithTakeoverDelay;
+// docs/RELIABILITY.md has the measurements.
 //
 // # Timing
 //
@@ -79,9 +145,10 @@
 //     ...) are retried until D and are never reported as a loss by themselves.
 //   - Every call is bounded by min(call timeout, D − now) through its context.
 //     go-redis honours context deadlines on sockets only with
-//     redis.Options.ContextTimeoutEnabled = true; set it (NewSession logs a
-//     warning when it is off). Safety does not depend on it, only how quickly
-//     blocking calls and Close return.
+//     redis.Options.ContextTimeoutEnabled = true (ClusterOptions for a
+//     cluster client); set it. Without it a call may block up to the client's
+//     own ReadTimeout, and NewSession logs a warning. Safety does not depend
+//     on it, only how quickly blocking calls and Close return.
 //   - Acquisition is idempotent: every attempt of one acquisition uses the
 //     same token, and a key that already holds that token is confirmed, not
 //     reported as held by someone else. go-redis's own retries of a command
@@ -127,10 +194,11 @@
 //     remove the key or the fence counter: use noeviction.
 //   - Host suspend: Go's monotonic clock stops while the host is suspended.
 //
-// WithTakeoverDelay narrows the first two: a new owner holds the key for the
-// delay before it starts, so a former owner whose key Redis dropped early has
-// stepped down first. docs/RELIABILITY.md lists the fault scenarios behind
-// every guarantee and limit, with their measured results.
+// WithTakeoverDelay narrows clock steps and restarts without persistence: a
+// new owner holds the key for the delay before it starts, so a former owner
+// whose key Redis dropped early has stepped down first. WithReplicaAcks
+// narrows failovers (see Topologies). docs/RELIABILITY.md lists the fault
+// scenarios behind every guarantee and limit, with their measured results.
 //
 // # Keys
 //

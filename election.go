@@ -43,36 +43,26 @@ func (e *Election) Name() string { return e.keys.name }
 // Campaign blocks until this candidate leads, and returns its leadership as a
 // Lock: Done is closed when leadership ends and Err says why, Fence is the
 // leader's fencing token, Value is value (until Proclaim changes it), and
-// Release resigns (as Resign does: at once, the key is deleted and waiting
-// candidates are woken through pub/sub).
+// Release resigns, as Resign does. While another candidate leads, Campaign
+// waits as the package documentation describes (section Waiting).
 //
-// While another candidate leads, Campaign waits on the session's pub/sub
-// connection (subscribed before its first attempt, so a resignation is never
-// missed) and otherwise tries again when the leader's lease can have expired,
-// so it sends about one command per TTL while a healthy leader holds.
-//
-// Campaign returns ctx's error when ctx ends and ErrSessionClosed when the
-// session closes, promptly in both cases, leaving no key behind; an error
-// matching ErrInvalid when value is longer than 64 KiB; an error matching
-// ErrLocked when this session already leads (a session never waits for
-// itself); or a Redis error that retrying cannot fix. Transient Redis errors
-// are retried.
+// Campaign returns ctx's error (joined with the last Redis error, if any)
+// when ctx ends and ErrSessionClosed when the session closes, promptly in
+// both cases, leaving no key behind; an error matching ErrInvalid when value
+// is longer than 64 KiB; an error matching ErrLocked when this session
+// already leads (a session never waits for itself); or a Redis error that
+// retrying cannot fix. Transient Redis errors are retried.
 func (e *Election) Campaign(ctx context.Context, value string) (*Lock, error) {
 	return e.s.acquire(ctx, e.keys.name, value, true, false)
 }
 
-// Resign ends this session's leadership of the election, if it leads,
-// whether Campaign or Run won it: it is that leadership Lock's Release. The
-// leadership ends with ErrReleased, its key is deleted and waiting
-// candidates take over at once.
-//
-// A leadership that Run holds is deleted by Run once onElected has returned:
-// Resign cancels onElected's context (with cause ErrReleased) at once and
-// waits for the delete until ctx ends; from inside onElected, with
-// onElected's context (or that of a Run nested in it), it does not wait. As
-// after Close, the key is no longer renewed meanwhile: it expires after the TTL if onElected takes
-// longer. Run then campaigns again, as when onElected returns nil; to stop
-// campaigning, end Run's context.
+// Resign ends this session's leadership of the election, if it leads
+// (whether Campaign or Run won it), as the leadership Lock's Release does.
+// For a term of Run it then waits until Run has deleted the key, returning
+// what the delete returned, or until ctx ends, returning an error that wraps
+// ctx's; from inside onElected it does not wait (see the package
+// documentation, section Elections). Run then campaigns again, as when
+// onElected returns nil; to stop campaigning, end Run's context.
 //
 // When this session does not lead the election (it never did, or its
 // leadership has ended already), Resign returns nil and writes nothing, as

@@ -119,7 +119,7 @@ func (s *Session) renewRound(ctx context.Context) (held, failed int) {
 // staleness says how the heartbeat cleans up an ended lock's token.
 type staleness struct {
 	until  time.Time // stop trying then: the token must have expired
-	repeat bool      // a request of ours may still set the key: delete until then, even after a success
+	repeat bool      // a request of ours may still set the key: keep deleting until then
 }
 
 // markStale hands an ended lock to the heartbeat for a best-effort delete:

@@ -67,28 +67,17 @@ func checkValue(value string) error {
 // Each acquire, proclaim and release publishes an event on the channel lock
 // key + ":ch" (not a key, so it need not be declared). PUBLISH on Redis
 // Cluster reaches every node; the channel carries the name's hash tag, so it
-// is also ready for sharded pub/sub (SPUBLISH). Events carry no content: "A"
-// for an acquisition or a new value, "R" for a release. They are only hints to read the state
-// again (pub/sub loses messages, and a script can publish and then fail on
-// its first write, under OOM say), and they tell a subscriber nothing about
-// the owner: no token, no fence, no value. Expiry publishes nothing: waiters
-// re-read the state when a lease can have expired.
+// is also ready for sharded pub/sub (SPUBLISH). Events carry no content:
+// "A" for an acquisition or a new value, "R" for a release. They are only
+// hints to read the state again (pub/sub loses messages, and a script can
+// publish and then fail on its first write, under OOM say), and they tell a
+// subscriber nothing about the owner: no token, no fence, no value. Expiry
+// publishes nothing: waiters re-read the state when a lease can have expired.
 //
-// The scripts below compare the token as a prefix of the stored value:
-// "<token>\n", where the token is 128 random bits in base32 (crypto/rand.Text)
-// and contains no newline, so no value can fake another owner's token.
-//
-// Every script does its reads and its PUBLISH before its first write, so a
-// command that fails for a reason retrying cannot fix (a user's ACL that
-// denies the command or the channel, a key of the wrong type, a foreign
-// fence) leaves Redis exactly as it was. A command the user's ACL denies ends
-// the script with a NOPERM error naming the command and its key or channel
-// (Redis 7.0 words a denial inside a script as "ERR The user executing the
-// script can't …" without saying what it denied); see guarded and denied.
-//
-// Scripts run as EVALSHA, falling back to EVAL on NOSCRIPT (see script.run),
-// so a flushed script cache costs one extra round trip and is never mistaken
-// for a lost lock.
+// The scripts (scripts.go) compare the token as a prefix of the stored
+// value: "<token>\n", where the token is 128 random bits in base32
+// (crypto/rand.Text) and contains no newline, so no value can fake another
+// owner's token.
 
 // holder is what a lock key says about its owner.
 type holder struct {

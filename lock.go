@@ -27,7 +27,7 @@ type Lock struct {
 	// fence key, token, TTL, value}; only the acquiring goroutine uses it.
 	argv [8]any
 
-	mu       sync.Mutex    // protects value, deadline, renewed, err, done, onEnds, delivered and deliveredAt
+	mu       sync.Mutex    // protects value, deadline, renewed, err, done, onEnds, delivered(At)
 	value    string        // as acquired, then as last proclaimed
 	deadline time.Time     // local deadline D on the monotonic clock
 	renewed  time.Time     // send time of the last successful acquire or renew
@@ -156,10 +156,10 @@ func (l *Lock) Deadline() time.Time {
 // expires within the TTL at the latest). The call is bounded by ctx and the
 // call timeout.
 //
-// A leadership that Election.Run holds is deleted by Run, once onElected has
-// returned: Release ends it (onElected's context is cancelled with cause
-// ErrReleased) and returns nil without waiting for that delete, so it may be
-// called from onElected itself; Election.Resign is the form that waits.
+// A term of Election.Run is deleted by Run once onElected has returned:
+// Release ends it (onElected's context is cancelled with cause ErrReleased)
+// and returns nil without waiting for that delete, so it may be called from
+// onElected itself; Election.Resign is the form that waits.
 func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, false) }
 
 // release is Release; for a Run term, wait says whether to wait for Run's

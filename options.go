@@ -64,16 +64,15 @@ const (
 
 // WithTTL sets the lease TTL: how long Redis keeps a key after the last
 // successful acquire or renew. It bounds how long followers wait after a
-// leader crashes. The default is 15s. It must be a whole number
-// of milliseconds (Redis's unit) from 10ms to 24h, and at least 20 × the
-// margin.
+// leader crashes. The default is 15s. It must be a whole number of
+// milliseconds (Redis's unit) from 10ms to 24h, and at least 20 × the margin.
 func WithTTL(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.ttl = d })
 }
 
-// WithRenewInterval sets how often the session's heartbeat renews every key it
-// holds, in one pipelined round trip. The default is TTL/3; it must be
-// at least 1ms and at most TTL/3, so that at least two renewals fit in a lease.
+// WithRenewInterval sets how often the session's heartbeat renews every key
+// it holds, in one pipelined round trip. The default is TTL/3; it must be at
+// least 1ms and at most TTL/3, so that at least two renewals fit in a lease.
 func WithRenewInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.renewInterval, c.renewIntervalSet = d, true })
 }
@@ -85,19 +84,17 @@ func WithRenewInterval(d time.Duration) Option {
 // renewInterval + 2 × callTimeout + min(renewInterval, retryInterval +
 // retryJitter) < TTL·(1−drift) − margin.
 //
-// The bound is enforced through the context passed to go-redis, which honours
-// context deadlines on sockets only when the client was built with
-// redis.Options.ContextTimeoutEnabled. Without it a call may block up to the
-// client's own ReadTimeout; loss of ownership is still signalled on time
-// because it is timer-driven (see the package documentation).
+// The bound is enforced through the context passed to go-redis, which needs
+// a client built with ContextTimeoutEnabled (see the package documentation,
+// section Timing).
 func WithCallTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.callTimeout, c.callTimeoutSet = d, true })
 }
 
 // WithDriftFactor sets ρ, the assumed relative clock-rate error between this
-// process and the Redis server, used in the local deadline
-// D = sendTime + TTL·(1−ρ) − margin. The default is 0.01; it must be within
-// [0.001, 0.1].
+// process and the Redis server, by which the local deadline falls short of
+// the TTL (see the package documentation, section Timing). The default is
+// 0.01; it must be within [0.001, 0.1].
 func WithDriftFactor(f float64) Option {
 	return optionFunc(func(c *config) { c.drift = f })
 }
@@ -111,10 +108,9 @@ func WithMargin(d time.Duration) Option {
 
 // WithRetryInterval sets the base delay before an acquire is retried after a
 // Redis error, or while the holder's key has no TTL or the session's pub/sub
-// subscription is not working (otherwise waiters sleep until the holder's
-// lease can have expired, or until a release wakes them), and before a failed
-// renewal is retried. The default
-// is min(100ms, TTL/10); it must be at least 1ms and at most the TTL.
+// subscription is not confirmed (see the package documentation, section
+// Waiting), and before a failed renewal is retried. The default is
+// min(100ms, TTL/10); it must be at least 1ms and at most the TTL.
 func WithRetryInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.retryInterval, c.retryIntervalSet = d, true })
 }
@@ -142,26 +138,21 @@ func WithTakeoverDelay(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.takeoverDelay = d })
 }
 
-// WithReplicaAcks turns on a replication safety level: every acquire and
-// every renewal round is followed, on the same connection, by WAIT n timeout,
-// and counts only if at least n replicas acknowledged it. An acquire that is
-// not acknowledged is not taken (its key is deleted again; TryLock returns
-// ErrReplication, blocking acquisitions retry); a renewal that is not
-// acknowledged is retried until the local deadline, where ownership ends. So
-// an owner never believes beyond what n replicas have seen, and a failover
-// to one of them (Sentinel, managed replicas) does not hand the name to a
-// second owner while the first still believes — unless the promoted replica
-// is not one that acknowledged, which WAIT cannot rule out with more replicas
-// than n. WAIT is not a consensus protocol; see docs/RELIABILITY.md.
+// WithReplicaAcks turns on a replication safety level (see the package
+// documentation, section Topologies): every acquire and every renewal round
+// is followed, on the same connection, by WAIT n timeout, and counts only if
+// at least n replicas acknowledged it. An acquire that is not acknowledged
+// is not taken (its key is deleted again; TryLock returns ErrReplication,
+// blocking acquisitions retry); a renewal that is not acknowledged is
+// retried until the local deadline, where ownership ends.
 //
-// The default is off. n must be at least 1; timeout must be a positive whole
-// number of milliseconds below the call timeout. Redis checks WAIT's timeout
-// in its event loop, which may sleep up to 1/hz between checks (100ms at the
-// default hz 10), so an unacknowledged WAIT takes up to timeout + 1/hz: leave
-// that much room below the call timeout, or the call times out first (the
-// outcome is the same, only the error differs). Not available with a
-// *redis.ClusterClient or a wrapper around one (WAIT must run on the
-// connection that wrote).
+// The default is off. n must be at least 1; timeout must be a positive
+// whole number of milliseconds below the call timeout. An unacknowledged
+// WAIT takes up to timeout + 1/hz (Redis checks the timeout in its event
+// loop: 100ms at the default hz 10): leave that much room below the call
+// timeout, or the call times out first (same outcome, another error). Not
+// available with a *redis.ClusterClient or a wrapper around one (WAIT must
+// run on the connection that wrote), nor with NewRedlockSession.
 func WithReplicaAcks(n int, timeout time.Duration) Option {
 	return optionFunc(func(c *config) { c.acks, c.acksSet = replicaAcks{n: n, timeout: timeout}, true })
 }

@@ -6,18 +6,14 @@ import (
 	"fmt"
 )
 
-// Run campaigns for leadership with value and, each time this candidate is
-// elected, calls onElected on Run's own goroutine with a context that is
-// cancelled the moment leadership is lost (lease expired, key taken or
-// deleted, session closed) or ctx ends; context.Cause of that context says
-// why (ErrNotOwner, ErrExpired, ErrSessionClosed, ErrReleased after Resign,
-// or ctx's cause). The leadership argument is this term's Lock: pass
+// Run campaigns for leadership with value and, for each term it wins, calls
+// onElected on Run's goroutine (never concurrently with itself) with the
+// term's Lock and a context that is cancelled the moment the term ends or
+// ctx does; context.Cause says why (ErrExpired, ErrNotOwner,
+// ErrSessionClosed, ErrReleased after Resign or Release, or ctx's cause).
+// Once onElected has returned, Run releases the leadership (see the package
+// documentation, section Elections) and campaigns again. Pass
 // leadership.Fence() with every write to a resource that can check it.
-// Run waits for onElected to return before it releases leadership, so this
-// leader's work never overlaps with the next leader's; then it campaigns
-// again. Resign (or the Lock's Release) ends the term at once, but the
-// release still waits for onElected (see Resign). onElected is never run
-// concurrently with itself.
 //
 // onElected should return when its context is cancelled:
 //   - If it returns after leadership was lost, whatever it returns, Run
@@ -29,13 +25,10 @@ import (
 //   - If it panics, Run resigns first (so the others take over at once) and
 //     the panic continues up Run's caller.
 //
-// Closing the session cancels onElected's context too; Run still releases
-// the leadership only after onElected has returned, and Session.Close waits
-// for that release (see Close). Run returns ctx's error when ctx ends,
-// ErrSessionClosed when the session closes, what Campaign returns otherwise
-// (ErrLocked when the session already leads this election, in another Run
-// say), or an error matching ErrInvalid for a nil onElected or a value over
-// 64 KiB. To learn who leads while this candidate does not, use Observe.
+// Run returns ctx's error when ctx ends, ErrSessionClosed when the session
+// closes, what Campaign returns otherwise (ErrLocked when the session
+// already leads this election, in another Run say), or an error matching
+// ErrInvalid for a nil onElected or a value over 64 KiB.
 func (e *Election) Run(ctx context.Context, value string, onElected func(ctx context.Context, leadership *Lock) error) error {
 	if onElected == nil {
 		return invalidf("Run: onElected must not be nil")

@@ -8,6 +8,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// Every script does its reads and its PUBLISH before its first write, so a
+// command that fails for a reason retrying cannot fix (a user's ACL that
+// denies the command or the channel, a key of the wrong type, a foreign
+// fence) leaves Redis exactly as it was. A command the user's ACL denies ends
+// the script with a NOPERM error naming the command and its key or channel
+// (Redis 7.0 words a denial inside a script as "ERR The user executing the
+// script can't …" without saying what it denied); see guarded and denied.
+
 // guarded wraps a script body: in it, call(…) is redis.call, except that an
 // ACL denial becomes an error reply "NOPERM redisleader: permission denied
 // for <COMMAND> <key or channel> (ACL): <what Redis said>". A failed call
@@ -199,10 +207,12 @@ type processor interface {
 
 // script is a Lua script run as EVALSHA, falling back to EVAL when the server
 // does not have it cached (NOSCRIPT: after SCRIPT FLUSH, a restart or a
-// failover), exactly as go-redis's Script.Run does. Unlike Script.Run it takes
-// the whole argument vector, so the hot path reuses arguments it boxed once:
-// Script.Run boxes the command name, the SHA and every key again on every
-// call, four or more allocations that were a sixth of an acquire+release pair.
+// failover), exactly as go-redis's Script.Run does, so a flushed script cache
+// costs one extra round trip and is never mistaken for a lost lock. Unlike
+// Script.Run it takes the whole argument vector, so the hot path reuses
+// arguments it boxed once: Script.Run boxes the command name, the SHA and
+// every key again on every call, four or more allocations that were a sixth
+// of an acquire+release pair.
 type script struct {
 	src any // the source, boxed once
 	sha any // its hex SHA-1, boxed once

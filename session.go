@@ -47,7 +47,7 @@ type Session struct {
 	cfg    config
 	ttlArg any // the TTL in ms, boxed once for script arguments
 
-	mu     sync.Mutex // protects locks, names, stale, terms, err and idle, and orders work.Add before Close
+	mu     sync.Mutex // protects the maps, err and idle; orders work.Add before Close
 	locks  map[*Lock]struct{}
 	names  map[string]*Lock    // the held lock of each name in locks
 	stale  map[*Lock]staleness // ended locks whose token may still be in Redis
