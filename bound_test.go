@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader/internal/leak"
+	"github.com/redisleader/redisleader/internal/redisserver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -392,4 +393,82 @@ func TestPoolExhaustedRenewalBounded(t *testing.T) {
 		require.NoError(t, err, "the session works once the connection is back")
 		require.NoError(t, l.Release(context.Background()))
 	})
+}
+
+func TestBoundCtx(t *testing.T) {
+	_, c := newMini(t)
+	s := newSession(t, c, WithCallTimeout(50*time.Millisecond))
+	parent, cancel := context.WithCancel(context.Background())
+	ctx := s.bound(parent, time.Time{})
+	d, ok := ctx.Deadline()
+	require.True(t, ok)
+	assert.WithinDuration(t, time.Now().Add(50*time.Millisecond), d, 10*time.Millisecond)
+	assert.NoError(t, ctx.Err())
+	select {
+	case <-ctx.Done():
+		t.Fatal("Done closed before the deadline")
+	default:
+	}
+	<-time.After(time.Until(d))
+	assert.ErrorIs(t, ctx.Err(), context.DeadlineExceeded)
+	select {
+	case <-ctx.Done():
+	default:
+		t.Fatal("Done must be closed after the deadline")
+	}
+
+	// A lease deadline earlier than the call timeout wins; an earlier parent
+	// deadline is kept as it is; cancelling the parent shows through.
+	lease := time.Now().Add(10 * time.Millisecond)
+	d, _ = s.bound(parent, lease).Deadline()
+	assert.Equal(t, lease, d)
+	short, cancelShort := context.WithTimeout(parent, time.Millisecond)
+	defer cancelShort()
+	assert.Equal(t, short, s.bound(short, time.Time{}))
+	ctx = s.bound(parent, time.Time{})
+	cancel()
+	assert.ErrorIs(t, ctx.Err(), context.Canceled)
+	<-ctx.Done()
+}
+
+// Every call is bounded by the call timeout, whatever Redis does: with the
+// server stopped, TryLock and Close return within their bounds.
+func TestCallsBoundedWhileRedisPaused(t *testing.T) {
+	t.Run("default retries", func(t *testing.T) { testCallsBounded(t, 3) })
+	t.Run("many slow retries", func(t *testing.T) { testCallsBounded(t, 10) })
+}
+
+func testCallsBounded(t *testing.T, retries int) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t, func(o *redis.Options) {
+		o.ContextTimeoutEnabled = true
+		o.MaxRetries = retries
+		o.MinRetryBackoff, o.MaxRetryBackoff = 200*time.Millisecond, time.Second
+	})
+	const callTimeout = 100 * time.Millisecond
+	s, err := NewSession(c, WithTTL(time.Second), WithCallTimeout(callTimeout))
+	require.NoError(t, err)
+	ctx := context.Background()
+	held, err := s.TryLock(ctx, "bounded-held")
+	require.NoError(t, err)
+
+	srv.Pause(t)
+	defer srv.Resume(t)
+
+	start := time.Now()
+	_, err = s.TryLock(ctx, "bounded-new")
+	took := time.Since(start)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, ErrLocked, "a timeout is not 'held by another'")
+	// One acquire attempt plus the best-effort release of its token.
+	assert.Less(t, took, 2*callTimeout+50*time.Millisecond, "TryLock took %v", took)
+
+	start = time.Now()
+	err = s.Close(ctx)
+	took = time.Since(start)
+	assert.Error(t, err, "the release on Close cannot reach Redis")
+	// A renewal in flight plus the release, each bounded by the call timeout.
+	assert.Less(t, took, 2*callTimeout+50*time.Millisecond, "Close took %v", took)
+	assert.ErrorIs(t, held.Err(), ErrSessionClosed)
+	checkNoLeaks(t)
 }

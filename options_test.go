@@ -2,16 +2,12 @@ package redisleader
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redisleader/redisleader/internal/redisserver"
-	"github.com/redisleader/redisleader/internal/syncbuf"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -101,144 +97,7 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, time.Millisecond, fast.retryJitter, "the default jitter is at least 1ms")
 }
 
-func TestBadNamesWriteNothing(t *testing.T) {
-	m, c := newMini(t)
-	s := newSession(t, c)
-	tests := []struct {
-		name, lock, want string
-	}{
-		{"empty", "", "name must not be empty"},
-		{"open brace", "a{b", `name "a{b" must not contain '{' or '}'`},
-		{"close brace", "a}b", `must not contain '{' or '}'`},
-		{"too long", strings.Repeat("x", 513), "name is 513 bytes long; it must be at most 512"},
-		{"not UTF-8", "a\xffb", "must be valid UTF-8"},
-		{"newline", "a\nb", `name "a\nb" must not contain control characters`},
-		{"escape", "a\x1b[31mb", "must not contain control characters"},
-		{"C1 control", "a\u0085b", "must not contain control characters"},
-	}
-	ctx := context.Background()
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			for _, acquire := range []func(context.Context, string) (*Lock, error){s.Lock, s.TryLock} {
-				l, err := acquire(ctx, tt.lock)
-				assert.Nil(t, l)
-				assert.ErrorIs(t, err, ErrInvalid)
-				assert.Contains(t, err.Error(), tt.want)
-			}
-		})
-	}
-	assert.Zero(t, m.CommandCount(), "bad names must not reach Redis")
-	assert.Empty(t, m.Keys())
-
-	l, err := s.TryLock(ctx, strings.Repeat("x", 512))
-	require.NoError(t, err, "512 bytes is the longest valid name")
-	require.NoError(t, l.Release(ctx))
-}
-
-func TestRiskyClientIsLogged(t *testing.T) {
-	m, _ := newMini(t)
-	var buf strings.Builder
-	logger := slog.New(slog.NewTextHandler(&buf, nil))
-	risky := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	defer risky.Close()
-	newSession(t, risky, WithLogger(logger))
-	assert.Contains(t, buf.String(), "ContextTimeoutEnabled is false")
-
-	buf.Reset()
-	safe := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
-	defer safe.Close()
-	newSession(t, safe, WithLogger(logger))
-	assert.Empty(t, buf.String())
-}
-
-// TestServerSettingsAreChecked: the first time a session holds a lock it
-// warns about an eviction policy that can evict lock keys and about a Redis
-// without persistence; a safe server produces no warning.
-func TestServerSettingsAreChecked(t *testing.T) {
-	ctx := context.Background()
-	srv := redisserver.Start(t)
-	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
-	warnings := func() string {
-		var buf syncbuf.Buffer
-		round, roundDone := rounds()
-		s := newSession(t, c, WithTTL(300*time.Millisecond), round,
-			WithLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))))
-		l, err := s.TryLock(ctx, "settings")
-		require.NoError(t, err)
-		require.False(t, waitRound(t, roundDone, 5*time.Second)) // the check runs before the first round
-		require.NoError(t, s.Close(ctx))
-		assert.ErrorIs(t, l.Err(), ErrSessionClosed)
-		return buf.String()
-	}
-	// The test server runs without persistence and with noeviction.
-	out := warnings()
-	assert.Contains(t, out, "persistence is off")
-	assert.NotContains(t, out, "maxmemory-policy")
-
-	require.NoError(t, c.ConfigSet(ctx, "maxmemory-policy", "volatile-ttl").Err())
-	require.NoError(t, c.ConfigSet(ctx, "appendonly", "yes").Err())
-	out = warnings()
-	assert.Contains(t, out, "maxmemory-policy=volatile-ttl")
-	assert.NotContains(t, out, "persistence is off")
-
-	require.NoError(t, c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
-	assert.Empty(t, warnings())
-}
-
-func TestPermanentErrors(t *testing.T) {
-	assert.True(t, permanent(redisErr("WRONGTYPE Operation against a key holding the wrong kind of value")))
-	assert.True(t, permanent(redisErr("NOPERM this user has no permissions")))
-	for _, msg := range []string{"LOADING Redis is loading", "READONLY You can't write", "OOM command not allowed", "NOSCRIPT No matching script", "BUSY Redis is busy"} {
-		assert.False(t, permanent(redisErr(msg)), msg)
-	}
-	assert.False(t, permanent(context.DeadlineExceeded))
-	assert.False(t, permanent(errors.New("dial tcp: connection refused")))
-	assert.False(t, permanent(nil))
-}
-
-// redisErr makes an error that go-redis would return for a Redis error reply.
-type redisErr string
-
-func (e redisErr) Error() string { return string(e) }
-func (redisErr) RedisError()     {}
-
 func nan() float64 { zero := 0.0; return zero / zero }
-
-func TestBoundCtx(t *testing.T) {
-	_, c := newMini(t)
-	s := newSession(t, c, WithCallTimeout(50*time.Millisecond))
-	parent, cancel := context.WithCancel(context.Background())
-	ctx := s.bound(parent, time.Time{})
-	d, ok := ctx.Deadline()
-	require.True(t, ok)
-	assert.WithinDuration(t, time.Now().Add(50*time.Millisecond), d, 10*time.Millisecond)
-	assert.NoError(t, ctx.Err())
-	select {
-	case <-ctx.Done():
-		t.Fatal("Done closed before the deadline")
-	default:
-	}
-	<-time.After(time.Until(d))
-	assert.ErrorIs(t, ctx.Err(), context.DeadlineExceeded)
-	select {
-	case <-ctx.Done():
-	default:
-		t.Fatal("Done must be closed after the deadline")
-	}
-
-	// A lease deadline earlier than the call timeout wins; an earlier parent
-	// deadline is kept as it is; cancelling the parent shows through.
-	lease := time.Now().Add(10 * time.Millisecond)
-	d, _ = s.bound(parent, lease).Deadline()
-	assert.Equal(t, lease, d)
-	short, cancelShort := context.WithTimeout(parent, time.Millisecond)
-	defer cancelShort()
-	assert.Equal(t, short, s.bound(short, time.Time{}))
-	ctx = s.bound(parent, time.Time{})
-	cancel()
-	assert.ErrorIs(t, ctx.Err(), context.Canceled)
-	<-ctx.Done()
-}
 
 // TestDurationOptionBounds: every duration option rejects 1ns and 999µs (a
 // bare number is nanoseconds: WithRenewInterval(5) meant as 5s) with an error
@@ -380,8 +239,10 @@ func TestWrappedNilClient(t *testing.T) {
 	}
 }
 
-func (testDouble) Process(context.Context, redis.Cmder) error         { return nil }
-func (testDouble) Pipeline() redis.Pipeliner                          { return nil }
+func (testDouble) Process(context.Context, redis.Cmder) error { return nil }
+
+func (testDouble) Pipeline() redis.Pipeliner { return nil }
+
 func (testDouble) Subscribe(context.Context, ...string) *redis.PubSub { return nil }
 
 // A test double that embeds a nil interface but implements every method of

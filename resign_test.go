@@ -17,12 +17,14 @@ import (
 type countingHook struct{ n atomic.Int64 }
 
 func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
 func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.n.Add(1)
 		return next(ctx, cmd)
 	}
 }
+
 func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.n.Add(int64(len(cmds)))
@@ -77,85 +79,6 @@ func TestResign(t *testing.T) {
 		require.NoError(t, f.Resign(ctx))
 		assert.Empty(t, b.get(second.Key()))
 		o.waitFor(t, "vacancy", func(l Leader) bool { return l.Fence == 0 })
-	})
-}
-
-// TestResignDuringRun: Resign of a leadership that Run holds cancels
-// onElected at once (cause ErrReleased) but leaves the key until onElected
-// has returned; Resign waits for that, within its context, and not at all
-// from onElected with onElected's context. Run then campaigns again.
-func TestResignDuringRun(t *testing.T) {
-	forBackends(t, func(t *testing.T, b *backend) {
-		ctx, stop := context.WithCancel(context.Background())
-		defer stop()
-		s := newSession(t, b.client, fastOpts()...)
-		e := mustElection(t, s, "resign-run")
-		terms, causes := make(chan *Lock, 4), make(chan error, 4)
-		finish := make(chan struct{}, 4)
-		selfResign := make(chan error, 1)
-		runErr := make(chan error, 1)
-		go func() {
-			n := 0
-			runErr <- e.Run(ctx, "me", func(lctx context.Context, l *Lock) error {
-				n++
-				terms <- l
-				if n == 3 {
-					selfResign <- e.Resign(lctx)
-				}
-				<-lctx.Done()
-				causes <- context.Cause(lctx)
-				<-finish
-				return nil
-			})
-		}()
-		ours := func(l *Lock) bool { return strings.HasPrefix(b.get(l.Key()), l.token+"\n") }
-
-		// Resign waits for onElected, then for Run's delete.
-		first := recvWithin(t, terms, 2*time.Second, "first term")
-		resigned := make(chan error, 1)
-		go func() { resigned <- e.Resign(context.Background()) }()
-		assert.ErrorIs(t, recvWithin(t, causes, 2*time.Second, "onElected cancelled"), ErrReleased)
-		assert.ErrorIs(t, first.Err(), ErrReleased)
-		select {
-		case err := <-resigned:
-			t.Fatalf("Resign returned %v while onElected still runs", err)
-		case <-time.After(100 * time.Millisecond): // an observation window, not synchronisation
-		}
-		assert.True(t, ours(first), "the key was deleted while onElected still runs")
-		finish <- struct{}{}
-		require.NoError(t, recvWithin(t, resigned, 2*time.Second, "Resign once onElected returned"))
-		assert.False(t, ours(first), "the key after Resign returned")
-
-		// Run campaigns again; a Resign whose context ends first returns
-		// that error, and Run still deletes the key after onElected.
-		second := recvWithin(t, terms, 2*time.Second, "second term")
-		assert.Greater(t, second.Fence(), first.Fence())
-		rctx, cancel := context.WithCancel(context.Background())
-		go func() { resigned <- e.Resign(rctx) }()
-		assert.ErrorIs(t, recvWithin(t, causes, 2*time.Second, "onElected cancelled"), ErrReleased)
-		cancel()
-		assert.ErrorIs(t, recvWithin(t, resigned, 2*time.Second, "Resign with its context ended"), context.Canceled)
-		assert.True(t, ours(second), "the key was deleted while onElected still runs")
-		go func() { resigned <- e.Resign(context.Background()) }()
-		select {
-		case err := <-resigned:
-			t.Fatalf("a second Resign returned %v while onElected still runs", err)
-		case <-time.After(100 * time.Millisecond): // an observation window, not synchronisation
-		}
-		finish <- struct{}{}
-		require.NoError(t, recvWithin(t, resigned, 2*time.Second, "the second Resign once onElected returned"))
-		assert.False(t, ours(second), "the key after Run's delete")
-		require.NoError(t, second.Release(context.Background()), "Release after Run's delete")
-
-		// From onElected, with its context: no wait for itself.
-		third := recvWithin(t, terms, 2*time.Second, "third term")
-		require.NoError(t, recvWithin(t, selfResign, 2*time.Second, "Resign from onElected"))
-		assert.ErrorIs(t, recvWithin(t, causes, 2*time.Second, "onElected cancelled"), ErrReleased)
-		assert.True(t, ours(third), "the key was deleted while onElected still runs")
-		stop()
-		finish <- struct{}{}
-		assert.ErrorIs(t, recvWithin(t, runErr, 2*time.Second, "Run's return"), context.Canceled)
-		assert.False(t, ours(third), "the key after Run returned")
 	})
 }
 

@@ -353,3 +353,37 @@ func (c *failWrite) Write(p []byte) (int, error) {
 	}
 	return c.Conn.Write(p)
 }
+
+// A prune's UNSUBSCRIBE that races with a new subscriber to the same channel
+// must not leave that subscriber deaf: the watcher subscribes again.
+func TestWatcherResubscribesAfterRacingUnsubscribe(t *testing.T) {
+	_, c := newMini(t)
+	s := newSession(t, c)
+	ctx := context.Background()
+	const ch = "redisleader:{race}:ch"
+	sub, err := s.watch.subscribe(ctx, ch)
+	require.NoError(t, err)
+	defer sub.Close()
+	require.True(t, sub.confirmed())
+
+	s.watch.mu.Lock()
+	ps := s.watch.ps
+	s.watch.mu.Unlock()
+	require.NoError(t, ps.Unsubscribe(ctx, ch)) // as a racing prune would
+	recvWithin(t, sub.notify, 2*time.Second, "gap after the unsubscribe")
+	_, gap := sub.take()
+	assert.True(t, gap, "subscribers are told they may have missed messages")
+
+	// Once subscribed again, messages arrive.
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		n, err := c.Publish(ctx, ch, "hello").Result()
+		require.NoError(t, err)
+		if n > 0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the watcher did not subscribe again")
+		runtimeYield()
+	}
+	recvMessage(t, sub, "hello", 2*time.Second)
+}

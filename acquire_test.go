@@ -1,0 +1,532 @@
+package redisleader
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestTryLockContention(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		const n = 100
+		sessions := make([]*Session, n)
+		for i := range sessions {
+			sessions[i] = newSession(t, b.client)
+		}
+		var (
+			wg      sync.WaitGroup
+			winners atomic.Int32
+			locked  atomic.Int32
+			start   = make(chan struct{})
+			won     = make(chan *Lock, n)
+		)
+		for _, s := range sessions {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				l, err := s.TryLock(context.Background(), "contended")
+				switch {
+				case err == nil:
+					winners.Add(1)
+					won <- l
+				case errors.Is(err, ErrLocked):
+					locked.Add(1)
+				default:
+					t.Errorf("TryLock: unexpected error %v", err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		require.Equal(t, int32(1), winners.Load(), "exactly one winner")
+		assert.Equal(t, int32(n-1), locked.Load(), "every other session sees ErrLocked")
+		l := <-won
+		h, ok := parseHolder(b.get(l.Key()))
+		require.True(t, ok)
+		assert.Equal(t, l.token, h.token, "the key holds the winner's token")
+		assert.Equal(t, l.Fence(), h.fence)
+		require.NoError(t, l.Release(context.Background()))
+		assert.Empty(t, b.get(l.Key()))
+	})
+}
+
+func TestFencesStrictlyIncrease(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		a, c := newSession(t, b.client), newSession(t, b.client)
+		var last int64
+		for i := 0; i < 20; i++ {
+			s := a
+			if i%2 == 1 {
+				s = c
+			}
+			l, err := s.TryLock(ctx, "fenced")
+			require.NoError(t, err)
+			assert.Greater(t, l.Fence(), last, "acquisition %d", i)
+			last = l.Fence()
+			if i == 10 {
+				// Redis loses its data (restart without persistence): the
+				// time-based fence still moves forward.
+				b.del(l.Key())
+				b.del(newKeys("fenced").fence)
+				require.NoError(t, l.Release(ctx), "a key already gone is not a release error")
+				continue
+			}
+			require.NoError(t, l.Release(ctx))
+		}
+	})
+}
+
+func TestFenceCounterAheadOfClock(t *testing.T) {
+	_, c := newMini(t)
+	ctx := context.Background()
+	s := newSession(t, c)
+	// A counter far ahead of the server clock (written by a server whose clock
+	// ran fast, say) still grows by one per acquisition.
+	ahead := int64(1) << 52
+	require.NoError(t, c.Set(ctx, newKeys("ahead").fence, ahead, 0).Err())
+	for i := int64(1); i <= 3; i++ {
+		l, err := s.TryLock(ctx, "ahead")
+		require.NoError(t, err)
+		assert.Equal(t, ahead+i, l.Fence())
+		require.NoError(t, l.Release(ctx))
+	}
+}
+
+func TestAcquireIsIdempotentForOwnToken(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		k := newKeys("idem")
+		run := func(token string) []any {
+			res, err := acquireScript.run(ctx, b.client, []any{nil, nil, 2, k.lock, k.fence, token, "1000", "v"}).Slice()
+			require.NoError(t, err)
+			return res
+		}
+		first := run("tok-a")
+		require.Equal(t, int64(1), first[0])
+		b.client.PExpire(ctx, k.lock, 100*time.Millisecond)
+		again := run("tok-a")
+		assert.Equal(t, first, again, "same token: acquired again with the same fence")
+		pttl, err := b.client.PTTL(ctx, k.lock).Result()
+		require.NoError(t, err)
+		assert.Greater(t, pttl, 500*time.Millisecond, "a confirmed acquire refreshes the TTL")
+		other := run("tok-b")
+		assert.Equal(t, int64(0), other[0], "another token: held")
+		h, ok := parseHolder(other[1].(string))
+		require.True(t, ok)
+		assert.Equal(t, holder{token: "tok-a", fence: first[1].(int64), value: "v"}, h)
+	})
+}
+
+func TestBlockingLock(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		holder := newSession(t, b.client, fastOpts()...)
+		held, err := holder.TryLock(ctx, "blocking")
+		require.NoError(t, err)
+
+		t.Run("acquires after release", func(t *testing.T) {
+			waiter := newSession(t, b.client, fastOpts()...)
+			got := make(chan *Lock, 1)
+			go func() {
+				l, err := waiter.Lock(ctx, "blocking")
+				assert.NoError(t, err)
+				got <- l
+			}()
+			select {
+			case <-got:
+				t.Fatal("acquired while held")
+			case <-time.After(50 * time.Millisecond): // a few retry intervals
+			}
+			require.NoError(t, held.Release(ctx))
+			select {
+			case l := <-got:
+				assert.Greater(t, l.Fence(), held.Fence())
+				require.NoError(t, l.Release(ctx))
+				held, err = holder.TryLock(ctx, "blocking")
+				require.NoError(t, err)
+			case <-time.After(2 * time.Second):
+				t.Fatal("waiter did not acquire after release")
+			}
+		})
+
+		t.Run("ctx cancel leaves no key", func(t *testing.T) {
+			waiter := newSession(t, b.client, fastOpts()...)
+			cctx, cancel := context.WithCancel(ctx)
+			errc := make(chan error, 1)
+			go func() {
+				_, err := waiter.Lock(cctx, "blocking")
+				errc <- err
+			}()
+			cancel()
+			assert.ErrorIs(t, recvWithin(t, errc, time.Second, "Lock ignored ctx"), context.Canceled)
+			h, ok := parseHolder(b.get(held.Key()))
+			require.True(t, ok)
+			assert.Equal(t, held.token, h.token, "the holder is untouched")
+		})
+
+		t.Run("session close ends the wait", func(t *testing.T) {
+			waiter, err := NewSession(b.client, fastOpts()...)
+			require.NoError(t, err)
+			errc := make(chan error, 1)
+			go func() {
+				_, err := waiter.Lock(ctx, "blocking")
+				errc <- err
+			}()
+			require.NoError(t, waiter.Close(ctx))
+			select {
+			case err := <-errc:
+				assert.ErrorIs(t, err, ErrSessionClosed)
+			case <-time.After(time.Second):
+				t.Fatal("Lock ignored the session's end")
+			}
+		})
+
+		t.Run("deadline-bounded", func(t *testing.T) {
+			waiter := newSession(t, b.client, fastOpts()...)
+			cctx, cancel := context.WithTimeout(ctx, 80*time.Millisecond)
+			defer cancel()
+			_, err := waiter.Lock(cctx, "blocking")
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+		})
+	})
+}
+
+func TestAmbiguousAcquire(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		t.Run("client retries (MaxRetries 3)", func(t *testing.T) {
+			var drop atomic.Int32
+			c := dropClient(t, b.addr, &drop, nil)
+			require.NoError(t, c.Ping(ctx).Err())
+			s := newSession(t, c)
+			drop.Store(1) // the reply to the acquire is lost; go-redis re-sends it
+			l, err := s.TryLock(ctx, "ambiguous-retried")
+			require.NoError(t, err, "the retried acquire must be recognised as ours")
+			assert.Zero(t, drop.Load(), "a reply was dropped")
+			h, ok := parseHolder(b.get(l.Key()))
+			require.True(t, ok)
+			assert.Equal(t, l.token, h.token)
+			assert.Equal(t, l.Fence(), h.fence, "one fence for one acquisition")
+			require.NoError(t, l.Release(ctx))
+		})
+		t.Run("no client retries, TryLock", func(t *testing.T) {
+			var drop atomic.Int32
+			c := dropClient(t, b.addr, &drop, func(o *redis.Options) { o.MaxRetries = -1 })
+			require.NoError(t, c.Ping(ctx).Err())
+			s := newSession(t, c)
+			drop.Store(1)
+			l, err := s.TryLock(ctx, "ambiguous-try")
+			require.Error(t, err)
+			assert.Nil(t, l)
+			assert.NotErrorIs(t, err, ErrLocked, "an unknown outcome is never 'held by another'")
+			assert.Empty(t, b.get(newKeys("ambiguous-try").lock), "the phantom lock was cleaned up")
+		})
+		t.Run("no client retries, Lock", func(t *testing.T) {
+			var drop atomic.Int32
+			c := dropClient(t, b.addr, &drop, func(o *redis.Options) { o.MaxRetries = -1 })
+			require.NoError(t, c.Ping(ctx).Err())
+			s := newSession(t, c, fastOpts()...)
+			drop.Store(1)
+			l, err := s.Lock(ctx, "ambiguous-lock")
+			require.NoError(t, err, "Lock retries with the same token and finds the key ours")
+			h, ok := parseHolder(b.get(l.Key()))
+			require.True(t, ok)
+			assert.Equal(t, l.token, h.token)
+			require.NoError(t, l.Release(ctx))
+		})
+	})
+}
+
+func TestFenceKeyGarbageIsAnError(t *testing.T) {
+	ctx := context.Background()
+	for _, v := range []string{"abc", "-1", "1.5", "9007199254740991", "inf", "1e300"} {
+		_, c := newMini(t)
+		s := newSession(t, c)
+		require.NoError(t, c.Set(ctx, newKeys("garbage").fence, v, 0).Err())
+		_, err := s.TryLock(ctx, "garbage")
+		assert.ErrorContains(t, err, "does not hold a fence", v)
+		assert.True(t, permanent(err), "a broken fence key is not retried (%s)", v)
+		_, err = s.Lock(ctx, "garbage")
+		assert.ErrorContains(t, err, "does not hold a fence", "blocking Lock returns at once (%s)", v)
+		n, _ := c.Exists(ctx, newKeys("garbage").lock).Result()
+		assert.Zero(t, n, "no lock without a valid fence (%s)", v)
+	}
+}
+
+// parseFence reads the fence stored in a lock key on miniredis.
+func parseFence(t *testing.T, m interface{ Get(string) (string, error) }, key string) int64 {
+	t.Helper()
+	v, err := m.Get(key)
+	require.NoError(t, err)
+	h, ok := parseHolder(v)
+	require.True(t, ok, v)
+	return h.fence
+}
+
+// TestTakeoverDelay: with WithTakeoverDelay an acquisition holds (and renews)
+// the key for the delay before it is handed over; cancelling or closing
+// during the delay leaves no key, and a loss during the delay makes a
+// blocking acquire start over with a new fence.
+func TestTakeoverDelay(t *testing.T) {
+	const delay = 300 * time.Millisecond
+	ctx := context.Background()
+	m, c := newMini(t)
+	s := newSession(t, c, fastOpts(WithTakeoverDelay(delay))...)
+	key := newKeys("td").lock
+
+	type result struct {
+		l   *Lock
+		err error
+		at  time.Time
+	}
+	try := func(ctx context.Context, block bool) <-chan result {
+		ch := make(chan result, 1)
+		go func() {
+			var r result
+			if block {
+				r.l, r.err = s.Lock(ctx, "td")
+			} else {
+				r.l, r.err = s.TryLock(ctx, "td")
+			}
+			r.at = time.Now()
+			ch <- r
+		}()
+		return ch
+	}
+	keyHeld := func() bool { return m.Exists(key) }
+
+	// Handed over only after the delay; the key is ours meanwhile.
+	start := time.Now()
+	res := try(ctx, false)
+	require.Eventually(t, keyHeld, 5*time.Second, time.Millisecond)
+	select {
+	case r := <-res:
+		require.NoError(t, r.err)
+		assert.GreaterOrEqual(t, r.at.Sub(start), delay)
+		assert.True(t, r.l.Held())
+		require.NoError(t, r.l.Release(ctx))
+	case <-time.After(10 * time.Second):
+		t.Fatal("TryLock did not return")
+	}
+
+	// Cancelled during the delay: ctx's error, key deleted.
+	cctx, cancel := context.WithCancel(ctx)
+	res = try(cctx, true)
+	require.Eventually(t, keyHeld, 5*time.Second, time.Millisecond)
+	cancel()
+	r := <-res
+	assert.ErrorIs(t, r.err, context.Canceled)
+	// The delete runs in the background, the caller's ctx having ended.
+	assert.Eventually(t, func() bool { return !keyHeld() }, time.Second, time.Millisecond,
+		"a cancelled takeover must release its key")
+
+	// Lost during the delay: a blocking acquire starts over with a new fence.
+	res = try(ctx, true)
+	require.Eventually(t, keyHeld, 5*time.Second, time.Millisecond)
+	first := parseFence(t, m, key)
+	m.Del(key) // the heartbeat's next renewal finds it gone
+	r = <-res
+	require.NoError(t, r.err)
+	assert.Greater(t, r.l.Fence(), first)
+	require.NoError(t, r.l.Release(ctx))
+
+	// Session closed during the delay: ErrSessionClosed, key released by Close.
+	res = try(ctx, true)
+	require.Eventually(t, keyHeld, 5*time.Second, time.Millisecond)
+	require.NoError(t, s.Close(ctx))
+	r = <-res
+	assert.ErrorIs(t, r.err, ErrSessionClosed)
+	assert.False(t, keyHeld())
+	checkNoLeaks(t)
+}
+
+// A session never waits for itself: Lock, Campaign and TryLock on a name it
+// holds return at once with an error matching ErrLocked that says so, also
+// when another call of the same session won the name meanwhile.
+func TestSessionNeverWaitsForItself(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		s := newSession(t, b.client, fastOpts()...)
+		held, err := s.Lock(ctx, "self")
+		require.NoError(t, err)
+		for what, acquire := range map[string]func() error{
+			"Lock":     func() error { _, err := s.Lock(ctx, "self"); return err },
+			"TryLock":  func() error { _, err := s.TryLock(ctx, "self"); return err },
+			"Campaign": func() error { _, err := mustElection(t, s, "self").Campaign(ctx, "v"); return err },
+		} {
+			done := make(chan error, 1)
+			go func() { done <- acquire() }()
+			err := recvWithin(t, done, time.Second, what+" on a name the session holds")
+			assert.ErrorIs(t, err, ErrLocked, what)
+			assert.ErrorContains(t, err, `"self" is already held by this session`, what)
+		}
+		require.NoError(t, held.Release(ctx))
+		again, err := s.Lock(ctx, "self")
+		require.NoError(t, err, "Lock after the release")
+		require.NoError(t, again.Release(ctx))
+
+		// Two calls of one session race for a free name: one wins, the
+		// other returns at once instead of waiting for the winner.
+		errs := make(chan error, 2)
+		locks := make(chan *Lock, 2)
+		for range 2 {
+			go func() {
+				l, err := s.Lock(ctx, "race")
+				locks <- l
+				errs <- err
+			}()
+		}
+		e1, e2 := recvWithin(t, errs, time.Second, "first"), recvWithin(t, errs, time.Second, "second")
+		assert.True(t, (e1 == nil) != (e2 == nil), "exactly one wins: %v, %v", e1, e2)
+		for _, err := range []error{e1, e2} {
+			if err != nil {
+				assert.ErrorIs(t, err, ErrLocked)
+			}
+		}
+		for range 2 {
+			_ = (<-locks).Release(ctx)
+		}
+	})
+}
+
+// arm registers a fresh lock with the session before its deadline timer can
+// end it: a deadline that passes in between must not leave an ended lock
+// among the session's locks (the heartbeat would never idle), and the
+// acquisition is not handed over expired.
+func TestArmRacingItsDeadline(t *testing.T) {
+	m, c := newMini(t)
+	armed := func(l *Lock) {
+		// The deadline passes before the timer starts (no renewal gets through).
+		m.SetError("LOADING stalled")
+		defer m.SetError("")
+		for d := l.Deadline(); time.Now().Before(d); d = l.Deadline() {
+			<-time.After(time.Until(d))
+		}
+		l.mu.Lock()
+		started := l.timer != nil
+		l.mu.Unlock()
+		if started { // code that starts the timer first: let it end the lock now
+			<-l.Done()
+		}
+	}
+	s := newSession(t, c, append(fastOpts(), withArmedHook(armed))...)
+	l, err := s.TryLock(context.Background(), "racing")
+	assert.Nil(t, l)
+	assert.ErrorIs(t, err, ErrExpired)
+	require.Eventually(t, func() bool { return len(s.held()) == 0 }, time.Second, time.Millisecond,
+		"the expired lock is still registered with the session")
+}
+
+// lateAcquire is a client whose first acquire call reaches Redis only when
+// the test says so, after its caller gave up on it (a request held up on
+// the way, say by a paused network path): the caller sees a timeout.
+type lateAcquire struct {
+	*redis.Client
+	once    sync.Once
+	deliver chan struct{}
+	ran     chan *redis.Cmd
+}
+
+func (c *lateAcquire) Process(ctx context.Context, cmd redis.Cmder) error {
+	args := cmd.Args()
+	held := false
+	if len(args) > 1 && (args[1] == acquireScript.sha || args[1] == acquireScript.src) {
+		c.once.Do(func() { held = true })
+	}
+	if !held {
+		return c.Client.Process(ctx, cmd)
+	}
+	late := redis.NewCmd(context.Background(), slices.Clone(args)...) // written to the wire now
+	go func() {
+		<-c.deliver
+		_ = c.Client.Process(context.Background(), late)
+		c.ran <- late
+	}()
+	cmd.SetErr(context.DeadlineExceeded)
+	return cmd.Err()
+}
+
+// An abandoned acquisition whose attempt is still on its way to Redis can
+// take the key after the acquisition gave up, even when its last attempt
+// found the name held by another: the session deletes that token when it
+// appears instead of leaving an unrenewed key for a TTL.
+func TestAbandonedAcquireLandingLate(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		opts := fastOpts(WithTTL(3 * time.Second))
+		holder, err := newSession(t, b.client, opts...).Lock(ctx, "late")
+		require.NoError(t, err)
+		c := &lateAcquire{Client: redis.NewClient(&redis.Options{Addr: b.addr, ContextTimeoutEnabled: true}),
+			deliver: make(chan struct{}), ran: make(chan *redis.Cmd, 1)}
+		defer c.Client.Close()
+		s := newSession(t, c, opts...)
+		lctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, err = s.Lock(lctx, "late") // first attempt held up, the next ones find the holder
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.NoError(t, holder.Release(ctx))
+		close(c.deliver)
+		res, err := recvWithin(t, c.ran, time.Second, "the late acquire").Slice()
+		require.NoError(t, err)
+		require.Equal(t, int64(1), res[0], "the late acquire took the key")
+		require.Eventually(t, func() bool { return b.get(holder.Key()) == "" }, time.Second, 5*time.Millisecond,
+			"the late acquire's key (TTL 3s) is still there")
+	})
+}
+
+// hangRelease holds every release script call (with all, every call) until
+// its context ends.
+type hangRelease struct {
+	*redis.Client
+	all bool
+}
+
+func (h hangRelease) Process(ctx context.Context, cmd redis.Cmder) error {
+	if a := cmd.Args(); h.all || (len(a) > 1 && (a[1] == releaseScript.sha || a[1] == releaseScript.src)) {
+		<-ctx.Done()
+		cmd.SetErr(ctx.Err())
+		return cmd.Err()
+	}
+	return h.Client.Process(ctx, cmd)
+}
+
+// A blocking Lock returns with its context also when the context ends
+// during the takeover delay and the release then hangs, and (Redlock) when
+// an attempt short of a quorum gives back its keys on a node that hangs.
+func TestLockReturnsWithItsContextWhileGivingBack(t *testing.T) {
+	const wait = 100 * time.Millisecond
+	lockWithin := func(t *testing.T, s *Session, name string) {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		start := time.Now()
+		_, err := s.Lock(ctx, name)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Less(t, time.Since(start), wait+200*time.Millisecond, "Lock outlived its context")
+	}
+	t.Run("takeover delay", func(t *testing.T) {
+		_, c := newMini(t)
+		s := newSession(t, hangRelease{Client: c}, WithTTL(6*time.Second), WithCallTimeout(time.Second), WithTakeoverDelay(2*time.Second))
+		lockWithin(t, s, "takeover-hang")
+	})
+	t.Run("Redlock give-back", func(t *testing.T) {
+		ms, cs := redlockNodes(t, 3)
+		cs[2] = hangRelease{Client: cs[2].(*redis.Client), all: true}
+		k := newKeys("giveback-hang")
+		ms[1].Set(k.lock, "other\n1\n")
+		ms[1].SetTTL(k.lock, time.Minute)
+		s, err := NewRedlockSession(cs, WithTTL(6*time.Second), WithCallTimeout(time.Second))
+		require.NoError(t, err)
+		defer s.Close(context.Background())
+		lockWithin(t, s, "giveback-hang")
+	})
+}

@@ -1,0 +1,174 @@
+package redisleader
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/redisserver"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestLossPaths(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		cases := []struct {
+			name  string
+			steal func(key string)
+		}{
+			{"key deleted", b.del},
+			{"key overwritten", func(k string) { b.set(k, "someone-else\n1\n") }},
+			{"key expired on the server", b.expire},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				s := newSession(t, b.client, fastOpts()...)
+				l, err := s.TryLock(context.Background(), "loss-"+strings.ReplaceAll(tc.name, " ", "-"))
+				require.NoError(t, err)
+				require.True(t, l.Held())
+				before := b.get(l.Key())
+				tc.steal(l.Key())
+				after := b.get(l.Key())
+				waitClosed(t, l.Done(), time.Second, "Done after "+tc.name)
+				assert.ErrorIs(t, l.Err(), ErrNotOwner)
+				assert.ErrorIs(t, l.Err(), ErrLost)
+				assert.False(t, l.Held())
+				assert.NotEqual(t, before, after)
+				assert.Equal(t, after, b.get(l.Key()), "renewal must not touch a key that is not ours")
+				assert.ErrorIs(t, l.Release(context.Background()), ErrNotOwner, "Release of a lost lock reports the loss")
+				assert.Equal(t, after, b.get(l.Key()), "Release of a lost lock writes nothing")
+			})
+		}
+	})
+}
+
+func TestDeadlineFiresWhileRedisFails(t *testing.T) {
+	m, c := newMini(t)
+	hook, roundsCh := rounds()
+	s := newSession(t, c, fastOpts(hook)...)
+	l, err := s.TryLock(context.Background(), "unreachable")
+	require.NoError(t, err)
+	require.False(t, waitRound(t, roundsCh, time.Second), "a healthy round succeeds")
+
+	m.SetError("LOADING Redis is loading the dataset in memory")
+	require.True(t, waitRound(t, roundsCh, time.Second), "rounds fail while Redis errors")
+	assert.True(t, l.Held(), "a Redis error is not a loss before the deadline")
+	assert.NoError(t, l.Err())
+
+	d := l.Deadline()
+	waitClosed(t, l.Done(), 2*time.Second, "Done at the deadline")
+	late := time.Since(d)
+	assert.GreaterOrEqual(t, late, time.Duration(0), "never before the deadline")
+	assert.Less(t, late, 50*time.Millisecond, "Done closes at the deadline")
+	assert.ErrorIs(t, l.Err(), ErrExpired)
+	assert.ErrorIs(t, l.Err(), ErrLost)
+
+	// Redis recovers and still holds our token: no resurrection, and the
+	// heartbeat deletes the stale token so others need not wait a TTL.
+	require.True(t, m.Exists(l.Key()))
+	m.SetError("")
+	for m.Exists(l.Key()) {
+		waitRound(t, roundsCh, time.Second)
+	}
+	assert.False(t, l.Held())
+	assert.ErrorIs(t, l.Err(), ErrExpired)
+	assert.ErrorIs(t, l.Release(context.Background()), ErrExpired, "Release of an expired lock reports it and writes nothing")
+}
+
+func TestRenewalKeepsTheKey(t *testing.T) {
+	m, c := newMini(t)
+	hook, roundsCh := rounds()
+	s := newSession(t, c, fastOpts(hook)...)
+	ctx := context.Background()
+	var locks []*Lock
+	for i := 0; i < 3; i++ {
+		l, err := s.TryLock(ctx, fmt.Sprint("renewed-", i))
+		require.NoError(t, err)
+		locks = append(locks, l)
+	}
+	for i := 0; i < 5; i++ {
+		// Server time moves 400ms per round, far past a TTL over 5 rounds.
+		m.FastForward(400 * time.Millisecond)
+		require.False(t, waitRound(t, roundsCh, time.Second))
+		for _, l := range locks {
+			assert.Equal(t, 600*time.Millisecond, m.TTL(l.Key()), "renewed to the full TTL")
+		}
+	}
+	for _, l := range locks {
+		assert.True(t, l.Held())
+		assert.Greater(t, time.Until(l.Deadline()), 300*time.Millisecond)
+	}
+}
+
+func TestScriptFlushDoesNotLoseLocks(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		for _, n := range []int{1, 3} { // one lock: a plain call; several: a pipeline
+			t.Run(fmt.Sprint(n, " locks"), func(t *testing.T) {
+				hook, roundsCh := rounds()
+				s := newSession(t, b.client, fastOpts(hook)...)
+				var locks []*Lock
+				for i := 0; i < n; i++ {
+					l, err := s.TryLock(ctx, fmt.Sprintf("flush-%d-%d", n, i))
+					require.NoError(t, err)
+					locks = append(locks, l)
+				}
+				for i := 0; i < 3; i++ {
+					require.NoError(t, b.client.ScriptFlush(ctx).Err())
+					assert.False(t, waitRound(t, roundsCh, time.Second), "NOSCRIPT is handled within the round")
+				}
+				for _, l := range locks {
+					assert.True(t, l.Held())
+					assert.NoError(t, l.Err())
+				}
+				require.NoError(t, b.client.ScriptFlush(ctx).Err())
+				for _, l := range locks {
+					require.NoError(t, l.Release(ctx), "release after SCRIPT FLUSH")
+				}
+			})
+		}
+	})
+}
+
+// With the renewal blocked by a paused (SIGSTOP) redis-server, the lock ends
+// at its local deadline, driven by the timer alone.
+func TestDeadlineWhileRedisPaused(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	hook, roundsCh := rounds()
+	s := newSession(t, c, WithTTL(time.Second), hook)
+	ctx := context.Background()
+	l, err := s.TryLock(ctx, "paused")
+	require.NoError(t, err)
+	require.False(t, waitRound(t, roundsCh, 2*time.Second), "a healthy renewal first")
+
+	srv.Pause(t)
+	resumed := false
+	defer func() {
+		if !resumed {
+			srv.Resume(t)
+		}
+	}()
+	d := l.Deadline()
+	assert.True(t, l.Held())
+	waitClosed(t, l.Done(), 3*time.Second, "Done while Redis is paused")
+	late := time.Since(d)
+	t.Logf("Done closed %v after the local deadline", late)
+	assert.GreaterOrEqual(t, late, time.Duration(0), "never before the deadline")
+	assert.Less(t, late, 10*time.Millisecond, "Done closes within 10ms of the deadline")
+	assert.ErrorIs(t, l.Err(), ErrExpired)
+	assert.False(t, l.Held())
+
+	srv.Resume(t)
+	resumed = true
+	// The renewals queued during the pause may now run on the server, but the
+	// lock stays ended: no resurrection.
+	waitRound(t, roundsCh, 2*time.Second)
+	assert.ErrorIs(t, l.Err(), ErrExpired)
+	assert.False(t, l.Held())
+	require.NoError(t, s.Close(ctx))
+	checkNoLeaks(t)
+}

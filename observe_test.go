@@ -1,0 +1,180 @@
+package redisleader
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// observed collects what an Observe channel delivers.
+type observed struct {
+	mu     sync.Mutex
+	events []Leader
+	more   chan struct{} // poked on every event
+	closed chan struct{}
+}
+
+func observe(ctx context.Context, e *Election) *observed {
+	o := &observed{more: make(chan struct{}, 1), closed: make(chan struct{})}
+	ch := e.Observe(ctx)
+	go func() {
+		defer close(o.closed)
+		for l := range ch {
+			o.mu.Lock()
+			o.events = append(o.events, l)
+			o.mu.Unlock()
+			select {
+			case o.more <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return o
+}
+
+// waitFor waits until the last event satisfies pred.
+func (o *observed) waitFor(t testing.TB, what string, pred func(Leader) bool) Leader {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		o.mu.Lock()
+		n := len(o.events)
+		var last Leader
+		if n > 0 {
+			last = o.events[n-1]
+		}
+		o.mu.Unlock()
+		if n > 0 && pred(last) {
+			return last
+		}
+		select {
+		case <-o.more:
+		case <-deadline:
+			t.Fatalf("Observe: no %s within 5s; saw %v", what, o.snapshot())
+		}
+	}
+}
+
+func (o *observed) snapshot() []Leader {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.events)
+}
+
+func TestObserve(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		bystander := mustElection(t, newSession(t, b.client, fastOpts()...), "watched")
+		o := observe(ctx, bystander)
+		o.waitFor(t, "initial vacancy", func(l Leader) bool { return l.Fence == 0 })
+
+		a := mustElection(t, newSession(t, b.client, fastOpts()...), "watched")
+		la, err := a.Campaign(ctx, "a")
+		require.NoError(t, err)
+		got := o.waitFor(t, "leader a", func(l Leader) bool { return l.Fence != 0 })
+		assert.Equal(t, "a", got.Value)
+		assert.Equal(t, la.Fence(), got.Fence)
+
+		require.NoError(t, la.Release(ctx))
+		o.waitFor(t, "vacancy after resign", func(l Leader) bool { return l.Fence == 0 })
+
+		cs, err := NewSession(b.client, fastOpts()...)
+		require.NoError(t, err)
+		lc, err := mustElection(t, cs, "watched").Campaign(ctx, "c")
+		require.NoError(t, err)
+		o.waitFor(t, "leader c", func(l Leader) bool { return l.Fence == lc.Fence() })
+		crash(cs)
+		b.expire(lc.Key()) // its lease runs out on the server: nothing is published
+		o.waitFor(t, "vacancy after crash", func(l Leader) bool { return l.Fence == 0 })
+
+		events := o.snapshot()
+		var fences []int64
+		for i, l := range events {
+			if i > 0 {
+				assert.NotEqual(t, events[i-1].Fence, l.Fence, "no duplicate events: %v", events)
+			}
+			if l.Fence != 0 {
+				fences = append(fences, l.Fence)
+			}
+		}
+		assert.True(t, slices.IsSorted(fences), "leaders in fence order: %v", events)
+		assert.Equal(t, []int64{0, la.Fence(), 0, lc.Fence(), 0}, fenceList(events))
+
+		cancel()
+		waitClosed(t, o.closed, time.Second, "Observe channel after ctx ends")
+	})
+}
+
+// TestObserveIgnoresForgedEvents: anyone allowed to subscribe to a name's
+// channel may also publish on it. Forged acquisitions (with a fence near
+// 2^53), forged releases and garbage must never show up in Observe, and must
+// not blind it to the real leaders that follow.
+func TestObserveIgnoresForgedEvents(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		bystander := mustElection(t, newSession(t, b.client, fastOpts()...), "forged")
+		channel := bystander.keys.channel()
+		forge := func(payloads ...string) {
+			t.Helper()
+			for _, p := range payloads {
+				require.NoError(t, b.client.Publish(ctx, channel, p).Err())
+			}
+		}
+		o := observe(ctx, bystander)
+		o.waitFor(t, "initial vacancy", func(l Leader) bool { return l.Fence == 0 })
+		forge("A1000\nFAKE\n9007199254740000\nattacker", "", "A", "R", "garbage\n\n\n",
+			strings.Repeat("A1\nX\n9\n", 10000))
+
+		var fences []int64
+		for i, who := range []string{"a", "b", "c"} {
+			e := mustElection(t, newSession(t, b.client, fastOpts()...), "forged")
+			l, err := e.Campaign(ctx, who)
+			require.NoError(t, err)
+			o.waitFor(t, "leader "+who, func(got Leader) bool { return got.Fence == l.Fence() && got.Value == who })
+			fences = append(fences, 0, l.Fence())
+			// A forged release of the real leader, a forged successor with
+			// the next fence, and a forged acquisition at 2^53 − 1.
+			forge(fmt.Sprintf("RFAKE\n%d\n", l.Fence()),
+				fmt.Sprintf("A1000\nFAKE\n%d\nattacker%d", l.Fence()+1, i),
+				"A1000\nFAKE\n9007199254740991\nattacker")
+			require.NoError(t, l.Release(ctx))
+			o.waitFor(t, "vacancy after "+who, func(got Leader) bool { return got.Fence == 0 })
+		}
+		events := o.snapshot()
+		for _, l := range events {
+			assert.NotContains(t, l.Value, "attacker", "a forged event reached Observe: %v", events)
+		}
+		assert.Equal(t, append(fences, 0), fenceList(events), "exactly the real leaders and vacancies: %v", events)
+	})
+}
+
+func fenceList(ls []Leader) []int64 {
+	out := make([]int64, len(ls))
+	for i, l := range ls {
+		out[i] = l.Fence
+	}
+	return out
+}
+
+func TestObserveEndsWithSession(t *testing.T) {
+	_, c := newMini(t)
+	s, err := NewSession(c)
+	require.NoError(t, err)
+	o := observe(context.Background(), mustElection(t, s, "x"))
+	o.waitFor(t, "initial state", func(Leader) bool { return true })
+	require.NoError(t, s.Close(context.Background()))
+	waitClosed(t, o.closed, time.Second, "Observe channel after Close")
+	closedCh := mustElection(t, s, "x").Observe(context.Background())
+	_, ok := <-closedCh
+	assert.False(t, ok, "Observe on a closed session returns a closed channel")
+	checkNoLeaks(t)
+}
