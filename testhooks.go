@@ -9,9 +9,9 @@ import (
 // testHooks are the points where tests and benchmarks watch or steer a
 // session. All are nil in production; the options below set them.
 type testHooks struct {
-	round   func(held int, failed bool)  // on the heartbeat goroutine, after each renewal round
-	attempt func(name string, err error) // on the acquiring goroutine, after each acquire attempt
-	armed   func(*Lock)                  // in arm, between registering the lock and starting its deadline timer
+	round   func(held int, failed bool)  // heartbeat goroutine, after each renewal round
+	attempt func(name string, err error) // acquiring goroutine, after each acquire attempt
+	armed   func(*Lock)                  // in arm, between registering the lock and its timer
 }
 
 // withRoundHook is an unexported option for tests: f runs on the heartbeat
