@@ -2,9 +2,7 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"net/url"
 	"os"
 	"strings"
@@ -18,13 +16,6 @@ const (
 	hidden          = "xxxxx" // what the CLI prints in place of a password
 )
 
-// redisURLFlag registers --redis. Its default, REDIS_URL, is read only when
-// the URL is used (redisURLFrom), so that --help and flag errors, which
-// print the defaults, never show it.
-func redisURLFlag(fs *flag.FlagSet) *string {
-	return fs.String("redis", "", "Redis `URL`: "+redisURLForms+";\npercent-encode special characters in the password (default: $REDIS_URL, else "+defaultRedisURL+")")
-}
-
 // redisURLFrom returns the URL the commands that use REDIS_URL connect to:
 // --redis if given, else REDIS_URL, else the default; and what to call it in
 // messages.
@@ -36,18 +27,6 @@ func redisURLFrom(flagValue string) (raw, source string) {
 		return env, "REDIS_URL"
 	}
 	return defaultRedisURL, "default Redis URL"
-}
-
-// openTarget parses the Redis URL of --redis (flagValue), else REDIS_URL,
-// else the default, and returns it with a logger to stderr that hides it.
-// On a malformed URL it says why, redacted, and returns exitUsage.
-func openTarget(flagValue string, stderr io.Writer) (*logger, *redisTarget, int) {
-	target, err := parseRedisURL(redisURLFrom(flagValue))
-	if err != nil {
-		fmt.Fprintf(stderr, "redisleader: %v\n", err)
-		return nil, nil, exitUsage
-	}
-	return &logger{w: stderr, target: target}, target, -1
 }
 
 // redisTarget is a parsed Redis URL. The URL as given is never printed: shown
