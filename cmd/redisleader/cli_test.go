@@ -318,8 +318,15 @@ type runSetup struct {
 	script string
 }
 
+// quietRedisServer starts a redis-server with AOF on, so that run has no
+// warning to print about lost persistence.
+func quietRedisServer(t *testing.T) *redisserver.Server {
+	t.Helper()
+	return redisserver.Start(t, redisserver.Options{Persistence: true, Args: []string{"--appendonly", "yes", "--save", ""}})
+}
+
 func newRunSetup(t *testing.T) runSetup {
-	srv := redisserver.Start(t)
+	srv := quietRedisServer(t)
 	dir := t.TempDir()
 	return runSetup{url: "redis://" + srv.Addr(), marker: filepath.Join(dir, "marker"), script: childScript(t, dir)}
 }

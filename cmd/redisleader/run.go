@@ -806,13 +806,23 @@ func cliOptionError(err error) string {
 
 // warnHandler prints the library's warnings (Redis errors while campaigning
 // or renewing, retried meanwhile) as status lines. "lock lost" is left out:
-// run says so itself, with what it does about it.
+// run says so itself, with what it does about it; so are attempts that
+// failed because run cancelled them.
 type warnHandler struct{ log *logger }
 
 func (h warnHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
 
 func (h warnHandler) Handle(_ context.Context, r slog.Record) error {
 	if r.Message == "redisleader: lock lost" {
+		return nil
+	}
+	cancelled := false
+	r.Attrs(func(a slog.Attr) bool {
+		err, ok := a.Value.Any().(error)
+		cancelled = ok && errors.Is(err, context.Canceled)
+		return !cancelled
+	})
+	if cancelled { // an attempt that run itself ended (--try, a signal): not news
 		return nil
 	}
 	var b strings.Builder
