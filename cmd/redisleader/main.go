@@ -4,15 +4,23 @@
 //
 //	redisleader demo                               # embedded Redis, nothing to install
 //	redisleader run --name NAME -- COMMAND [ARGS]  # run COMMAND only while leader
-//	redisleader status NAME                        # who leads now
-//	redisleader watch NAME                         # one line per leader change
+//	redisleader run --name NAME --try --hold 1m -- JOB  # a cron job, once per tick
+//	redisleader status [--check] NAME              # who leads now
+//	redisleader watch [--json] NAME                # one line per leader change
+//	redisleader completion bash|zsh|fish           # completion script
+//	redisleader version
 //
 // The Redis address comes from --redis or REDIS_URL (redis://, rediss:// for
 // TLS, unix:// for a socket, with user and password in the URL), default
-// redis://127.0.0.1:6379. Special characters in the password must be
-// percent-encoded. The commands never print the password: they show the URL
-// as redis://user:xxxxx@host:port, and a malformed URL is a usage error
-// (exit status 2) that shows only that redacted form.
+// redis://127.0.0.1:6379; --sentinel-master and --cluster take several
+// --redis URLs. Special characters in the password must be percent-encoded;
+// --password-file and REDISCLI_AUTH keep it out of the command line. The
+// commands never print the password: they show the URL as
+// redis://user:xxxxx@host:port, and a malformed URL is a usage error (exit
+// status 2) that shows only that redacted form.
+//
+// The flags are the standard library's: the command lives in the library's
+// module, whose importers should not inherit a dependency only it needs.
 package main
 
 import (
