@@ -127,6 +127,20 @@ func TestRunTryAndWaitWhenLed(t *testing.T) {
 	assert.Empty(t, errOut, "run is quiet by default")
 }
 
+// A signal during --hold ends the hold: run resigns at once and exits with
+// the command's status, since the command had finished.
+func TestRunSignalDuringHold(t *testing.T) {
+	t.Parallel()
+	srv := quietRedisServer(t)
+	p := startCLI(t, "run --hold", nil,
+		"run", "--redis", "redis://"+srv.Addr(), "--name", "job", "--hold", "30s", "--verbose", "--", "sh", "-c", "exit 4")
+	p.stderr.waitContains(t, "holding leadership of job for 30s (--hold)")
+	assert.NotNil(t, srv.Do(t, "GET", "redisleader:{job}"), "not held after the command exited")
+	p.signal(t, syscall.SIGTERM)
+	assert.Equal(t, 4, p.wait(t))
+	assert.Nil(t, srv.Do(t, "GET", "redisleader:{job}"), "run did not resign")
+}
+
 // groupScript starts a grandchild "sleep 30" in the background, writes its
 // PID to $PIDFILE and waits. With IGNORE=TERM it ignores SIGTERM, and so
 // does the grandchild (an ignored signal stays ignored across exec).

@@ -443,13 +443,13 @@ func (r *runner) term(lead *redisleader.Lock) (code int, done bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), resignTimeout)
 	err := lead.Release(ctx) // resign: the others are woken at once
 	cancel()
-	resigned := "resigned"
+	resigned, report := "resigned", r.log.infof
 	switch {
 	case res.lost != nil:
-		resigned = "not leading any more"
+		resigned, report = "not leading any more", r.log.errorf
 	case err != nil && !errors.Is(err, redisleader.ErrLost) && !errors.Is(err, redisleader.ErrSessionClosed):
 		resigned = fmt.Sprintf("could not resign (%v); the lease expires within its TTL", trimPrefix(err))
-		r.log.warnf("%s %s; %s", r.display, "exited", resigned)
+		report = r.log.warnf
 	}
 
 	switch {
@@ -461,11 +461,7 @@ func (r *runner) term(lead *redisleader.Lock) (code int, done bool) {
 		r.log.errorf("cannot start %s: %v; %s", r.display, trimPrefix(res.startErr), resigned)
 		return startFailure(res.startErr), true
 	}
-	if res.lost != nil {
-		r.log.errorf("%s %s; %s", r.display, describeExit(res.state), resigned)
-	} else {
-		r.log.infof("%s %s; %s", r.display, describeExit(res.state), resigned)
-	}
+	report("%s %s; %s", r.display, describeExit(res.state), resigned)
 	switch sig := r.signalled(); {
 	case sig != 0 && !held:
 		return 128 + int(sig), true
