@@ -285,9 +285,21 @@ func TestRunMessagesNameFlags(t *testing.T) {
 		assert.NotContains(t, errOut, "With")
 		assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
 	}
-	_, _, errOut := runCLI(t, "run", "--name", "job", "--ttl", "0s", "--", "true")
+	code, _, errOut := runCLI(t, "run", "--name", "job", "--ttl", "0s", "--", "true")
+	assert.Equal(t, exitUsage, code)
 	assert.Equal(t, "redisleader run: invalid --ttl 0s: must be at least 10ms (see redisleader run --help)\n", errOut)
 	assert.Equal(t, "warning: see --takeover-delay; --ttl 5s must", cliWords("warning: see WithTakeoverDelay; WithTTL(5s) must"))
+
+	// The library warns about a Redis without persistence and points to its
+	// option: run names the flag.
+	// The check runs once the session holds the name, so the command waits.
+	srv := redisserver.Start(t)
+	p := startCLI(t, "run", nil, "run", "--redis", "redis://"+srv.Addr(), "--name", "job", "--", "sh", "-c", "while :; do sleep 0.05; done")
+	p.stderr.waitContains(t, "--takeover-delay")
+	p.signal(t, syscall.SIGTERM)
+	assert.Equal(t, 128+int(syscall.SIGTERM), p.wait(t))
+	assert.Contains(t, p.stderr.String(), "Redis persistence is off")
+	assert.NotContains(t, p.stderr.String(), "With")
 }
 
 // A Redis that accepts connections and never answers is one clear line.
