@@ -63,32 +63,29 @@ malformed Redis URL). While Redis is unreachable later, watch waits and retries.
 // exitNoLeader is status --check's exit status when nobody leads.
 const exitNoLeader = 3
 
-type statusFlags struct {
+// nameFlags are the flags of status and watch.
+type nameFlags struct {
 	conn   connFlags
 	asJSON bool
-	check  bool
+	check  bool // status only
 }
 
-func newStatusFlags() (*flag.FlagSet, *statusFlags) {
-	fs := newFlagSet("status")
-	f := &statusFlags{}
-	fs.BoolVar(&f.asJSON, "json", false, "print JSON instead of text")
+func newNameFlags(cmd, jsonUsage string) (*flag.FlagSet, *nameFlags) {
+	fs := newFlagSet(cmd)
+	f := &nameFlags{}
+	fs.BoolVar(&f.asJSON, "json", false, jsonUsage)
+	f.conn.register(fs)
+	return fs, f
+}
+
+func newStatusFlags() (*flag.FlagSet, *nameFlags) {
+	fs, f := newNameFlags("status", "print JSON instead of text")
 	fs.BoolVar(&f.check, "check", false, "exit 3 when no process leads NAME (0 when one does)")
-	f.conn.register(fs)
 	return fs, f
 }
 
-type watchFlags struct {
-	conn   connFlags
-	asJSON bool
-}
-
-func newWatchFlags() (*flag.FlagSet, *watchFlags) {
-	fs := newFlagSet("watch")
-	f := &watchFlags{}
-	fs.BoolVar(&f.asJSON, "json", false, "print one JSON object per line instead of text")
-	f.conn.register(fs)
-	return fs, f
+func newWatchFlags() (*flag.FlagSet, *nameFlags) {
+	return newNameFlags("watch", "print one JSON object per line instead of text")
 }
 
 // leaderJSON is a leader as status --json and watch --json print it.
