@@ -74,8 +74,9 @@ A job that cron starts on every host, to run once per tick:
   redisleader run --name nightly-report --try --hold 1m -- ./report.sh
 
   - --try gives up at once, with status 75 and no output, when another
-    process leads; --wait D waits at most D. Without either, run waits until
-    it leads.
+    process leads (processes are told apart by --value: keep the values
+    distinct, as the default hostname:pid is); --wait D waits at most D.
+    Without either, run waits until it leads.
   - --hold D keeps leadership (renewed) for D after COMMAND exits, so that a
     host whose timer fires a little later finds NAME led and skips the tick.
     Make it longer than the spread of the hosts' clocks and shorter than the
