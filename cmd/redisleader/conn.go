@@ -102,7 +102,7 @@ func (e *endpoint) shown() string {
 	return addrs[0]
 }
 
-// openEndpoint parses the connection flags and the environment. On a usage
+// open parses the connection flags and the environment. On a usage
 // error it says why on one line (with any URL redacted) and returns
 // exitUsage; otherwise a logger to stderr that hides the URLs and passwords.
 func (c *connFlags) open(cmd string, stderr io.Writer) (*logger, *endpoint, int) {
