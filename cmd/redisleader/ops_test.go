@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -429,6 +430,17 @@ func TestCompletionHasEveryFlag(t *testing.T) {
 			})
 		}
 		assert.Greater(t, n, 20)
+		// The script parses in its shell, where that shell is installed.
+		if sh, err := exec.LookPath(shell); err == nil {
+			script := filepath.Join(t.TempDir(), "completion."+shell)
+			require.NoError(t, os.WriteFile(script, []byte(out), 0o644))
+			syntax := exec.Command(sh, "-n", script)
+			if shell == "fish" {
+				syntax = exec.Command(sh, "--no-execute", script)
+			}
+			msg, err := syntax.CombinedOutput()
+			assert.NoError(t, err, "%s -n: %s", shell, msg)
+		}
 	}
 	code, _, errOut := runCLI(t, "completion", "tcsh")
 	assert.Equal(t, exitUsage, code)
