@@ -62,6 +62,7 @@ type completionFlag struct {
 	name  string
 	takes bool   // takes a value
 	file  bool   // the value is a file
+	multi bool   // may be repeated
 	usage string // first line of its usage, for zsh and fish
 }
 
@@ -82,6 +83,7 @@ func completionTable() []completionCmd {
 					name:  f.Name,
 					takes: kind != "",
 					file:  kind == "file",
+					multi: isList(f.Value),
 					usage: usage,
 				})
 			})
@@ -89,6 +91,11 @@ func completionTable() []completionCmd {
 		out = append(out, cc)
 	}
 	return out
+}
+
+func isList(v flag.Value) bool {
+	_, ok := v.(*urlList)
+	return ok
 }
 
 func commandNames(cmds []completionCmd) string {
@@ -156,6 +163,9 @@ _redisleader() {
 		fmt.Fprintf(w, "\t%s)\n\t\t_arguments", c.name)
 		for _, f := range c.flags {
 			spec := "--" + f.name + "[" + zshEscape(f.usage) + "]"
+			if f.multi {
+				spec = "*" + spec
+			}
 			switch {
 			case f.file:
 				spec += ":file:_files"

@@ -422,7 +422,7 @@ func TestCompletionHasEveryFlag(t *testing.T) {
 					want = regexp.QuoteMeta("--"+f.Name) + `[ "]`
 					want = `(?m)^\t` + c.name + `\) flags="[^"]*` + want
 				case "zsh":
-					want = `'--` + regexp.QuoteMeta(f.Name) + `\[`
+					want = `'\*?--` + regexp.QuoteMeta(f.Name) + `\[`
 				case "fish":
 					want = `subcommand_from ` + c.name + `' -l ` + regexp.QuoteMeta(f.Name) + ` `
 				}
