@@ -758,10 +758,11 @@ func (l *logger) logf(level logLevel, format string, a ...any) {
 	if level < l.level {
 		return
 	}
-	msg := cliWords(fmt.Sprintf(format, a...))
+	msg := fmt.Sprintf(format, a...)
 	if l.target != nil {
-		msg = l.target.hide(msg)
+		msg = l.target.hide(msg) // first: cliWords could change a password
 	}
+	msg = cliWords(msg)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	fmt.Fprintf(l.w, "redisleader: %s\n", msg)
