@@ -243,6 +243,12 @@ func (e *endpoint) client() redis.UniversalClient {
 	for i, t := range e.targets {
 		addrs[i] = t.opt.Addr
 	}
+	if (e.sentinelMaster != "" || e.cluster) && opt.TLSConfig != nil {
+		// Each node is verified against its own address, not the first
+		// URL's host (crypto/tls takes the name from the address dialled).
+		opt.TLSConfig = opt.TLSConfig.Clone()
+		opt.TLSConfig.ServerName = ""
+	}
 	switch {
 	case e.sentinelMaster != "":
 		return redis.NewFailoverClient(&redis.FailoverOptions{

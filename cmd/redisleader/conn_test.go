@@ -39,6 +39,7 @@ func TestTLS(t *testing.T) {
 		{"unknown CA", nil, []string{"--cert", cert, "--key", key}, exitError, "certificate"},
 		{"cert without key", nil, []string{"--cacert", ca, "--cert", cert}, exitUsage, "--cert and --key go together"},
 		{"CA file is not PEM", nil, []string{"--cacert", key, "--cert", cert, "--key", key}, exitUsage, "no PEM certificate"},
+		{"bad REDISLEADER_INSECURE", []string{"REDISLEADER_INSECURE=maybe"}, []string{"--cacert", ca}, exitUsage, `invalid $REDISLEADER_INSECURE "maybe"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
