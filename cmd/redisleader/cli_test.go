@@ -159,7 +159,7 @@ func startCLI(t *testing.T, name string, env []string, args ...string) *cliProc 
 	}
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
-	p.cmd.SysProcAttr = childProcAttr() // no stray process if the test binary dies
+	p.cmd.SysProcAttr = childProcAttr(false) // no stray process if the test binary dies
 	p.cmd.WaitDelay = 5 * time.Second
 	require.NoError(t, p.cmd.Start())
 	go func() {
@@ -318,8 +318,15 @@ type runSetup struct {
 	script string
 }
 
+// quietRedisServer starts a redis-server with AOF on, so that run has no
+// warning to print about lost persistence.
+func quietRedisServer(t *testing.T) *redisserver.Server {
+	t.Helper()
+	return redisserver.Start(t, redisserver.Options{Persistence: true, Args: []string{"--appendonly", "yes", "--save", ""}})
+}
+
 func newRunSetup(t *testing.T) runSetup {
-	srv := redisserver.Start(t)
+	srv := quietRedisServer(t)
 	dir := t.TempDir()
 	return runSetup{url: "redis://" + srv.Addr(), marker: filepath.Join(dir, "marker"), script: childScript(t, dir)}
 }
@@ -327,7 +334,7 @@ func newRunSetup(t *testing.T) runSetup {
 // candidate starts "redisleader run" with value as its --value.
 func (s runSetup) candidate(t *testing.T, mode, value string, flags ...string) *cliProc {
 	t.Helper()
-	args := append([]string{"run", "--redis", s.url, "--name", "job", "--value", value}, flags...)
+	args := append([]string{"run", "--verbose", "--redis", s.url, "--name", "job", "--value", value}, flags...)
 	args = append(args, "--", s.script)
 	return startCLI(t, "run "+value, []string{"MARKER=" + s.marker, "CHILD_MODE=" + mode}, args...)
 }
@@ -472,7 +479,7 @@ func TestRunExitsWithCommandStatus(t *testing.T) {
 	t.Parallel()
 	srv := redisserver.Start(t)
 	url := "redis://" + srv.Addr()
-	code, out, errOut := runCLI(t, "run", "--redis", url, "--name", "job", "--",
+	code, out, errOut := runCLI(t, "run", "--verbose", "--redis", url, "--name", "job", "--",
 		"sh", "-c", `echo "fence=$REDISLEADER_FENCE name=$REDISLEADER_NAME"; exit 7`)
 	assert.Equal(t, 7, code, "stderr: %s", errOut)
 	m := regexp.MustCompile(`elected leader of job \(fence (\d+)\); starting sh -c`).FindStringSubmatch(errOut)
@@ -608,18 +615,18 @@ func TestUsageAndConnectionErrors(t *testing.T) {
 		{"run without --name", []string{"run", "--", "true"}, exitUsage, "redisleader run: --name is required"},
 		{"run without command", []string{"run", "--name", "job"}, exitUsage, "redisleader run: no command: give it after --"},
 		{"run without command after --", []string{"run", "--name", "job", "--"}, exitUsage, "redisleader run: no command"},
-		{"run unknown flag", []string{"run", "--name", "job", "--bogus", "--", "true"}, exitUsage, "flag provided but not defined: -bogus"},
+		{"run unknown flag", []string{"run", "--name", "job", "--bogus", "--", "true"}, exitUsage, "flag provided but not defined: --bogus"},
 		{"run bad name", []string{"run", "--name", "a{b}", "--", "true"}, exitUsage, "redisleader run: invalid --name: name \"a{b}\" must not contain"},
 		{"run bad ttl", []string{"run", "--name", "job", "--ttl", "1ms", "--", "true"}, exitUsage, "redisleader run: invalid --ttl 1ms"},
-		{"run negative grace", []string{"run", "--name", "job", "--grace", "-1s", "--", "true"}, exitUsage, "redisleader run: --grace -1s must not be negative"},
+		{"run negative grace", []string{"run", "--name", "job", "--grace", "-1s", "--", "true"}, exitUsage, "redisleader run: invalid --grace -1s: must not be negative"},
 		{"run command not found", []string{"run", "--name", "job", "--", "/nonexistent/command"}, exitNotFound, "redisleader: cannot run /nonexistent/command"},
 		{"status without name", []string{"status"}, exitUsage, "redisleader status: missing NAME"},
 		{"status two names", []string{"status", "a", "b"}, exitUsage, "redisleader status: expected one NAME, got 2: a b"},
-		{"status unknown flag", []string{"status", "--bogus", "job"}, exitUsage, "flag provided but not defined: -bogus"},
-		{"status unknown flag after name", []string{"status", "job", "--bogus"}, exitUsage, "flag provided but not defined: -bogus"},
+		{"status unknown flag", []string{"status", "--bogus", "job"}, exitUsage, "flag provided but not defined: --bogus"},
+		{"status unknown flag after name", []string{"status", "job", "--bogus"}, exitUsage, "flag provided but not defined: --bogus"},
 		{"status bad name", []string{"status", "a}"}, exitUsage, "redisleader status: invalid NAME"},
 		{"watch without name", []string{"watch"}, exitUsage, "redisleader watch: missing NAME"},
-		{"watch unknown flag", []string{"watch", "--json", "job"}, exitUsage, "flag provided but not defined: -json"},
+		{"watch unknown flag", []string{"watch", "--bogus", "job"}, exitUsage, "flag provided but not defined: --bogus"},
 		{"run unreachable", []string{"run", "--redis", down, "--name", "job", "--", "true"}, exitError, "redisleader: cannot reach Redis at " + down},
 		{"status unreachable", []string{"status", "--redis", down, "job"}, exitError, "redisleader: cannot reach Redis at"},
 		{"watch unreachable", []string{"watch", "--redis", down, "job"}, exitError, "redisleader: cannot reach Redis at"},
@@ -632,23 +639,27 @@ func TestUsageAndConnectionErrors(t *testing.T) {
 			assert.Empty(t, out)
 			first, rest, _ := strings.Cut(errOut, "\n")
 			assert.Contains(t, first, tt.message)
-			if strings.Contains(tt.message, "flag provided") {
-				assert.Contains(t, rest, "Usage: redisleader "+tt.args[0])
-			} else {
-				assert.Empty(t, rest, "more than one line on stderr")
+			assert.Empty(t, rest, "more than one line on stderr")
+			if code == exitUsage && strings.HasPrefix(first, "redisleader "+tt.args[0]+":") {
+				assert.Contains(t, first, "(see redisleader "+tt.args[0]+" --help)")
 			}
 		})
 	}
 }
 
-// --help prints the synopsis, the flags and the exit status, and exits 0.
+// --help prints the synopsis, the flags (as --name) and the exit status to
+// stdout, and exits 0.
 func TestHelp(t *testing.T) {
 	t.Parallel()
-	for _, cmd := range []string{"run", "status", "watch"} {
-		code, _, errOut := runCLI(t, cmd, "--help")
+	for _, cmd := range []string{"run", "status", "watch", "demo", "completion"} {
+		code, out, errOut := runCLI(t, cmd, "--help")
 		assert.Equal(t, exitOK, code)
-		assert.Contains(t, errOut, "Usage: redisleader "+cmd)
-		assert.Contains(t, errOut, "-redis")
-		assert.Contains(t, errOut, "Exit status")
+		assert.Empty(t, errOut)
+		assert.Contains(t, out, "Usage: redisleader "+cmd)
+		assert.Contains(t, out, "Exit status")
+		assert.NotRegexp(t, `(?m)^\s+-[a-z]`, out, "a flag shown with one dash")
+		if cmd != "completion" {
+			assert.Contains(t, out, "\n  --")
+		}
 	}
 }

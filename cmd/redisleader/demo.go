@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -15,24 +16,47 @@ import (
 	"github.com/redisleader/redisleader"
 )
 
+var demoHelp = helpText{
+	synopsis: "demo [--redis URL] [--ttl D] [--candidates N]",
+	about: `
+Run a few candidates in this process and narrate what happens: an election,
+a graceful handover, and a crash followed by a takeover after the lease
+expires, with the measured times. With no --redis it uses an embedded Redis.
+`,
+	exit: `
+Exit status: 0 when the demo ran, 1 on a Redis error, 2 on a usage error.
+`,
+}
+
+type demoFlags struct {
+	url string
+	ttl time.Duration
+	n   int
+}
+
+func newDemoFlags() (*flag.FlagSet, *demoFlags) {
+	fs := newFlagSet("demo")
+	f := &demoFlags{}
+	fs.StringVar(&f.url, "redis", "", "Redis `URL` (as for the other commands; REDIS_URL is not read); empty: an embedded Redis (miniredis) in this process")
+	fs.DurationVar(&f.ttl, "ttl", time.Second, "lease TTL of the candidates (a crashed leader is replaced after it)")
+	fs.IntVar(&f.n, "candidates", 3, "number of candidates, 2 to 10")
+	return fs, f
+}
+
 // cmdDemo runs a few candidates in this process and narrates what happens:
 // an election, a graceful handover, and a crash followed by a takeover after
 // the lease expires. With no --redis it uses an embedded Redis (miniredis).
 func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("demo", "demo [--redis URL] [--ttl D] [--candidates N]", stderr)
-	url := fs.String("redis", "", "Redis `URL` (as for the other commands; REDIS_URL is not read); empty: an embedded Redis (miniredis) in this process")
-	ttl := fs.Duration("ttl", time.Second, "lease TTL of the candidates (a crashed leader is replaced after it)")
-	n := fs.Int("candidates", 3, "number of candidates, 2 to 10")
-	if code := parseFlags(fs, args); code >= 0 {
+	fs, f := newDemoFlags()
+	if code := parseFlags(fs, demoHelp, args, stdout, stderr); code >= 0 {
 		return code
 	}
+	url, ttl, n := &f.url, &f.ttl, &f.n
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "redisleader demo: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+		return usageError(stderr, "demo", "unexpected argument %q", printable(fs.Arg(0)))
 	}
 	if *n < 2 || *n > 10 {
-		fmt.Fprintf(stderr, "redisleader demo: --candidates %d must be from 2 to 10\n", *n)
-		return exitUsage
+		return usageError(stderr, "demo", "invalid --candidates %d: must be from 2 to 10", *n)
 	}
 	var target *redisTarget // nil: the embedded Redis
 	if *url != "" {
@@ -42,7 +66,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 	}
-	d := &demo{out: stdout, p: painter(isTerminal(stdout)), ttl: *ttl}
+	d := &demo{out: stdout, p: colour(stdout), ttl: *ttl}
 	if err := d.run(ctx, target, *n); err != nil {
 		fmt.Fprintf(stderr, "redisleader demo: %s\n", target.hide(err.Error()))
 		return exitError
@@ -107,7 +131,7 @@ func (d *demo) run(ctx context.Context, target *redisTarget, n int) error {
 	// The crashed candidate's client keeps failing to dial; go-redis would
 	// log each failure to stderr in the middle of the narration.
 	quietRedis()
-	probe, err := connect(ctx, target)
+	probe, err := connect(ctx, &endpoint{targets: []*redisTarget{target}})
 	if err != nil {
 		return err
 	}

@@ -4,15 +4,23 @@
 //
 //	redisleader demo                               # embedded Redis, nothing to install
 //	redisleader run --name NAME -- COMMAND [ARGS]  # run COMMAND only while leader
-//	redisleader status NAME                        # who leads now
-//	redisleader watch NAME                         # one line per leader change
+//	redisleader run --name NAME --try --hold 1m -- JOB  # a cron job, once per tick
+//	redisleader status [--check] NAME              # who leads now
+//	redisleader watch [--json] NAME                # one line per leader change
+//	redisleader completion bash|zsh|fish           # completion script
+//	redisleader version
 //
 // The Redis address comes from --redis or REDIS_URL (redis://, rediss:// for
 // TLS, unix:// for a socket, with user and password in the URL), default
-// redis://127.0.0.1:6379. Special characters in the password must be
-// percent-encoded. The commands never print the password: they show the URL
-// as redis://user:xxxxx@host:port, and a malformed URL is a usage error
-// (exit status 2) that shows only that redacted form.
+// redis://127.0.0.1:6379; --sentinel-master and --cluster take several
+// --redis URLs. Special characters in the password must be percent-encoded;
+// --password-file and REDISCLI_AUTH keep it out of the command line. The
+// commands never print the password: they show the URL as
+// redis://user:xxxxx@host:port, and a malformed URL is a usage error (exit
+// status 2) that shows only that redacted form.
+//
+// The flags are the standard library's: the command lives in the library's
+// module, whose importers should not inherit a dependency only it needs.
 package main
 
 import (
@@ -23,10 +31,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
+	"runtime/debug"
+	"strings"
 	"syscall"
-	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Exit codes shared by the commands.
@@ -40,13 +48,17 @@ func main() {
 	os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// stopSignals end status, watch and demo, and are forwarded by run: SIGHUP
+// (the terminal closed) and SIGQUIT are handled like SIGINT and SIGTERM.
+var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
 // runMain dispatches to a command and returns the process exit code.
 func runMain(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		usage(stderr)
 		return exitUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), stopSignals...)
 	defer stop()
 	switch args[0] {
 	case "demo":
@@ -57,12 +69,16 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return cmdStatus(ctx, args[1:], stdout, stderr)
 	case "watch":
 		return cmdWatch(ctx, args[1:], stdout, stderr)
+	case "completion":
+		return cmdCompletion(args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, version())
+		return exitOK
 	case "-h", "-help", "--help", "help":
 		usage(stdout)
 		return exitOK
 	default:
-		fmt.Fprintf(stderr, "redisleader: unknown command %q\n\n", args[0])
-		usage(stderr)
+		fmt.Fprintf(stderr, "redisleader: unknown command %q (see redisleader --help)\n", printable(args[0]))
 		return exitUsage
 	}
 }
@@ -71,56 +87,45 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `redisleader: leader election on Redis.
 
 Usage:
-  redisleader demo [--redis URL]                       show elections at work (embedded Redis by default)
   redisleader run --name NAME [flags] -- COMMAND [ARGS] run COMMAND only while this process leads NAME
-  redisleader status [--json] NAME                      print who leads NAME now
-  redisleader watch NAME                                print one line per leader change of NAME
+  redisleader status [--json] [--check] NAME            print who leads NAME now
+  redisleader watch [--json] NAME                       print one line per leader change of NAME
+  redisleader demo [--redis URL]                        show elections at work (embedded Redis by default)
+  redisleader completion bash|zsh|fish                  print a shell completion script
+  redisleader version                                   print the version (also --version)
 
 Redis: --redis URL or REDIS_URL (redis://[user:pass@]host:port[/db], rediss:// for TLS,
 unix://[user:pass@]/path[?db=N]; percent-encode special characters in the password);
-default redis://127.0.0.1:6379. The password is never printed: URLs are shown as
-redis://user:xxxxx@host:port. Run "redisleader COMMAND --help" for a command's flags.
+default redis://127.0.0.1:6379. The password may also come from --password-file or
+REDISCLI_AUTH. It is never printed: URLs are shown as redis://user:xxxxx@host:port.
+Run "redisleader COMMAND --help" for a command's flags and exit statuses.
 `)
 }
 
-// newFlagSet makes a flag set that prints its usage to stderr and reports
-// errors instead of exiting.
-func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: redisleader %s\n\nFlags:\n", synopsis)
-		fs.PrintDefaults()
+// version is the module's version and VCS revision from the build info.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "redisleader (unknown version: built without module support)"
 	}
-	return fs
-}
-
-// parseFlags parses args and returns the exit code to use if parsing ended
-// the command (help or a bad flag), or -1 to go on.
-func parseFlags(fs *flag.FlagSet, args []string) int {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
+	v := "redisleader " + bi.Main.Version
+	var extra []string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			extra = append(extra, "commit "+s.Value)
+		case "vcs.time":
+			extra = append(extra, s.Value)
+		case "vcs.modified":
+			if s.Value == "true" {
+				extra = append(extra, "modified")
+			}
 		}
-		return exitUsage
 	}
-	return -1
-}
-
-// connect makes a client for target with the options this library
-// recommends, and checks that Redis answers, so that a wrong address is one
-// clear line instead of endless retries.
-func connect(ctx context.Context, target *redisTarget) (*redis.Client, error) {
-	opt := *target.opt
-	opt.ContextTimeoutEnabled = true
-	c := redis.NewClient(&opt)
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := c.Ping(pctx).Err(); err != nil {
-		_ = c.Close()
-		return nil, fmt.Errorf("cannot reach Redis at %s: %w", target.shown, err)
+	if len(extra) > 0 {
+		v += " (" + strings.Join(extra, ", ") + ")"
 	}
-	return c, nil
+	return v + " " + bi.GoVersion
 }
 
 // isTerminal reports whether w is a character device (colour is only used
@@ -148,3 +153,80 @@ func (p painter) bold(s string) string  { return p.paint("1", s) }
 func (p painter) green(s string) string { return p.paint("32", s) }
 func (p painter) red(s string) string   { return p.paint("31", s) }
 func (p painter) dim(s string) string   { return p.paint("2", s) }
+
+// newFlagSet makes a flag set that prints nothing itself: parseFlags prints
+// the help (to stdout) or the one-line error (to stderr).
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+// helpText is what "redisleader CMD --help" prints.
+type helpText struct {
+	synopsis string // after "Usage: redisleader "
+	about    string // what the command does
+	exit     string // its exit statuses
+}
+
+// parseFlags parses args and returns the exit code to use if parsing ended
+// the command, or -1 to go on: on --help it prints the help to stdout (exit
+// 0); on a bad flag, one line to stderr (exit 2).
+func parseFlags(fs *flag.FlagSet, h helpText, args []string, stdout, stderr io.Writer) int {
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return -1
+	case errors.Is(err, flag.ErrHelp):
+		printHelp(stdout, fs, h)
+		return exitOK
+	}
+	return usageError(stderr, fs.Name(), "%s", flagError(err))
+}
+
+// usageError prints a usage error on one line, with where to find help, and
+// returns exitUsage.
+func usageError(stderr io.Writer, cmd, format string, a ...any) int {
+	fmt.Fprintf(stderr, "redisleader %s: %s (see redisleader %s --help)\n", cmd, fmt.Sprintf(format, a...), cmd)
+	return exitUsage
+}
+
+var singleDashFlag = regexp.MustCompile(`(^|[\s:])-([A-Za-z][\w-]*)`)
+
+// flagError is the flag package's error with flags written as --name, on
+// one printable line.
+func flagError(err error) string {
+	return printable(singleDashFlag.ReplaceAllString(err.Error(), "$1--$2"))
+}
+
+// printHelp prints a command's synopsis, description, flags (as --name) and
+// exit statuses.
+func printHelp(w io.Writer, fs *flag.FlagSet, h helpText) {
+	fmt.Fprintf(w, "Usage: redisleader %s\n%s\nFlags:\n", h.synopsis, h.about)
+	fs.VisitAll(func(f *flag.Flag) {
+		kind, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if kind != "" {
+			line += " " + kind
+		}
+		fmt.Fprintf(w, "%s\n    \t%s", line, strings.ReplaceAll(usage, "\n", "\n    \t"))
+		switch f.DefValue {
+		case "", "false", "0", "0s":
+		default:
+			fmt.Fprintf(w, " (default %s)", f.DefValue)
+		}
+		fmt.Fprintln(w)
+	})
+	fmt.Fprint(w, h.exit)
+}
+
+// colour decides whether to colour what goes to w: only on a terminal, and
+// not when NO_COLOR is set (https://no-color.org) or TERM is dumb.
+func colour(w io.Writer) painter {
+	return painter(wantColour(isTerminal(w), os.Getenv("NO_COLOR"), os.Getenv("TERM")))
+}
+
+func wantColour(terminal bool, noColor, term string) bool {
+	return terminal && noColor == "" && term != "dumb"
+}

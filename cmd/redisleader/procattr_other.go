@@ -1,10 +1,14 @@
-//go:build !linux
+//go:build !unix
 
 package main
 
-import "syscall"
+import (
+	"os"
+	"syscall"
+)
 
-// childProcAttr returns nil: Pdeathsig is Linux-only, so elsewhere a command
-// outlives a redisleader that is killed with SIGKILL (it is still stopped
-// when redisleader loses leadership or exits in any other way).
-func childProcAttr() *syscall.SysProcAttr { return nil }
+// childProcAttr returns nil: neither Pdeathsig nor process groups exist here.
+func childProcAttr(bool) *syscall.SysProcAttr { return nil }
+
+// signalCommand sends sig to p's process only.
+func signalCommand(p *os.Process, sig syscall.Signal, _ bool) error { return p.Signal(sig) }

@@ -181,6 +181,53 @@ func TestPasswordNeverPrinted(t *testing.T) {
 		{[]string{"help"}, exitOK, false},
 		{[]string{"bogus"}, exitUsage, false},
 	}
+	// The password from --password-file, REDISLEADER_PASSWORD_FILE or
+	// REDISCLI_AUTH instead of the URL: right (exit 0) or wrong (exit 1),
+	// and never printed, not even in run's echo of the command line.
+	pwDir := t.TempDir()
+	pwFile := filepath.Join(pwDir, "password")
+	require.NoError(t, os.WriteFile(pwFile, []byte(password+"\n"), 0o600))
+	wrongFile := filepath.Join(pwDir, "wrong")
+	require.NoError(t, os.WriteFile(wrongFile, []byte("wrong-"+pwMarker+"\r\n"), 0o600))
+	plain, alice := "redis://"+addr, "redis://alice@"+addr
+	secretCases := []struct {
+		name string
+		env  []string
+		args []string
+		code int
+	}{
+		{"--password-file", nil, []string{"--redis", plain, "--password-file", pwFile}, exitOK},
+		{"--password-file with ACL user", nil, []string{"--redis", alice, "--password-file", pwFile}, exitOK},
+		{"REDISLEADER_PASSWORD_FILE", []string{"REDISLEADER_PASSWORD_FILE=" + pwFile}, []string{"--redis", plain}, exitOK},
+		{"REDISCLI_AUTH", []string{"REDISCLI_AUTH=" + password}, []string{"--redis", plain}, exitOK},
+		{"REDISCLI_AUTH in REDIS_URL's stead", []string{"REDISCLI_AUTH=" + password, "REDIS_URL=" + alice}, nil, exitOK},
+		{"wrong --password-file", nil, []string{"--redis", plain, "--password-file", wrongFile}, exitError},
+		{"wrong REDISCLI_AUTH", []string{"REDISCLI_AUTH=wrong-" + pwMarker}, []string{"--redis", plain}, exitError},
+		{"password twice", nil, []string{"--redis", "redis://:" + pwMarker + "@" + addr, "--password-file", pwFile}, exitUsage},
+		{"unreachable", nil, []string{"--redis", "redis://" + down, "--password-file", pwFile}, exitError},
+	}
+	for _, c := range secretCases {
+		for _, cmd := range [][]string{
+			{"status", "job"},
+			{"run", "--verbose", "--name", "job", "--", "sh", "-c", "exit 0", password},
+		} {
+			args := append(append([]string{cmd[0]}, c.args...), cmd[1:]...)
+			name := c.name + "/" + cmd[0]
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				proc := startCLI(t, name, append([]string{"REDIS_URL="}, c.env...), args...)
+				code := proc.wait(t)
+				stdout, stderr := proc.stdout.String(), proc.stderr.String()
+				assert.Equal(t, c.code, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+				assertNoPassword(t, "stdout", stdout)
+				assertNoPassword(t, "stderr", stderr)
+				if cmd[0] == "run" && c.code == exitOK {
+					assert.Contains(t, stderr, "starting sh -c 'exit 0' xxxxx")
+				}
+			})
+		}
+	}
+
 	for _, c := range cases {
 		for _, fromEnv := range []bool{false, true} {
 			for _, p := range paths {

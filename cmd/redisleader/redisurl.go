@@ -2,9 +2,7 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"net/url"
 	"os"
 	"strings"
@@ -18,13 +16,6 @@ const (
 	hidden          = "xxxxx" // what the CLI prints in place of a password
 )
 
-// redisURLFlag registers --redis. Its default, REDIS_URL, is read only when
-// the URL is used (redisURLFrom), so that --help and flag errors, which
-// print the defaults, never show it.
-func redisURLFlag(fs *flag.FlagSet) *string {
-	return fs.String("redis", "", "Redis `URL`: "+redisURLForms+";\npercent-encode special characters in the password (default: $REDIS_URL, else "+defaultRedisURL+")")
-}
-
 // redisURLFrom returns the URL the commands that use REDIS_URL connect to:
 // --redis if given, else REDIS_URL, else the default; and what to call it in
 // messages.
@@ -36,18 +27,6 @@ func redisURLFrom(flagValue string) (raw, source string) {
 		return env, "REDIS_URL"
 	}
 	return defaultRedisURL, "default Redis URL"
-}
-
-// openTarget parses the Redis URL of --redis (flagValue), else REDIS_URL,
-// else the default, and returns it with a logger to stderr that hides it.
-// On a malformed URL it says why, redacted, and returns exitUsage.
-func openTarget(flagValue string, stderr io.Writer) (*logger, *redisTarget, int) {
-	target, err := parseRedisURL(redisURLFrom(flagValue))
-	if err != nil {
-		fmt.Fprintf(stderr, "redisleader: %v\n", err)
-		return nil, nil, exitUsage
-	}
-	return &logger{w: stderr, target: target}, target, -1
 }
 
 // redisTarget is a parsed Redis URL. The URL as given is never printed: shown
@@ -80,13 +59,11 @@ func parseRedisURL(raw, source string) (*redisTarget, error) {
 		return nil, fmt.Errorf("invalid %s%s: %s (want %s)", source, where, urlProblem(raw), redisURLForms)
 	}
 	// The URL as given, then the password as written in it (the user info
-	// whole when it has no colon) and as decoded.
+	// whole when it has no colon), where splitURL and where net/url find it
+	// (they differ when the path holds an "@"), and as decoded.
 	pairs := []string{raw, shown}
-	_, written, _, _ := splitURL(raw)
-	if _, password, ok := strings.Cut(written, ":"); ok {
-		written = password
-	}
-	for _, secret := range []string{written, opt.Password} {
+	_, splitInfo, _, _ := splitURL(raw)
+	for _, secret := range []string{passwordIn(splitInfo), passwordIn(authorityUserinfo(raw)), opt.Password} {
 		if secret != "" {
 			pairs = append(pairs, secret, hidden)
 		}
@@ -110,6 +87,32 @@ func splitURL(raw string) (scheme, userinfo, rest string, ok bool) {
 		userinfo, rest = rest[:at], rest[at+1:]
 	}
 	return scheme, userinfo, rest, true
+}
+
+// passwordIn is the password part of user info as written: after the first
+// colon, or all of it when it has none.
+func passwordIn(userinfo string) string {
+	if _, password, ok := strings.Cut(userinfo, ":"); ok {
+		return password
+	}
+	return userinfo
+}
+
+// authorityUserinfo is the user info of raw as net/url splits it: before the
+// last "@" of the authority, which ends at the first "/", "?" or "#".
+func authorityUserinfo(raw string) string {
+	_, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return ""
+	}
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	at := strings.LastIndexByte(rest, '@')
+	if at < 0 {
+		return ""
+	}
+	return rest[:at]
 }
 
 // redactURL is raw as the CLI shows it, whether or not it parses: the

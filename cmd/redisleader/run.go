@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -27,10 +29,12 @@ import (
 //	         signal n it did not get from redisleader killed it); without --again
 //	3        leadership was lost while COMMAND ran, and COMMAND was stopped;
 //	         without --again
+//	75       --try found NAME led by another, or --wait ran out: COMMAND did
+//	         not run (EX_TEMPFAIL, "try again later")
 //	128+n    redisleader was stopped by signal n (130 for SIGINT, 143 for
-//	         SIGTERM), whether COMMAND was running (the signal was forwarded to
-//	         it and redisleader waited for it to exit) or not (the campaign
-//	         ended); with or without --again
+//	         SIGTERM, 129 SIGHUP, 131 SIGQUIT), whether COMMAND was running
+//	         (the signal was forwarded to it and redisleader waited for it to
+//	         exit) or not (the campaign ended); with or without --again
 //	1        error: Redis unreachable at start, or a Redis error that
 //	         retrying cannot fix
 //	2        usage error: bad flag, missing --name, no COMMAND, bad --ttl,
@@ -39,13 +43,15 @@ import (
 //	127      COMMAND was not found
 const (
 	exitLost       = 3
+	exitBusy       = 75
 	exitCannotExec = 126
 	exitNotFound   = 127
 )
 
 const (
-	defaultRunTTL = 10 * time.Second
-	defaultGrace  = 10 * time.Second
+	defaultRunTTL   = 10 * time.Second
+	defaultGrace    = 10 * time.Second
+	defaultFenceEnv = "REDISLEADER_FENCE"
 	// minTermInterval spaces the starts of COMMAND with --again, so that a
 	// command that fails at once does not restart in a tight loop.
 	minTermInterval = time.Second
@@ -53,112 +59,177 @@ const (
 	resignTimeout = 5 * time.Second
 )
 
-const runSynopsis = "run --name NAME [--value V] [--redis URL] [--ttl D] [--grace D] [--again] -- COMMAND [ARGS...]"
-
-const runHelp = `
+var runHelp = helpText{
+	synopsis: "run --name NAME [--try | --wait D] [--hold D] [flags] -- COMMAND [ARGS...]",
+	about: `
 Campaign for leadership of NAME and run COMMAND only while this process leads:
 at most one COMMAND runs at a time across all the hosts that run this with
 the same NAME and Redis. stdin, stdout and stderr are passed through. COMMAND
 also gets REDISLEADER_NAME, REDISLEADER_VALUE and REDISLEADER_FENCE (the
-fencing token of this term, higher for every new term) in its environment.
+fencing token of this term, higher for every new term; --fence-env renames
+it) in its environment.
 
-  - SIGINT and SIGTERM sent to redisleader are forwarded to COMMAND, and
-    redisleader exits after COMMAND does; while not leading they end the
-    campaign.
+A job that cron starts on every host, to run once per tick:
+
+  redisleader run --name nightly-report --try --hold 1m -- ./report.sh
+
+  - --try gives up at once, with status 75 and no output, when another
+    process leads (processes are told apart by --value: keep the values
+    distinct, as the default hostname:pid is); --wait D waits at most D.
+    Without either, run waits until it leads.
+  - --hold D keeps leadership (renewed) for D after COMMAND exits, so that a
+    host whose timer fires a little later finds NAME led and skips the tick.
+    Make it longer than the spread of the hosts' clocks and shorter than the
+    schedule's period.
+  - COMMAND runs in its own process group, and every signal goes to the
+    whole group, as with timeout(1); what COMMAND left running in it is
+    killed when COMMAND exits. --no-process-group leaves COMMAND in
+    redisleader's group (for a command that reads the terminal) and signals
+    COMMAND's process only.
+  - SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to redisleader are forwarded to
+    COMMAND, which gets --grace to exit before SIGKILL; redisleader exits
+    after COMMAND does and resigns. While not leading they end the campaign.
   - If leadership is lost (the lease expired because Redis was unreachable,
     or the key was deleted or taken), COMMAND gets SIGTERM, then SIGKILL after
     --grace. The next leader may start meanwhile: keep --grace short, or have
     COMMAND pass its fence to what it writes to.
-  - When COMMAND exits, redisleader resigns at once, so that another
-    candidate takes over without waiting for the lease to expire. Without
-    --again it then exits; with --again it campaigns again (starting COMMAND
-    at most once a second).
+  - When COMMAND exits, redisleader resigns at once (after --hold), so that
+    another candidate takes over without waiting for the lease to expire.
+    Without --again it then exits; with --again it campaigns again (starting
+    COMMAND at most once a second).
   - If redisleader dies, the others take over when its lease expires (--ttl);
     on Linux COMMAND is killed with it, even when it is killed with SIGKILL.
-    Signals reach COMMAND's process only: a shell script should exec the
-    program that does the work.
-`
-
-const runExitHelp = `
+  - redisleader prints only errors and warnings (to stderr), like flock(1):
+    --verbose adds a line per step, --quiet leaves only errors.
+`,
+	exit: `
 Exit status:
   N        COMMAND's exit status, when it exited by itself (128+n if a signal n
            killed it); without --again
   3        leadership was lost while COMMAND ran and COMMAND was stopped;
            without --again
-  128+n    redisleader was stopped by signal n (130 SIGINT, 143 SIGTERM),
-           whether COMMAND was running (the signal is forwarded to it) or not
+  75       --try: another process leads NAME; --wait: it still did after D.
+           COMMAND did not run
+  128+n    redisleader was stopped by signal n (130 SIGINT, 143 SIGTERM,
+           129 SIGHUP, 131 SIGQUIT), whether COMMAND was running (the signal
+           is forwarded to it) or not
   1        error: Redis unreachable at start, or a Redis error that retrying
            cannot fix
   2        usage error (a bad flag, --name or --ttl, no COMMAND, or a
            malformed Redis URL)
   126, 127 COMMAND could not be started (127: not found)
-`
+`,
+}
+
+// runFlags are run's flags.
+type runFlags struct {
+	conn           connFlags
+	name           string
+	value          string
+	ttl            time.Duration
+	grace          time.Duration
+	takeoverDelay  time.Duration
+	try            bool
+	wait           time.Duration
+	hold           time.Duration
+	again          bool
+	noProcessGroup bool
+	fenceEnv       string
+	quiet, verbose bool
+}
+
+func newRunFlags() (*flag.FlagSet, *runFlags) {
+	fs := newFlagSet("run")
+	f := &runFlags{}
+	fs.StringVar(&f.name, "name", "", "election `name` (required)")
+	fs.StringVar(&f.value, "value", "", "`value` published while leading, shown by status and watch (default hostname:pid)")
+	f.conn.register(fs)
+	fs.DurationVar(&f.ttl, "ttl", defaultRunTTL, "lease `TTL`: how long the others wait when this process dies without resigning")
+	fs.DurationVar(&f.grace, "grace", defaultGrace, "time `D` that COMMAND has to exit after a SIGTERM (leadership lost) or a forwarded signal, before SIGKILL")
+	fs.DurationVar(&f.takeoverDelay, "takeover-delay", 0, "after winning, wait `D` before starting COMMAND, so that a former leader that\nRedis forgot (a restart without persistence) notices its loss first; 0: off")
+	fs.BoolVar(&f.try, "try", false, "do not wait: if another process leads NAME, exit 75 at once, silently")
+	fs.DurationVar(&f.wait, "wait", 0, "wait at most `D` to lead, then exit 75; 0: wait until leading")
+	fs.DurationVar(&f.hold, "hold", 0, "keep leading `D` after COMMAND exits, so that late hosts skip this tick")
+	fs.BoolVar(&f.again, "again", false, "campaign again after COMMAND exits (default: exit after the first term)")
+	fs.BoolVar(&f.noProcessGroup, "no-process-group", false, "run COMMAND in redisleader's process group and signal its process only")
+	fs.StringVar(&f.fenceEnv, "fence-env", defaultFenceEnv, "environment `variable` that gives COMMAND the fencing token")
+	fs.BoolVar(&f.quiet, "quiet", false, "print errors only, not warnings about retried Redis errors")
+	fs.BoolVar(&f.verbose, "verbose", false, "also print a line for every step (campaigning, elected, exit, resigned)")
+	return fs, f
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // cmdRun implements "redisleader run". It does not take main's context: a
-// SIGINT or SIGTERM is forwarded to COMMAND while it runs, and ends the
-// campaign while it does not.
+// stop signal is forwarded to COMMAND while it runs, and ends the campaign
+// while it does not.
 func cmdRun(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("run", runSynopsis, stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: redisleader %s\n%s\nFlags:\n", runSynopsis, runHelp)
-		fs.PrintDefaults()
-		fmt.Fprint(stderr, runExitHelp)
-	}
-	name := fs.String("name", "", "election `name` (required)")
-	value := fs.String("value", "", "`value` published while leading, shown by status and watch (default hostname:pid)")
-	redisURL := redisURLFlag(fs)
-	ttl := fs.Duration("ttl", defaultRunTTL, "lease `TTL`: how long the others wait when this process dies without resigning")
-	grace := fs.Duration("grace", defaultGrace, "after leadership is lost, how long COMMAND has between SIGTERM and SIGKILL")
-	again := fs.Bool("again", false, "campaign again after COMMAND exits (default: exit after the first term)")
-	if code := parseFlags(fs, args); code >= 0 {
+	fs, f := newRunFlags()
+	if code := parseFlags(fs, runHelp, args, stdout, stderr); code >= 0 {
 		return code
 	}
 	command := fs.Args()
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "redisleader run: %s (see redisleader run --help)\n", fmt.Sprintf(format, a...))
-		return exitUsage
-	}
+	usageErr := func(format string, a ...any) int { return usageError(stderr, "run", format, a...) }
 	switch {
-	case *name == "":
+	case f.name == "":
 		return usageErr("--name is required")
 	case len(command) == 0:
 		return usageErr("no command: give it after --, as in redisleader run --name NAME -- COMMAND [ARGS...]")
-	case *grace < 0:
-		return usageErr("--grace %v must not be negative", *grace)
+	case f.grace < 0:
+		return usageErr("invalid --grace %v: must not be negative", f.grace)
+	case f.wait < 0:
+		return usageErr("invalid --wait %v: must not be negative", f.wait)
+	case f.hold < 0:
+		return usageErr("invalid --hold %v: must not be negative", f.hold)
+	case f.try && f.wait > 0:
+		return usageErr("--try and --wait exclude each other")
+	case f.again && (f.try || f.wait > 0 || f.hold > 0):
+		return usageErr("--again excludes --try, --wait and --hold")
+	case f.quiet && f.verbose:
+		return usageErr("--quiet and --verbose exclude each other")
+	case !envName.MatchString(f.fenceEnv):
+		return usageErr("invalid --fence-env %q: want a variable name (letters, digits, _)", printable(f.fenceEnv))
 	}
-	log, target, code := openTarget(*redisURL, stderr)
+	log, target, code := f.conn.open("run", stderr)
 	if code >= 0 {
 		return code
 	}
-	opts := []redisleader.Option{redisleader.WithTTL(*ttl)}
-	if what, err := checkOffline(*name, opts...); err != nil {
-		if what == "options" {
-			what = "--ttl " + ttl.String()
-		} else {
-			what = "--name"
-		}
-		return usageErr("invalid %s: %s", what, trimPrefix(err))
+	log.level = levelWarn
+	switch {
+	case f.quiet:
+		log.level = levelError
+	case f.verbose:
+		log.level = levelInfo
 	}
-	if *value == "" {
-		*value = defaultValue()
+	opts := []redisleader.Option{redisleader.WithTTL(f.ttl)}
+	if f.takeoverDelay > 0 {
+		opts = append(opts, redisleader.WithTakeoverDelay(f.takeoverDelay))
+	}
+	if what, err := checkOffline(f.name, opts...); err != nil {
+		if what == "name" {
+			return usageErr("invalid --name: %s", trimPrefix(err))
+		}
+		return usageErr("%s", cliOptionError(err))
+	}
+	if f.value == "" {
+		f.value = defaultValue()
 	}
 	if _, err := exec.LookPath(command[0]); err != nil {
-		log.printf("cannot run %s: %v", command[0], trimPrefix(err))
+		log.errorf("cannot run %s: %v", command[0], trimPrefix(err))
 		return startFailure(err)
 	}
 
 	r := &runner{
-		log:     log,
-		name:    *name,
-		value:   *value,
-		command: command,
-		display: commandLine(command, target),
-		grace:   *grace,
-		stdout:  stdout,
-		stderr:  stderr,
+		log:       log,
+		f:         f,
+		command:   command,
+		display:   commandLine(command, target),
+		stdout:    stdout,
+		stderr:    stderr,
+		forwarded: make(chan struct{}, 1),
 	}
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, stopSignals...)
 	defer signal.Stop(sigs)
 	go func() {
 		for sig := range sigs {
@@ -166,31 +237,30 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 	opts = append(opts, redisleader.WithLogger(slog.New(warnHandler{log})))
-	return r.run(target, *again, opts)
+	return r.run(target, opts)
 }
 
 // runner is one "redisleader run": it campaigns, runs the command while
 // leading, and routes signals: to the command while it runs, to the
 // campaign (which they end) while it does not.
 type runner struct {
-	log     *logger
-	name    string
-	value   string
-	command []string
-	display string // the command line, shortened, for messages
-	grace   time.Duration
-	stdout  io.Writer
-	stderr  io.Writer
+	log       *logger
+	f         *runFlags
+	command   []string
+	display   string // the command line, shortened, for messages
+	stdout    io.Writer
+	stderr    io.Writer
+	forwarded chan struct{} // signalled when a signal was forwarded to the command
 
 	mu     sync.Mutex         // protects sig, proc and cancel
-	sig    syscall.Signal     // the first SIGINT or SIGTERM received; 0 before
+	sig    syscall.Signal     // the first stop signal received; 0 before
 	proc   *os.Process        // the command while it runs, nil otherwise
 	cancel context.CancelFunc // ends the current wait on Redis; nil while leading
 }
 
-// signal handles a SIGINT or SIGTERM: it is forwarded to the command if it
-// runs, and otherwise ends the wait on Redis. The first one received decides
-// the exit status.
+// signal handles a stop signal: it is forwarded to the command (its process
+// group) if it runs, and otherwise ends the wait on Redis. The first one
+// received decides the exit status.
 func (r *runner) signal(sig os.Signal) {
 	s, ok := sig.(syscall.Signal)
 	if !ok {
@@ -203,8 +273,12 @@ func (r *runner) signal(sig os.Signal) {
 	}
 	switch {
 	case r.proc != nil:
-		r.log.printf("received %s; forwarding it to %s", signalName(s), r.display)
-		_ = r.proc.Signal(s)
+		r.log.infof("received %s; forwarding it to %s", signalName(s), r.display)
+		_ = signalCommand(r.proc, s, !r.f.noProcessGroup)
+		select {
+		case r.forwarded <- struct{}{}:
+		default:
+		}
 	case r.cancel != nil:
 		r.cancel()
 	}
@@ -230,9 +304,12 @@ func (r *runner) signalled() syscall.Signal {
 	return r.sig
 }
 
+// errBusy ends a campaign that --try or --wait gave up.
+var errBusy = errors.New("another process leads")
+
 // run connects, then campaigns and runs the command once per term, and
 // returns the exit status.
-func (r *runner) run(target *redisTarget, again bool, opts []redisleader.Option) int {
+func (r *runner) run(target *endpoint, opts []redisleader.Option) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	if !r.waiting(cancel) {
 		cancel()
@@ -244,16 +321,16 @@ func (r *runner) run(target *redisTarget, again bool, opts []redisleader.Option)
 	cancel()
 	if err != nil {
 		if sig := r.signalled(); sig != 0 {
-			r.log.printf("received %s while connecting to Redis; stopped", signalName(sig))
+			r.log.infof("received %s while connecting to Redis; stopped", signalName(sig))
 			return 128 + int(sig)
 		}
-		r.log.printf("%v", err)
+		r.log.errorf("%v", err)
 		return exitError
 	}
 	defer client.Close()
 	session, err := redisleader.NewSession(client, opts...)
-	if err != nil { // checked by checkOffline already
-		r.log.printf("%v", trimPrefix(err))
+	if err != nil { // checked by checkOffline already, but for the client's kind
+		r.log.errorf("%s", cliOptionError(err))
 		return exitUsage
 	}
 	defer func() {
@@ -261,9 +338,9 @@ func (r *runner) run(target *redisTarget, again bool, opts []redisleader.Option)
 		defer cancel()
 		_ = session.Close(ctx)
 	}()
-	election, err := session.Election(r.name)
+	election, err := session.Election(r.f.name)
 	if err != nil {
-		r.log.printf("%v", trimPrefix(err))
+		r.log.errorf("%v", trimPrefix(err))
 		return exitUsage
 	}
 
@@ -273,7 +350,7 @@ func (r *runner) run(target *redisTarget, again bool, opts []redisleader.Option)
 		if !r.waiting(cancel) {
 			cancel()
 			sig := r.signalled()
-			r.log.printf("received %s while not leading %s; stopped campaigning", signalName(sig), r.name)
+			r.log.infof("received %s while not leading %s; stopped campaigning", signalName(sig), r.f.name)
 			return 128 + int(sig)
 		}
 		lead, err := r.campaign(ctx, election, next)
@@ -281,10 +358,18 @@ func (r *runner) run(target *redisTarget, again bool, opts []redisleader.Option)
 		cancel()
 		if err != nil {
 			if sig := r.signalled(); sig != 0 {
-				r.log.printf("received %s while not leading %s; stopped campaigning", signalName(sig), r.name)
+				r.log.infof("received %s while not leading %s; stopped campaigning", signalName(sig), r.f.name)
 				return 128 + int(sig)
 			}
-			r.log.printf("campaign for %s: %v", r.name, trimPrefix(err))
+			if errors.Is(err, errBusy) {
+				if r.f.try {
+					r.log.infof("%s is led by another process; not running %s (--try)", r.f.name, r.display)
+				} else {
+					r.log.infof("%s was still led by another process after --wait %v; not running %s", r.f.name, r.f.wait, r.display)
+				}
+				return exitBusy
+			}
+			r.log.errorf("campaign for %s: %v", r.f.name, trimPrefix(err))
 			if errors.Is(err, redisleader.ErrInvalid) {
 				return exitUsage
 			}
@@ -292,14 +377,15 @@ func (r *runner) run(target *redisTarget, again bool, opts []redisleader.Option)
 		}
 		next = time.Now().Add(minTermInterval)
 		code, done := r.term(lead)
-		if done || !again {
+		if done || !r.f.again {
 			return code
 		}
 	}
 }
 
 // campaign waits until notBefore (--again spacing), then campaigns until
-// this process leads or ctx ends.
+// this process leads or ctx ends; with --try or --wait it gives up with
+// errBusy.
 func (r *runner) campaign(ctx context.Context, e *redisleader.Election, notBefore time.Time) (*redisleader.Lock, error) {
 	if d := time.Until(notBefore); d > 0 {
 		t := time.NewTimer(d)
@@ -310,45 +396,98 @@ func (r *runner) campaign(ctx context.Context, e *redisleader.Election, notBefor
 			return nil, ctx.Err()
 		}
 	}
-	r.log.printf("campaigning for leadership of %s as %s", r.name, printable(r.value))
-	return e.Campaign(ctx, r.value)
+	r.log.infof("campaigning for leadership of %s as %s", r.f.name, printable(r.f.value))
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	switch {
+	case r.f.wait > 0:
+		t := time.AfterFunc(r.f.wait, func() { cancel(errBusy) })
+		defer t.Stop()
+	case r.f.try:
+		// The library has no one-shot Campaign: give up as soon as Redis
+		// says that someone else leads. Observe reports the state of the
+		// key first, so a held name ends the campaign at once. Candidates
+		// are told apart by value (the default, hostname:pid, is unique).
+		octx, stop := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		defer func() { stop(); <-watched }()
+		go func() {
+			defer close(watched)
+			for l := range e.Observe(octx) {
+				if l.Fence != 0 && l.Value != r.f.value {
+					cancel(errBusy)
+					return
+				}
+			}
+		}()
+	}
+	lead, err := e.Campaign(ctx, r.f.value)
+	if err != nil && errors.Is(context.Cause(ctx), errBusy) {
+		return nil, errBusy
+	}
+	return lead, err
 }
 
-// term runs the command for one term of leadership, then resigns. It returns
-// the exit status redisleader should end with and whether it must end now
-// (even with --again); otherwise code applies only without --again.
+// term runs the command for one term of leadership, holds it for --hold,
+// then resigns. It returns the exit status redisleader should end with and
+// whether it must end now (even with --again); otherwise code applies only
+// without --again.
 func (r *runner) term(lead *redisleader.Lock) (code int, done bool) {
-	r.log.printf("elected leader of %s (fence %d); starting %s", r.name, lead.Fence(), r.display)
+	r.log.infof("elected leader of %s (fence %d); starting %s", r.f.name, lead.Fence(), r.display)
 	res := r.runCommand(lead)
+	held := false
+	if res.state != nil && res.lost == nil && r.signalled() == 0 && r.f.hold > 0 {
+		r.hold(lead) // a signal now only ends the hold: COMMAND's status stands
+		held = true
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), resignTimeout)
 	err := lead.Release(ctx) // resign: the others are woken at once
 	cancel()
-	resigned := "resigned"
+	resigned, report := "resigned", r.log.infof
 	switch {
 	case res.lost != nil:
-		resigned = "not leading any more"
+		resigned, report = "not leading any more", r.log.errorf
 	case err != nil && !errors.Is(err, redisleader.ErrLost) && !errors.Is(err, redisleader.ErrSessionClosed):
 		resigned = fmt.Sprintf("could not resign (%v); the lease expires within its TTL", trimPrefix(err))
+		report = r.log.warnf
 	}
 
 	switch {
 	case res.notStarted:
 		sig := r.signalled()
-		r.log.printf("received %s before %s started; %s", signalName(sig), r.display, resigned)
+		r.log.infof("received %s before %s started; %s", signalName(sig), r.display, resigned)
 		return 128 + int(sig), true
 	case res.startErr != nil:
-		r.log.printf("cannot start %s: %v; %s", r.display, trimPrefix(res.startErr), resigned)
+		r.log.errorf("cannot start %s: %v; %s", r.display, trimPrefix(res.startErr), resigned)
 		return startFailure(res.startErr), true
 	}
-	r.log.printf("%s %s; %s", r.display, describeExit(res.state), resigned)
+	report("%s %s; %s", r.display, describeExit(res.state), resigned)
 	switch sig := r.signalled(); {
-	case sig != 0:
+	case sig != 0 && !held:
 		return 128 + int(sig), true
 	case res.lost != nil:
 		return exitLost, false
 	default:
 		return exitStatus(res.state), false
+	}
+}
+
+// hold keeps leadership for --hold after the command exited, unless it is
+// lost or a signal ends the hold first (COMMAND has finished: the exit
+// status stays its own).
+func (r *runner) hold(lead *redisleader.Lock) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.f.hold)
+	defer cancel()
+	if !r.waiting(cancel) {
+		return
+	}
+	defer r.waiting(nil)
+	r.log.infof("holding leadership of %s for %v (--hold)", r.f.name, r.f.hold)
+	select {
+	case <-ctx.Done():
+	case <-lead.Done():
+		r.log.warnf("leadership of %s lost during --hold (%s)", r.f.name, lossReason(lead.Err()))
 	}
 }
 
@@ -362,15 +501,18 @@ type commandResult struct {
 
 // runCommand starts the command and waits for it to exit. If leadership is
 // lost meanwhile, the command gets SIGTERM, then SIGKILL after the grace
-// period.
+// period; a forwarded signal is followed by SIGKILL after the grace period
+// too. Signals go to the command's process group unless --no-process-group,
+// and what is left of the group when the command exits is killed.
 func (r *runner) runCommand(lead *redisleader.Lock) commandResult {
+	group := !r.f.noProcessGroup
 	cmd := exec.Command(r.command[0], r.command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, r.stdout, r.stderr
 	cmd.Env = append(os.Environ(),
-		"REDISLEADER_NAME="+r.name,
-		"REDISLEADER_VALUE="+r.value,
-		"REDISLEADER_FENCE="+strconv.FormatInt(lead.Fence(), 10))
-	cmd.SysProcAttr = childProcAttr()
+		"REDISLEADER_NAME="+r.f.name,
+		"REDISLEADER_VALUE="+r.f.value,
+		r.f.fenceEnv+"="+strconv.FormatInt(lead.Fence(), 10))
+	cmd.SysProcAttr = childProcAttr(group)
 	cmd.WaitDelay = time.Second // when stdout or stderr is not a file: don't hang on pipes held by grandchildren
 
 	var res commandResult
@@ -399,6 +541,11 @@ func (r *runner) runCommand(lead *redisleader.Lock) commandResult {
 		_ = cmd.Wait() // the exit status is in cmd.ProcessState
 		r.mu.Lock()
 		r.proc = nil
+		if group {
+			// Nothing of the command outlives it: another host may start
+			// the job as soon as this one resigns.
+			_ = signalCommand(cmd.Process, syscall.SIGKILL, true)
+		}
 		r.mu.Unlock()
 		close(exited)
 	}()
@@ -411,8 +558,32 @@ func (r *runner) runCommand(lead *redisleader.Lock) commandResult {
 		return res
 	}
 
+	// signal signals the command unless it has exited.
+	signal := func(sig syscall.Signal) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.proc != nil {
+			_ = signalCommand(r.proc, sig, group)
+		}
+	}
 	lost := lead.Done()
-	var kill <-chan time.Time
+	var (
+		grace   *time.Timer // started by the first SIGTERM or forwarded signal
+		kill    <-chan time.Time
+		stopSig syscall.Signal // the signal that began the grace period
+	)
+	defer func() {
+		if grace != nil {
+			grace.Stop()
+		}
+	}()
+	startGrace := func(sig syscall.Signal) {
+		if grace == nil {
+			stopSig = sig
+			grace = time.NewTimer(r.f.grace)
+			kill = grace.C
+		}
+	}
 	for {
 		select {
 		case <-exited:
@@ -421,16 +592,16 @@ func (r *runner) runCommand(lead *redisleader.Lock) commandResult {
 		case <-lost:
 			lost = nil
 			res.lost = lead.Err()
-			r.log.printf("leadership of %s lost (%s); stopping %s (SIGTERM, SIGKILL after %v)",
-				r.name, lossReason(res.lost), r.display, r.grace)
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			t := time.NewTimer(r.grace)
-			defer t.Stop()
-			kill = t.C
+			r.log.errorf("leadership of %s lost (%s); stopping %s (SIGTERM, SIGKILL after %v)",
+				r.f.name, lossReason(res.lost), r.display, r.f.grace)
+			signal(syscall.SIGTERM)
+			startGrace(syscall.SIGTERM)
+		case <-r.forwarded:
+			startGrace(r.signalled())
 		case <-kill:
 			kill = nil
-			r.log.printf("%s still runs %v after SIGTERM; sending SIGKILL", r.display, r.grace)
-			_ = cmd.Process.Kill()
+			r.log.errorf("%s still runs %v after %s; sending SIGKILL", r.display, r.f.grace, signalName(stopSig))
+			signal(syscall.SIGKILL)
 		}
 	}
 }
@@ -528,7 +699,7 @@ func signalName(s syscall.Signal) string {
 // commandLine shows args as a shell would take them, with target's URL and
 // password hidden (before shortening, which could cut them), shortened to 80
 // characters.
-func commandLine(args []string, target *redisTarget) string {
+func commandLine(args []string, target hider) string {
 	const maxLen = 80
 	var b strings.Builder
 	for i, a := range args {
@@ -555,29 +726,101 @@ func trimPrefix(err error) string {
 }
 
 // logger writes "redisleader: " status lines, one whole line at a time,
-// with the Redis URL and its password hidden (a library warning, an error
-// or the command line might hold them).
+// with the Redis URLs and passwords hidden (a library warning, an error or
+// the command line might hold them), and library option names replaced by
+// the flags that set them. Lines below its level are left out.
 type logger struct {
 	mu     sync.Mutex
 	w      io.Writer
-	target *redisTarget
+	target hider
+	level  logLevel // the zero value prints everything
 }
 
-func (l *logger) printf(format string, a ...any) {
+// hider hides secrets in text: a *redisTarget or an *endpoint.
+type hider interface{ hide(string) string }
+
+// logLevel is how much run prints: errors always, warnings by default,
+// every step with --verbose.
+type logLevel int
+
+const (
+	levelInfo  logLevel = iota // --verbose
+	levelWarn                  // default
+	levelError                 // --quiet
+)
+
+func (l *logger) printf(format string, a ...any) { l.logf(levelError, format, a...) }
+func (l *logger) errorf(format string, a ...any) { l.logf(levelError, format, a...) }
+func (l *logger) warnf(format string, a ...any)  { l.logf(levelWarn, format, a...) }
+func (l *logger) infof(format string, a ...any)  { l.logf(levelInfo, format, a...) }
+
+func (l *logger) logf(level logLevel, format string, a ...any) {
+	if level < l.level {
+		return
+	}
+	msg := fmt.Sprintf(format, a...)
+	if l.target != nil {
+		msg = l.target.hide(msg) // first: cliWords could change a password
+	}
+	msg = cliWords(msg)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	fmt.Fprintf(l.w, "redisleader: %s\n", l.target.hide(fmt.Sprintf(format, a...)))
+	fmt.Fprintf(l.w, "redisleader: %s\n", msg)
+}
+
+// optionFlags names the run flag that sets each library option the CLI
+// uses, for messages that name the option.
+var optionFlags = map[string]string{"WithTTL": "--ttl", "WithTakeoverDelay": "--takeover-delay"}
+
+var optionCall = regexp.MustCompile(`\b(With[A-Za-z]+)\(([^)]*)\)`)
+
+// cliWords replaces "WithTTL(5s)" and "WithTakeoverDelay" in a library
+// message with the flags that set them.
+func cliWords(s string) string {
+	s = optionCall.ReplaceAllStringFunc(s, func(m string) string {
+		sub := optionCall.FindStringSubmatch(m)
+		if f, ok := optionFlags[sub[1]]; ok {
+			return f + " " + sub[2]
+		}
+		return m
+	})
+	for opt, f := range optionFlags {
+		s = regexp.MustCompile(`\b`+opt+`\b`).ReplaceAllString(s, f)
+	}
+	return s
+}
+
+// cliOptionError turns the library's "WithTTL(0s) must be at least 10ms"
+// into "invalid --ttl 0s: must be at least 10ms".
+func cliOptionError(err error) string {
+	msg := trimPrefix(err)
+	if m := optionCall.FindStringSubmatchIndex(msg); m != nil && m[0] == 0 {
+		if f, ok := optionFlags[msg[m[2]:m[3]]]; ok {
+			return "invalid " + f + " " + msg[m[4]:m[5]] + ": " + cliWords(strings.TrimSpace(msg[m[1]:]))
+		}
+	}
+	return cliWords(msg)
 }
 
 // warnHandler prints the library's warnings (Redis errors while campaigning
 // or renewing, retried meanwhile) as status lines. "lock lost" is left out:
-// run says so itself, with what it does about it.
+// run says so itself, with what it does about it; so are attempts that
+// failed because run cancelled them.
 type warnHandler struct{ log *logger }
 
 func (h warnHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
 
 func (h warnHandler) Handle(_ context.Context, r slog.Record) error {
 	if r.Message == "redisleader: lock lost" {
+		return nil
+	}
+	cancelled := false
+	r.Attrs(func(a slog.Attr) bool {
+		err, ok := a.Value.Any().(error)
+		cancelled = ok && errors.Is(err, context.Canceled)
+		return !cancelled
+	})
+	if cancelled { // an attempt that run itself ended (--try, a signal): not news
 		return nil
 	}
 	var b strings.Builder
@@ -591,7 +834,7 @@ func (h warnHandler) Handle(_ context.Context, r slog.Record) error {
 	if sep == ", " {
 		b.WriteByte(')')
 	}
-	h.log.printf("%s", b.String())
+	h.log.warnf("%s", b.String())
 	return nil
 }
 

@@ -15,9 +15,9 @@ import (
 	"github.com/redisleader/redisleader"
 )
 
-const statusSynopsis = "status [--json] [--redis URL] NAME"
-
-const statusHelp = `
+var statusHelp = helpText{
+	synopsis: "status [--json] [--check] [flags] NAME",
+	about: `
 Print who leads NAME now: the leader's value, its fencing token and what is
 left of its lease, or "no leader". Flags may also come after NAME.
 
@@ -25,45 +25,84 @@ left of its lease, or "no leader". Flags may also come after NAME.
   no leader
 
 With --json: {"name":"NAME","leader":{"value":"host-a:1234","fence":1795000000000000,"ttl_ms":9874}}
-or {"name":"NAME","leader":null}.
-`
-
-const statusExitHelp = `
-Exit status: 0 when it could tell (a leader or no leader), 1 on a Redis error
+or {"name":"NAME","leader":null}. With --check the exit status says it too
+(0 a leader, 3 none), for scripts: if redisleader status --check job >/dev/null; then ...
+Colour is used only when stdout is a terminal and NO_COLOR is not set.
+`,
+	exit: `
+Exit status: 0 when it could tell (a leader or no leader; with --check: a
+leader), 3 with --check when no process leads NAME, 1 on a Redis error
 (unreachable, or the key holds something else), 2 on a usage error (a bad
 flag or NAME, or a malformed Redis URL).
-`
+`,
+}
 
-const watchSynopsis = "watch [--redis URL] NAME"
-
-const watchHelp = `
+var watchHelp = helpText{
+	synopsis: "watch [--json] [flags] NAME",
+	about: `
 Print one line per leader change of NAME, the current state first, each with
 a UTC timestamp, until interrupted. Flags may also come after NAME.
 
   2026-11-29T10:00:00.123Z leader host-a:1234 (fence 1795000000000000)
   2026-11-29T10:00:12.456Z no leader
 
-A leader that resigns is seen at once; one that dies is seen when its lease
-expires. Colour is used when stdout is a terminal.
-`
+With --json, one JSON object per line:
+  {"time":"2026-11-29T10:00:00.123Z","name":"NAME","leader":{"value":"host-a:1234","fence":1795000000000000}}
+  {"time":"2026-11-29T10:00:12.456Z","name":"NAME","leader":null}
 
-const watchExitHelp = `
-Exit status: 0 when interrupted (SIGINT, SIGTERM), 1 when Redis is
-unreachable at start, 2 on a usage error (a bad flag or NAME, or a malformed
-Redis URL). While Redis is unreachable later, watch waits and retries.
-`
+A leader that resigns is seen at once; one that dies is seen when its lease
+expires. Colour is used only when stdout is a terminal and NO_COLOR is not set.
+`,
+	exit: `
+Exit status: 0 when interrupted (SIGINT, SIGTERM, SIGHUP, SIGQUIT), 1 when
+Redis is unreachable at start, 2 on a usage error (a bad flag or NAME, or a
+malformed Redis URL). While Redis is unreachable later, watch waits and retries.
+`,
+}
+
+// exitNoLeader is status --check's exit status when nobody leads.
+const exitNoLeader = 3
+
+// nameFlags are the flags of status and watch.
+type nameFlags struct {
+	conn   connFlags
+	asJSON bool
+	check  bool // status only
+}
+
+func newNameFlags(cmd, jsonUsage string) (*flag.FlagSet, *nameFlags) {
+	fs := newFlagSet(cmd)
+	f := &nameFlags{}
+	fs.BoolVar(&f.asJSON, "json", false, jsonUsage)
+	f.conn.register(fs)
+	return fs, f
+}
+
+func newStatusFlags() (*flag.FlagSet, *nameFlags) {
+	fs, f := newNameFlags("status", "print JSON instead of text")
+	fs.BoolVar(&f.check, "check", false, "exit 3 when no process leads NAME (0 when one does)")
+	return fs, f
+}
+
+func newWatchFlags() (*flag.FlagSet, *nameFlags) {
+	return newNameFlags("watch", "print one JSON object per line instead of text")
+}
+
+// leaderJSON is a leader as status --json and watch --json print it.
+type leaderJSON struct {
+	Value string `json:"value"`
+	Fence int64  `json:"fence"`
+	TTLms *int64 `json:"ttl_ms,omitempty"`
+}
 
 // cmdStatus implements "redisleader status".
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("status", statusSynopsis, stderr)
-	setUsage(fs, stderr, statusSynopsis, statusHelp, statusExitHelp)
-	asJSON := fs.Bool("json", false, "print JSON instead of text")
-	redisURL := redisURLFlag(fs)
-	name, code := parseName(fs, "status", args, stderr)
+	fs, f := newStatusFlags()
+	name, code := parseName(fs, statusHelp, args, stdout, stderr)
 	if code >= 0 {
 		return code
 	}
-	log, target, code := openTarget(*redisURL, stderr)
+	log, target, code := f.conn.open("status", stderr)
 	if code >= 0 {
 		return code
 	}
@@ -78,45 +117,43 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitError
 	}
 	leading := err == nil
+	code = exitOK
+	if f.check && !leading {
+		code = exitNoLeader
+	}
 
-	if *asJSON {
-		type leaderJSON struct {
-			Value string `json:"value"`
-			Fence int64  `json:"fence"`
-			TTLms int64  `json:"ttl_ms"`
-		}
+	if f.asJSON {
 		out := struct {
 			Name   string      `json:"name"`
 			Leader *leaderJSON `json:"leader"`
 		}{Name: name}
 		if leading {
-			out.Leader = &leaderJSON{Value: l.Value, Fence: l.Fence, TTLms: l.TTL.Milliseconds()}
+			ms := l.TTL.Milliseconds()
+			out.Leader = &leaderJSON{Value: l.Value, Fence: l.Fence, TTLms: &ms}
 		}
 		if err := json.NewEncoder(stdout).Encode(out); err != nil {
 			fmt.Fprintf(stderr, "redisleader: writing output: %v\n", err)
 			return exitError
 		}
-		return exitOK
+		return code
 	}
-	p := painter(isTerminal(stdout))
+	p := colour(stdout)
 	if !leading {
 		fmt.Fprintln(stdout, p.red("no leader"))
-		return exitOK
+		return code
 	}
 	fmt.Fprintf(stdout, "leader %s (fence %d, ttl %v)\n", p.bold(p.green(printable(l.Value))), l.Fence, l.TTL.Round(time.Millisecond))
-	return exitOK
+	return code
 }
 
 // cmdWatch implements "redisleader watch".
 func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("watch", watchSynopsis, stderr)
-	setUsage(fs, stderr, watchSynopsis, watchHelp, watchExitHelp)
-	redisURL := redisURLFlag(fs)
-	name, code := parseName(fs, "watch", args, stderr)
+	fs, f := newWatchFlags()
+	name, code := parseName(fs, watchHelp, args, stdout, stderr)
 	if code >= 0 {
 		return code
 	}
-	log, target, code := openTarget(*redisURL, stderr)
+	log, target, code := f.conn.open("watch", stderr)
 	if code >= 0 {
 		return code
 	}
@@ -128,9 +165,26 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return code
 	}
 	defer closeAll()
-	p := painter(isTerminal(stdout))
+	p := colour(stdout)
+	enc := json.NewEncoder(stdout)
 	for l := range election.Observe(ctx) {
-		ts := p.dim(time.Now().UTC().Format("2006-01-02T15:04:05.000Z07:00"))
+		now := time.Now().UTC().Format("2006-01-02T15:04:05.000Z07:00")
+		if f.asJSON {
+			out := struct {
+				Time   string      `json:"time"`
+				Name   string      `json:"name"`
+				Leader *leaderJSON `json:"leader"`
+			}{Time: now, Name: name}
+			if l.Fence != 0 {
+				out.Leader = &leaderJSON{Value: l.Value, Fence: l.Fence}
+			}
+			if err := enc.Encode(out); err != nil {
+				log.printf("writing output: %v", err)
+				return exitError
+			}
+			continue
+		}
+		ts := p.dim(now)
 		if l.Fence == 0 {
 			fmt.Fprintf(stdout, "%s %s\n", ts, p.red("no leader"))
 		} else {
@@ -144,27 +198,17 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return exitOK
 }
 
-// setUsage makes fs's usage show a description and the exit status.
-func setUsage(fs *flag.FlagSet, stderr io.Writer, synopsis, help, exitHelp string) {
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: redisleader %s\n%s\nFlags:\n", synopsis, help)
-		fs.PrintDefaults()
-		fmt.Fprint(stderr, exitHelp)
-	}
-}
-
 // parseName parses flags placed before or after the one NAME argument
 // ("status NAME --json" works like "status --json NAME"; after "--" every
 // argument is taken as it is, so a NAME may begin with "-"), and checks the
 // name. It returns the exit status to use if the command must end, or -1.
-func parseName(fs *flag.FlagSet, cmd string, args []string, stderr io.Writer) (string, int) {
+func parseName(fs *flag.FlagSet, h helpText, args []string, stdout, stderr io.Writer) (string, int) {
 	usageErr := func(format string, a ...any) (string, int) {
-		fmt.Fprintf(stderr, "redisleader %s: %s (see redisleader %s --help)\n", cmd, fmt.Sprintf(format, a...), cmd)
-		return "", exitUsage
+		return "", usageError(stderr, fs.Name(), format, a...)
 	}
 	var names []string
 	for {
-		if code := parseFlags(fs, args); code >= 0 {
+		if code := parseFlags(fs, h, args, stdout, stderr); code >= 0 {
 			return "", code
 		}
 		rest := fs.Args()
@@ -183,7 +227,7 @@ func parseName(fs *flag.FlagSet, cmd string, args []string, stderr io.Writer) (s
 		return usageErr("missing NAME")
 	case 1:
 	default:
-		return usageErr("expected one NAME, got %d: %s", len(names), strings.Join(names, " "))
+		return usageErr("expected one NAME, got %d: %s", len(names), printable(strings.Join(names, " ")))
 	}
 	if _, err := checkOffline(names[0]); err != nil {
 		return usageErr("invalid NAME: %s", trimPrefix(err))
@@ -194,7 +238,7 @@ func parseName(fs *flag.FlagSet, cmd string, args []string, stderr io.Writer) (s
 // openElection connects to Redis and opens a session on the election name.
 // It returns a function that closes both, or the exit code to return (with
 // the reason already logged).
-func openElection(ctx context.Context, target *redisTarget, name string, log *logger) (*redisleader.Election, func(), int) {
+func openElection(ctx context.Context, target *endpoint, name string, log *logger) (*redisleader.Election, func(), int) {
 	quietRedis()
 	client, err := connect(ctx, target)
 	if err != nil {
