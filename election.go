@@ -56,6 +56,17 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lock, error) {
 	return e.s.acquire(ctx, e.keys.name, value, true, false)
 }
 
+// TryCampaign makes one attempt to lead with value, as TryLock does for a
+// lock: it returns the leadership as Campaign does, or an error matching
+// ErrLocked (with the leader's fence) when another candidate leads or this
+// session already does, without waiting. It returns an error matching
+// ErrInvalid for a value over 64 KiB, ErrSessionClosed, or a Redis error; in
+// the last case the key is released with this attempt's token in case the
+// attempt took effect.
+func (e *Election) TryCampaign(ctx context.Context, value string) (*Lock, error) {
+	return e.s.acquire(ctx, e.keys.name, value, false, false)
+}
+
 // Resign ends this session's leadership of the election, if it leads
 // (whether Campaign or Run won it), as the leadership Lock's Release does.
 // For a term of Run it then waits until Run has deleted the key, returning

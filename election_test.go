@@ -316,3 +316,35 @@ func TestProclaimQueuedReturnsWithItsContext(t *testing.T) {
 	assert.ErrorIs(t, e.Proclaim(ctx, "v2"), context.DeadlineExceeded)
 	assert.Less(t, time.Since(start), 300*time.Millisecond, "the queued Proclaim outlived its context")
 }
+
+// TryCampaign makes one attempt: it leads a free election, and while another
+// candidate leads it returns ErrLocked with the leader's fence at once,
+// leaving the leader's key as it was.
+func TestTryCampaign(t *testing.T) {
+	m, c := newMini(t)
+	ctx := context.Background()
+	a, b := mustElection(t, newSession(t, c), "try"), mustElection(t, newSession(t, c), "try")
+	lead, err := a.TryCampaign(ctx, "a")
+	require.NoError(t, err)
+	assert.Equal(t, "a", lead.Value())
+	stored, err := m.Get(lead.Key())
+	require.NoError(t, err)
+
+	other, err := b.TryCampaign(ctx, "b")
+	assert.Nil(t, other)
+	assert.ErrorIs(t, err, ErrLocked)
+	assert.ErrorContains(t, err, fmt.Sprintf("fence %d", lead.Fence()))
+	after, err := m.Get(lead.Key())
+	require.NoError(t, err)
+	assert.Equal(t, stored, after, "a failed TryCampaign must not touch the leader's key")
+
+	_, err = a.TryCampaign(ctx, "a")
+	assert.ErrorIs(t, err, ErrLocked, "a session never waits for itself, nor leads twice")
+	_, err = b.TryCampaign(ctx, strings.Repeat("x", 64<<10+1))
+	assert.ErrorIs(t, err, ErrInvalid)
+
+	require.NoError(t, lead.Release(ctx))
+	won, err := b.TryCampaign(ctx, "b")
+	require.NoError(t, err)
+	assert.Greater(t, won.Fence(), lead.Fence())
+}

@@ -115,6 +115,11 @@ func TestRunTryAndWaitWhenLed(t *testing.T) {
 	assert.Equal(t, exitBusy, code)
 	assert.Contains(t, errOut, "redisleader: job is led by another process; not running true (--try)")
 
+	// Hosts need not have distinct values: one that uses the leader's own
+	// value gives up at once too (it used to wait, told apart by value).
+	code, _, _ = runCLI(t, "run", "--redis", s.url, "--name", "job", "--value", "A", "--try", "--", "true")
+	assert.Equal(t, exitBusy, code)
+
 	start = time.Now()
 	code, _, errOut = runCLI(t, "run", "--redis", s.url, "--name", "job", "--wait", "300ms", "--", "true")
 	took := time.Since(start)

@@ -74,8 +74,7 @@ A job that cron starts on every host, to run once per tick:
   redisleader run --name nightly-report --try --hold 1m -- ./report.sh
 
   - --try gives up at once, with status 75 and no output, when another
-    process leads (processes are told apart by --value: keep the values
-    distinct, as the default hostname:pid is); --wait D waits at most D.
+    process leads; --wait D waits at most D.
     Without either, run waits until it leads.
   - --hold D keeps leadership (renewed) for D after COMMAND exits, so that a
     host whose timer fires a little later finds NAME led and skips the tick.
@@ -404,22 +403,11 @@ func (r *runner) campaign(ctx context.Context, e *redisleader.Election, notBefor
 		t := time.AfterFunc(r.f.wait, func() { cancel(errBusy) })
 		defer t.Stop()
 	case r.f.try:
-		// The library has no one-shot Campaign: give up as soon as Redis
-		// says that someone else leads. Observe reports the state of the
-		// key first, so a held name ends the campaign at once. Candidates
-		// are told apart by value (the default, hostname:pid, is unique).
-		octx, stop := context.WithCancel(ctx)
-		watched := make(chan struct{})
-		defer func() { stop(); <-watched }()
-		go func() {
-			defer close(watched)
-			for l := range e.Observe(octx) {
-				if l.Fence != 0 && l.Value != r.f.value {
-					cancel(errBusy)
-					return
-				}
-			}
-		}()
+		lead, err := e.TryCampaign(ctx, r.f.value)
+		if errors.Is(err, redisleader.ErrLocked) {
+			return nil, errBusy
+		}
+		return lead, err
 	}
 	lead, err := e.Campaign(ctx, r.f.value)
 	if err != nil && errors.Is(context.Cause(ctx), errBusy) {
