@@ -3,10 +3,12 @@ package redisleader
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -111,4 +113,74 @@ func TestReviewCloseDeletesExpiredLockToken(t *testing.T) {
 // waits for the key's TTL instead of taking over at once.
 func TestReviewCloseDeletesExpiredRunTermToken(t *testing.T) {
 	assert.False(t, closeAfterExpiry(t, true), "Close left the expired Run term's token in Redis")
+}
+
+// lateRaise delays the reply of the first raiseFence on a node past the
+// lease's local deadline (the node has run it; only the reply is late).
+type lateRaise struct {
+	d    time.Duration
+	done *atomic.Bool
+}
+
+func (h lateRaise) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h lateRaise) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if args := cmd.Args(); err == nil && len(args) > 1 && (args[1] == raiseScript.sha || args[1] == raiseScript.src) && h.done.CompareAndSwap(false, true) {
+			<-time.After(h.d) // latency, not synchronisation
+		}
+		return err
+	}
+}
+
+func (h lateRaise) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// Sound check of intended change 2 (passes on HEAD): a Redlock acquire
+// whose quorum reply came after the local deadline keeps its token only
+// for the next attempt. TryLock gives up and leaves no token on any node;
+// Lock's next attempt confirms the same token and holds.
+func TestReviewRedlockLateQuorumReply(t *testing.T) {
+	for _, block := range []bool{false, true} {
+		t.Run(fmt.Sprint("block=", block), func(t *testing.T) {
+			ms, cs := redlockNodes(t, 3)
+			for _, c := range cs {
+				c.(*redis.Client).AddHook(lateRaise{d: 700 * time.Millisecond, done: new(atomic.Bool)})
+			}
+			attempts := make(chan error, 10)
+			s := newRedlock(t, cs, withAttemptHook(func(_ string, err error) { attempts <- err }))
+			ctx := context.Background()
+			var (
+				l   *Lock
+				err error
+			)
+			if block {
+				l, err = s.Lock(ctx, "late")
+			} else {
+				l, err = s.TryLock(ctx, "late")
+			}
+			first := <-attempts
+			require.ErrorContains(t, first, "after the lease's local deadline")
+			key := newKeys("late").lock
+			if !block {
+				require.Error(t, err)
+				for i, m := range ms {
+					assert.False(t, m.Exists(key), "node %d keeps a token TryLock gave up", i)
+				}
+				return
+			}
+			require.NoError(t, err)
+			require.True(t, l.Held())
+			for i, m := range ms {
+				v, err := m.Get(key)
+				require.NoError(t, err, "node %d", i)
+				h, _ := parseHolder(v)
+				assert.Equal(t, l.token, h.token, "node %d", i)
+				assert.Equal(t, l.Fence(), h.fence, "node %d", i)
+			}
+			require.NoError(t, l.Release(ctx))
+		})
+	}
 }
