@@ -184,3 +184,50 @@ func TestReviewRedlockLateQuorumReply(t *testing.T) {
 		})
 	}
 }
+
+// Sound check of intended change 3 (passes on HEAD): Resign, Release and
+// Close racing on a Run term end it once; Run deletes the key; Close waits
+// for that and returns; Run returns ErrSessionClosed.
+func TestReviewRunTermConcurrentEnds(t *testing.T) {
+	for i := range 30 {
+		m, c := newMini(t)
+		s, err := NewSession(c, fastOpts()...)
+		require.NoError(t, err)
+		e, err := s.Election("race")
+		require.NoError(t, err)
+		elected := make(chan *Lock, 1)
+		ran := make(chan error, 1)
+		go func() {
+			ran <- e.Run(context.Background(), "v", func(lctx context.Context, l *Lock) error {
+				select {
+				case elected <- l:
+				default:
+				}
+				<-lctx.Done()
+				return nil
+			})
+		}()
+		l := <-elected
+		errs := make(chan error, 3)
+		go func() { errs <- e.Resign(context.Background()) }()
+		go func() { errs <- l.Release(context.Background()) }()
+		go func() { errs <- s.Close(context.Background()) }()
+		for range 3 {
+			select {
+			case err := <-errs:
+				if err != nil { // Release of a term Close ended first says so
+					assert.ErrorIs(t, err, ErrSessionClosed, "round %d", i)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("round %d: deadlock", i)
+			}
+		}
+		select {
+		case err := <-ran:
+			assert.ErrorIs(t, err, ErrSessionClosed)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: Run did not return", i)
+		}
+		assert.False(t, m.Exists(l.Key()), "round %d: key left", i)
+	}
+}
