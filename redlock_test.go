@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -297,4 +298,74 @@ func TestRedlockGiveBackLeftoverIsCleaned(t *testing.T) {
 	require.ErrorIs(t, err, ErrLocked)
 	require.Eventually(t, func() bool { return !ms[2].Exists(k.lock) }, time.Second, 5*time.Millisecond,
 		"the token on the node whose give-back failed (TTL 3s) is still there")
+}
+
+// lateRaise delays the reply of the first raiseFence on a node past the
+// lease's local deadline (the node has run it; only the reply is late).
+type lateRaise struct {
+	d    time.Duration
+	done *atomic.Bool
+}
+
+func (h lateRaise) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h lateRaise) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if args := cmd.Args(); err == nil && len(args) > 1 && (args[1] == raiseScript.sha || args[1] == raiseScript.src) && h.done.CompareAndSwap(false, true) {
+			<-time.After(h.d) // latency, not synchronisation
+		}
+		return err
+	}
+}
+
+func (h lateRaise) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// Sound check of intended change 2 (passes on HEAD): a Redlock acquire
+// whose quorum reply came after the local deadline keeps its token only
+// for the next attempt. TryLock gives up and leaves no token on any node;
+// Lock's next attempt confirms the same token and holds.
+func TestRedlockLateQuorumReply(t *testing.T) {
+	for _, block := range []bool{false, true} {
+		t.Run(fmt.Sprint("block=", block), func(t *testing.T) {
+			ms, cs := redlockNodes(t, 3)
+			for _, c := range cs {
+				c.(*redis.Client).AddHook(lateRaise{d: 700 * time.Millisecond, done: new(atomic.Bool)})
+			}
+			attempts := make(chan error, 10)
+			s := newRedlock(t, cs, withAttemptHook(func(_ string, err error) { attempts <- err }))
+			ctx := context.Background()
+			var (
+				l   *Lock
+				err error
+			)
+			if block {
+				l, err = s.Lock(ctx, "late")
+			} else {
+				l, err = s.TryLock(ctx, "late")
+			}
+			first := <-attempts
+			require.ErrorContains(t, first, "after the lease's local deadline")
+			key := newKeys("late").lock
+			if !block {
+				require.Error(t, err)
+				for i, m := range ms {
+					assert.False(t, m.Exists(key), "node %d keeps a token TryLock gave up", i)
+				}
+				return
+			}
+			require.NoError(t, err)
+			require.True(t, l.Held())
+			for i, m := range ms {
+				v, err := m.Get(key)
+				require.NoError(t, err, "node %d", i)
+				h, _ := parseHolder(v)
+				assert.Equal(t, l.token, h.token, "node %d", i)
+				assert.Equal(t, l.Fence(), h.fence, "node %d", i)
+			}
+			require.NoError(t, l.Release(ctx))
+		})
+	}
 }

@@ -176,12 +176,12 @@ func (s *Session) Close(ctx context.Context) error {
 	}
 	s.err = ErrSessionClosed
 	close(s.done)
-	ended := append(slices.Collect(maps.Keys(s.locks)), slices.Collect(maps.Keys(s.stale))...)
+	held, stale := slices.Collect(maps.Keys(s.locks)), slices.Collect(maps.Keys(s.stale))
 	clear(s.stale)
 	terms := maps.Clone(s.terms)
 	s.mu.Unlock()
 
-	relErr := s.releaseAll(ctx, s.endAll(ended, terms))
+	relErr := s.releaseAll(ctx, append(s.endAll(held, terms), stale...))
 	s.cancel()
 	stopped := s.stopped(terms, chain)
 	select {
@@ -201,10 +201,11 @@ func deadlineOnly(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithoutCancel(ctx), func() {}
 }
 
-// endAll ends the locks Close found with ErrSessionClosed (a no-op for the
-// stale ones) and returns those whose keys Close deletes: all but Run's
-// terms, which Run deletes once onElected has returned, so that the next
-// leader never starts while this one still works.
+// endAll ends the held locks with ErrSessionClosed and returns those whose
+// keys Close deletes: all but Run's terms, which Run deletes once onElected
+// has returned, so that the next leader never starts while this one still
+// works. Stale tokens (ended locks, terms too) are always Close's to delete:
+// Run does not delete a term that was lost.
 func (s *Session) endAll(locks []*Lock, terms map[*Lock]*term) []*Lock {
 	keep := locks[:0]
 	for _, l := range locks {

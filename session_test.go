@@ -148,3 +148,10 @@ func TestConcurrentCloseWaitsForTheFirst(t *testing.T) {
 // runtimeYield lets other goroutines run while a test waits for Redis state
 // that it cannot be told about (a command running inside a hook).
 func runtimeYield() { <-time.After(time.Millisecond) }
+
+// Close deletes the token of a lock that expired locally (it may still be in
+// Redis: the stale-token cleanup exists for it) — for a plain lock. The
+// control case: passes on HEAD and on 3dbfe9b.
+func TestCloseDeletesExpiredLockToken(t *testing.T) {
+	assert.False(t, closeAfterExpiry(t, false), "Close left the expired plain lock's token in Redis")
+}
