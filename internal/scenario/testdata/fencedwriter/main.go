@@ -38,17 +38,7 @@ func main() {
 		if e.Value != *who {
 			return
 		}
-		ev := history.Event{Mono: history.Mono(e.At), Who: e.Value, Kind: e.Kind, Token: e.Token, Fence: e.Fence}
-		if !e.Sent.IsZero() {
-			ev.Sent = history.Mono(e.Sent)
-		}
-		if !e.Deadline.IsZero() {
-			ev.Deadline = history.Mono(e.Deadline)
-		}
-		if e.Reason != nil {
-			ev.Reason = e.Reason.Error()
-		}
-		out.Add(ev)
+		out.Add(history.FromProbe(e, func(err error) string { return err.Error() }))
 	})
 	var client redisleader.Client
 	if *cluster {
