@@ -383,18 +383,20 @@ func checkRules(t *testing.T, c config) {
 }
 
 // FuzzWatcherMessages: what the session's pub/sub connection receives is
-// untrusted (anyone allowed to PUBLISH can send anything). A sequence of
-// fuzzed messages and subscription replies, with any channels and payloads,
-// is handled as the watcher's read loop does: a waiter on a channel counts
-// exactly the messages on its channel, whatever their payload (it keeps no
-// content: only a count and a gap flag), replies about other channels change
-// nothing, and an unsubscribe of its channel is a gap plus a new SUBSCRIBE.
+// untrusted (anyone allowed to PUBLISH can send anything). A message's
+// payload never reaches the watcher: watcher.run passes deliver only the
+// channel (events carry no content, "A" or "R", and are hints to read
+// Redis). What remains is any sequence of messages and subscription
+// replies on any channels, handled as watcher.run handles them: a waiter
+// counts exactly the messages on its channel (it keeps only a count and a
+// gap flag), replies about other channels change nothing, and an
+// unsubscribe of its confirmed channel is a gap and a new SUBSCRIBE.
 func FuzzWatcherMessages(f *testing.F) {
-	f.Add([]byte{0, 0, 0}, "redisleader:{other}:ch", "A")
-	f.Add([]byte{0, 1, 2, 0, 3, 1}, "redisleader:{jobs}:ch", "R")
-	f.Add([]byte{2, 0, 1, 0, 0, 0}, "", "tok\n1764500000000000\nhost-a:8080")
-	f.Add([]byte{3, 3, 1, 1}, "redisleader:{jobs}:ch\x00", "\xff")
-	f.Fuzz(func(t *testing.T, ops []byte, other, payload string) {
+	f.Add([]byte{0, 0, 0}, "redisleader:{other}:ch")
+	f.Add([]byte{0, 1, 2, 0, 3, 1}, "redisleader:{jobs}:ch")
+	f.Add([]byte{2, 0, 1, 4, 5, 6}, "")
+	f.Add([]byte{3, 3, 1, 1, 6, 2}, "redisleader:{jobs}:ch\x00")
+	f.Fuzz(func(t *testing.T, ops []byte, other string) {
 		const mine = "redisleader:{jobs}:ch"
 		w := &watcher{chans: map[string]*channelSubs{}, kick: make(chan struct{}, 1)}
 		cs := &channelSubs{channel: mine, ready: make(chan struct{}), subs: map[*subscription]struct{}{}}
@@ -403,34 +405,21 @@ func FuzzWatcherMessages(f *testing.F) {
 		cs.subs[sub] = struct{}{}
 		var wantMsgs int
 		var wantGap bool
-		confirmed := false
+		confirmed, resubscribe := false, false
 		for _, op := range ops {
 			channel := mine
 			if op&4 != 0 {
 				channel = other
 			}
-			var msg any
+			// What watcher.run calls for each kind of reply; a PONG
+			// (op%4 == 3) reaches none of them.
 			switch op % 4 {
 			case 0:
-				msg = &redis.Message{Channel: channel, Payload: payload}
+				w.deliver(channel)
 			case 1:
-				msg = &redis.Subscription{Kind: "subscribe", Channel: channel, Count: 1}
+				w.confirm(channel)
 			case 2:
-				msg = &redis.Subscription{Kind: "unsubscribe", Channel: channel}
-			default:
-				msg = &redis.Pong{Payload: payload}
-			}
-			// The watcher's read loop (watcher.run) dispatches the same way.
-			switch m := msg.(type) {
-			case *redis.Subscription:
-				switch m.Kind {
-				case "subscribe":
-					w.confirm(m.Channel)
-				case "unsubscribe":
-					w.unsubscribed(m.Channel)
-				}
-			case *redis.Message:
-				w.deliver(m.Channel)
+				w.unsubscribed(channel)
 			}
 			if channel != mine {
 				continue
@@ -444,8 +433,12 @@ func FuzzWatcherMessages(f *testing.F) {
 				if confirmed {
 					wantGap = true
 				}
-				confirmed = false
+				confirmed, resubscribe = false, true
 			}
+		}
+		if want := map[bool]int{false: 0, true: 1}[resubscribe]; len(w.out.subscribe) != want ||
+			(want == 1 && w.out.subscribe[0] != mine) || len(w.out.unsubscribe) != 0 {
+			t.Fatalf("outbox %+v; want one SUBSCRIBE of %q: %v", w.out, mine, resubscribe)
 		}
 		if len(w.chans) != 1 || w.chans[mine] != cs {
 			t.Fatalf("replies about other channels added or dropped channels: %v", w.chans)
