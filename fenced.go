@@ -48,7 +48,9 @@ const maxFence = 1<<53 - 1
 // Layout and rules: key becomes (or stays) a hash {value: value, fence:
 // fence}; read it with HGET key value. Equal fences are accepted (one owner
 // writes many times). The key's TTL, if any, is kept. FencedSet needs no
-// Session and works on Redis Cluster (one key, one slot).
+// Session and keeps no state: any number of goroutines and processes may
+// call it at once (Redis runs each call's script atomically), through any
+// Client, *redis.ClusterClient included (one key, one slot).
 //
 // Errors:
 //   - fence below the highest accepted: an error matching ErrStaleFence that
