@@ -1,10 +1,12 @@
 package redisleader
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
 	"math/big"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -194,30 +196,38 @@ func safeAny(s []any, i int) any {
 	return nil
 }
 
-// FuzzFencedInput: FencedSet's and FencedDel's input rule. Any key and
-// fence give nil exactly when the key is not empty and the fence is in
-// [1, 2^53−1); otherwise an ErrInvalid error naming the rule, on one line
-// (the key is quoted: a newline in it cannot forge a log line).
+// FuzzFencedInput: FencedSet's and FencedDel's input rule and the command
+// they send. Any key, value and fence give, through a client that records
+// what it is asked to send: for a non-empty key and a fence in
+// [1, 2^53−1), exactly one EVALSHA of the fenced script with the key as its
+// one key and the fence and value (none for FencedDel) as its arguments;
+// otherwise no command at all and an ErrInvalid error naming the rule, on
+// one line (the key is quoted: a newline in it cannot forge a log line).
 func FuzzFencedInput(f *testing.F) {
-	f.Add("cursor", int64(1764500000000000))
-	f.Add("", int64(1))
-	f.Add("k", int64(0))
-	f.Add("k\nlevel=ERROR msg=forged", int64(-1))
-	f.Add("{tag}k", int64(maxFence))
-	f.Add("k", int64(maxFence-1))
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never used: no I/O
-	f.Cleanup(func() { _ = client.Close() })
-	f.Fuzz(func(t *testing.T, key string, fence int64) {
-		err := checkFenced(client, key, fence)
-		valid := key != "" && fence >= 1 && fence < 1<<53-1
-		if (err == nil) != valid {
-			t.Fatalf("checkFenced(%q, %d) = %v", key, fence, err)
+	f.Add("cursor", "v", int64(1764500000000000), false)
+	f.Add("", "v", int64(1), false)
+	f.Add("k", "", int64(0), true)
+	f.Add("k\nlevel=ERROR msg=forged", "v", int64(-1), false)
+	f.Add("{tag}k", "v", int64(maxFence), true)
+	f.Add("k", "\x00", int64(maxFence-1), false)
+	f.Fuzz(func(t *testing.T, key, value string, fence int64, del bool) {
+		c := &recordingClient{}
+		var err error
+		want := []any{"evalsha", fencedScript.sha, 1, key, fence, value}
+		if del {
+			err = FencedDel(context.Background(), c, key, fence)
+			want = want[:5]
+		} else {
+			err = FencedSet(context.Background(), c, key, value, fence)
 		}
-		if err == nil {
+		if key != "" && fence >= 1 && fence < 1<<53-1 {
+			if err != nil || len(c.sent) != 1 || !reflect.DeepEqual(c.sent[0], want) {
+				t.Fatalf("key %q fence %d: err %v, sent %v; want %v", key, fence, err, c.sent, want)
+			}
 			return
 		}
-		if !errors.Is(err, ErrInvalid) {
-			t.Fatalf("checkFenced(%q, %d) = %v, not ErrInvalid", key, fence, err)
+		if len(c.sent) != 0 || !errors.Is(err, ErrInvalid) {
+			t.Fatalf("key %q fence %d: err %v, sent %v", key, fence, err, c.sent)
 		}
 		msg := err.Error()
 		if !strings.Contains(msg, "key must not be empty") && !strings.Contains(msg, "must be within [1, 2^53-1)") {
@@ -225,6 +235,19 @@ func FuzzFencedInput(f *testing.F) {
 		}
 		oneLine(t, msg)
 	})
+}
+
+// recordingClient is a Client that records each command it is asked to
+// send and answers 1, as the fenced script does when it accepts a write.
+type recordingClient struct {
+	Client // nil: any other method panics
+	sent   [][]any
+}
+
+func (c *recordingClient) Process(_ context.Context, cmd redis.Cmder) error {
+	c.sent = append(c.sent, cmd.Args())
+	cmd.(*redis.Cmd).SetVal(int64(1))
+	return nil
 }
 
 // oneLine fails t if msg contains a control character or invalid UTF-8.
