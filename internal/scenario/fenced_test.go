@@ -4,12 +4,10 @@ package scenario
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,9 +24,10 @@ import (
 // its write resumes and writes after its successor has: its write is
 // refused, every write of the successor is accepted.
 func TestScenarioFencedWrites(t *testing.T) {
+	bin := buildFencedWriter(t, t.TempDir())
 	t.Run("S29", func(t *testing.T) {
 		h := newHarness(t, "S29")
-		s29PausedWriter(t, h, []string{h.srv.Addr()}, false, func() redisleader.Client {
+		s29PausedWriter(t, h, bin, []string{h.srv.Addr()}, false, func() redisleader.Client {
 			return h.srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
 		})
 	})
@@ -37,33 +36,20 @@ func TestScenarioFencedWrites(t *testing.T) {
 		// The harness's own redis-server stays idle: here the election and
 		// the data live on the Cluster.
 		h := newHarness(t, "S29-cluster")
-		s29PausedWriter(t, h, cluster.Addrs(), true, func() redisleader.Client {
+		s29PausedWriter(t, h, bin, cluster.Addrs(), true, func() redisleader.Client {
 			return cluster.Client(t, func(o *redis.ClusterOptions) { o.ContextTimeoutEnabled = true })
 		})
 	})
 }
 
-// fencedWriterBin builds testdata/fencedwriter once per test binary.
-var fencedWriterBin = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "fencedwriter")
-	if err != nil {
-		return "", err
-	}
+// buildFencedWriter builds testdata/fencedwriter into dir.
+func buildFencedWriter(t *testing.T, dir string) string {
+	t.Helper()
 	bin := filepath.Join(dir, "fencedwriter")
-	out, err := exec.Command("go", "build", "-o", bin, "./testdata/fencedwriter").CombinedOutput()
-	if err != nil {
-		return "", &buildError{err, string(out)}
+	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/fencedwriter").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./testdata/fencedwriter: %v\n%s", err, out)
 	}
-	return bin, nil
-})
-
-type buildError struct {
-	err error
-	out string
-}
-
-func (e *buildError) Error() string {
-	return "go build ./testdata/fencedwriter: " + e.err.Error() + "\n" + e.out
+	return bin
 }
 
 // S29: the former leader is a process of its own (testdata/fencedwriter):
@@ -78,11 +64,7 @@ func (e *buildError) Error() string {
 // counts stale writes accepted (the write events are what Redis answered).
 // The paused process's lease events come from its own probe; its loss is
 // signalled only once it runs again, with the error's text as the reason.
-func s29PausedWriter(t *testing.T, h *harness, addrs []string, cluster bool, newClient func() redisleader.Client) {
-	bin, err := fencedWriterBin()
-	if err != nil {
-		t.Fatal(err)
-	}
+func s29PausedWriter(t *testing.T, h *harness, bin string, addrs []string, cluster bool, newClient func() redisleader.Client) {
 	ctx := context.Background()
 	key := "fenced-data:" + strings.ToLower(h.id)
 	args := []string{"-addrs", strings.Join(addrs, ","), "-name", h.name, "-key", key, "-ttl", h.ttl.String(), "-who", "p0"}
