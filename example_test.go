@@ -363,3 +363,52 @@ func ExampleNewRedlockSession() {
 	// Output:
 	// held with one node down: true
 }
+
+// A fenced write: the data key refuses a write whose fence is below the
+// highest it has accepted, so an owner that resumes after a pause cannot
+// overwrite what its successor wrote.
+func ExampleFencedSet() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	defer client.Close()
+	ctx := context.Background()
+
+	session, err := redisleader.NewSession(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer session.Close(ctx)
+
+	first, err := session.Lock(ctx, "ledger")
+	if err != nil {
+		log.Fatal(err)
+	}
+	staleFence := first.Fence() // the first owner pauses here, and its lease ends
+	if err := first.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	second, err := session.Lock(ctx, "ledger")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer second.Release(ctx)
+	if err := redisleader.FencedSet(ctx, client, "ledger:balance", "100", second.Fence()); err != nil {
+		log.Fatal(err)
+	}
+
+	// The first owner resumes and makes the write it had prepared.
+	err = redisleader.FencedSet(ctx, client, "ledger:balance", "0", staleFence)
+	fmt.Println("stale write refused:", errors.Is(err, redisleader.ErrStaleFence))
+	balance, err := client.HGet(ctx, "ledger:balance", "value").Result()
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("balance:", balance)
+	// Output:
+	// stale write refused: true
+	// balance: 100
+}

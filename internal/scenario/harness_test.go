@@ -102,19 +102,7 @@ func TestMain(m *testing.M) {
 
 // fromProbe turns a library event into a history event; the candidate's id
 // is the election value.
-func fromProbe(e probe.Event) history.Event {
-	ev := history.Event{Mono: history.Mono(e.At), Who: e.Value, Kind: e.Kind, Token: e.Token, Fence: e.Fence}
-	if !e.Sent.IsZero() {
-		ev.Sent = history.Mono(e.Sent)
-	}
-	if !e.Deadline.IsZero() {
-		ev.Deadline = history.Mono(e.Deadline)
-	}
-	if e.Reason != nil {
-		ev.Reason = reason(e.Reason)
-	}
-	return ev
-}
+func fromProbe(e probe.Event) history.Event { return history.FromProbe(e, reason) }
 
 func reason(err error) string {
 	switch {

@@ -1,0 +1,173 @@
+package redisleader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Fenced writes: the resource side of fencing, for data kept in Redis.
+//
+// A fenced key is a hash with two fields: "value", the data, and "fence", the
+// highest fence the key has accepted. The fence record is therefore the key
+// itself: it lives in the same Redis Cluster slot, is persisted, replicated,
+// expired and evicted with the data, and can never be lost while the data
+// stays. Any key name works (no hash tag needed). Readers use HGET key value.
+
+// ErrStaleFence is matched by the error FencedSet and FencedDel return when
+// the key has already accepted a higher fence: a later owner has written, so
+// this write was refused and nothing was written. The error's message gives
+// the fence that was refused and the highest the key has accepted (never
+// the key's value).
+var ErrStaleFence = errors.New("redisleader: stale fence")
+
+// staleFenceError is a refused fenced write; it matches ErrStaleFence.
+type staleFenceError struct {
+	key            string
+	fence, highest int64
+}
+
+func (e *staleFenceError) Error() string {
+	return fmt.Sprintf("%s: fence %d for key %q is below %d, the highest fence it has accepted; nothing was written",
+		ErrStaleFence, e.fence, e.key, e.highest)
+}
+
+func (e *staleFenceError) Is(target error) bool { return target == ErrStaleFence }
+
+// maxFence bounds the fences a fenced key accepts: Lua compares them as
+// doubles, exact below 2^53. Lock fences (server time in µs) stay below it
+// for centuries.
+const maxFence = 1<<53 - 1
+
+// FencedSet stores value in key if, and only if, fence is at least the
+// highest fence key has accepted, and records fence as the new highest, in
+// one atomic script. Pass the fence of the lock or leadership under which
+// the write is made (Lock.Fence): a former owner that resumes after a pause
+// writes with a lower fence than its successor's and is refused.
+//
+// Layout and rules: key becomes (or stays) a hash {value: value, fence:
+// fence}; read it with HGET key value. Equal fences are accepted (one owner
+// writes many times). The key's TTL, if any, is kept. FencedSet needs no
+// Session and keeps no state: any number of goroutines and processes may
+// call it at once (Redis runs each call's script atomically), through any
+// Client, *redis.ClusterClient included (one key, one slot).
+//
+// Errors:
+//   - fence below the highest accepted: an error matching ErrStaleFence that
+//     says the highest; nothing is written.
+//   - key empty, c nil, fence outside [1, 2^53−1): ErrInvalid; no I/O.
+//   - key holds another type (a string, a list…): a WRONGTYPE error, and a
+//     hash without a valid "fence" field: an error; both name the rule, and
+//     the key keeps its value, type and TTL.
+//   - an ACL denial names the denied command; nothing is written.
+//   - anything else is the Redis or context error. Then the write may or may
+//     not have happened; repeating it with the same fence is safe.
+//
+// When the key is deleted or evicted, or expires, the fence record goes with
+// the data, and the next fenced write, whatever its fence, is accepted and
+// starts a new record: a paused former owner that writes after that succeeds.
+// Use maxmemory-policy noeviction, and FencedDel rather than DEL to remove
+// the data.
+func FencedSet(ctx context.Context, c Client, key, value string, fence int64) error {
+	return fencedWrite(ctx, c, key, fence, []any{nil, nil, 1, key, fence, value})
+}
+
+// FencedDel removes the value of key if, and only if, fence is at least the
+// highest fence key has accepted. The fence record stays (the key becomes a
+// hash with only the "fence" field), so a write with a lower fence is still
+// refused afterwards; HGET key value then returns nil. Its rules and errors
+// are FencedSet's. Deleting a key that has no value is not an error: the
+// fence is recorded all the same.
+func FencedDel(ctx context.Context, c Client, key string, fence int64) error {
+	return fencedWrite(ctx, c, key, fence, []any{nil, nil, 1, key, fence})
+}
+
+// fencedWrite validates the input and runs fencedScript with argv.
+func fencedWrite(ctx context.Context, c Client, key string, fence int64, argv []any) error {
+	if err := checkFenced(c, key, fence); err != nil {
+		return err
+	}
+	res, err := fencedScript.run(ctx, c, argv).Result()
+	if err != nil {
+		return fmt.Errorf("redisleader: fenced write to %q: %w", key, err)
+	}
+	return fencedReply(key, fence, res)
+}
+
+// checkFenced is the input rule of FencedSet and FencedDel.
+func checkFenced(c Client, key string, fence int64) error {
+	switch {
+	case c == nil:
+		return invalidf("fenced write: nil Client")
+	case key == "":
+		return invalidf("fenced write: key must not be empty")
+	case fence < 1 || fence >= maxFence:
+		return invalidf("fenced write to %q: fence %d must be within [1, 2^53-1) (Lock.Fence is)", key, fence)
+	}
+	return nil
+}
+
+// fencedReply decodes fencedScript's reply to a write with fence: nil when
+// accepted, an error matching ErrStaleFence when refused.
+func fencedReply(key string, fence int64, res any) error {
+	if ok, _ := res.(int64); ok == 1 {
+		return nil
+	}
+	if r, _ := res.([]any); len(r) == 2 {
+		stale, _ := r[0].(int64)
+		if highest, ok := r[1].(int64); stale == 0 && ok && highest > fence {
+			return &staleFenceError{key: key, fence: fence, highest: highest}
+		}
+	}
+	return fmt.Errorf("redisleader: fenced write to %q: unexpected reply of type %T", key, res)
+}
+
+// fencedScript is FencedSet (with a value) and FencedDel (without).
+//
+//	KEYS[1] the user's key
+//	ARGV[1] fence (a decimal integer in [1, 2^53−1), checked by the caller)
+//	ARGV[2] value; absent for a delete
+//
+// Replies:
+//
+//	1              accepted: HSET key fence ARGV[1] (and value ARGV[2]), or for
+//	               a delete HSET fence then HDEL value
+//	{0, highest}   refused, writes nothing: the key has accepted a higher
+//	               fence, highest (an integer)
+//	error          the key holds another type (WRONGTYPE) or a hash without a
+//	               valid fence field; writes nothing
+//
+// Order: TYPE, HGET (reads), then the writes. The set path writes once
+// (one HSET of both fields). The delete path writes twice; on Redis 7+ it
+// first asks redis.acl_check_cmd whether both are allowed, so a denial of
+// either leaves the key as it was (on 6.2, a user allowed HSET but not HDEL
+// would see the fence raised and the value kept, with the error).
+var fencedScript = newScript("9779d1e50ebadf76e250e0d74f74bc99b23142bd", guarded(`
+local kind = call('TYPE', KEYS[1])
+kind = kind.ok or kind
+if kind ~= 'none' and kind ~= 'hash' then
+  return redis.error_reply('WRONGTYPE redisleader: the key holds a ' .. kind .. ', not a fenced value (a hash with fields value and fence); it was left unchanged')
+end
+local raw = call('HGET', KEYS[1], 'fence')
+if kind == 'hash' then
+  local f = raw and string.match(raw, '^%d+$') and tonumber(raw)
+  if not f or f >= 9007199254740991 then
+    return redis.error_reply('ERR redisleader: the key is a hash without a valid fence field (decimal digits, below 2^53-1), not a fenced value; it was left unchanged')
+  end
+  if tonumber(ARGV[1]) < f then return {0, f} end
+end
+if ARGV[2] then
+  call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
+  return 1
+end
+if redis.acl_check_cmd then
+  for _, cmd in ipairs({{'HSET', KEYS[1], 'fence', ARGV[1]}, {'HDEL', KEYS[1], 'value'}}) do
+    if not redis.acl_check_cmd(unpack(cmd)) then
+      return redis.error_reply('NOPERM redisleader: permission denied for ' .. cmd[1] .. ' ' .. KEYS[1] .. ' (ACL): checked before writing')
+    end
+  end
+end
+call('HSET', KEYS[1], 'fence', ARGV[1])
+call('HDEL', KEYS[1], 'value')
+return 1
+`))
