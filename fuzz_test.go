@@ -110,11 +110,16 @@ func FuzzAcquireReply(f *testing.F) {
 	f.Add(uint8(5), int64(1), int64(0), "")
 	f.Fuzz(func(t *testing.T, shape uint8, n1, n2 int64, s string) {
 		res, _ := replyShape(shape, n1, n2, s).([]any)
-		if len(res) < 2 {
-			return // not an array the script's contract allows; see the closing note of issue 17
-		}
 		l := &Lock{keys: newKeys("fuzz")}
 		r := l.acquireReply(res, nil)
+		if len(res) < 2 {
+			// Not a reply the script gives: an error that repeats none of it.
+			want := fmt.Sprintf("redisleader: acquire \"fuzz\": unexpected reply of %d elements", len(res))
+			if r.err == nil || r.err.Error() != want {
+				t.Fatalf("short reply %v: err %v, want %q", res, r.err, want)
+			}
+			return
+		}
 		if ok, _ := res[0].(int64); ok == 1 {
 			want, _ := res[1].(int64)
 			if r.err != nil || r.fence != want {
@@ -140,10 +145,10 @@ func FuzzAcquireReply(f *testing.F) {
 		if len(res) == 2 {
 			wantLeft = 0
 		} else if ms, ok := res[2].(int64); ok && ms >= 0 {
-			if ms > math.MaxInt64/int64(time.Millisecond) {
-				return // overflows time.Duration; see the closing note of issue 17
+			wantLeft = time.Duration(math.MaxInt64) // saturated: a PTTL beyond a Duration
+			if ms <= math.MaxInt64/int64(time.Millisecond) {
+				wantLeft = time.Duration(ms) * time.Millisecond
 			}
-			wantLeft = time.Duration(ms) * time.Millisecond
 		}
 		if r.left != wantLeft {
 			t.Fatalf("reply %v: wait %v, want %v", res, r.left, wantLeft)
@@ -389,15 +394,6 @@ func checkRules(t *testing.T, c config) {
 		retryMax = d(c.renewInterval)
 	}
 	need := sum(d(c.renewInterval), d(c.callTimeout), d(c.callTimeout), retryMax)
-	if need.Cmp(big.NewInt(math.MaxInt64)) > 0 {
-		// Known bug, found by this target (testdata/fuzz/FuzzOptions):
-		// config.validate computes renewInterval + 2 × callTimeout in
-		// time.Duration, which overflows for a call timeout near 2^62 ns,
-		// so WithCallTimeout(math.MaxInt64) is accepted. The fix belongs in
-		// options.go (an upper bound on the call timeout, e.g. the TTL);
-		// remove this skip with it.
-		t.Skipf("known overflow in the call-timeout rule: accepted WithCallTimeout(%v)", c.callTimeout)
-	}
 	validity := new(big.Int).Sub(big.NewInt(int64(float64(c.ttl)*(1-c.drift))), d(c.margin))
 	if need.Cmp(validity) >= 0 {
 		t.Fatalf("accepted %+v: renewInterval + 2 × callTimeout + retry delay = %v is not below TTL·(1−drift) − margin = %v",

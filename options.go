@@ -242,6 +242,8 @@ func (c *config) validate() error {
 		return invalidf("WithTakeoverDelay(%v) must be at most %v", c.takeoverDelay, maxTTL)
 	case c.callTimeout < minInterval:
 		return invalidf("WithCallTimeout(%v) must be at least %v", c.callTimeout, minInterval)
+	case c.callTimeout > c.ttl: // also keeps the sum below from overflowing
+		return invalidf("WithCallTimeout(%v) must be at most the TTL (%v)", c.callTimeout, c.ttl)
 	case c.acksSet && c.acks.n < 1:
 		return invalidf("WithReplicaAcks(%d, %v): the number of replicas must be at least 1", c.acks.n, c.acks.timeout)
 	case c.acksSet && (c.acks.timeout <= 0 || c.acks.timeout%time.Millisecond != 0):

@@ -3,6 +3,7 @@ package redisleader
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,7 @@ func TestNewSessionRejectsBadOptions(t *testing.T) {
 		{"zero renew", []Option{WithRenewInterval(0)}, "WithRenewInterval(0s) must be at least 1ms"},
 		{"renew above TTL/3", []Option{WithTTL(15 * time.Second), WithRenewInterval(8 * time.Second)}, "WithRenewInterval(8s) must be at most TTL/3 (5s)"},
 		{"zero call timeout", []Option{WithCallTimeout(0)}, "WithCallTimeout(0s) must be at least 1ms"},
+		{"call timeout beyond the TTL", []Option{WithCallTimeout(math.MaxInt64)}, "must be at most the TTL (15s)"},
 		{"call timeout too long", []Option{WithTTL(time.Second), WithCallTimeout(400 * time.Millisecond)}, "WithCallTimeout(400ms) must leave room for a retried renewal"},
 		{"drift too small", []Option{WithDriftFactor(0)}, "WithDriftFactor(0) must be within [0.001, 0.1]"},
 		{"drift too large", []Option{WithDriftFactor(0.5)}, "WithDriftFactor(0.5) must be within [0.001, 0.1]"},

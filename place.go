@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -64,7 +65,8 @@ func (l *Lock) acquireReply(res []any, err error) acquired {
 		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, err)}
 	}
 	if len(res) < 2 {
-		return acquired{err: fmt.Errorf("redisleader: acquire %q: unexpected reply %v", l.keys.name, res)}
+		// Never the reply itself: it could hold another owner's token.
+		return acquired{err: fmt.Errorf("redisleader: acquire %q: unexpected reply of %d elements", l.keys.name, len(res))}
 	}
 	if ok, _ := res[0].(int64); ok == 1 {
 		fence, _ := res[1].(int64)
@@ -77,13 +79,22 @@ func (l *Lock) acquireReply(res []any, err error) acquired {
 	}
 	if len(res) > 2 {
 		if ms, ok := res[2].(int64); ok && ms >= 0 {
-			r.left = time.Duration(ms) * time.Millisecond
+			r.left = millis(ms)
 		} else {
 			r.left = -1 // no TTL: nothing to align with
 		}
 	}
 	r.err = fmt.Errorf("%w (fence %d)", ErrLocked, r.fence)
 	return r
+}
+
+// millis converts a PTTL in milliseconds, saturating where a Duration ends
+// (about 292 years) rather than wrapping to a negative or small wait.
+func millis(ms int64) time.Duration {
+	if ms > math.MaxInt64/int64(time.Millisecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // renewReply decodes one server's reply to the renew script.
@@ -120,12 +131,12 @@ func holderReply(cmd *redis.Cmd) (h holder, ttl time.Duration, present, ok bool,
 	case err != nil:
 		return holder{}, 0, false, false, err
 	case len(res) != 2:
-		return holder{}, 0, true, false, fmt.Errorf("unexpected reply %v", res)
+		return holder{}, 0, true, false, fmt.Errorf("unexpected reply of %d elements", len(res)) // not the content: it holds a token
 	}
 	stored, _ := res[0].(string)
 	h, ok = parseHolder(stored)
 	if ms, isInt := res[1].(int64); isInt && ms > 0 {
-		ttl = time.Duration(ms) * time.Millisecond
+		ttl = millis(ms)
 	}
 	return h, ttl, true, ok, nil
 }

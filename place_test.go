@@ -1,0 +1,32 @@
+package redisleader
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+)
+
+// A reply of the wrong shape (a proxy or server that does not run our
+// scripts faithfully) is an error that repeats none of its content, which
+// could hold another owner's token; a PTTL beyond a Duration saturates.
+func TestRepliesNeverEchoContent(t *testing.T) {
+	const secret = "SECRETTOKENSECRETTOKEN"
+	l := &Lock{keys: newKeys("shape")}
+	r := l.acquireReply([]any{secret + "\n7\nv"}, nil)
+	assert.EqualError(t, r.err, `redisleader: acquire "shape": unexpected reply of 1 elements`)
+
+	cmd := redis.NewCmd(context.Background())
+	cmd.SetVal([]any{secret + "\n7\nv", int64(10), secret})
+	_, _, present, ok, err := holderReply(cmd)
+	assert.True(t, present)
+	assert.False(t, ok)
+	assert.EqualError(t, err, "unexpected reply of 3 elements")
+
+	r = l.acquireReply([]any{int64(0), secret + "\n7\nv", int64(math.MaxInt64)}, nil)
+	assert.Equal(t, time.Duration(math.MaxInt64), r.left, "a huge PTTL must not wrap to a short wait")
+	assert.NotContains(t, r.err.Error(), secret)
+}
