@@ -308,22 +308,7 @@ func (w *watcher) run() {
 		if w.ending() {
 			return
 		}
-		// Each read ends at the call timeout: go-redis takes the socket's
-		// read deadline from the context, whose deadline must also bound
-		// the connection setup that go-redis does inside the call (on first
-		// use, and at once after a broken connection). The first read from
-		// a connection is short, since send waits for it (see primed).
-		timeout := w.s.cfg.callTimeout
-		if !primed {
-			timeout = time.Millisecond
-		}
-		msg, err := ps.ReceiveTimeout(w.s.bound(w.ctx, time.Time{}), timeout)
-		if !primed {
-			w.mu.Lock()
-			w.primed = ps
-			w.kickLocked()
-			w.mu.Unlock()
-		}
+		msg, err := w.receive(ps, primed)
 		if w.ending() {
 			return
 		}
@@ -353,6 +338,26 @@ func (w *watcher) run() {
 		heard, pinged = time.Now(), 0
 		w.handle(msg)
 	}
+}
+
+// receive reads one message from ps. Each read ends at the call timeout:
+// go-redis takes the socket's read deadline from the context, whose deadline
+// must also bound the connection setup that go-redis does inside the call
+// (on first use, and at once after a broken connection). The first read from
+// a connection is short, since send waits for it (see watcher.primed).
+func (w *watcher) receive(ps *redis.PubSub, primed bool) (any, error) {
+	timeout := w.s.cfg.callTimeout
+	if !primed {
+		timeout = time.Millisecond
+	}
+	msg, err := ps.ReceiveTimeout(w.s.bound(w.ctx, time.Time{}), timeout)
+	if !primed {
+		w.mu.Lock()
+		w.primed = ps
+		w.kickLocked()
+		w.mu.Unlock()
+	}
+	return msg, err
 }
 
 // handle acts on one message read from the connection.
