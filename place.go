@@ -45,7 +45,7 @@ type acquired struct {
 	// lease has left.
 	ahead    int
 	headLeft time.Duration
-	err   error         // nil: acquired; ErrLocked wrapped; or why not
+	err      error // nil: acquired; ErrLocked wrapped; or why not
 	// giveBack: the attempt does not count, but may have left our token
 	// in Redis; the caller deletes it.
 	giveBack bool

@@ -49,23 +49,23 @@ type Session struct {
 	cfg    config
 	ttlArg any // the TTL in ms, boxed once for script arguments
 
-	mu     sync.Mutex // protects the maps, err and idle; orders work.Add before Close
-	locks  map[*Lock]struct{}
-	names  map[string]*Lock    // the held lock of each name in locks
-	stale  map[*Lock]staleness // ended locks whose token may still be in Redis
-	terms  map[*Lock]*term     // leaderships Election.Run releases itself
+	mu    sync.Mutex // protects the maps, err and idle; orders work.Add before Close
+	locks map[*Lock]struct{}
+	names map[string]*Lock    // the held lock of each name in locks
+	stale map[*Lock]staleness // ended locks whose token may still be in Redis
+	terms map[*Lock]*term     // leaderships Election.Run releases itself
 	// waiting: fair acquisitions whose places in a queue the heartbeat renews
 	waiting map[*waiter]struct{}
-	err    error               // nil until Close
-	idle   bool                // the heartbeat sleeps until kicked
-	done   chan struct{}       // closed when Close starts
-	closed chan struct{}       // closed when the first Close has finished
-	kick   chan struct{}       // capacity 1: work was added while idle
-	cancel context.CancelFunc
-	hbDone chan struct{}  // closed when the heartbeat goroutine has returned
-	watch  *watcher       // the session's pub/sub connection, started on first use
-	work   sync.WaitGroup // acquisitions in flight and Observe goroutines
-	dones  doneStates     // idle timers for the contexts of bound
+	err     error         // nil until Close
+	idle    bool          // the heartbeat sleeps until kicked
+	done    chan struct{} // closed when Close starts
+	closed  chan struct{} // closed when the first Close has finished
+	kick    chan struct{} // capacity 1: work was added while idle
+	cancel  context.CancelFunc
+	hbDone  chan struct{}  // closed when the heartbeat goroutine has returned
+	watch   *watcher       // the session's pub/sub connection, started on first use
+	work    sync.WaitGroup // acquisitions in flight and Observe goroutines
+	dones   doneStates     // idle timers for the contexts of bound
 	// id names the session's wake-up channels and waiters (fair mode)
 	id        string
 	waiterSeq atomic.Uint64 // numbers the session's waiters
