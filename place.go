@@ -40,15 +40,15 @@ type place interface {
 type acquired struct {
 	fence int64         // ours when err is nil, else the holder's (ErrLocked)
 	left  time.Duration // ErrLocked: the holder's PTTL (-1: no TTL, or no holder)
+	err   error         // nil: acquired; ErrLocked wrapped; or why not
+	// giveBack: the attempt does not count, but may have left our token
+	// in Redis; the caller deletes it.
+	giveBack bool
 	// Fair mode, ErrLocked: at most how many live waiters are ahead of us
 	// (0: we are the head; -1: not fair mode), and how long the head's
 	// lease has left.
 	ahead    int
 	headLeft time.Duration
-	err      error // nil: acquired; ErrLocked wrapped; or why not
-	// giveBack: the attempt does not count, but may have left our token
-	// in Redis; the caller deletes it.
-	giveBack bool
 }
 
 // renewal is the outcome of one lock's renewal: renewed when both fields
