@@ -1,0 +1,281 @@
+//go:build linux
+
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redisleader/redisleader"
+)
+
+// TestScenarioFair runs the wedge scenarios of fair mode (issue 16): a queue
+// whose head waiter dies, pauses past its lease, or gives up with hundreds
+// of others, and a queue that loses its scripts or its data. After each, the
+// queue must drain, the name must be usable within one TTL, no queue key
+// may outlive its last waiter's lease, and nothing may overlap.
+func TestScenarioFair(t *testing.T) {
+	t.Run("F1-head-killed", func(t *testing.T) { fairHeadGone(t, "F1-head-killed", false) })
+	t.Run("F2-head-paused", func(t *testing.T) { fairHeadGone(t, "F2-head-paused", true) })
+	t.Run("F3-500-cancelled", fairMassCancel)
+	t.Run("F4-script-flush-50", func(t *testing.T) { fairFifty(t, "F4-script-flush-50", false) })
+	t.Run("F5-restart-50", func(t *testing.T) { fairFifty(t, "F5-restart-50", true) })
+}
+
+// fairSlack is what a takeover past a dead head may add to the TTL: the
+// waiter behind polls 1–2ms after the head's lease can have ended, plus a
+// round trip and scheduling on a loaded machine.
+const fairSlack = 150 * time.Millisecond
+
+// queueLen is how many waiters the name's queue holds, live or not.
+func (h *harness) queueLen() int64 {
+	n, err := h.admin.ZCard(context.Background(), h.key+":queue").Result()
+	if err != nil {
+		h.t.Fatalf("ZCARD: %v", err)
+	}
+	return n
+}
+
+// until polls cond every 2ms (a state in Redis, which notifies nobody)
+// and fails the test if it does not hold within d.
+func (h *harness) until(cond func() bool, d time.Duration, what string) time.Duration {
+	h.t.Helper()
+	start := time.Now()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Since(start) > d {
+			h.t.Fatalf("%s: not within %v", what, d)
+		}
+		<-tick.C
+	}
+	return time.Since(start)
+}
+
+// queueKeys checks the queue keys: gone when drained; otherwise their
+// expiry no further away than one TTL (the latest lease).
+func (h *harness) queueKeys(drained bool) {
+	h.t.Helper()
+	ctx := context.Background()
+	for _, k := range []string{h.key + ":queue", h.key + ":leases"} {
+		if drained {
+			n, err := h.admin.Exists(ctx, k).Result()
+			if err != nil {
+				h.t.Fatalf("EXISTS %s: %v", k, err)
+			}
+			h.check(n == 0, "%s exists with no waiter left", k)
+			continue
+		}
+		pttl, err := h.admin.PTTL(ctx, k).Result()
+		if err != nil {
+			h.t.Fatalf("PTTL %s: %v", k, err)
+		}
+		h.check(pttl > 0 && pttl <= h.ttl, "%s has PTTL %v; want within (0, TTL]", k, pttl)
+	}
+}
+
+// campaignAsync campaigns on e with value and delivers the outcome.
+func campaignAsync(ctx context.Context, e *redisleader.Election, value string) <-chan error {
+	ch := make(chan error, 1)
+	go func() {
+		l, err := e.Campaign(ctx, value)
+		if err == nil {
+			<-l.Done() // held until the test releases it or the session ends
+		}
+		ch <- err
+	}()
+	return ch
+}
+
+// fairHeadGone: c0 leads; a child process k queues first, c2 behind it.
+// Then k is SIGKILLed (or SIGSTOPped, paused past its lease) and c0
+// resigns: c2 must lead within one TTL (+ slack) of k's end, past k's
+// stale place, and the queue keys must be gone. A paused k is then
+// resumed: it joins again, at the back, and leads after c2.
+func fairHeadGone(t *testing.T, id string, pause bool) {
+	h := newHarness(t, id)
+	fair := redisleader.WithFairness()
+	c0 := h.candidate("c0", nil, fair)
+	l0 := c0.mustLead(5 * time.Second)
+
+	k := h.child("k", "", envFair+"=1")
+	h.until(func() bool { return h.queueLen() == 1 }, 10*time.Second, "k queued")
+	c2 := h.candidate("c2", nil, fair)
+	got2 := h.expect(acquiredBy("c2"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	res2 := make(chan *redisleader.Lock, 1)
+	go func() {
+		l, err := c2.campaign(ctx)
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("c2: campaign: %v", err)
+		}
+		res2 <- l
+	}()
+	h.until(func() bool { return h.queueLen() == 2 }, 5*time.Second, "c2 queued")
+	h.queueKeys(false)
+
+	h.fault("head-"+map[bool]string{false: "killed", true: "paused"}[pause], true)
+	gone := time.Now()
+	if pause {
+		k.signal(syscall.SIGSTOP)
+	} else {
+		k.kill()
+	}
+	if err := l0.Release(context.Background()); err != nil {
+		t.Fatalf("c0: release: %v", err)
+	}
+	h.wait(got2, 3*h.ttl, "c2 leads past the dead head")
+	took := time.Since(gone)
+	h.note("takeover_ms", "%d", took.Milliseconds())
+	h.check(took <= h.ttl+fairSlack, "c2 led %v after the head went; want within TTL + %v", took, fairSlack)
+	h.queueKeys(true)
+	l2 := <-res2
+
+	if pause {
+		gotK := h.expect(acquiredBy("k"))
+		k.signal(syscall.SIGCONT)
+		h.fault("head-paused", false)
+		h.until(func() bool { return h.queueLen() == 1 }, 3*h.ttl, "k queued again after its pause")
+		if err := l2.Release(context.Background()); err != nil {
+			t.Fatalf("c2: release: %v", err)
+		}
+		h.wait(gotK, 3*h.ttl, "k leads after c2")
+		h.queueKeys(true)
+	} else {
+		h.fault("head-killed", false)
+		if err := l2.Release(context.Background()); err != nil {
+			t.Fatalf("c2: release: %v", err)
+		}
+	}
+	h.finish(false)
+}
+
+// fairMassCancel: c0 leads and 500 waiters (10 sessions × 50) queue; their
+// contexts all end at once. Each takes its place out of the queue (its
+// lease would in one TTL anyway): the queue must drain within one TTL, and
+// after c0 resigns a newcomer leads at once.
+func fairMassCancel(t *testing.T) {
+	const sessions, each = 10, 50
+	h := newHarness(t, "F3-500-cancelled")
+	fair := redisleader.WithFairness()
+	c0 := h.candidate("c0", nil, fair)
+	l0 := c0.mustLead(5 * time.Second)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var outs []<-chan error
+	for i := range sessions {
+		c := h.candidate(fmt.Sprintf("w%d", i), nil, fair)
+		for j := range each {
+			outs = append(outs, campaignAsync(ctx, c.election(), fmt.Sprintf("w%d.%d", i, j)))
+		}
+	}
+	h.until(func() bool { return h.queueLen() == sessions*each }, 30*time.Second, "500 waiters queued")
+	h.queueKeys(false)
+	h.fault("cancel-500", true)
+	cancelled := time.Now()
+	cancel()
+	for _, out := range outs {
+		if err := <-out; !errors.Is(err, context.Canceled) {
+			t.Errorf("a cancelled waiter returned %v", err)
+		}
+	}
+	h.until(func() bool { return h.queueLen() == 0 }, h.ttl+fairSlack, "the queue drains")
+	drained := time.Since(cancelled)
+	h.fault("cancel-500", false)
+	h.note("drained_ms", "%d", drained.Milliseconds())
+	h.queueKeys(true)
+
+	if err := l0.Release(context.Background()); err != nil {
+		t.Fatalf("c0: release: %v", err)
+	}
+	n := h.candidate("n", nil, fair)
+	start := time.Now()
+	ln := n.mustLead(h.ttl)
+	h.note("usable_ms", "%d", time.Since(start).Milliseconds())
+	_ = ln.Release(context.Background())
+	h.finish(false)
+}
+
+// fairFifty: c0 leads and 50 waiters (50 sessions: a session never waits
+// for a name it holds) queue; then the
+// server's script cache is flushed and c0 resigns, or c0 crashes (its
+// lease ends locally, its key stays) and the server restarts without
+// persistence, losing the lock and the queue. (A holder that still
+// believes across such a restart is the documented limit that
+// WithTakeoverDelay covers; it is not fair mode's to test.) Every waiter must lead, one
+// at a time, each releasing after a short hold; after a restart the first
+// one leads within one TTL (+ slack): waiters join again on their next
+// attempt, and nobody wedges.
+func fairFifty(t *testing.T, id string, restart bool) {
+	const sessions = 50
+	h := newHarness(t, id)
+	fair := redisleader.WithFairness()
+	c0 := h.candidate("c0", nil, fair)
+	l0 := c0.mustLead(5 * time.Second)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		served int
+		first  = make(chan struct{})
+		once   sync.Once
+	)
+	for i := range sessions {
+		c := h.candidate(fmt.Sprintf("w%d", i), nil, fair)
+		wgGo(&wg, func() {
+			l, err := c.campaign(ctx)
+			if err != nil {
+				t.Errorf("%s: campaign: %v", c.who, err)
+				return
+			}
+			once.Do(func() { close(first) })
+			c.work(ctx, l, 5*time.Millisecond)
+			_ = l.Release(context.Background())
+			mu.Lock()
+			served++
+			mu.Unlock()
+		})
+	}
+	h.until(func() bool { return h.queueLen() == sessions }, 30*time.Second, "50 waiters queued")
+
+	fault := "script-flush"
+	if restart {
+		fault = "restart"
+	}
+	h.fault(fault, true)
+	start := time.Now()
+	if restart {
+		c0.abandon()
+		h.srv.Restart(t)
+	} else if err := h.admin.ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatalf("SCRIPT FLUSH: %v", err)
+	}
+	if !restart {
+		if err := l0.Release(context.Background()); err != nil {
+			t.Fatalf("c0: release: %v", err)
+		}
+	}
+	select {
+	case <-first:
+		took := time.Since(start)
+		h.note("first_ms", "%d", took.Milliseconds())
+		h.check(took <= h.ttl+fairSlack, "first waiter led %v after the %s; want within TTL + %v", took, fault, fairSlack)
+	case <-time.After(5 * h.ttl):
+		t.Fatalf("no waiter led within %v of the %s", 5*h.ttl, fault)
+	}
+	h.fault(fault, false)
+	wg.Wait()
+	h.note("served", "%d", served)
+	h.check(served == sessions, "%d of %d waiters led", served, sessions)
+	h.queueKeys(true)
+	h.finish(false)
+}
