@@ -176,14 +176,19 @@ func (a *acquisition) queue(acquired bool) {
 }
 
 // delay is how long to wait after a failed attempt r: until the holder's
-// lease can have expired when the name is held (in fair mode, when we are
-// the head waiter; behind it, until the head's lease can have), else the
-// retry delay, and the failure is logged at most once per TTL.
+// lease can have expired when the name is held (in fair mode, behind the
+// head waiter: until the holder's or the head's lease can have, whichever
+// comes first, since we may be the head by then), else the retry delay, and
+// the failure is logged at most once per TTL.
 func (a *acquisition) delay(r acquired, err error, locked bool) time.Duration {
 	if locked {
 		a.lastErr = nil
 		if r.ahead > 0 {
-			return a.s.queueDelay(r.headLeft, a.sub)
+			wait := r.headLeft
+			if r.left >= 0 {
+				wait = min(wait, r.left)
+			}
+			return a.s.queueDelay(wait, a.sub)
 		}
 		return a.s.followDelay(r.left, a.sub)
 	}

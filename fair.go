@@ -2,6 +2,8 @@ package redisleader
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -92,11 +94,7 @@ func (s *Session) unwait(w *waiter) {
 func (s *Session) waiters() []*waiter {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]*waiter, 0, len(s.waiting))
-	for w := range s.waiting {
-		out = append(out, w)
-	}
-	return out
+	return slices.Collect(maps.Keys(s.waiting))
 }
 
 // leave gives up a fair acquisition's place, if it may have one: the
@@ -127,13 +125,16 @@ func (a *acquisition) leave(ctx context.Context) {
 	}()
 }
 
-// queueDelay is how long a waiter behind the head sleeps: until the head's
-// lease can have expired (headLeft to go), plus 1–2ms, unless its wake-up
-// comes first. If the head is alive, it has renewed its lease by then and
-// the waiter sleeps again; if it died, the waiter's next attempt skips it.
-// Without a confirmed subscription it polls at the retry interval.
-func (s *Session) queueDelay(headLeft time.Duration, sub *subscription) time.Duration {
-	d := max(headLeft, 0) + time.Millisecond + mrand.N(time.Millisecond)
+// queueDelay is how long a waiter behind the head sleeps: until the lease
+// it waits behind can have expired (left to go: the head's, or the
+// holder's if that ends first), plus 1–2ms, unless its wake-up comes
+// first. If that lease is alive, it has been renewed by then and the
+// waiter sleeps again; if the head died, the waiter's next attempt skips
+// it; if the holder died, a waiter that has become the head meanwhile
+// takes over. Without a confirmed subscription it polls at the retry
+// interval.
+func (s *Session) queueDelay(left time.Duration, sub *subscription) time.Duration {
+	d := max(left, 0) + time.Millisecond + mrand.N(time.Millisecond)
 	if sub == nil || !sub.confirmed() {
 		d = min(d, s.retryDelay())
 	}

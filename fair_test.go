@@ -33,19 +33,6 @@ func queued() (Option, <-chan string) {
 	}), ch
 }
 
-// await waits for a value on ch, failing t after within.
-func await[T any](t testing.TB, ch <-chan T, within time.Duration, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(within):
-		t.Fatalf("%s: nothing within %v", what, within)
-	}
-	var zero T
-	return zero
-}
-
 // TestFairOrder queues n waiters in a known order behind a holder and checks
 // that they are served in that order, each woken by the release before it.
 func TestFairOrder(t *testing.T) {
@@ -72,7 +59,7 @@ func TestFairOrder(t *testing.T) {
 				errs <- l.Release(ctx)
 			}()
 			// The next waiter starts only once this one is in the queue.
-			await(t, locked, 5*time.Second, fmt.Sprintf("waiter %d queued", i))
+			recvWithin(t, locked, 5*time.Second, fmt.Sprintf("waiter %d queued", i))
 		}
 		n0, err := b.client.ZCard(ctx, first.keys.queue()).Result()
 		require.NoError(t, err)
@@ -81,8 +68,8 @@ func TestFairOrder(t *testing.T) {
 		require.NoError(t, first.Release(ctx))
 		var order []int
 		for range n {
-			order = append(order, await(t, served, 5*time.Second, "next waiter served"))
-			require.NoError(t, await(t, errs, 5*time.Second, "release"))
+			order = append(order, recvWithin(t, served, 5*time.Second, "next waiter served"))
+			require.NoError(t, recvWithin(t, errs, 5*time.Second, "release"))
 		}
 		want := make([]int, n)
 		for i := range want {
@@ -113,7 +100,7 @@ func TestFairTryLock(t *testing.T) {
 			assert.NoError(t, err)
 			got <- l
 		}()
-		await(t, locked, 5*time.Second, "waiter queued")
+		recvWithin(t, locked, 5*time.Second, "waiter queued")
 
 		// Free, but the waiter came first: with the waiter's wake-up gone
 		// astray (its session's channel is not the one the release
@@ -122,7 +109,7 @@ func TestFairTryLock(t *testing.T) {
 		_, err = try.TryLock(ctx, name)
 		require.ErrorIs(t, err, ErrLocked)
 		require.NoError(t, l.Release(ctx))
-		wl := await(t, got, 5*time.Second, "waiter served")
+		wl := recvWithin(t, got, 5*time.Second, "waiter served")
 		_, err = try.TryLock(ctx, name)
 		require.ErrorIs(t, err, ErrLocked, "held by the waiter")
 		require.NoError(t, wl.Release(ctx))

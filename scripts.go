@@ -62,6 +62,26 @@ const luaFence = `local function readFence(key)
 end
 `
 
+// luaTake is a Lua function for the acquire scripts, after luaFence:
+// take(t) takes the free lock for ARGV[1] (token) with ARGV[3] (value) and
+// ARGV[2] (TTL in ms), given TIME's reply t, and returns its fence, or nil
+// and an error reply, written nowhere, when the fence key (KEYS[2]) does
+// not hold a fence. The fence is max(stored + 1, server TIME in µs). Order:
+// GET and validate the fence key, PUBLISH "A" on the name's channel, SET
+// the fence key, SET the lock key (KEYS[1]) NX PX.
+const luaTake = `local function take(t)
+  local fence = t[1] * 1000000 + t[2]
+  local stored, err = readFence(KEYS[2])
+  if err then return nil, err end
+  if stored and stored >= fence then fence = stored + 1 end
+  local fs = string.format('%.0f', fence)
+  call('PUBLISH', KEYS[1] .. ':ch', 'A')
+  call('SET', KEYS[2], fs)
+  call('SET', KEYS[1], ARGV[1] .. '\n' .. fs .. '\n' .. ARGV[3], 'NX', 'PX', ARGV[2])
+  return fence
+end
+`
+
 // acquireScript takes the lock, or confirms that this token already holds it.
 //
 //	KEYS[1] lock key, KEYS[2] fence key
@@ -85,7 +105,7 @@ end
 // persistence, old snapshot) unless the server clock also goes back.
 // Numbers up to 2^53 are exact in Lua; µs since 1970 stay below that for
 // centuries.
-var acquireScript = newScript("adfa6203c3181568eda5aa9095060784e921ff69", guarded(luaFence+`
+var acquireScript = newScript("34e13eafe993d77b840d0b65120a4c21af76accb", guarded(luaFence+luaTake+`
 local cur = call('GET', KEYS[1])
 if cur then
   if string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
@@ -95,15 +115,8 @@ if cur then
   end
   return {0, cur, call('PTTL', KEYS[1])}
 end
-local t = call('TIME')
-local fence = t[1] * 1000000 + t[2]
-local stored, err = readFence(KEYS[2])
+local fence, err = take(call('TIME'))
 if err then return err end
-if stored and stored >= fence then fence = stored + 1 end
-local fs = string.format('%.0f', fence)
-call('PUBLISH', KEYS[1] .. ':ch', 'A')
-call('SET', KEYS[2], fs)
-call('SET', KEYS[1], ARGV[1] .. '\n' .. fs .. '\n' .. ARGV[3], 'NX', 'PX', ARGV[2])
 return {1, fence}
 `))
 
@@ -279,7 +292,7 @@ end
 // then (join) ZREM the dead, ZADD our place (kept if we have a live one) and
 // lease, and PEXPIREAT both queue keys to the latest lease end, so that no
 // queue key outlives its last waiter's lease.
-var fairAcquireScript = newScript("c8c6b654d5a76adc4a0007dc80c90fc2d46efbb3", guarded(luaFence+luaQueue+`
+var fairAcquireScript = newScript("7433ba55755a531c170ed5d074d47414bf7c1542", guarded(luaFence+luaTake+luaQueue+`
 local cur = call('GET', KEYS[1])
 local placed = call('ZSCORE', KEYS[3], ARGV[4])
 if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
@@ -297,14 +310,8 @@ local stale = call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 64)
 for _, m in ipairs(stale) do dead[#dead + 1] = m end
 local ttl = tonumber(ARGV[2])
 if not cur and (not head or head == ARGV[4]) then
-  local fence = t[1] * 1000000 + t[2]
-  local stored, err = readFence(KEYS[2])
+  local fence, err = take(t)
   if err then return err end
-  if stored and stored >= fence then fence = stored + 1 end
-  local fs = string.format('%.0f', fence)
-  call('PUBLISH', KEYS[1] .. ':ch', 'A')
-  call('SET', KEYS[2], fs)
-  call('SET', KEYS[1], ARGV[1] .. '\n' .. fs .. '\n' .. ARGV[3], 'NX', 'PX', ARGV[2])
   dead[#dead + 1] = ARGV[4]
   zremAll(KEYS[3], dead)
   zremAll(KEYS[4], dead)
