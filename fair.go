@@ -99,7 +99,8 @@ func (s *Session) waiters() []*waiter {
 
 // leave gives up a fair acquisition's place, if it may have one: the
 // heartbeat stops renewing it and it is removed from the queue, best effort
-// (if that fails, its lease ends within a TTL). Like dispose, it runs within
+// (if that fails, its lease ends within a TTL), with a tombstone that keeps
+// an attempt still on its way from queueing it again. Like dispose, it runs within
 // ctx, or in the background once ctx has ended. The caller must be
 // registered with s.work.
 func (a *acquisition) leave(ctx context.Context) {
@@ -111,7 +112,7 @@ func (a *acquisition) leave(ctx context.Context) {
 	s.unwait(w)
 	del := func(ctx context.Context) {
 		callCtx := s.bound(ctx, time.Time{})
-		_ = leaveScript.run(callCtx, s.client, []any{nil, nil, 3, w.keys.lock, w.keys.queue(), w.keys.leases(), w.id})
+		_ = leaveScript.run(callCtx, s.client, []any{nil, nil, 3, w.keys.lock, w.keys.queue(), w.keys.leases(), w.id, s.ttlArg})
 		unbind(callCtx)
 	}
 	if ctx.Err() == nil {

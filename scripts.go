@@ -217,10 +217,14 @@ return 1
 // name's waiters in two sorted sets: the queue (member → arrival, server
 // TIME in µs) and the leases (member → end of the waiter's lease, server
 // time in ms). A member is "<session id>.<n>"; the session's wake-up channel
-// for the name is lock key + ":w:" + session id. It reads TIME into t and
-// now (ms) and defines:
+// for the name is lock key + ":w:" + session id. A waiter that gave up
+// leaves a tombstone in the leases, −(end of a TTL), so that an attempt of
+// its still on its way (its caller gone) cannot queue a ghost. It reads TIME
+// into t and now (ms) and defines:
 //
 //	lease(leases, m)        m's lease end, or nil when m has none or it has passed
+//	gone(leases, m)         whether m has a live tombstone
+//	pruneRange              ZRANGEBYSCORE bounds of the passed leases and tombstones
 //	headOf(queue, leases, skip)  the first member with a live lease other
 //	                        than skip (nil if none), and the members without
 //	                        one queued before it
@@ -236,6 +240,11 @@ local function lease(key, m)
   end
   return leaseOf[m] or nil
 end
+local function gone(key, m)
+  local e = tonumber(call('ZSCORE', key, m))
+  return e ~= nil and e < 0 and -e > now
+end
+local pruneFrom, pruneTo = string.format('(%.0f', -now), string.format('%.0f', now)
 local function headOf(queue, leases, skip)
   local dead, i = {}, 0
   while true do
@@ -280,11 +289,12 @@ end
 //	{0, stored or nil, pttl or -2, ahead, headLeft}  not acquired: the
 //	             holder's stored value and PTTL (nil and -2: free, but
 //	             waiters came first), an upper bound of the live waiters
-//	             ahead of us (0: we are the head), and the ms left on the
-//	             head waiter's lease
+//	             ahead of us (0: we are the head; -2: we gave up, an attempt
+//	             that arrived after its caller left, which writes nothing),
+//	             and the ms left on the head waiter's lease
 //
-// Order: GET the lock key, ZSCORE our place, TIME, the queue reads (head,
-// expired leases, the latest lease), then (taking) GET and validate the
+// Order: GET the lock key, ZSCORE our place, TIME, the queue reads
+// (tombstone, head, passed leases and tombstones, the latest lease), then (taking) GET and validate the
 // fence key, PUBLISH "A" on the name's channel, SET the fence, SET the lock
 // NX PX, ZREM us and the waiters whose leases passed; or (not taking, the
 // lock free) PUBLISH "W" on the head's wake-up channel (it may have missed
@@ -292,7 +302,7 @@ end
 // then (join) ZREM the dead, ZADD our place (kept if we have a live one) and
 // lease, and PEXPIREAT both queue keys to the latest lease end, so that no
 // queue key outlives its last waiter's lease.
-var fairAcquireScript = newScript("7433ba55755a531c170ed5d074d47414bf7c1542", guarded(luaFence+luaTake+luaQueue+`
+var fairAcquireScript = newScript("ace66dab92ba24320c74aa31ed51f2d7070a1406", guarded(luaFence+luaTake+luaQueue+`
 local cur = call('GET', KEYS[1])
 local placed = call('ZSCORE', KEYS[3], ARGV[4])
 if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
@@ -304,9 +314,10 @@ if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
   local f = string.sub(cur, #ARGV[1] + 2)
   return {1, tonumber(string.sub(f, 1, string.find(f, '\n', 1, true) - 1))}
 end
+if gone(KEYS[4], ARGV[4]) then return {0, cur or false, -2, -2, 0} end
 local head, dead = headOf(KEYS[3], KEYS[4], nil)
 if placed and not lease(KEYS[4], ARGV[4]) then placed = false end
-local stale = call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 64)
+local stale = call('ZRANGEBYSCORE', KEYS[4], pruneFrom, pruneTo, 'LIMIT', 0, 64)
 for _, m in ipairs(stale) do dead[#dead + 1] = m end
 local ttl = tonumber(ARGV[2])
 if not cur and (not head or head == ARGV[4]) then
@@ -347,7 +358,7 @@ return {0, cur or false, pttl, ahead, headLeft}
 // Replies 1 if renewed, 0 if the waiter has no live place (then it writes
 // nothing). It publishes nothing; its writes (ZADD the lease, PEXPIREAT
 // both keys to the latest lease end) come last.
-var keepPlaceScript = newScript("c35b8933dce6536f4fa167c2ce1fff9cb4c9b044", guarded(luaQueue+`
+var keepPlaceScript = newScript("7e54a1170f6bc9ae89067adc36764ec991346e44", guarded(luaQueue+`
 if not lease(KEYS[2], ARGV[1]) or not call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
 local until_ = now + tonumber(ARGV[2])
 local keep = keepUntil(KEYS[2], until_)
@@ -357,23 +368,28 @@ call('PEXPIREAT', KEYS[2], string.format('%.0f', keep))
 return 1
 `))
 
-// leaveScript takes a waiter that gives up out of the queue and, if the
-// lock is free, wakes the (new) head waiter.
+// leaveScript takes a waiter that gives up out of the queue, leaves its
+// tombstone for one TTL (an attempt of its still on its way finds it and
+// writes nothing) and, if the lock is free, wakes the (new) head waiter.
 //
 //	KEYS[1] lock key, KEYS[2] queue, KEYS[3] leases
-//	ARGV[1] waiter (member)
+//	ARGV[1] waiter (member), ARGV[2] TTL in ms
 //
 // Replies 1 if the waiter was queued, else 0. Order: ZSCORE, EXISTS, the
-// queue reads, PUBLISH "W" on the head's wake-up channel, ZREM from both
-// sets.
-var leaveScript = newScript("f7d0b7caa25a7c86522c371d484a096c93a5b55b", guarded(luaQueue+`
+// queue reads, PUBLISH "W" on the head's wake-up channel, ZREM from the
+// queue, ZADD the tombstone, PEXPIREAT the leases (to the latest lease or
+// tombstone end).
+var leaveScript = newScript("36d48762f3dafa6165e416e3b9e7a46c8dfd713c", guarded(luaQueue+`
 local placed = call('ZSCORE', KEYS[2], ARGV[1])
+local ends = now + tonumber(ARGV[2])
+local keep = keepUntil(KEYS[3], ends)
 if call('EXISTS', KEYS[1]) == 0 then
   local head = headOf(KEYS[2], KEYS[3], ARGV[1])
   if head then call('PUBLISH', wakeChannel(KEYS[1], head), 'W') end
 end
 call('ZREM', KEYS[2], ARGV[1])
-call('ZREM', KEYS[3], ARGV[1])
+call('ZADD', KEYS[3], string.format('%.0f', -ends), ARGV[1])
+call('PEXPIREAT', KEYS[3], string.format('%.0f', keep))
 if placed then return 1 end
 return 0
 `))
@@ -388,7 +404,7 @@ return 0
 // Replies 1 if deleted, 0 if the key is missing or holds another token
 // (then it writes nothing). Order: GET, the queue reads, PUBLISH "R",
 // PUBLISH "W", DEL. It leaves the queue as it is: the next acquire prunes it.
-var fairReleaseScript = newScript("070ccc0dd491dd2d3ea56fefd8578d3f2a371e4d", guarded(luaQueue+`
+var fairReleaseScript = newScript("da1452f2d81b16ea1567ea4c28c33850e7f0577b", guarded(luaQueue+`
 local cur = call('GET', KEYS[1])
 if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
   local head = headOf(KEYS[2], KEYS[3], nil)

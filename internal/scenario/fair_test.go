@@ -6,12 +6,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redisleader/redisleader"
+	"github.com/redisleader/redisleader/internal/faultproxy"
 )
 
 // TestScenarioFair runs the wedge scenarios of fair mode (issue 16): a queue
@@ -25,6 +27,8 @@ func TestScenarioFair(t *testing.T) {
 	t.Run("F3-500-cancelled", fairMassCancel)
 	t.Run("F4-script-flush-50", func(t *testing.T) { fairFifty(t, "F4-script-flush-50", false) })
 	t.Run("F5-restart-50", func(t *testing.T) { fairFifty(t, "F5-restart-50", true) })
+	t.Run("F6-short-waits", fairShortWaits)
+	t.Run("F7-crashed-among-100", fairCrashedAmong)
 }
 
 // fairSlack is what a takeover past a dead head may add to the TTL: the
@@ -57,18 +61,26 @@ func (h *harness) until(cond func() bool, d time.Duration, what string) time.Dur
 	return time.Since(start)
 }
 
-// queueKeys checks the queue keys: gone when drained; otherwise their
-// expiry no further away than one TTL (the latest lease).
+// queueKeys checks the queue keys: drained, the queue is gone and the
+// leases hold only tombstones (negative scores) of waiters that gave up;
+// and each existing key expires within one TTL (the latest lease).
 func (h *harness) queueKeys(drained bool) {
 	h.t.Helper()
 	ctx := context.Background()
+	if drained {
+		n, err := h.admin.Exists(ctx, h.key+":queue").Result()
+		if err != nil {
+			h.t.Fatalf("EXISTS: %v", err)
+		}
+		h.check(n == 0, "the queue exists with no waiter left")
+		live, err := h.admin.ZCount(ctx, h.key+":leases", "0", "+inf").Result()
+		if err != nil {
+			h.t.Fatalf("ZCOUNT: %v", err)
+		}
+		h.check(live == 0, "%d leases left with no waiter", live)
+	}
 	for _, k := range []string{h.key + ":queue", h.key + ":leases"} {
-		if drained {
-			n, err := h.admin.Exists(ctx, k).Result()
-			if err != nil {
-				h.t.Fatalf("EXISTS %s: %v", k, err)
-			}
-			h.check(n == 0, "%s exists with no waiter left", k)
+		if n, _ := h.admin.Exists(ctx, k).Result(); n == 0 {
 			continue
 		}
 		pttl, err := h.admin.PTTL(ctx, k).Result()
@@ -276,6 +288,124 @@ func fairFifty(t *testing.T, id string, restart bool) {
 	wg.Wait()
 	h.note("served", "%d", served)
 	h.check(served == sessions, "%d of %d waiters led", served, sessions)
+	h.queueKeys(true)
+	h.finish(false)
+}
+
+// fairShortWaits is Redisson's wedge (redisson#2883, #3004): candidates
+// loop on campaigns with short waits (5–30ms, far below the holder's
+// holds), so most give up while queued, for 3s, while others hold for a
+// while now and then. Then a newcomer must lead within one TTL of the last
+// holder's release, and the queue keys must be gone.
+func fairShortWaits(t *testing.T) {
+	h := newHarness(t, "F6-short-waits")
+	fair := redisleader.WithFairness()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var (
+		wg          sync.WaitGroup
+		mu          sync.Mutex
+		led, gaveUp int
+	)
+	for i := range 20 {
+		c := h.candidate(fmt.Sprintf("s%d", i), nil, fair)
+		wgGo(&wg, func() {
+			for ctx.Err() == nil {
+				wait := 5*time.Millisecond + time.Duration(i)*time.Millisecond + rand.N(10*time.Millisecond)
+				cctx, ccancel := context.WithTimeout(ctx, wait)
+				l, err := c.campaign(cctx)
+				ccancel()
+				mu.Lock()
+				if err == nil {
+					led++
+				} else {
+					gaveUp++
+				}
+				mu.Unlock()
+				if err == nil {
+					c.work(ctx, l, 20*time.Millisecond)
+					_ = l.Release(context.Background())
+				}
+			}
+		})
+	}
+	wg.Wait()
+	h.note("led", "%d", led)
+	h.note("gave_up", "%d", gaveUp)
+	h.check(led > 0 && gaveUp > 0, "led %d, gave up %d: the scenario needs both", led, gaveUp)
+	n := h.candidate("n", nil, fair)
+	start := time.Now()
+	ln := n.mustLead(h.ttl + fairSlack)
+	h.note("usable_ms", "%d", time.Since(start).Milliseconds())
+	h.queueKeys(true)
+	_ = ln.Release(context.Background())
+	drained := h.until(func() bool { return h.queueLen() == 0 }, h.ttl+fairSlack, "the queue drains")
+	h.note("drained_ms", "%d", drained.Milliseconds())
+	h.finish(false)
+}
+
+// fairCrashedAmong: c0 leads and 100 waiters (one session each) queue;
+// then 20 of them, spread through the queue, crash (their traffic is
+// blackholed and their sessions end without a word to Redis). c0 resigns:
+// the 80 others must all lead, one at a time, and every crashed place must
+// be skipped, so the whole queue drains in about 80 short holds plus at
+// most one TTL for the crashed ones' leases.
+func fairCrashedAmong(t *testing.T) {
+	const waiters, crashed = 100, 20
+	h := newHarness(t, "F7-crashed-among-100")
+	fair := redisleader.WithFairness()
+	c0 := h.candidate("c0", nil, fair)
+	l0 := c0.mustLead(5 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		served int
+		cs     []*candidate
+	)
+	for i := range waiters {
+		c := h.candidate(fmt.Sprintf("w%d", i), nil, fair)
+		cs = append(cs, c)
+		doomed := i%(waiters/crashed) == 0
+		wgGo(&wg, func() {
+			l, err := c.campaign(ctx)
+			switch {
+			case doomed:
+				return // crashed: whatever it returns
+			case err != nil:
+				t.Errorf("%s: campaign: %v", c.who, err)
+				return
+			}
+			c.work(ctx, l, 2*time.Millisecond)
+			_ = l.Release(context.Background())
+			mu.Lock()
+			served++
+			mu.Unlock()
+		})
+		h.until(func() bool { return h.queueLen() == int64(i+1) }, 10*time.Second, c.who+" queued")
+	}
+	h.fault("crash-20", true)
+	for i := 0; i < waiters; i += waiters / crashed {
+		for _, p := range cs[i].proxies {
+			p.Blackhole(faultproxy.Both)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		_ = cs[i].session().Close(ctx)
+		cancel()
+	}
+	start := time.Now()
+	if err := l0.Release(context.Background()); err != nil {
+		t.Fatalf("c0: release: %v", err)
+	}
+	wg.Wait()
+	took := time.Since(start)
+	h.fault("crash-20", false)
+	h.note("served", "%d", served)
+	h.note("drain_ms", "%d", took.Milliseconds())
+	h.check(served == waiters-crashed, "%d of %d live waiters led", served, waiters-crashed)
+	h.check(took <= h.ttl+fairSlack+time.Duration(waiters-crashed)*20*time.Millisecond,
+		"the queue took %v to drain; want within TTL + %v + 80 × 20ms", took, fairSlack)
 	h.queueKeys(true)
 	h.finish(false)
 }
