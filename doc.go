@@ -84,12 +84,14 @@
 // that reads the queue skips and prunes waiters whose leases have passed,
 // so a waiter that dies, pauses, is cut off from Redis or whose context
 // ends holds the others up for at most one TTL; one whose context ends
-// also takes its place out at once (best effort). A waiter that lost its
-// place (it paused past its TTL, say) joins again, at the back. Wake-ups
-// are hints: the first waiter also tries again when the holder's lease can
-// have expired, the others when the first waiter's lease can have (it may
-// have died), and an attempt that finds the name free while an earlier
-// waiter is queued wakes that waiter again. A lost queue (a restart without
+// also takes its place out at once (best effort), leaving a tombstone for
+// a TTL so that an attempt of its still on its way cannot queue it again.
+// A waiter that lost its place (it paused past its TTL, say) joins again,
+// at the back. Wake-ups are hints: the first waiter also tries again when
+// the holder's lease can have expired, the others when the holder's or the
+// first waiter's lease can have (either may have died), and an attempt
+// that finds the name free while an earlier waiter is queued wakes that
+// waiter again. A lost queue (a restart without
 // persistence) is rebuilt by the waiters' next attempts, in their order.
 //
 // Fairness holds among the fair sessions of a name: a default session

@@ -119,6 +119,99 @@ func TestFairTryLock(t *testing.T) {
 	})
 }
 
+// TestFairLeave: a waiter whose context ends, or whose session closes,
+// takes its place out of the queue and leaves a tombstone, so that an
+// attempt of its that reaches Redis afterwards queues nothing.
+func TestFairLeave(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		name := "fair-leave-" + b.name
+		ctx := context.Background()
+		holder := newSession(t, b.client, WithFairness())
+		l, err := holder.Lock(ctx, name)
+		require.NoError(t, err)
+		k := l.keys
+
+		for _, how := range []string{"ctx", "close"} {
+			hook, locked := queued()
+			w, err := NewSession(b.client, WithFairness(), hook)
+			require.NoError(t, err)
+			wctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() {
+				_, err := w.Lock(wctx, name)
+				done <- err
+			}()
+			recvWithin(t, locked, 5*time.Second, how+": waiter queued")
+			members, err := b.client.ZRange(ctx, k.queue(), 0, -1).Result()
+			require.NoError(t, err)
+			require.Len(t, members, 1, how)
+			if how == "ctx" {
+				cancel()
+				require.ErrorIs(t, recvWithin(t, done, 5*time.Second, "Lock returns"), context.Canceled)
+			} else {
+				require.NoError(t, w.Close(ctx)) // waits for the acquisition, and its leave
+				require.ErrorIs(t, recvWithin(t, done, 5*time.Second, "Lock returns"), ErrSessionClosed)
+			}
+			cancel()
+			// With ctx, the leave runs in the background: its tombstone shows when it is done.
+			require.Eventually(t, func() bool {
+				n, _ := b.client.ZCount(ctx, k.leases(), "-inf", "(0").Result()
+				return n == 1
+			}, 5*time.Second, time.Millisecond, how+": a tombstone")
+			n, err := b.client.Exists(ctx, k.queue()).Result()
+			require.NoError(t, err)
+			assert.Zero(t, n, how+": the queue is empty")
+
+			// A late attempt of the waiter that left: nothing queued.
+			argv := []any{nil, nil, 4, k.lock, k.fence, k.queue(), k.leases(), "late-token", holder.ttlArg, "", members[0], "1"}
+			res, err := fairAcquireScript.run(ctx, b.client, argv).Slice()
+			require.NoError(t, err)
+			assert.EqualValues(t, -2, res[3], how+": the late attempt knows it left")
+			n, err = b.client.Exists(ctx, k.queue()).Result()
+			require.NoError(t, err)
+			assert.Zero(t, n, how+": the late attempt queued nothing")
+			_ = w.Close(ctx)
+			b.client.Del(ctx, k.leases())
+		}
+		require.NoError(t, l.Release(ctx))
+	})
+}
+
+// TestFairHolderCrash: when the holder crashes, the head waiter takes over
+// once the holder's lease can have expired, as in default mode, and a
+// waiter behind it is served next.
+func TestFairHolderCrash(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	ctx := context.Background()
+	const name = "fair-crash"
+	holder := newSession(t, c, fastOpts(WithFairness())...)
+	_, err := holder.Lock(ctx, name)
+	require.NoError(t, err)
+
+	got := make(chan string, 2)
+	for _, who := range []string{"first", "second"} {
+		hook, locked := queued()
+		s := newSession(t, c, fastOpts(WithFairness(), hook)...)
+		go func() {
+			l, err := s.Lock(ctx, name)
+			if !assert.NoError(t, err) {
+				return
+			}
+			got <- who
+			assert.NoError(t, l.Release(ctx))
+		}()
+		recvWithin(t, locked, 5*time.Second, who+" queued")
+	}
+	crashed := time.Now()
+	crash(holder)
+	assert.Equal(t, "first", recvWithin(t, got, 5*time.Second, "takeover"))
+	took := time.Since(crashed)
+	t.Logf("takeover %v after the crash (TTL 600ms)", took)
+	assert.Less(t, took, 600*time.Millisecond+150*time.Millisecond, "within the TTL and a margin")
+	assert.Equal(t, "second", recvWithin(t, got, 5*time.Second, "next"))
+}
+
 // TestFairRedlockRefused: fairness across independent nodes is not defined.
 func TestFairRedlockRefused(t *testing.T) {
 	var clients []Client
