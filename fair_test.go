@@ -338,3 +338,58 @@ func TestFairContention(t *testing.T) {
 	bound := (n - 1) * (fair.maxHold + pct(fair.handovers, 99))
 	assert.LessOrEqual(t, pct(fair.waits, 99), bound, "wait p99 within waiters × (longest hold + p99 handover)")
 }
+
+// TestFairRunTakesTurns: in fair mode a Run leader that resigns campaigns
+// again at the back of the queue, so leadership passes around instead of
+// back to the one that just resigned.
+func TestFairRunTakesTurns(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		const terms = 12
+		name := "fair-run-" + b.name
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var (
+			mu    sync.Mutex
+			order []string
+		)
+		queuedAll := make(chan string, 16) // every candidate's attempts that found the name taken
+		hook := withAttemptHook(func(_ string, err error) {
+			if errors.Is(err, ErrLocked) {
+				select {
+				case queuedAll <- "":
+				default:
+				}
+			}
+		})
+		done := make(chan error, 3)
+		for _, who := range []string{"a", "b", "c"} {
+			e, err := newSession(t, b.client, WithFairness(), hook).Election(name)
+			require.NoError(t, err)
+			go func() {
+				done <- e.Run(ctx, who, func(context.Context, *Lock) error {
+					mu.Lock()
+					order = append(order, who)
+					first, last := len(order) == 1, len(order) == terms
+					mu.Unlock()
+					if first { // the two others queue behind the first leader
+						recvWithin(t, queuedAll, 5*time.Second, "a second candidate queued")
+						recvWithin(t, queuedAll, 5*time.Second, "a third candidate queued")
+					}
+					if last {
+						cancel()
+					}
+					return nil // resign, campaign again
+				})
+			}()
+		}
+		for range 3 {
+			require.ErrorIs(t, recvWithin(t, done, 10*time.Second, "Run returns"), context.Canceled)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		require.GreaterOrEqual(t, len(order), terms)
+		for i := 1; i < len(order); i++ {
+			assert.NotEqual(t, order[i-1], order[i], "term %d went back to %s: %v", i, order[i], order)
+		}
+	})
+}
