@@ -33,16 +33,22 @@ func queued() (Option, <-chan string) {
 	}), ch
 }
 
+// fairHeld takes the name prefix-<backend> with a fair session.
+func fairHeld(t *testing.T, b *backend, prefix string) (string, *Lock) {
+	t.Helper()
+	name := prefix + "-" + b.name
+	l, err := newSession(t, b.client, WithFairness()).Lock(context.Background(), name)
+	require.NoError(t, err)
+	return name, l
+}
+
 // TestFairOrder queues n waiters in a known order behind a holder and checks
 // that they are served in that order, each woken by the release before it.
 func TestFairOrder(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		const n = 8
-		name := "fair-order-" + b.name
 		ctx := context.Background()
-		holder := newSession(t, b.client, WithFairness())
-		first, err := holder.Lock(ctx, name)
-		require.NoError(t, err)
+		name, first := fairHeld(t, b, "fair-order")
 
 		served := make(chan int, n)
 		errs := make(chan error, n)
@@ -86,11 +92,8 @@ func TestFairOrder(t *testing.T) {
 // waits for it.
 func TestFairTryLock(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
-		name := "fair-try-" + b.name
 		ctx := context.Background()
-		a := newSession(t, b.client, WithFairness())
-		l, err := a.Lock(ctx, name)
-		require.NoError(t, err)
+		name, l := fairHeld(t, b, "fair-try")
 
 		hook, locked := queued()
 		w := newSession(t, b.client, WithFairness(), hook)
@@ -102,13 +105,16 @@ func TestFairTryLock(t *testing.T) {
 		}()
 		recvWithin(t, locked, 5*time.Second, "waiter queued")
 
-		// Free, but the waiter came first: with the waiter's wake-up gone
-		// astray (its session's channel is not the one the release
-		// publishes on while it is held up), TryLock still must not barge.
+		// Free, but the waiter came first: the holder's key vanishes behind
+		// the library's back (no release, so no wake-up), and TryLock must
+		// not barge in ahead of the waiter; its attempt wakes the waiter,
+		// which takes the name long before the holder's lease (15s) could
+		// have expired.
+		b.del(l.Key())
 		try := newSession(t, b.client, WithFairness())
-		_, err = try.TryLock(ctx, name)
+		_, err := try.TryLock(ctx, name)
 		require.ErrorIs(t, err, ErrLocked)
-		require.NoError(t, l.Release(ctx))
+		assert.Contains(t, err.Error(), "waiters came first")
 		wl := recvWithin(t, got, 5*time.Second, "waiter served")
 		_, err = try.TryLock(ctx, name)
 		require.ErrorIs(t, err, ErrLocked, "held by the waiter")
@@ -124,11 +130,8 @@ func TestFairTryLock(t *testing.T) {
 // attempt of its that reaches Redis afterwards queues nothing.
 func TestFairLeave(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
-		name := "fair-leave-" + b.name
 		ctx := context.Background()
-		holder := newSession(t, b.client, WithFairness())
-		l, err := holder.Lock(ctx, name)
-		require.NoError(t, err)
+		name, l := fairHeld(t, b, "fair-leave")
 		k := l.keys
 
 		for _, how := range []string{"ctx", "close"} {
@@ -163,7 +166,7 @@ func TestFairLeave(t *testing.T) {
 			assert.Zero(t, n, how+": the queue is empty")
 
 			// A late attempt of the waiter that left: nothing queued.
-			argv := []any{nil, nil, 4, k.lock, k.fence, k.queue(), k.leases(), "late-token", holder.ttlArg, "", members[0], "1"}
+			argv := []any{nil, nil, 4, k.lock, k.fence, k.queue(), k.leases(), "late-token", l.s.ttlArg, "", members[0], "1"}
 			res, err := fairAcquireScript.run(ctx, b.client, argv).Slice()
 			require.NoError(t, err)
 			assert.EqualValues(t, -2, res[3], how+": the late attempt knows it left")

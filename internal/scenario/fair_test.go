@@ -31,6 +31,66 @@ func TestScenarioFair(t *testing.T) {
 	t.Run("F7-crashed-among-100", fairCrashedAmong)
 }
 
+// fair is the option of every candidate in these scenarios.
+var fair = redisleader.WithFairness()
+
+// fairHeld starts scenario id with a fair candidate c0 that leads.
+func fairHeld(t *testing.T, id string) (*harness, *candidate, *redisleader.Lock) {
+	h := newHarness(t, id)
+	c0 := h.candidate("c0", nil, fair)
+	return h, c0, c0.mustLead(5 * time.Second)
+}
+
+// turns runs candidates that each campaign once, hold for a short while
+// and resign, and counts them.
+type turns struct {
+	t      *testing.T
+	ctx    context.Context
+	cancel context.CancelFunc
+	hold   time.Duration
+	wg     sync.WaitGroup
+	once   sync.Once
+	first  chan struct{} // closed when the first one leads
+	mu     sync.Mutex
+	served int // how many led and resigned
+}
+
+func newTurns(t *testing.T, hold time.Duration) *turns {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return &turns{t: t, ctx: ctx, cancel: cancel, hold: hold, first: make(chan struct{})}
+}
+
+// take makes c campaign in the background; a doomed one (to be crashed)
+// is not counted, whatever its campaign returns.
+func (q *turns) take(c *candidate, doomed bool) {
+	wgGo(&q.wg, func() {
+		l, err := c.campaign(q.ctx)
+		switch {
+		case doomed:
+			return
+		case err != nil:
+			q.t.Errorf("%s: campaign: %v", c.who, err)
+			return
+		}
+		q.once.Do(func() { close(q.first) })
+		c.work(q.ctx, l, q.hold)
+		_ = l.Release(context.Background())
+		q.mu.Lock()
+		q.served++
+		q.mu.Unlock()
+	})
+}
+
+// wait waits for every campaign and returns how many led.
+func (q *turns) wait() int {
+	q.wg.Wait()
+	q.cancel()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.served
+}
+
 // fairSlack is what a takeover past a dead head may add to the TTL: the
 // waiter behind polls 1–2ms after the head's lease can have ended, plus a
 // round trip and scheduling on a loaded machine.
@@ -110,10 +170,7 @@ func campaignAsync(ctx context.Context, e *redisleader.Election, value string) <
 // stale place, and the queue keys must be gone. A paused k is then
 // resumed: it joins again, at the back, and leads after c2.
 func fairHeadGone(t *testing.T, id string, pause bool) {
-	h := newHarness(t, id)
-	fair := redisleader.WithFairness()
-	c0 := h.candidate("c0", nil, fair)
-	l0 := c0.mustLead(5 * time.Second)
+	h, _, l0 := fairHeld(t, id)
 
 	k := h.child("k", "", envFair+"=1")
 	h.until(func() bool { return h.queueLen() == 1 }, 10*time.Second, "k queued")
@@ -174,10 +231,7 @@ func fairHeadGone(t *testing.T, id string, pause bool) {
 // after c0 resigns a newcomer leads at once.
 func fairMassCancel(t *testing.T) {
 	const sessions, each = 10, 50
-	h := newHarness(t, "F3-500-cancelled")
-	fair := redisleader.WithFairness()
-	c0 := h.candidate("c0", nil, fair)
-	l0 := c0.mustLead(5 * time.Second)
+	h, _, l0 := fairHeld(t, "F3-500-cancelled")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -227,35 +281,11 @@ func fairMassCancel(t *testing.T) {
 // attempt, and nobody wedges.
 func fairFifty(t *testing.T, id string, restart bool) {
 	const sessions = 50
-	h := newHarness(t, id)
-	fair := redisleader.WithFairness()
-	c0 := h.candidate("c0", nil, fair)
-	l0 := c0.mustLead(5 * time.Second)
+	h, c0, l0 := fairHeld(t, id)
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var (
-		wg     sync.WaitGroup
-		mu     sync.Mutex
-		served int
-		first  = make(chan struct{})
-		once   sync.Once
-	)
+	q := newTurns(t, 5*time.Millisecond)
 	for i := range sessions {
-		c := h.candidate(fmt.Sprintf("w%d", i), nil, fair)
-		wgGo(&wg, func() {
-			l, err := c.campaign(ctx)
-			if err != nil {
-				t.Errorf("%s: campaign: %v", c.who, err)
-				return
-			}
-			once.Do(func() { close(first) })
-			c.work(ctx, l, 5*time.Millisecond)
-			_ = l.Release(context.Background())
-			mu.Lock()
-			served++
-			mu.Unlock()
-		})
+		q.take(h.candidate(fmt.Sprintf("w%d", i), nil, fair), false)
 	}
 	h.until(func() bool { return h.queueLen() == sessions }, 30*time.Second, "50 waiters queued")
 
@@ -277,7 +307,7 @@ func fairFifty(t *testing.T, id string, restart bool) {
 		}
 	}
 	select {
-	case <-first:
+	case <-q.first:
 		took := time.Since(start)
 		h.note("first_ms", "%d", took.Milliseconds())
 		h.check(took <= h.ttl+fairSlack, "first waiter led %v after the %s; want within TTL + %v", took, fault, fairSlack)
@@ -285,7 +315,7 @@ func fairFifty(t *testing.T, id string, restart bool) {
 		t.Fatalf("no waiter led within %v of the %s", 5*h.ttl, fault)
 	}
 	h.fault(fault, false)
-	wg.Wait()
+	served := q.wait()
 	h.note("served", "%d", served)
 	h.check(served == sessions, "%d of %d waiters led", served, sessions)
 	h.queueKeys(true)
@@ -299,7 +329,6 @@ func fairFifty(t *testing.T, id string, restart bool) {
 // holder's release, and the queue keys must be gone.
 func fairShortWaits(t *testing.T) {
 	h := newHarness(t, "F6-short-waits")
-	fair := redisleader.WithFairness()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	var (
@@ -352,37 +381,13 @@ func fairShortWaits(t *testing.T) {
 // most one TTL for the crashed ones' leases.
 func fairCrashedAmong(t *testing.T) {
 	const waiters, crashed = 100, 20
-	h := newHarness(t, "F7-crashed-among-100")
-	fair := redisleader.WithFairness()
-	c0 := h.candidate("c0", nil, fair)
-	l0 := c0.mustLead(5 * time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var (
-		wg     sync.WaitGroup
-		mu     sync.Mutex
-		served int
-		cs     []*candidate
-	)
+	h, _, l0 := fairHeld(t, "F7-crashed-among-100")
+	q := newTurns(t, 2*time.Millisecond)
+	var cs []*candidate
 	for i := range waiters {
 		c := h.candidate(fmt.Sprintf("w%d", i), nil, fair)
 		cs = append(cs, c)
-		doomed := i%(waiters/crashed) == 0
-		wgGo(&wg, func() {
-			l, err := c.campaign(ctx)
-			switch {
-			case doomed:
-				return // crashed: whatever it returns
-			case err != nil:
-				t.Errorf("%s: campaign: %v", c.who, err)
-				return
-			}
-			c.work(ctx, l, 2*time.Millisecond)
-			_ = l.Release(context.Background())
-			mu.Lock()
-			served++
-			mu.Unlock()
-		})
+		q.take(c, i%(waiters/crashed) == 0)
 		h.until(func() bool { return h.queueLen() == int64(i+1) }, 10*time.Second, c.who+" queued")
 	}
 	h.fault("crash-20", true)
@@ -398,7 +403,7 @@ func fairCrashedAmong(t *testing.T) {
 	if err := l0.Release(context.Background()); err != nil {
 		t.Fatalf("c0: release: %v", err)
 	}
-	wg.Wait()
+	served := q.wait()
 	took := time.Since(start)
 	h.fault("crash-20", false)
 	h.note("served", "%d", served)
