@@ -21,8 +21,12 @@ import (
 // the same pipelined round trip as the session's locks (keepPlaceScript). A
 // waiter whose lease has passed is skipped and pruned by every script that
 // reads the queue, so nobody waits behind it; if it comes back it joins
-// again, at the back. Both queue keys expire with the latest lease (each
-// write sets PEXPIREAT to it), so no queue key outlives its last waiter.
+// again, at the back. A waiter that gives up takes its place out and
+// leaves a tombstone (a negative lease) for one TTL, so that an attempt of
+// its still on its way cannot queue it again as a ghost at its old place.
+// Both queue keys expire with the latest lease or tombstone (each write
+// sets PEXPIREAT to it), so no queue key outlives its last waiter by more
+// than a TTL.
 //
 // An acquire takes the lock only if it is free and no waiter with a live
 // lease arrived earlier; otherwise a blocking one (Lock, Campaign, Run)
@@ -31,7 +35,8 @@ import (
 // its session's own channel (lock key + ":w:" + session id), not every
 // waiter on the name's channel. Wake-ups are hints: the head waiter also
 // tries again when the holder's lease can have expired, and every other
-// waiter when the head's lease can have (the head may have died); an
+// waiter when the holder's or the head's lease can have (either may have
+// died, and the waiter may be the head by then); an
 // attempt that finds the lock free with a live head waiting wakes that head
 // again. A restart without persistence or a flushed script cache loses
 // nothing that matters: waiters join again on their next attempt, in the
@@ -39,7 +44,11 @@ import (
 //
 // Fairness holds among the fair sessions of a name: a default-mode session
 // ignores the queue (it takes a free lock at once, and its release wakes
-// nobody in particular), so use one mode per name.
+// nobody in particular), so use one mode per name. Safety does not depend
+// on it: the lock key is taken the same way in both modes.
+//
+// A session never waits for a name it holds, in fair mode too: its other
+// acquisitions of that name fail with ErrLocked while it holds it.
 
 // A waiter is one fair acquisition's place in a name's queue, kept across
 // its attempts (and their tokens).
