@@ -22,6 +22,8 @@ const (
 		"+evalsha +eval +get +set +pexpire +pttl +time +del +publish +subscribe +unsubscribe +ping"
 	aclOptional = "+wait +config|get +info"
 	aclCluster  = "+cluster|slots +command" // for a *redis.ClusterClient
+	// aclFair is what WithFairness adds: the queue's sorted sets.
+	aclFair = "+exists +pexpireat +zadd +zcard +zrange +zrangebyscore +zrank +zrem +zscore"
 )
 
 // aclCommands are the commands the required rule allows.
@@ -406,4 +408,73 @@ func TestPermanentACLErrors(t *testing.T) {
 		assert.True(t, permanent(redisErr(msg)), msg)
 	}
 	assert.True(t, permanent(&aclError{"permission denied for TIME (ACL): ERR The user executing the script can't run this command or subcommand"}))
+}
+
+// TestACLFair: fair mode runs as the documented user plus aclFair (the
+// README's ACL section): waiters queue, their places are renewed, a
+// release wakes the head, a waiter gives up; nothing is denied, and every
+// command aclFair adds is used.
+func TestACLFair(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	setUser(t, admin, "redisleader", aclRule, aclOptional, aclFair)
+	require.NoError(t, admin.ConfigResetStat(ctx).Err())
+	c := userClient(t, srv, "redisleader")
+	logOpt, logs := warnLog()
+	opts := []Option{WithFairness(), WithTTL(300 * time.Millisecond), logOpt}
+	a := newSession(t, c, opts...)
+	l, err := a.Lock(ctx, "acl-fair")
+	require.NoError(t, err)
+
+	// Two waiters queue; the second polls behind the first (ZRANK) while
+	// the heartbeat renews both places.
+	var served []chan *Lock
+	for i := range 2 {
+		hook, locked := queued()
+		round, roundsW := rounds()
+		w := newSession(t, c, append(opts, hook, round)...)
+		ch := make(chan *Lock, 1)
+		go func() {
+			l, err := w.Lock(ctx, "acl-fair")
+			assert.NoError(t, err, "waiter %d", i)
+			ch <- l
+		}()
+		served = append(served, ch)
+		recvWithin(t, locked, 5*time.Second, "waiter queued")
+		require.False(t, waitRound(t, roundsW, 2*time.Second), "a renewal of a place failed")
+		if i == 1 { // its check behind the head, about a TTL later
+			recvWithin(t, locked, 5*time.Second, "second waiter checks again")
+		}
+	}
+	// A third gives up (EXISTS, in leaving).
+	hook, locked := queued()
+	g := newSession(t, c, append(opts, hook)...)
+	gctx, gcancel := context.WithCancel(ctx)
+	gave := make(chan error, 1)
+	go func() {
+		_, err := g.Lock(gctx, "acl-fair")
+		gave <- err
+	}()
+	recvWithin(t, locked, 5*time.Second, "third waiter queued")
+	gcancel()
+	require.ErrorIs(t, recvWithin(t, gave, 5*time.Second, "the third gives up"), context.Canceled)
+	require.NoError(t, g.Close(ctx))
+
+	require.NoError(t, l.Release(ctx))
+	for _, ch := range served {
+		l := recvWithin(t, ch, 5*time.Second, "waiter served")
+		require.NotNil(t, l)
+		require.NoError(t, l.Release(ctx))
+	}
+
+	assert.Empty(t, aclLog(t, admin), "the server denied something")
+	assert.NotContains(t, logs.String(), "failed", "a call failed")
+	for _, f := range strings.Fields(aclFair) {
+		cmd := strings.TrimPrefix(f, "+")
+		assert.Eventually(t, func() bool {
+			stats, err := admin.Info(ctx, "commandstats").Result()
+			return err == nil && strings.Contains(stats, "cmdstat_"+cmd+":calls=")
+		}, 2*time.Second, 10*time.Millisecond, "aclFair allows %s, which nothing used", cmd)
+	}
 }

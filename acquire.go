@@ -61,24 +61,37 @@ func (s *Session) acquire(ctx context.Context, name, value string, block, term b
 	a.keys = newKeys(name)
 	if block {
 		// Subscribe before the first attempt, so a release between a failed
-		// attempt and the wait is never missed.
-		sub, err := s.watch.subscribe(ctx, a.keys.channel())
+		// attempt and the wait is never missed. In fair mode a release
+		// wakes the head waiter only, on its session's own channel.
+		channel := a.keys.channel()
+		if s.cfg.fair {
+			channel = a.keys.wakeChannel(s.id)
+		}
+		sub, err := s.watch.subscribe(ctx, channel)
 		if err != nil {
 			return nil, err
 		}
 		defer sub.Close()
 		a.sub, a.block = sub, true
 	}
-	a.l = s.newLock(a.keys, value)
+	if s.cfg.fair {
+		a.w = s.newWaiter(a.keys, value, block)
+		defer a.leave(ctx) // our place, if we have one, when we give up
+	}
+	a.newLock()
 	for {
 		if err := cmp.Or(s.Err(), ctx.Err()); err != nil {
 			return nil, a.abandon(ctx, a.lastErr, err)
 		}
-		left, err := a.l.attempt(ctx)
+		r := a.l.attempt(ctx)
+		err := r.err
 		if s.cfg.test.attempt != nil {
 			s.cfg.test.attempt(name, err)
 		}
 		locked := errors.Is(err, ErrLocked)
+		if a.w != nil && block {
+			a.queue(err == nil)
+		}
 		switch {
 		case err == nil:
 			if l, again, err := a.handOver(ctx); !again {
@@ -95,7 +108,7 @@ func (s *Session) acquire(ctx context.Context, name, value string, block, term b
 		if !block || permanent(err) {
 			return nil, a.abandon(ctx, nil, err)
 		}
-		if err := s.wait(ctx, a.sub, a.delay(left, err, locked)); err != nil {
+		if err := s.wait(ctx, a.sub, a.delay(r, err, locked)); err != nil {
 			return nil, a.abandon(ctx, a.lastErr, err)
 		}
 	}
@@ -109,8 +122,10 @@ type acquisition struct {
 	value    string
 	block    bool          // wait and retry until acquired
 	term     bool          // an Election.Run term (see Session.acquire)
-	sub      *subscription // the name's channel, when blocking
+	sub      *subscription // the name's channel (fair: our wake-up channel), when blocking
 	l        *Lock         // the current attempt's lock and token
+	w        *waiter       // fair mode: our place in the queue
+	queued   bool          // fair mode: we may have a place, which the heartbeat renews
 	lastErr  error         // of the last attempt, if it failed with a Redis error
 	unsure   bool          // an attempt's outcome is unknown: our token may be, or get, in Redis
 	loggedAt time.Time     // errors are logged at most once per TTL
@@ -133,17 +148,49 @@ func (a *acquisition) handOver(ctx context.Context) (l *Lock, again bool, err er
 	case !a.block:
 		return nil, false, fmt.Errorf("redisleader: acquire %q: the lease ended before it could be handed over: %w", a.keys.name, lost)
 	}
-	a.l = a.s.newLock(a.keys, a.value)
+	a.newLock()
 	return nil, true, nil
 }
 
-// delay is how long to wait after a failed attempt: until the holder's
-// lease can have expired when the name is held (left), else the retry
-// delay, and the failure is logged at most once per TTL.
-func (a *acquisition) delay(left time.Duration, err error, locked bool) time.Duration {
+// newLock starts the acquisition's next attempt with a new lock and token.
+func (a *acquisition) newLock() {
+	a.l = a.s.newLock(a.keys, a.value)
+	if a.w != nil {
+		a.l.w = a.w
+		a.w.argv[waiterToken] = a.l.tokenArg
+	}
+}
+
+// queue keeps the heartbeat's renewal of a fair acquisition's place in
+// step with the last attempt: acquired (the script removed our place) or
+// not (we have one, or may have after an error).
+func (a *acquisition) queue(acquired bool) {
+	switch {
+	case acquired && a.queued:
+		a.s.unwait(a.w)
+		a.queued = false
+	case !acquired && !a.queued:
+		a.s.await(a.w)
+		a.queued = true
+	}
+}
+
+// delay is how long to wait after a failed attempt r: until the holder's
+// lease can have expired when the name is held (in fair mode, behind the
+// head waiter: until the holder's or the head's lease can have, whichever
+// comes first, since we may be the head by then), else the retry delay, and
+// the failure is logged at most once per TTL.
+func (a *acquisition) delay(r acquired, err error, locked bool) time.Duration {
 	if locked {
 		a.lastErr = nil
-		return a.s.followDelay(left, a.sub)
+		if r.ahead > 0 {
+			wait := r.headLeft
+			if r.left >= 0 {
+				wait = min(wait, r.left)
+			}
+			return a.s.queueDelay(wait, a.sub)
+		}
+		return a.s.followDelay(r.left, a.sub)
 	}
 	if time.Since(a.loggedAt) >= a.s.cfg.ttl {
 		a.loggedAt = time.Now()
@@ -209,19 +256,20 @@ func (s *Session) newLock(k keys, value string) *Lock {
 
 // attempt makes one acquire attempt. On success the lock is armed
 // (deadline timer) and registered with the heartbeat. If another owner holds
-// the key it returns ErrLocked and how long that owner's lease has left on
-// the server.
-func (l *Lock) attempt(ctx context.Context) (time.Duration, error) {
+// the key (or, in fair mode, waiters came first) its error matches
+// ErrLocked, and it says how long that owner's lease has left on the server
+// and where we stand in the queue.
+func (l *Lock) attempt(ctx context.Context) acquired {
 	sent := time.Now()
 	deadline := sent.Add(l.s.cfg.validity())
 	r := l.s.place.acquire(ctx, l, deadline)
 	if r.giveBack {
 		l.giveBack(ctx) // within ctx: what fails is left to abandon
 	}
-	if r.err != nil {
-		return r.left, r.err
+	if r.err == nil {
+		r.err = l.arm(sent, deadline, r.fence)
 	}
-	return 0, l.arm(sent, deadline, r.fence)
+	return r
 }
 
 // arm completes a successful acquire sent at sent: unless the reply came

@@ -138,3 +138,53 @@ func TestClusterMasterRestart(t *testing.T) {
 	assert.Greater(t, lb.Fence(), la.Fence())
 	require.NoError(t, lb.Release(ctx))
 }
+
+// TestClusterFair: fair mode on a 3-master Redis Cluster. The queue keys
+// share the name's slot with the lock (no CROSSSLOT), waiters' places on
+// every master are renewed in the heartbeat's rounds, and a release wakes
+// the waiter through its session's channel.
+func TestClusterFair(t *testing.T) {
+	cluster := redisserver.StartCluster(t, 3)
+	ctx := context.Background()
+	a := newSession(t, clusterClient(t, cluster), WithFairness(), WithTTL(3*time.Second))
+	round, roundDone := rounds()
+	hook, locked := queued()
+	b := newSession(t, clusterClient(t, cluster), WithFairness(), WithTTL(3*time.Second), WithRenewInterval(200*time.Millisecond), round, hook)
+
+	const n = 9
+	owners := map[string]bool{}
+	var held []*Lock
+	got := make(chan *Lock, n)
+	for i := range n {
+		name := fmt.Sprintf("fair-job-%d", i)
+		k := newKeys(name)
+		for _, key := range []string{k.fence, k.queue(), k.leases()} {
+			require.Equal(t, redisserver.Slot(k.lock), redisserver.Slot(key), "%s shares the lock's slot", key)
+		}
+		owners[cluster.Owner(redisserver.Slot(k.lock)).Addr()] = true
+		l, err := a.Lock(ctx, name)
+		require.NoError(t, err, name)
+		held = append(held, l)
+		go func() {
+			l, err := b.Lock(ctx, name)
+			assert.NoError(t, err, name)
+			got <- l
+		}()
+		recvWithin(t, locked, 5*time.Second, name+" queued")
+	}
+	assert.Len(t, owners, 3, "the names cover every master")
+	for range 3 {
+		require.False(t, waitRound(t, roundDone, 3*time.Second), "a renewal round of places across the masters failed")
+	}
+	start := time.Now()
+	for _, l := range held {
+		require.NoError(t, l.Release(ctx))
+	}
+	for range n {
+		l := recvWithin(t, got, 5*time.Second, "waiter served")
+		require.NotNil(t, l)
+		require.NoError(t, l.Release(ctx))
+	}
+	t.Logf("%d handovers in %v", n, time.Since(start))
+	assert.Less(t, time.Since(start), time.Second, "woken, not polling (TTL 3s)")
+}

@@ -67,6 +67,40 @@
 // anyone who may publish on the channel can at most make them read sooner,
 // and a lost message delays them by at most the holder's remaining TTL.
 //
+// # Fairness
+//
+// By default a release wakes every waiter and the first to ask again wins,
+// often the session that just released. With WithFairness, blocking
+// acquisitions (Lock, Campaign, Run) are served first come, first served,
+// in the order Redis saw their first attempts, and a release wakes only the
+// first waiter, on its session's own channel: one attempt per handover
+// instead of one per waiter. TryLock then succeeds only if the name is free
+// and nobody waits for it. In Run, a resigned leader campaigns again at the
+// back of the queue, so leadership passes around rather than back.
+//
+// A waiter's place is a lease, like a lock: it lasts one TTL from the
+// waiter's last attempt or from the last renewal by its session's heartbeat
+// (in the same pipelined round trip as the session's locks). Every script
+// that reads the queue skips and prunes waiters whose leases have passed,
+// so a waiter that dies, pauses, is cut off from Redis or whose context
+// ends holds the others up for at most one TTL; one whose context ends
+// also takes its place out at once (best effort), leaving a tombstone for
+// a TTL so that an attempt of its still on its way cannot queue it again.
+// A waiter that lost its place (it paused past its TTL, say) joins again,
+// at the back. Wake-ups are hints: the first waiter also tries again when
+// the holder's lease can have expired, the others when the holder's or the
+// first waiter's lease can have (either may have died), and an attempt
+// that finds the name free while an earlier waiter is queued wakes that
+// waiter again. A lost queue (a restart without
+// persistence) is rebuilt by the waiters' next attempts, in their order.
+//
+// Fairness holds among the fair sessions of a name: a default session
+// ignores the queue, so use one mode per name. It is not available with
+// NewRedlockSession: independent nodes would each keep a queue, and no
+// order of arrival across them is defined. It costs a few more commands
+// inside each script (the queue's sorted sets) and two keys per name with
+// waiters, which expire with the last waiter's lease.
+//
 // # Topologies
 //
 // NewSession works with one Redis (*redis.Client), Sentinel
@@ -204,14 +238,19 @@
 //
 // A name maps to redisleader:{name} (the lock, with a TTL),
 // redisleader:{name}:fence (the last fence, no TTL) and the pub/sub channel
-// redisleader:{name}:ch. The hash tag keeps them in one Redis Cluster slot.
+// redisleader:{name}:ch; in fair mode also redisleader:{name}:queue and
+// redisleader:{name}:leases (sorted sets of waiters, which expire with the
+// last waiter's lease) and the channels redisleader:{name}:w:<session>.
+// The hash tag keeps them in one Redis Cluster slot.
 // Names are 1 to 512 bytes of UTF-8 without '{', '}' or control characters.
 //
 // # ACL
 //
 // A Redis user needs read and write access to the keys redisleader:* and the
 // channels redisleader:*, and the commands EVALSHA and EVAL; GET, SET,
-// PEXPIRE, PTTL, TIME, DEL and PUBLISH, which the scripts call; SUBSCRIBE,
+// PEXPIRE, PTTL, TIME, DEL and PUBLISH, which the scripts call (in fair
+// mode also EXISTS, PEXPIREAT, ZADD, ZCARD, ZRANGE, ZRANGEBYSCORE, ZRANK,
+// ZREM and ZSCORE); SUBSCRIBE,
 // UNSUBSCRIBE and PING, for the session's pub/sub connection; WAIT with
 // WithReplicaAcks; CLUSTER SLOTS and COMMAND with a *redis.ClusterClient;
 // and, optionally, CONFIG GET and INFO for the check of server settings

@@ -15,6 +15,9 @@ import (
 //	redisleader:{name}        the lock: "<token>\n<fence>\n<value>", with a PX TTL
 //	redisleader:{name}:fence  the last fence handed out (no TTL)
 //	redisleader:{name}:ch     channel: "A" on every acquire and proclaim, "R" on every release
+//	redisleader:{name}:queue  fair mode: waiters (ZSET member → arrival, server µs)
+//	redisleader:{name}:leases fair mode: waiters' leases (ZSET member → end, server ms)
+//	redisleader:{name}:w:<session>  fair mode: channel that wakes that session's head waiter
 type keys struct {
 	name, lock, fence string
 }
@@ -23,6 +26,9 @@ const (
 	keyPrefix     = "redisleader:{"
 	fenceSuffix   = ":fence"
 	channelSuffix = ":ch" // appended to the lock key in the scripts too
+	queueSuffix   = ":queue"
+	leasesSuffix  = ":leases"
+	wakeSuffix    = ":w:" // appended to the lock key, then a session id, in the scripts too
 )
 
 // newKeys derives the keys of a name with one allocation: the lock key is a
@@ -34,6 +40,14 @@ func newKeys(name string) keys {
 
 // channel is the pub/sub channel of the name's changes.
 func (k keys) channel() string { return k.lock + channelSuffix }
+
+// queue and leases are the keys of the name's waiters in fair mode.
+func (k keys) queue() string  { return k.lock + queueSuffix }
+func (k keys) leases() string { return k.lock + leasesSuffix }
+
+// wakeChannel is the channel on which the session with id sessionID is
+// told that its waiter for the name is at the head of the queue.
+func (k keys) wakeChannel(sessionID string) string { return k.lock + wakeSuffix + sessionID }
 
 // maxValueLen bounds the value an election candidate publishes.
 const maxValueLen = 64 << 10

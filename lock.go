@@ -26,6 +26,8 @@ type Lock struct {
 	// argv is the acquire script's argument vector {_, _, 2, lock key,
 	// fence key, token, TTL, value}; only the acquiring goroutine uses it.
 	argv [8]any
+	// w is the fair acquisition this lock belongs to (nil by default).
+	w *waiter
 
 	mu       sync.Mutex    // protects value, deadline, renewed, err, done, onEnds, delivered(At)
 	value    string        // as acquired, then as last proclaimed

@@ -40,6 +40,7 @@ type config struct {
 	takeoverDelay    time.Duration
 	acks             replicaAcks
 	acksSet          bool
+	fair             bool
 	logger           *slog.Logger
 	hooks            Hooks
 	test             testHooks // nil in production
@@ -155,6 +156,24 @@ func WithTakeoverDelay(d time.Duration) Option {
 // run on the connection that wrote), nor with NewRedlockSession.
 func WithReplicaAcks(n int, timeout time.Duration) Option {
 	return optionFunc(func(c *config) { c.acks, c.acksSet = replicaAcks{n: n, timeout: timeout}, true })
+}
+
+// WithFairness makes every blocking acquisition of the session (Lock,
+// Campaign, Run) wait in a first-come, first-served queue per name, and
+// TryLock succeed only if the name is free and nobody waits for it. A
+// waiter's place is a lease like a lock, renewed by the session's
+// heartbeat: one that dies, pauses, is cut off from Redis or whose context
+// ends holds the queue up for at most one TTL. A release wakes the first
+// waiter only. See the package documentation, section Fairness, for what
+// it costs and what it guarantees; fairness holds among the fair sessions
+// of a name, so use one mode per name.
+//
+// The default is off: waiters race for a released name, which is faster
+// (no queue to keep) but lets one waiter win again and again. Not
+// available with NewRedlockSession: independent nodes each have their own
+// queue, and no order among them is defined.
+func WithFairness() Option {
+	return optionFunc(func(c *config) { c.fair = true })
 }
 
 // WithLogger sets the logger for renewal failures, lost leases and risky

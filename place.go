@@ -19,9 +19,11 @@ type place interface {
 	// acquire makes one acquire attempt for l, bounded by ctx, the call
 	// timeout and deadline (the local deadline the lease would get).
 	acquire(ctx context.Context, l *Lock, deadline time.Time) acquired
-	// renew renews every lock once, bounded by ctx, the call timeout and
-	// deadline (the earliest of their local deadlines).
-	renew(ctx context.Context, locks []*Lock, deadline time.Time) []renewal
+	// renew renews every lock and every waiter's place once, bounded by ctx,
+	// the call timeout and deadline (the earliest of the locks' local
+	// deadlines; zero: none). There are waiters only in fair mode, which a
+	// quorum refuses.
+	renew(ctx context.Context, locks []*Lock, waiters []*waiter, deadline time.Time) (locksOut, waitersOut []renewal)
 	// release deletes l's token wherever the key still holds it.
 	release(ctx context.Context, l *Lock) deleted
 	// releaseAll is release for several locks at once, in one round trip.
@@ -38,11 +40,16 @@ type place interface {
 // acquired is the outcome of an acquire attempt.
 type acquired struct {
 	fence int64         // ours when err is nil, else the holder's (ErrLocked)
-	left  time.Duration // ErrLocked: the holder's PTTL (-1: no TTL)
+	left  time.Duration // ErrLocked: the holder's PTTL (-1: no TTL, or no holder)
 	err   error         // nil: acquired; ErrLocked wrapped; or why not
 	// giveBack: the attempt does not count, but may have left our token
 	// in Redis; the caller deletes it.
 	giveBack bool
+	// Fair mode, ErrLocked: at most how many live waiters are ahead of us
+	// (0: we are the head; -1: not fair mode), and how long the head's
+	// lease has left.
+	ahead    int
+	headLeft time.Duration
 }
 
 // renewal is the outcome of one lock's renewal: renewed when both fields
@@ -72,7 +79,12 @@ func (l *Lock) acquireReply(res []any, err error) acquired {
 		fence, _ := res[1].(int64)
 		return acquired{fence: fence}
 	}
-	var r acquired
+	r := acquired{ahead: -1}
+	if len(res) >= 5 {
+		ahead, _ := res[3].(int64)
+		ms, _ := res[4].(int64)
+		r.ahead, r.headLeft = int(ahead), time.Duration(ms)*time.Millisecond
+	}
 	if stored, ok := res[1].(string); ok {
 		h, _ := parseHolder(stored)
 		r.fence = h.fence
@@ -84,7 +96,12 @@ func (l *Lock) acquireReply(res []any, err error) acquired {
 			r.left = -1 // no TTL: nothing to align with
 		}
 	}
-	r.err = fmt.Errorf("%w (fence %d)", ErrLocked, r.fence)
+	switch {
+	case res[1] == nil:
+		r.err = fmt.Errorf("%w (free, but waiters came first)", ErrLocked)
+	default:
+		r.err = fmt.Errorf("%w (fence %d)", ErrLocked, r.fence)
+	}
 	return r
 }
 
@@ -145,6 +162,15 @@ func holderReply(cmd *redis.Cmd) (h holder, ttl time.Duration, present, ok bool,
 // each call (a script call fills in the first two slots).
 func releaseArgs(l *Lock) []any { return []any{nil, nil, 1, l.lockArg, l.tokenArg} }
 
+// releaseCall is the release script call for l on one server: in fair mode,
+// the one that also wakes the head waiter.
+func releaseCall(l *Lock) call {
+	if l.s.cfg.fair {
+		return call{fairReleaseScript, []any{nil, nil, 3, l.lockArg, l.keys.queue(), l.keys.leases(), l.tokenArg}}
+	}
+	return call{releaseScript, releaseArgs(l)}
+}
+
 // renewArgs returns the renew script's arguments for every lock.
 func (s *Session) renewArgs(locks []*Lock) [][]any {
 	argvs := make([][]any, len(locks))
@@ -169,12 +195,16 @@ func (n *node) acquire(ctx context.Context, l *Lock, deadline time.Time) acquire
 		cmd    *redis.Cmd
 		ackErr error
 	)
+	sc, argv := acquireScript, l.argv[:]
+	if l.w != nil {
+		sc, argv = fairAcquireScript, l.w.argv[:]
+	}
 	callCtx := n.s.bound(ctx, deadline)
 	if acks := n.s.cfg.acks; acks.n == 0 {
-		cmd = acquireScript.run(callCtx, n.c, l.argv[:]) // the hot path: no slice of commands
+		cmd = sc.run(callCtx, n.c, argv) // the hot path: no slice of commands
 	} else {
 		var cmds []*redis.Cmd
-		cmds, ackErr = acquireScript.runAll(callCtx, n.c, [][]any{l.argv[:]}, acks)
+		cmds, ackErr = sc.runAll(callCtx, n.c, [][]any{argv}, acks)
 		cmd = cmds[0]
 	}
 	unbind(callCtx)
@@ -187,34 +217,42 @@ func (n *node) acquire(ctx context.Context, l *Lock, deadline time.Time) acquire
 	return r
 }
 
-func (n *node) renew(ctx context.Context, locks []*Lock, deadline time.Time) []renewal {
+func (n *node) renew(ctx context.Context, locks []*Lock, waiters []*waiter, deadline time.Time) (locksOut, waitersOut []renewal) {
+	calls := make([]call, 0, len(locks)+len(waiters))
+	for _, argv := range n.s.renewArgs(locks) {
+		calls = append(calls, call{renewScript, argv})
+	}
+	for _, w := range waiters {
+		calls = append(calls, call{keepPlaceScript, w.keepArgv[:]})
+	}
 	callCtx := n.s.bound(ctx, deadline)
-	cmds, ackErr := renewScript.runAll(callCtx, n.c, n.s.renewArgs(locks), n.s.cfg.acks)
+	cmds, ackErr := runCalls(callCtx, n.c, calls, n.s.cfg.acks)
 	unbind(callCtx)
 	out := make([]renewal, len(cmds))
 	for i, cmd := range cmds {
 		out[i] = renewReply(cmd)
-		if out[i] == (renewal{}) && ackErr != nil {
+		if out[i] == (renewal{}) && ackErr != nil && i < len(locks) {
 			out[i].err = ackErr
 		}
 	}
-	return out
+	return out[:len(locks)], out[len(locks):]
 }
 
 func (n *node) release(ctx context.Context, l *Lock) deleted {
 	callCtx := n.s.bound(ctx, time.Time{})
-	cmd := releaseScript.run(callCtx, n.c, releaseArgs(l))
+	c := releaseCall(l)
+	cmd := c.s.run(callCtx, n.c, c.argv)
 	unbind(callCtx)
 	return deleteReply(cmd)
 }
 
 func (n *node) releaseAll(ctx context.Context, locks []*Lock) []deleted {
-	argvs := make([][]any, len(locks))
+	calls := make([]call, len(locks))
 	for i, l := range locks {
-		argvs[i] = releaseArgs(l)
+		calls[i] = releaseCall(l)
 	}
 	callCtx := n.s.bound(ctx, time.Time{})
-	cmds, _ := releaseScript.runAll(callCtx, n.c, argvs, replicaAcks{})
+	cmds, _ := runCalls(callCtx, n.c, calls, replicaAcks{})
 	unbind(callCtx)
 	out := make([]deleted, len(cmds))
 	for i, cmd := range cmds {

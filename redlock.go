@@ -52,6 +52,9 @@ func NewRedlockSession(clients []Client, opts ...Option) (*Session, error) {
 	if cfg.acks.n > 0 {
 		return nil, invalidf("NewRedlockSession: WithReplicaAcks is not available in Redlock mode")
 	}
+	if cfg.fair {
+		return nil, invalidf("NewRedlockSession: WithFairness is not available in Redlock mode: each node would keep its own queue, and no arrival order across independent nodes is defined")
+	}
 	nodes := slices.Clone(clients)
 	return startSession(nodes[0], cfg, func(s *Session) place {
 		return &quorum{s: s, nodes: nodes, need: len(nodes)/2 + 1}
@@ -235,7 +238,7 @@ func (q *quorum) raiseFence(ctx context.Context, l *Lock, nodes []int, fence int
 // node, all nodes at once). A lock renewed by a quorum is renewed; one that
 // so many nodes no longer hold that no quorum is possible is lost;
 // otherwise its renewal failed.
-func (q *quorum) renew(ctx context.Context, locks []*Lock, deadline time.Time) []renewal {
+func (q *quorum) renew(ctx context.Context, locks []*Lock, _ []*waiter, deadline time.Time) (_, _ []renewal) {
 	renewed, notOwner, errs, lastErr := make([]int, len(locks)), make([]int, len(locks)), make([]int, len(locks)), make([]error, len(locks))
 	var mu sync.Mutex
 	callCtx, cancel := q.bound(ctx, deadline)
@@ -275,7 +278,7 @@ func (q *quorum) renew(ctx context.Context, locks []*Lock, deadline time.Time) [
 				renewed[j], len(q.nodes), q.need, notOwner[j], cmp.Or(lastErr[j], errNoQuorum))
 		}
 	}
-	return out
+	return out, nil
 }
 
 func (q *quorum) release(ctx context.Context, l *Lock) deleted {

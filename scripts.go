@@ -62,6 +62,26 @@ const luaFence = `local function readFence(key)
 end
 `
 
+// luaTake is a Lua function for the acquire scripts, after luaFence:
+// take(t) takes the free lock for ARGV[1] (token) with ARGV[3] (value) and
+// ARGV[2] (TTL in ms), given TIME's reply t, and returns its fence, or nil
+// and an error reply, written nowhere, when the fence key (KEYS[2]) does
+// not hold a fence. The fence is max(stored + 1, server TIME in µs). Order:
+// GET and validate the fence key, PUBLISH "A" on the name's channel, SET
+// the fence key, SET the lock key (KEYS[1]) NX PX.
+const luaTake = `local function take(t)
+  local fence = t[1] * 1000000 + t[2]
+  local stored, err = readFence(KEYS[2])
+  if err then return nil, err end
+  if stored and stored >= fence then fence = stored + 1 end
+  local fs = string.format('%.0f', fence)
+  call('PUBLISH', KEYS[1] .. ':ch', 'A')
+  call('SET', KEYS[2], fs)
+  call('SET', KEYS[1], ARGV[1] .. '\n' .. fs .. '\n' .. ARGV[3], 'NX', 'PX', ARGV[2])
+  return fence
+end
+`
+
 // acquireScript takes the lock, or confirms that this token already holds it.
 //
 //	KEYS[1] lock key, KEYS[2] fence key
@@ -85,7 +105,7 @@ end
 // persistence, old snapshot) unless the server clock also goes back.
 // Numbers up to 2^53 are exact in Lua; µs since 1970 stay below that for
 // centuries.
-var acquireScript = newScript("adfa6203c3181568eda5aa9095060784e921ff69", guarded(luaFence+`
+var acquireScript = newScript("34e13eafe993d77b840d0b65120a4c21af76accb", guarded(luaFence+luaTake+`
 local cur = call('GET', KEYS[1])
 if cur then
   if string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
@@ -95,15 +115,8 @@ if cur then
   end
   return {0, cur, call('PTTL', KEYS[1])}
 end
-local t = call('TIME')
-local fence = t[1] * 1000000 + t[2]
-local stored, err = readFence(KEYS[2])
+local fence, err = take(call('TIME'))
 if err then return err end
-if stored and stored >= fence then fence = stored + 1 end
-local fs = string.format('%.0f', fence)
-call('PUBLISH', KEYS[1] .. ':ch', 'A')
-call('SET', KEYS[2], fs)
-call('SET', KEYS[1], ARGV[1] .. '\n' .. fs .. '\n' .. ARGV[3], 'NX', 'PX', ARGV[2])
 return {1, fence}
 `))
 
@@ -200,6 +213,209 @@ call('SET', KEYS[1], ARGV[1] .. '\n' .. ARGV[2] .. '\n' .. ARGV[3], 'KEEPTTL')
 return 1
 `))
 
+// luaQueue is Lua for the scripts of fair mode (fair.go), which keep a
+// name's waiters in two sorted sets: the queue (member → arrival, server
+// TIME in µs) and the leases (member → end of the waiter's lease, server
+// time in ms). A member is "<session id>.<n>"; the session's wake-up channel
+// for the name is lock key + ":w:" + session id. A waiter that gave up
+// leaves a tombstone in the leases, −(end of a TTL), so that an attempt of
+// its still on its way (its caller gone) cannot queue a ghost. It reads TIME
+// into t and now (ms) and defines:
+//
+//	lease(leases, m)        m's lease end, or nil when m has none or it has passed
+//	gone(leases, m)         whether m has a live tombstone
+//	pruneRange              ZRANGEBYSCORE bounds of the passed leases and tombstones
+//	headOf(queue, leases, skip)  the first member with a live lease other
+//	                        than skip (nil if none), and the members without
+//	                        one queued before it
+//	wakeChannel(lock, m)    m's session's wake-up channel
+//	zremAll(key, ms)        ZREM every member of ms, 100 at a time
+const luaQueue = `local t = call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local leaseOf = {}
+local function lease(key, m)
+  if leaseOf[m] == nil then
+    local e = tonumber(call('ZSCORE', key, m))
+    if e and e > now then leaseOf[m] = e else leaseOf[m] = false end
+  end
+  return leaseOf[m] or nil
+end
+local function gone(key, m)
+  local e = tonumber(call('ZSCORE', key, m))
+  return e ~= nil and e < 0 and -e > now
+end
+local pruneFrom, pruneTo = string.format('(%.0f', -now), string.format('%.0f', now)
+local function headOf(queue, leases, skip)
+  local dead, i = {}, 0
+  while true do
+    local c = call('ZRANGE', queue, i, i + 15)
+    if #c == 0 then return nil, dead end
+    for _, m in ipairs(c) do
+      if m ~= skip then
+        if lease(leases, m) then return m, dead end
+        dead[#dead + 1] = m
+      end
+    end
+    i = i + #c
+  end
+end
+local function wakeChannel(lock, m)
+  return lock .. ':w:' .. string.match(m, '^[^.]*')
+end
+local function zremAll(key, ms)
+  for i = 1, #ms, 100 do
+    call('ZREM', key, unpack(ms, i, math.min(i + 99, #ms)))
+  end
+end
+local function keepUntil(leases, at)
+  local top = call('ZRANGE', leases, -1, -1, 'WITHSCORES')
+  if top[2] and tonumber(top[2]) > at then return tonumber(top[2]) end
+  return at
+end
+`
+
+// fairAcquireScript is acquireScript for fair mode: it takes the lock only
+// if it is free and no waiter with a live lease arrived before us, and
+// otherwise (join) queues us, or refreshes our place and its lease.
+//
+//	KEYS[1] lock key, KEYS[2] fence key, KEYS[3] queue, KEYS[4] leases
+//	ARGV[1] token, ARGV[2] TTL in ms, ARGV[3] value, ARGV[4] waiter (member),
+//	ARGV[5] "1": join the queue if not acquired (Lock), "0": never (TryLock)
+//
+// Replies:
+//
+//	{1, fence}   acquired now, or already ours (as acquireScript); our place
+//	             is removed
+//	{0, stored or nil, pttl or -2, ahead, headLeft}  not acquired: the
+//	             holder's stored value and PTTL (nil and -2: free, but
+//	             waiters came first), an upper bound of the live waiters
+//	             ahead of us (0: we are the head; -2: we gave up, an attempt
+//	             that arrived after its caller left, which writes nothing),
+//	             and the ms left on the head waiter's lease
+//
+// Order: GET the lock key, ZSCORE our place, TIME, the queue reads
+// (tombstone, head, passed leases and tombstones, the latest lease), then (taking) GET and validate the
+// fence key, PUBLISH "A" on the name's channel, SET the fence, SET the lock
+// NX PX, ZREM us and the waiters whose leases passed; or (not taking, the
+// lock free) PUBLISH "W" on the head's wake-up channel (it may have missed
+// its wake-up, or just become the head because the one before it died),
+// then (join) ZREM the dead, ZADD our place (kept if we have a live one) and
+// lease, and PEXPIREAT both queue keys to the latest lease end, so that no
+// queue key outlives its last waiter's lease.
+var fairAcquireScript = newScript("ace66dab92ba24320c74aa31ed51f2d7070a1406", guarded(luaFence+luaTake+luaQueue+`
+local cur = call('GET', KEYS[1])
+local placed = call('ZSCORE', KEYS[3], ARGV[4])
+if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
+  if placed then
+    call('ZREM', KEYS[3], ARGV[4])
+    call('ZREM', KEYS[4], ARGV[4])
+  end
+  call('PEXPIRE', KEYS[1], ARGV[2])
+  local f = string.sub(cur, #ARGV[1] + 2)
+  return {1, tonumber(string.sub(f, 1, string.find(f, '\n', 1, true) - 1))}
+end
+if gone(KEYS[4], ARGV[4]) then return {0, cur or false, -2, -2, 0} end
+local head, dead = headOf(KEYS[3], KEYS[4], nil)
+if placed and not lease(KEYS[4], ARGV[4]) then placed = false end
+local stale = call('ZRANGEBYSCORE', KEYS[4], pruneFrom, pruneTo, 'LIMIT', 0, 64)
+for _, m in ipairs(stale) do dead[#dead + 1] = m end
+local ttl = tonumber(ARGV[2])
+if not cur and (not head or head == ARGV[4]) then
+  local fence, err = take(t)
+  if err then return err end
+  dead[#dead + 1] = ARGV[4]
+  zremAll(KEYS[3], dead)
+  zremAll(KEYS[4], dead)
+  return {1, fence}
+end
+local pttl, ahead, headLeft = -2, 0, ttl
+if cur then pttl = call('PTTL', KEYS[1]) end
+if head and head ~= ARGV[4] then
+  headLeft = lease(KEYS[4], head) - now
+  if placed then ahead = call('ZRANK', KEYS[3], ARGV[4]) else ahead = call('ZCARD', KEYS[3]) end
+  ahead = math.max(1, ahead - #dead)
+end
+local keep = keepUntil(KEYS[4], now + ttl)
+if not cur and head then call('PUBLISH', wakeChannel(KEYS[1], head), 'W') end
+if ARGV[5] == '1' then
+  zremAll(KEYS[3], dead)
+  zremAll(KEYS[4], dead)
+  if not placed then call('ZADD', KEYS[3], string.format('%.0f', t[1] * 1000000 + t[2]), ARGV[4]) end
+  call('ZADD', KEYS[4], string.format('%.0f', now + ttl), ARGV[4])
+  call('PEXPIREAT', KEYS[3], string.format('%.0f', keep))
+  call('PEXPIREAT', KEYS[4], string.format('%.0f', keep))
+end
+return {0, cur or false, pttl, ahead, headLeft}
+`))
+
+// keepPlaceScript renews a waiter's lease, if it still has a live one: a
+// waiter whose lease passed has lost its place and joins again, at the
+// back, on its next attempt.
+//
+//	KEYS[1] queue, KEYS[2] leases
+//	ARGV[1] waiter (member), ARGV[2] TTL in ms
+//
+// Replies 1 if renewed, 0 if the waiter has no live place (then it writes
+// nothing). It publishes nothing; its writes (ZADD the lease, PEXPIREAT
+// both keys to the latest lease end) come last.
+var keepPlaceScript = newScript("7e54a1170f6bc9ae89067adc36764ec991346e44", guarded(luaQueue+`
+if not lease(KEYS[2], ARGV[1]) or not call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+local until_ = now + tonumber(ARGV[2])
+local keep = keepUntil(KEYS[2], until_)
+call('ZADD', KEYS[2], string.format('%.0f', until_), ARGV[1])
+call('PEXPIREAT', KEYS[1], string.format('%.0f', keep))
+call('PEXPIREAT', KEYS[2], string.format('%.0f', keep))
+return 1
+`))
+
+// leaveScript takes a waiter that gives up out of the queue, leaves its
+// tombstone for one TTL (an attempt of its still on its way finds it and
+// writes nothing) and, if the lock is free, wakes the (new) head waiter.
+//
+//	KEYS[1] lock key, KEYS[2] queue, KEYS[3] leases
+//	ARGV[1] waiter (member), ARGV[2] TTL in ms
+//
+// Replies 1 if the waiter was queued, else 0. Order: ZSCORE, EXISTS, the
+// queue reads, PUBLISH "W" on the head's wake-up channel, ZREM from the
+// queue, ZADD the tombstone, PEXPIREAT the leases (to the latest lease or
+// tombstone end).
+var leaveScript = newScript("36d48762f3dafa6165e416e3b9e7a46c8dfd713c", guarded(luaQueue+`
+local placed = call('ZSCORE', KEYS[2], ARGV[1])
+local ends = now + tonumber(ARGV[2])
+local keep = keepUntil(KEYS[3], ends)
+if call('EXISTS', KEYS[1]) == 0 then
+  local head = headOf(KEYS[2], KEYS[3], ARGV[1])
+  if head then call('PUBLISH', wakeChannel(KEYS[1], head), 'W') end
+end
+call('ZREM', KEYS[2], ARGV[1])
+call('ZADD', KEYS[3], string.format('%.0f', -ends), ARGV[1])
+call('PEXPIREAT', KEYS[3], string.format('%.0f', keep))
+if placed then return 1 end
+return 0
+`))
+
+// fairReleaseScript is releaseScript for fair mode: besides "R" on the
+// name's channel it wakes the head waiter, and only it, on its session's
+// wake-up channel.
+//
+//	KEYS[1] lock key, KEYS[2] queue, KEYS[3] leases
+//	ARGV[1] token
+//
+// Replies 1 if deleted, 0 if the key is missing or holds another token
+// (then it writes nothing). Order: GET, the queue reads, PUBLISH "R",
+// PUBLISH "W", DEL. It leaves the queue as it is: the next acquire prunes it.
+var fairReleaseScript = newScript("da1452f2d81b16ea1567ea4c28c33850e7f0577b", guarded(luaQueue+`
+local cur = call('GET', KEYS[1])
+if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
+  local head = headOf(KEYS[2], KEYS[3], nil)
+  call('PUBLISH', KEYS[1] .. ':ch', 'R')
+  if head then call('PUBLISH', wakeChannel(KEYS[1], head), 'W') end
+  call('DEL', KEYS[1])
+  return 1
+end
+return 0
+`))
+
 // processor runs one command: a client, or a pipeline that queues it.
 type processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
@@ -274,23 +490,38 @@ func denied(cmd *redis.Cmd, argv []any) {
 		strings.ToUpper(fmt.Sprint(argv[0])), strings.Join(keys, " "), msg)})
 }
 
-// runAll executes the script once per argument vector in one round trip (a
-// pipeline; on Redis Cluster one per node), and re-sends as EVAL, in a
-// second round trip, those that met a server without the script. Replies
-// and errors are read from the returned commands, in the order of argvs.
-// With acks on (n > 0) each pipeline ends with WAIT on the same connection,
-// and runAll returns an error unless enough replicas acknowledged every
-// write (see replicaAcks.check). A single vector without acks is sent as a
-// plain command.
+// runAll executes the script once per argument vector in one round trip; see
+// runCalls.
 func (s *script) runAll(ctx context.Context, c Client, argvs [][]any, acks replicaAcks) ([]*redis.Cmd, error) {
-	if len(argvs) == 1 && acks.n == 0 {
-		return []*redis.Cmd{s.run(ctx, c, argvs[0])}, nil
-	}
-	cmds := make([]*redis.Cmd, len(argvs))
-	pipe := c.Pipeline()
+	calls := make([]call, len(argvs))
 	for i, argv := range argvs {
-		argv[0], argv[1] = "evalsha", s.sha
-		cmds[i] = redis.NewCmd(ctx, argv...)
+		calls[i] = call{s, argv}
+	}
+	return runCalls(ctx, c, calls, acks)
+}
+
+// call is one script call of a pipeline: the script and its argument vector.
+type call struct {
+	s    *script
+	argv []any
+}
+
+// runCalls executes every call in one round trip (a pipeline; on Redis
+// Cluster one per node), and re-sends as EVAL, in a second round trip, those
+// that met a server without their script. Replies and errors are read from
+// the returned commands, in the order of calls. With acks on (n > 0) each
+// pipeline ends with WAIT on the same connection, and runCalls returns an
+// error unless enough replicas acknowledged every write (see
+// replicaAcks.check). A single call without acks is sent as a plain command.
+func runCalls(ctx context.Context, c Client, calls []call, acks replicaAcks) ([]*redis.Cmd, error) {
+	if len(calls) == 1 && acks.n == 0 {
+		return []*redis.Cmd{calls[0].s.run(ctx, c, calls[0].argv)}, nil
+	}
+	cmds := make([]*redis.Cmd, len(calls))
+	pipe := c.Pipeline()
+	for i, cl := range calls {
+		cl.argv[0], cl.argv[1] = "evalsha", cl.s.sha
+		cmds[i] = redis.NewCmd(ctx, cl.argv...)
 		_ = pipe.Process(ctx, cmds[i])
 	}
 	wait := acks.queue(ctx, pipe)
@@ -298,13 +529,13 @@ func (s *script) runAll(ctx context.Context, c Client, argvs [][]any, acks repli
 	// Scan every reply: Exec reports only the first error, and on Cluster
 	// one node may have lost the script while another timed out.
 	var retry redis.Pipeliner
-	for i, argv := range argvs {
+	for i, cl := range calls {
 		if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			if retry == nil {
 				retry = c.Pipeline()
 			}
-			argv[0], argv[1] = "eval", s.src
-			cmds[i] = redis.NewCmd(ctx, argv...)
+			cl.argv[0], cl.argv[1] = "eval", cl.s.src
+			cmds[i] = redis.NewCmd(ctx, cl.argv...)
 			_ = retry.Process(ctx, cmds[i])
 		}
 	}
@@ -313,8 +544,8 @@ func (s *script) runAll(ctx context.Context, c Client, argvs [][]any, acks repli
 		wait2 = acks.queue(ctx, retry)
 		_, _ = retry.Exec(ctx)
 	}
-	for i, argv := range argvs {
-		denied(cmds[i], argv)
+	for i, cl := range calls {
+		denied(cmds[i], cl.argv)
 	}
 	return cmds, acks.check(wait, wait2)
 }

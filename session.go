@@ -2,12 +2,14 @@ package redisleader
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -47,21 +49,26 @@ type Session struct {
 	cfg    config
 	ttlArg any // the TTL in ms, boxed once for script arguments
 
-	mu     sync.Mutex // protects the maps, err and idle; orders work.Add before Close
-	locks  map[*Lock]struct{}
-	names  map[string]*Lock    // the held lock of each name in locks
-	stale  map[*Lock]staleness // ended locks whose token may still be in Redis
-	terms  map[*Lock]*term     // leaderships Election.Run releases itself
-	err    error               // nil until Close
-	idle   bool                // the heartbeat sleeps until kicked
-	done   chan struct{}       // closed when Close starts
-	closed chan struct{}       // closed when the first Close has finished
-	kick   chan struct{}       // capacity 1: work was added while idle
-	cancel context.CancelFunc
-	hbDone chan struct{}  // closed when the heartbeat goroutine has returned
-	watch  *watcher       // the session's pub/sub connection, started on first use
-	work   sync.WaitGroup // acquisitions in flight and Observe goroutines
-	dones  doneStates     // idle timers for the contexts of bound
+	mu    sync.Mutex // protects the maps, err and idle; orders work.Add before Close
+	locks map[*Lock]struct{}
+	names map[string]*Lock    // the held lock of each name in locks
+	stale map[*Lock]staleness // ended locks whose token may still be in Redis
+	terms map[*Lock]*term     // leaderships Election.Run releases itself
+	// waiting: fair acquisitions whose places in a queue the heartbeat renews
+	waiting map[*waiter]struct{}
+	err     error         // nil until Close
+	idle    bool          // the heartbeat sleeps until kicked
+	done    chan struct{} // closed when Close starts
+	closed  chan struct{} // closed when the first Close has finished
+	kick    chan struct{} // capacity 1: work was added while idle
+	cancel  context.CancelFunc
+	hbDone  chan struct{}  // closed when the heartbeat goroutine has returned
+	watch   *watcher       // the session's pub/sub connection, started on first use
+	work    sync.WaitGroup // acquisitions in flight and Observe goroutines
+	dones   doneStates     // idle timers for the contexts of bound
+	// id names the session's wake-up channels and waiters (fair mode)
+	id        string
+	waiterSeq atomic.Uint64 // numbers the session's waiters
 }
 
 // NewSession validates the options and starts the session's heartbeat
@@ -102,6 +109,7 @@ func startSession(client Client, cfg config, newPlace func(*Session) place) *Ses
 		names:  make(map[string]*Lock),
 		stale:  make(map[*Lock]staleness),
 		terms:  make(map[*Lock]*term),
+		id:     rand.Text(),
 		idle:   true,
 		done:   make(chan struct{}),
 		closed: make(chan struct{}),
@@ -109,6 +117,7 @@ func startSession(client Client, cfg config, newPlace func(*Session) place) *Ses
 		cancel: cancel,
 		hbDone: make(chan struct{}),
 	}
+	s.waiting = make(map[*waiter]struct{})
 	s.place = newPlace(s)
 	s.watch = &watcher{s: s, chans: make(map[string]*channelSubs)}
 	s.place.each(func(c Client) { warnRiskyClient(c, cfg) })

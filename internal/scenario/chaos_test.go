@@ -29,6 +29,7 @@ import (
 var (
 	chaosDuration = flag.Duration("duration", time.Minute, "chaos: how long the randomized fault schedule runs")
 	chaosSeed     = flag.Uint64("seed", 0, "chaos: seed of the fault schedule (0: from the clock; printed)")
+	chaosFair     = flag.Bool("fair", false, "chaos: TestChaos's g0–g2 and child processes wait in fair mode (WithFairness)")
 )
 
 // TestChaos runs candidates through a seeded random schedule of the faults
@@ -39,15 +40,27 @@ var (
 // resurrection, no stale write accepted.
 //
 //	go test -tags chaos -run 'TestChaos$' -timeout 0 -v ./internal/scenario -args -duration 30m -seed 1
+//
+// With -fair, half the in-process candidates and every child process wait
+// in fair mode, mixed with the others on the same name.
 func TestChaos(t *testing.T) {
 	seed, rng := chaosRNG()
-	h := newHarness(t, "CHAOS")
+	id := "CHAOS"
+	var childEnv []string
+	if *chaosFair {
+		id, childEnv = "CHAOS-FAIR", []string{envFair + "=1"}
+	}
+	h := newHarness(t, id)
 	var cs []*candidate
 	for i := range 6 {
-		cs = append(cs, h.candidate(fmt.Sprintf("g%d", i), nil))
+		var extra []redisleader.Option
+		if *chaosFair && i < 3 {
+			extra = append(extra, redisleader.WithFairness())
+		}
+		cs = append(cs, h.candidate(fmt.Sprintf("g%d", i), nil, extra...))
 	}
 	var childMu sync.Mutex
-	children := []*child{h.child("p0", "20,150"), h.child("p1", "20,150")}
+	children := []*child{h.child("p0", "20,150", childEnv...), h.child("p1", "20,150", childEnv...)}
 	respawned := 0
 	admin := h.admin
 	faults := []chaosFault{
@@ -66,7 +79,7 @@ func TestChaos(t *testing.T) {
 			childMu.Unlock()
 			old.kill()
 			respawned++
-			nc := h.child(fmt.Sprintf("p%d", 2+respawned), "20,150")
+			nc := h.child(fmt.Sprintf("p%d", 2+respawned), "20,150", childEnv...)
 			childMu.Lock()
 			children[i] = nc
 			childMu.Unlock()

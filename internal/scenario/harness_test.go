@@ -55,6 +55,7 @@ const (
 	envName  = "SCENARIO_NAME"
 	envTTL   = "SCENARIO_TTL_MS"
 	envHold  = "SCENARIO_HOLD_MS" // "min,max": hold then resign; empty: hold until told
+	envFair  = "SCENARIO_FAIR"    // "1": the child's session uses WithFairness
 )
 
 // Kinds of harness events beyond the library's and the checker's.
@@ -512,7 +513,7 @@ type child struct {
 
 // child starts a child-process candidate. With hold "min,max" (ms) it
 // resigns after a random hold; empty, it leads until killed or told.
-func (h *harness) child(who, hold string) *child {
+func (h *harness) child(who, hold string, env ...string) *child {
 	h.t.Helper()
 	p, err := faultproxy.New(h.srv.Addr())
 	if err != nil {
@@ -523,6 +524,7 @@ func (h *harness) child(who, hold string) *child {
 	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	c.cmd.Env = append(os.Environ(), envChild+"="+who, envAddr+"="+p.Addr(), envName+"="+h.name,
 		envTTL+"="+strconv.FormatInt(h.ttl.Milliseconds(), 10), envHold+"="+hold)
+	c.cmd.Env = append(c.cmd.Env, env...)
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	c.cmd.Stderr = &c.errs
 	out, err := c.cmd.StdoutPipe()
@@ -596,7 +598,11 @@ func childMain() int {
 	ttl := time.Duration(ttlMs) * time.Millisecond
 	client := redis.NewClient(&redis.Options{Addr: os.Getenv(envAddr), ContextTimeoutEnabled: true,
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second})
-	s, err := redisleader.NewSession(client, leaseOpts(ttl)...)
+	var extra []redisleader.Option
+	if os.Getenv(envFair) == "1" {
+		extra = append(extra, redisleader.WithFairness())
+	}
+	s, err := redisleader.NewSession(client, leaseOpts(ttl, extra...)...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

@@ -1,0 +1,152 @@
+package redisleader
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	mrand "math/rand/v2"
+)
+
+// Fair mode (WithFairness): waiters are served in the order Redis saw them
+// arrive, and a waiter that dies, pauses, is cut off or gives up holds the
+// queue up for at most one TTL.
+//
+// The queue of a name lives in the name's slot, next to the lock: a sorted
+// set of waiters by arrival (server TIME in µs) and a sorted set of their
+// leases (end in server ms). A waiter's place is a lease like a lock: the
+// acquire script gives it one TTL, and the session's heartbeat renews it in
+// the same pipelined round trip as the session's locks (keepPlaceScript). A
+// waiter whose lease has passed is skipped and pruned by every script that
+// reads the queue, so nobody waits behind it; if it comes back it joins
+// again, at the back. A waiter that gives up takes its place out and
+// leaves a tombstone (a negative lease) for one TTL, so that an attempt of
+// its still on its way cannot queue it again as a ghost at its old place.
+// Both queue keys expire with the latest lease or tombstone (each write
+// sets PEXPIREAT to it), so no queue key outlives its last waiter by more
+// than a TTL.
+//
+// An acquire takes the lock only if it is free and no waiter with a live
+// lease arrived earlier; otherwise a blocking one (Lock, Campaign, Run)
+// joins the queue, idempotently (one place per acquisition, whatever its
+// attempts), and TryLock fails. A release wakes the head waiter only, on
+// its session's own channel (lock key + ":w:" + session id), not every
+// waiter on the name's channel. Wake-ups are hints: the head waiter also
+// tries again when the holder's lease can have expired, and every other
+// waiter when the holder's or the head's lease can have (either may have
+// died, and the waiter may be the head by then); an
+// attempt that finds the lock free with a live head waiting wakes that head
+// again. A restart without persistence or a flushed script cache loses
+// nothing that matters: waiters join again on their next attempt, in the
+// order of those attempts.
+//
+// Fairness holds among the fair sessions of a name: a default-mode session
+// ignores the queue (it takes a free lock at once, and its release wakes
+// nobody in particular), so use one mode per name. Safety does not depend
+// on it: the lock key is taken the same way in both modes.
+//
+// A session never waits for a name it holds, in fair mode too: its other
+// acquisitions of that name fail with ErrLocked while it holds it.
+
+// A waiter is one fair acquisition's place in a name's queue, kept across
+// its attempts (and their tokens).
+type waiter struct {
+	id   string
+	keys keys
+	// argv is fairAcquireScript's argument vector {_, _, 4, lock key, fence
+	// key, queue, leases, token, TTL, value, id, join}; the token slot is
+	// set for each Lock of the acquisition. Only the acquiring goroutine
+	// uses it.
+	argv [12]any
+	// keepArgv is keepPlaceScript's {_, _, 2, queue, leases, id, TTL}; only
+	// the heartbeat uses it.
+	keepArgv [7]any
+}
+
+// Argument slots of waiter.argv.
+const waiterToken = 7
+
+// newWaiter prepares a fair acquisition of k. join: it waits in the queue
+// when it cannot take the lock at once.
+func (s *Session) newWaiter(k keys, value string, join bool) *waiter {
+	w := &waiter{id: s.id + "." + strconv.FormatUint(s.waiterSeq.Add(1), 10), keys: k}
+	q, l := k.queue(), k.leases()
+	j := "0"
+	if join {
+		j = "1"
+	}
+	w.argv = [12]any{nil, nil, 4, k.lock, k.fence, q, l, nil, s.ttlArg, value, w.id, j}
+	w.keepArgv = [7]any{nil, nil, 2, q, l, w.id, s.ttlArg}
+	return w
+}
+
+// await registers w with the heartbeat, which renews its place from now on.
+func (s *Session) await(w *waiter) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.waiting[w] = struct{}{}
+		s.wakeLocked()
+	}
+}
+
+// unwait stops the renewal of w's place.
+func (s *Session) unwait(w *waiter) {
+	s.mu.Lock()
+	delete(s.waiting, w)
+	s.mu.Unlock()
+}
+
+// waiters returns the waiters whose places the heartbeat renews.
+func (s *Session) waiters() []*waiter {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Collect(maps.Keys(s.waiting))
+}
+
+// leave gives up a fair acquisition's place, if it may have one: the
+// heartbeat stops renewing it and it is removed from the queue, best effort
+// (if that fails, its lease ends within a TTL), with a tombstone that keeps
+// an attempt still on its way from queueing it again. Like dispose, it runs within
+// ctx, or in the background once ctx has ended. The caller must be
+// registered with s.work.
+func (a *acquisition) leave(ctx context.Context) {
+	if a.w == nil || !a.queued {
+		return
+	}
+	a.queued = false
+	s, w := a.s, a.w
+	s.unwait(w)
+	del := func(ctx context.Context) {
+		callCtx := s.bound(ctx, time.Time{})
+		_ = leaveScript.run(callCtx, s.client, []any{nil, nil, 3, w.keys.lock, w.keys.queue(), w.keys.leases(), w.id, s.ttlArg})
+		unbind(callCtx)
+	}
+	if ctx.Err() == nil {
+		del(ctx)
+		return
+	}
+	s.work.Add(1) // Close waits for it
+	go func() {
+		defer s.work.Done()
+		del(context.WithoutCancel(ctx))
+	}()
+}
+
+// queueDelay is how long a waiter behind the head sleeps: until the lease
+// it waits behind can have expired (left to go: the head's, or the
+// holder's if that ends first), plus 1–2ms, unless its wake-up comes
+// first. If that lease is alive, it has been renewed by then and the
+// waiter sleeps again; if the head died, the waiter's next attempt skips
+// it; if the holder died, a waiter that has become the head meanwhile
+// takes over. Without a confirmed subscription it polls at the retry
+// interval.
+func (s *Session) queueDelay(left time.Duration, sub *subscription) time.Duration {
+	d := max(left, 0) + time.Millisecond + mrand.N(time.Millisecond)
+	if sub == nil || !sub.confirmed() {
+		d = min(d, s.retryDelay())
+	}
+	return d
+}

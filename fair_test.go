@@ -1,0 +1,400 @@
+package redisleader
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/redisserver"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// queued returns a session option that reports, on the returned channel,
+// every acquire attempt that found the name taken (the waiter is queued
+// after it in fair mode).
+func queued() (Option, <-chan string) {
+	ch := make(chan string, 64)
+	return withAttemptHook(func(name string, err error) {
+		if errors.Is(err, ErrLocked) {
+			select {
+			case ch <- name:
+			default:
+			}
+		}
+	}), ch
+}
+
+// fairHeld takes the name prefix-<backend> with a fair session.
+func fairHeld(t *testing.T, b *backend, prefix string) (string, *Lock) {
+	t.Helper()
+	name := prefix + "-" + b.name
+	l, err := newSession(t, b.client, WithFairness()).Lock(context.Background(), name)
+	require.NoError(t, err)
+	return name, l
+}
+
+// TestFairOrder queues n waiters in a known order behind a holder and checks
+// that they are served in that order, each woken by the release before it.
+func TestFairOrder(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		const n = 8
+		ctx := context.Background()
+		name, first := fairHeld(t, b, "fair-order")
+
+		served := make(chan int, n)
+		errs := make(chan error, n)
+		for i := range n {
+			hook, locked := queued()
+			s := newSession(t, b.client, WithFairness(), WithTTL(2*time.Second), hook)
+			go func() {
+				l, err := s.Lock(ctx, name)
+				if err != nil {
+					errs <- err
+					return
+				}
+				served <- i
+				errs <- l.Release(ctx)
+			}()
+			// The next waiter starts only once this one is in the queue.
+			recvWithin(t, locked, 5*time.Second, fmt.Sprintf("waiter %d queued", i))
+		}
+		n0, err := b.client.ZCard(ctx, first.keys.queue()).Result()
+		require.NoError(t, err)
+		require.EqualValues(t, n, n0, "every waiter has a place")
+
+		require.NoError(t, first.Release(ctx))
+		var order []int
+		for range n {
+			order = append(order, recvWithin(t, served, 5*time.Second, "next waiter served"))
+			require.NoError(t, recvWithin(t, errs, 5*time.Second, "release"))
+		}
+		want := make([]int, n)
+		for i := range want {
+			want[i] = i
+		}
+		assert.Equal(t, want, order, "served in arrival order")
+		left, err := b.client.Exists(ctx, first.keys.queue(), first.keys.leases()).Result()
+		require.NoError(t, err)
+		assert.Zero(t, left, "the queue keys are gone with the last waiter")
+	})
+}
+
+// TestFairTryLock: in fair mode TryLock takes a free name only if nobody
+// waits for it.
+func TestFairTryLock(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		name, l := fairHeld(t, b, "fair-try")
+
+		hook, locked := queued()
+		w := newSession(t, b.client, WithFairness(), hook)
+		got := make(chan *Lock, 1)
+		go func() {
+			l, err := w.Lock(ctx, name)
+			assert.NoError(t, err)
+			got <- l
+		}()
+		recvWithin(t, locked, 5*time.Second, "waiter queued")
+
+		// Free, but the waiter came first: the holder's key vanishes behind
+		// the library's back (no release, so no wake-up), and TryLock must
+		// not barge in ahead of the waiter; its attempt wakes the waiter,
+		// which takes the name long before the holder's lease (15s) could
+		// have expired.
+		b.del(l.Key())
+		try := newSession(t, b.client, WithFairness())
+		_, err := try.TryLock(ctx, name)
+		require.ErrorIs(t, err, ErrLocked)
+		assert.Contains(t, err.Error(), "waiters came first")
+		wl := recvWithin(t, got, 5*time.Second, "waiter served")
+		_, err = try.TryLock(ctx, name)
+		require.ErrorIs(t, err, ErrLocked, "held by the waiter")
+		require.NoError(t, wl.Release(ctx))
+		tl, err := try.TryLock(ctx, name)
+		require.NoError(t, err, "free and nobody waits")
+		require.NoError(t, tl.Release(ctx))
+	})
+}
+
+// TestFairLeave: a waiter whose context ends, or whose session closes,
+// takes its place out of the queue and leaves a tombstone, so that an
+// attempt of its that reaches Redis afterwards queues nothing.
+func TestFairLeave(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		name, l := fairHeld(t, b, "fair-leave")
+		k := l.keys
+
+		for _, how := range []string{"ctx", "close"} {
+			hook, locked := queued()
+			w, err := NewSession(b.client, WithFairness(), hook)
+			require.NoError(t, err)
+			wctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() {
+				_, err := w.Lock(wctx, name)
+				done <- err
+			}()
+			recvWithin(t, locked, 5*time.Second, how+": waiter queued")
+			members, err := b.client.ZRange(ctx, k.queue(), 0, -1).Result()
+			require.NoError(t, err)
+			require.Len(t, members, 1, how)
+			if how == "ctx" {
+				cancel()
+				require.ErrorIs(t, recvWithin(t, done, 5*time.Second, "Lock returns"), context.Canceled)
+			} else {
+				require.NoError(t, w.Close(ctx)) // waits for the acquisition, and its leave
+				require.ErrorIs(t, recvWithin(t, done, 5*time.Second, "Lock returns"), ErrSessionClosed)
+			}
+			cancel()
+			// With ctx, the leave runs in the background: its tombstone shows when it is done.
+			require.Eventually(t, func() bool {
+				n, _ := b.client.ZCount(ctx, k.leases(), "-inf", "(0").Result()
+				return n == 1
+			}, 5*time.Second, time.Millisecond, how+": a tombstone")
+			n, err := b.client.Exists(ctx, k.queue()).Result()
+			require.NoError(t, err)
+			assert.Zero(t, n, how+": the queue is empty")
+
+			// A late attempt of the waiter that left: nothing queued.
+			argv := []any{nil, nil, 4, k.lock, k.fence, k.queue(), k.leases(), "late-token", l.s.ttlArg, "", members[0], "1"}
+			res, err := fairAcquireScript.run(ctx, b.client, argv).Slice()
+			require.NoError(t, err)
+			assert.EqualValues(t, -2, res[3], how+": the late attempt knows it left")
+			n, err = b.client.Exists(ctx, k.queue()).Result()
+			require.NoError(t, err)
+			assert.Zero(t, n, how+": the late attempt queued nothing")
+			_ = w.Close(ctx)
+			b.client.Del(ctx, k.leases())
+		}
+		require.NoError(t, l.Release(ctx))
+	})
+}
+
+// TestFairHolderCrash: when the holder crashes, the head waiter takes over
+// once the holder's lease can have expired, as in default mode, and a
+// waiter behind it is served next.
+func TestFairHolderCrash(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	ctx := context.Background()
+	const name = "fair-crash"
+	holder := newSession(t, c, fastOpts(WithFairness())...)
+	_, err := holder.Lock(ctx, name)
+	require.NoError(t, err)
+
+	got := make(chan string, 2)
+	for _, who := range []string{"first", "second"} {
+		hook, locked := queued()
+		s := newSession(t, c, fastOpts(WithFairness(), hook)...)
+		go func() {
+			l, err := s.Lock(ctx, name)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			if err != nil {
+				who += ": " + err.Error()
+			}
+			got <- who
+		}()
+		recvWithin(t, locked, 5*time.Second, who+" queued")
+	}
+	crashed := time.Now()
+	crash(holder)
+	assert.Equal(t, "first", recvWithin(t, got, 5*time.Second, "takeover"))
+	took := time.Since(crashed)
+	t.Logf("takeover %v after the crash (TTL 600ms)", took)
+	assert.Less(t, took, 600*time.Millisecond+150*time.Millisecond, "within the TTL and a margin")
+	assert.Equal(t, "second", recvWithin(t, got, 5*time.Second, "next"))
+}
+
+// TestFairRedlockRefused: fairness across independent nodes is not defined.
+func TestFairRedlockRefused(t *testing.T) {
+	var clients []Client
+	for range 3 {
+		_, c := newMini(t)
+		clients = append(clients, c)
+	}
+	_, err := NewRedlockSession(clients, WithFairness())
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.True(t, strings.Contains(err.Error(), "WithFairness"), err.Error())
+}
+
+var fairDuration = flag.Duration("fair.duration", 2*time.Second,
+	"how long each mode of TestFairContention runs (issue 16 asks for 10s)")
+
+// contention is what one mode of TestFairContention measured.
+type contention struct {
+	counts  []int           // acquisitions per session
+	waits   []time.Duration // every Lock call's wait, sorted
+	maxHold time.Duration   // longest time from Lock's return to Release's
+	// handovers: from each Release's return to the next Lock's return, sorted
+	handovers []time.Duration
+}
+
+func (c contention) String() string {
+	lo, hi := slices.Min(c.counts), slices.Max(c.counts)
+	total := 0
+	for _, n := range c.counts {
+		total += n
+	}
+	return fmt.Sprintf("%d acquisitions, per session min %d max %d (ratio %.2f), wait p50 %v p99 %v max %v, longest hold %v, handover p50 %v p99 %v",
+		total, lo, hi, float64(hi)/float64(max(lo, 1)), pct(c.waits, 50), pct(c.waits, 99), c.waits[len(c.waits)-1], c.maxHold,
+		pct(c.handovers, 50), pct(c.handovers, 99))
+}
+
+// pct returns the p-th percentile of sorted.
+func pct(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[(len(sorted)-1)*p/100]
+}
+
+// contend runs n sessions that loop Lock → 1–20ms of work → Release on one
+// name for d, and measures what each got.
+func contend(t *testing.T, b *backend, n int, d time.Duration, opts ...Option) contention {
+	name := fmt.Sprintf("contend-%d", time.Now().UnixNano())
+	end := time.Now().Add(d)
+	ctx, cancel := context.WithDeadline(context.Background(), end)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		res      = contention{counts: make([]int, n)}
+		wg       sync.WaitGroup
+		released time.Time // the last Release's return
+	)
+	for i := range n {
+		s := newSession(t, b.client, append([]Option{WithTTL(500 * time.Millisecond)}, opts...)...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				start := time.Now()
+				l, err := s.Lock(ctx, name)
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("Lock: %v", err)
+					}
+					return
+				}
+				got := time.Now()
+				mu.Lock()
+				if !released.IsZero() {
+					res.handovers = append(res.handovers, got.Sub(released))
+				}
+				mu.Unlock()
+				time.Sleep(time.Millisecond + rand.N(19*time.Millisecond)) // the work, not a synchronisation
+				err = l.Release(context.Background())
+				now := time.Now()
+				hold := now.Sub(got)
+				if err != nil {
+					t.Errorf("Release: %v", err)
+				}
+				mu.Lock()
+				res.counts[i]++
+				res.waits = append(res.waits, got.Sub(start))
+				res.maxHold = max(res.maxHold, hold)
+				released = now
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	slices.Sort(res.waits)
+	slices.Sort(res.handovers)
+	return res
+}
+
+// TestFairContention is issue 16's test: 20 sessions loop Lock → 1–20ms of
+// work → Release on one name (TTL 500ms). In fair mode every session
+// acquires, in turn (the most and fewest acquisitions per session differ by
+// at most 2: a session that was slow to ask again loses one turn; over 10s,
+// go test -run TestFairContention -args -fair.duration=10s, that is a ratio
+// within 1.5, which is asserted too), and a wait's p99 stays below what the
+// queue ahead can take: the other waiters × (the longest hold + the p99
+// handover). Default mode's figures are logged beside them. Each mode runs
+// -fair.duration (2s by default, to keep the suite short).
+func TestFairContention(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.PoolSize = 64 })
+	b := &backend{name: "redis-server", addr: srv.Addr(), client: c}
+	const n = 20
+	def := contend(t, b, n, *fairDuration)
+	t.Logf("default mode: %v", def)
+	fair := contend(t, b, n, *fairDuration, WithFairness())
+	t.Logf("fair mode:    %v", fair)
+
+	lo, hi := slices.Min(fair.counts), slices.Max(fair.counts)
+	require.Positive(t, lo, "every session acquires: %v", fair.counts)
+	assert.LessOrEqual(t, hi-lo, 2, "most − fewest acquisitions per session: %v", fair.counts)
+	if *fairDuration >= 10*time.Second {
+		assert.LessOrEqual(t, float64(hi)/float64(lo), 1.5, "most/fewest acquisitions per session: %v", fair.counts)
+	}
+	bound := (n - 1) * (fair.maxHold + pct(fair.handovers, 99))
+	assert.LessOrEqual(t, pct(fair.waits, 99), bound, "wait p99 within waiters × (longest hold + p99 handover)")
+}
+
+// TestFairRunTakesTurns: in fair mode a Run leader that resigns campaigns
+// again at the back of the queue, so leadership passes around instead of
+// back to the one that just resigned.
+func TestFairRunTakesTurns(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		const terms = 12
+		name := "fair-run-" + b.name
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var (
+			mu    sync.Mutex
+			order []string
+		)
+		queuedAll := make(chan string, 16) // every candidate's attempts that found the name taken
+		hook := withAttemptHook(func(_ string, err error) {
+			if errors.Is(err, ErrLocked) {
+				select {
+				case queuedAll <- "":
+				default:
+				}
+			}
+		})
+		done := make(chan error, 3)
+		for _, who := range []string{"a", "b", "c"} {
+			e, err := newSession(t, b.client, WithFairness(), hook).Election(name)
+			require.NoError(t, err)
+			go func() {
+				done <- e.Run(ctx, who, func(context.Context, *Lock) error {
+					mu.Lock()
+					order = append(order, who)
+					first, last := len(order) == 1, len(order) == terms
+					mu.Unlock()
+					if first { // the two others queue behind the first leader
+						recvWithin(t, queuedAll, 5*time.Second, "a second candidate queued")
+						recvWithin(t, queuedAll, 5*time.Second, "a third candidate queued")
+					}
+					if last {
+						cancel()
+					}
+					return nil // resign, campaign again
+				})
+			}()
+		}
+		for range 3 {
+			require.ErrorIs(t, recvWithin(t, done, 10*time.Second, "Run returns"), context.Canceled)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		require.GreaterOrEqual(t, len(order), terms)
+		for i := 1; i < len(order); i++ {
+			assert.NotEqual(t, order[i-1], order[i], "term %d went back to %s: %v", i, order[i], order)
+		}
+	})
+}
