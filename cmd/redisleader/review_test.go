@@ -1,0 +1,240 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redisleader/redisleader/internal/redisserver"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Review (rv13) findings: each test below fails on the code as reviewed.
+
+// signalsPending reports whether pid has a signal pending (not yet taken by
+// a handler), from /proc/PID/status.
+func signalsPending(t *testing.T, pid int) bool {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(t, err)
+	for _, l := range strings.Split(string(data), "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if ok && (k == "SigPnd" || k == "ShdPnd") && strings.Trim(strings.TrimSpace(v), "0") != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// A SIGTERM that arrives before "run" installs its own signal handling (here
+// while it reads --password-file, a FIFO, so the window is held open; in
+// real life while it parses flags, reads the file or looks COMMAND up in
+// PATH) is swallowed by the signal.NotifyContext that runMain installs for
+// every command and that run ignores: run goes on, campaigns, runs the job
+// and exits 0, as if it had never been asked to stop. Expected: exit 143 and
+// the job never started. (main.go:61 NotifyContext; run.go:230 Notify.)
+func TestReviewEarlySignalIsLost(t *testing.T) {
+	t.Parallel()
+	srv := quietRedisServer(t)
+	srv.Do(t, "CONFIG", "SET", "requirepass", "pw")
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "pw")
+	marker := filepath.Join(dir, "ran")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	p := startCLI(t, "run", []string{"MARKER=" + marker},
+		"run", "--redis", "redis://"+srv.Addr(), "--password-file", fifo, "--name", "job", "--",
+		"sh", "-c", `echo ran > "$MARKER"`)
+	opened := make(chan *os.File, 1)
+	go func() {
+		w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			close(opened)
+			return
+		}
+		opened <- w
+	}()
+	var w *os.File
+	select {
+	case w = <-opened:
+	case <-time.After(cliTimeout):
+		t.Fatal("run did not open --password-file")
+	}
+	require.NotNil(t, w)
+	p.signal(t, syscall.SIGTERM)
+	pollUntil(t, cliTimeout, "the SIGTERM to be taken by run's handler", func() bool { return !signalsPending(t, p.cmd.Process.Pid) })
+	_, err := w.WriteString("pw\n")
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	code := p.wait(t)
+	_, statErr := os.Stat(marker)
+	assert.True(t, os.IsNotExist(statErr), "the job ran although run had received SIGTERM before campaigning")
+	assert.Equal(t, 128+int(syscall.SIGTERM), code, "stderr: %s", p.stderr.String())
+}
+
+// When redisleader itself is SIGKILLed (OOM killer, kill -9, a host agent),
+// Pdeathsig kills COMMAND's process only: a grandchild in its process group
+// (any "sh -c 'a; b'" job, a script that starts a helper) keeps running,
+// reparented to init, while the lease expires after --ttl and another host
+// starts the job: two hosts run it at once, the very failure of issue 13
+// item 2. README "Keep a service a singleton" promises the command dies with
+// redisleader; the help says "COMMAND is killed with it, even when it is
+// killed with SIGKILL". (procattr_linux.go:12: Pdeathsig covers one
+// process; nothing kills the group.) Expected: the grandchild is gone by the
+// time the lease has expired.
+func TestReviewSIGKILLLeavesGroupRunning(t *testing.T) {
+	t.Parallel()
+	srv := redisserver.Start(t)
+	pidfile := filepath.Join(t.TempDir(), "pid")
+	p := startCLI(t, "run", []string{"PIDFILE=" + pidfile, "IGNORE=USR2"},
+		"run", "--redis", "redis://"+srv.Addr(), "--name", "job", "--ttl", "1s", "--", "sh", "-c", groupScript)
+	grandchild := readPID(t, pidfile)
+	t.Cleanup(func() { _ = syscall.Kill(grandchild, syscall.SIGKILL) })
+	p.signal(t, syscall.SIGKILL)
+	p.wait(t)
+	pollUntil(t, cliTimeout, "the lease to expire", func() bool { return srv.Do(t, "GET", "redisleader:{job}") == nil })
+	deadline := time.Now().Add(3 * time.Second)
+	for !processGone(grandchild) && time.Now().Before(deadline) {
+		<-time.After(pollEvery)
+	}
+	assert.True(t, processGone(grandchild),
+		"grandchild %d of the SIGKILLed leader still runs after its lease expired: the next leader runs the job alongside it", grandchild)
+}
+
+// fakeSentinel is a RESP server that records every command it gets and
+// answers AUTH/HELLO with OK and anything else with an error, like a
+// Sentinel that requires a password and knows no master.
+type fakeSentinel struct {
+	mu   sync.Mutex
+	cmds []string
+}
+
+func (f *fakeSentinel) serve(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			r := bufio.NewReader(c)
+			for {
+				args, err := readRESP(r)
+				if err != nil {
+					return
+				}
+				f.mu.Lock()
+				f.cmds = append(f.cmds, strings.Join(args, " "))
+				f.mu.Unlock()
+				switch strings.ToUpper(args[0]) {
+				case "AUTH":
+					_, _ = c.Write([]byte("+OK\r\n"))
+				default:
+					_, _ = c.Write([]byte("-NOAUTH Authentication required.\r\n"))
+				}
+			}
+		}()
+	}
+}
+
+func (f *fakeSentinel) saw(s string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.cmds {
+		if strings.Contains(c, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func readRESP(r *bufio.Reader) ([]string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "*")))
+	if err != nil || n <= 0 {
+		return nil, fmt.Errorf("bad array %q", line)
+	}
+	args := make([]string, n)
+	for i := range args {
+		h, err := r.ReadString('\n')
+		if err != nil {
+			return nil, err
+		}
+		size, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(h, "$")))
+		if err != nil {
+			return nil, err
+		}
+		buf := make([]byte, size+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, err
+		}
+		args[i] = string(buf[:size])
+	}
+	return args, nil
+}
+
+// README: "With Sentinel or Cluster, user, password ... come from the first
+// URL (or the password options) and apply to every node." For Sentinel the
+// password reaches the primary only: conn.go:250 builds FailoverOptions
+// without SentinelUsername/SentinelPassword, so Sentinels that require a
+// password (requirepass in sentinel.conf, which Redis recommends) answer
+// NOAUTH and run/status/watch cannot start. Expected: the Sentinel gets AUTH
+// with the password.
+func TestReviewSentinelGetsNoPassword(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	fs := &fakeSentinel{}
+	go fs.serve(l)
+	code, _, errOut := runCLI(t, "status", "--redis", "redis://:s3ntinel-pw@"+l.Addr().String(), "--sentinel-master", "mymaster", "job")
+	assert.Equal(t, exitError, code)
+	assert.True(t, fs.saw("s3ntinel-pw"), "the Sentinel was never sent the password; stderr: %s", errOut)
+	assert.NotContains(t, errOut, "s3ntinel-pw")
+}
+
+// A Sentinel that accepts and never answers is not the promised one line
+// "no reply from Redis at ... within 5s" (README, Connecting) but go-redis's
+// "cannot reach Redis at ...: redis: all sentinels specified in
+// configuration are unreachable: i/o timeout" (conn.go:284 only recognises
+// a deadline or a net.Error, which the Sentinel client wraps in a plain
+// error).
+func TestReviewNoReplyFromSentinel(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				_ = c.Close()
+			}
+		}()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	url := "redis://" + l.Addr().String()
+	code, _, errOut := runCLI(t, "status", "--redis", url, "--sentinel-master", "m", "job")
+	assert.Equal(t, exitError, code)
+	assert.Equal(t, "redisleader: no reply from Redis at master m via Sentinel "+url+" within 5s\n", errOut)
+}
