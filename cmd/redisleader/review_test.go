@@ -319,3 +319,46 @@ func TestReviewNoReplyWaitIsAsStated(t *testing.T) {
 	require.Contains(t, errOut, "within 5s")
 	assert.GreaterOrEqual(t, took, 5*time.Second, "said no reply within 5s after waiting %v", took)
 }
+
+// --grace, --wait and --hold reject a negative duration as a usage error;
+// --takeover-delay -5s is accepted in silence and means "off" (run.go:203
+// only adds the option when it is > 0). Expected: exit 2 like the others.
+func TestReviewNegativeTakeoverDelay(t *testing.T) {
+	t.Parallel()
+	code, _, errOut := runCLI(t, "run", "--redis", "redis://127.0.0.1:"+strconv.Itoa(closedPort(t)), "--name", "job", "--takeover-delay", "-5s", "--", "true")
+	assert.Equal(t, exitUsage, code, "stderr: %s", errOut)
+	assert.Contains(t, errOut, "--takeover-delay")
+}
+
+// status and watch interrupted (SIGTERM) while connecting print
+// "cannot reach Redis at ...: context canceled": library words, and false
+// (Redis was not found unreachable; the user stopped it). status also exits
+// 1, "Redis error". Expected: no "context canceled" line.
+func TestReviewInterruptWhileConnecting(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range []string{"status", "watch"} {
+		t.Run(cmd, func(t *testing.T) {
+			t.Parallel()
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = l.Close() })
+			accepted := make(chan net.Conn, 1)
+			go func() {
+				c, err := l.Accept()
+				if err == nil {
+					accepted <- c
+				}
+			}()
+			p := startCLI(t, cmd, nil, cmd, "--redis", "redis://"+l.Addr().String(), "job")
+			select {
+			case c := <-accepted:
+				defer c.Close()
+			case <-time.After(cliTimeout):
+				t.Fatal("no connection")
+			}
+			p.signal(t, syscall.SIGTERM)
+			p.wait(t)
+			assert.NotContains(t, p.stderr.String(), "context canceled")
+		})
+	}
+}
