@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -361,4 +362,43 @@ func TestReviewInterruptWhileConnecting(t *testing.T) {
 			assert.NotContains(t, p.stderr.String(), "context canceled")
 		})
 	}
+}
+
+// "nohup redisleader run ..." (or a non-interactive shell's "... &", which
+// ignores SIGINT and SIGQUIT) starts run with the signal ignored, and an
+// ignored signal must stay ignored, for run and for COMMAND (nohup(1), POSIX
+// job control). os/signal.Notify un-ignores it (documented in os/signal:
+// "a signal handler will be installed for that signal and it will no longer
+// be ignored"); run then forwards the SIGHUP of a closing terminal to the
+// job, which dies, and exits 129: nohup has no effect. (main.go:52
+// stopSignals, notified in main.go:61 and run.go:230 without
+// signal.Ignored.) Expected: the job runs to its end and run exits 0.
+func TestReviewNohupIgnoredSIGHUP(t *testing.T) {
+	t.Parallel()
+	srv := quietRedisServer(t)
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "marker")
+	goFile := filepath.Join(dir, "go")
+	job := `echo "x $$ start" >> "$MARKER"; while [ ! -e "$GOFILE" ]; do sleep 0.05; done; echo "x $$ done" >> "$MARKER"`
+	args := []string{"-c", `trap "" HUP; exec "$0" "$@"`, cliBinary(t),
+		"run", "--redis", "redis://" + srv.Addr(), "--name", "job", "--", "sh", "-c", job}
+	p := &cliProc{name: "nohup run", cmd: exec.Command("sh", args...), stdout: newSyncBuffer(), stderr: newSyncBuffer(), done: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), "MARKER="+marker, "GOFILE="+goFile)
+	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	p.cmd.SysProcAttr = childProcAttr(false)
+	require.NoError(t, p.cmd.Start())
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		if p.running() {
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	waitMarker(t, marker, 1)
+	p.signal(t, syscall.SIGHUP)
+	pollUntil(t, cliTimeout, "the SIGHUP to be taken", func() bool { return !p.running() || !signalsPending(t, p.cmd.Process.Pid) })
+	require.NoError(t, os.WriteFile(goFile, nil, 0o600))
+	assert.Equal(t, 0, p.wait(t), "run started under nohup acted on SIGHUP; stderr: %s", p.stderr.String())
+	lines := readMarker(t, marker)
+	assert.Len(t, lines, 2, "the job did not run to its end: %v", lines)
 }
