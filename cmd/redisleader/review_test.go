@@ -45,7 +45,7 @@ func signalsPending(t *testing.T, pid int) bool {
 // PATH) is swallowed by the signal.NotifyContext that runMain installs for
 // every command and that run ignores: run goes on, campaigns, runs the job
 // and exits 0, as if it had never been asked to stop. Expected: exit 143 and
-// the job never started. (main.go:61 NotifyContext; run.go:230 Notify.)
+// the job never started. (main.go:61 NotifyContext; run.go:231 Notify.)
 func TestReviewEarlySignalIsLost(t *testing.T) {
 	t.Parallel()
 	srv := quietRedisServer(t)
@@ -190,7 +190,7 @@ func readRESP(r *bufio.Reader) ([]string, error) {
 
 // README: "With Sentinel or Cluster, user, password ... come from the first
 // URL (or the password options) and apply to every node." For Sentinel the
-// password reaches the primary only: conn.go:250 builds FailoverOptions
+// password reaches the primary only: conn.go:254 builds FailoverOptions
 // without SentinelUsername/SentinelPassword, so Sentinels that require a
 // password (requirepass in sentinel.conf, which Redis recommends) answer
 // NOAUTH and run/status/watch cannot start. Expected: the Sentinel gets AUTH
@@ -291,7 +291,7 @@ func TestReviewWarningIsOneLine(t *testing.T) {
 
 // "no reply from Redis at ... within 5s" is printed after 3s: go-redis's
 // default read timeout (3s) fires before pingTimeout (5s), so the message
-// states a wait that did not happen (conn.go:22 and 285). Expected: the
+// states a wait that did not happen (conn.go:22 and 284). Expected: the
 // message's figure is how long run waited.
 func TestReviewNoReplyWaitIsAsStated(t *testing.T) {
 	t.Parallel()
@@ -371,7 +371,7 @@ func TestReviewInterruptWhileConnecting(t *testing.T) {
 // "a signal handler will be installed for that signal and it will no longer
 // be ignored"); run then forwards the SIGHUP of a closing terminal to the
 // job, which dies, and exits 129: nohup has no effect. (main.go:52
-// stopSignals, notified in main.go:61 and run.go:230 without
+// stopSignals, notified in main.go:61 and run.go:231 without
 // signal.Ignored.) Expected: the job runs to its end and run exits 0.
 func TestReviewNohupIgnoredSIGHUP(t *testing.T) {
 	t.Parallel()
