@@ -45,6 +45,9 @@ const (
 )
 
 func main() {
+	if superviseArg != "" && len(os.Args) > 1 && os.Args[1] == superviseArg {
+		os.Exit(supervise(os.Args[2:])) // run's supervisor of COMMAND (Linux)
+	}
 	os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 

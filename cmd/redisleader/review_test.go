@@ -94,7 +94,7 @@ func TestReviewEarlySignalIsLost(t *testing.T) {
 // killed with SIGKILL". (procattr_linux.go:12: Pdeathsig covers one
 // process; nothing kills the group.) Expected: the grandchild is gone by the
 // time the lease has expired.
-func TestReviewSIGKILLLeavesGroupRunning(t *testing.T) {
+func TestRunSIGKILLKillsProcessGroup(t *testing.T) {
 	t.Parallel()
 	srv := redisserver.Start(t)
 	pidfile := filepath.Join(t.TempDir(), "pid")

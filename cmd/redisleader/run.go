@@ -97,7 +97,8 @@ A job that cron starts on every host, to run once per tick:
     Without --again it then exits; with --again it campaigns again (starting
     COMMAND at most once a second).
   - If redisleader dies, the others take over when its lease expires (--ttl);
-    on Linux COMMAND is killed with it, even when it is killed with SIGKILL.
+    on Linux COMMAND's process group is killed with it, even when it is
+    killed with SIGKILL (with --no-process-group, COMMAND's process only).
   - redisleader prints only errors and warnings (to stderr), like flock(1):
     --verbose adds a line per step, --quiet leaves only errors.
 `,
@@ -150,7 +151,7 @@ func newRunFlags() (*flag.FlagSet, *runFlags) {
 	fs.DurationVar(&f.wait, "wait", 0, "wait at most `D` to lead, then exit 75; 0: wait until leading")
 	fs.DurationVar(&f.hold, "hold", 0, "keep leading `D` after COMMAND exits, so that late hosts skip this tick")
 	fs.BoolVar(&f.again, "again", false, "campaign again after COMMAND exits (default: exit after the first term)")
-	fs.BoolVar(&f.noProcessGroup, "no-process-group", false, "run COMMAND in redisleader's process group and signal its process only")
+	fs.BoolVar(&f.noProcessGroup, "no-process-group", false, "run COMMAND in redisleader's process group and signal its process only (on Linux,\nonly that process is killed if redisleader dies, not what it started)")
 	fs.StringVar(&f.fenceEnv, "fence-env", defaultFenceEnv, "environment `variable` that gives COMMAND the fencing token")
 	fs.BoolVar(&f.quiet, "quiet", false, "print errors only, not warnings about retried Redis errors")
 	fs.BoolVar(&f.verbose, "verbose", false, "also print a line for every step (campaigning, elected, exit, resigned)")
@@ -494,13 +495,12 @@ type commandResult struct {
 // and what is left of the group when the command exits is killed.
 func (r *runner) runCommand(lead *redisleader.Lock) commandResult {
 	group := !r.f.noProcessGroup
-	cmd := exec.Command(r.command[0], r.command[1:]...)
+	cmd := newCommand(r.command, group)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, r.stdout, r.stderr
 	cmd.Env = append(os.Environ(),
 		"REDISLEADER_NAME="+r.f.name,
 		"REDISLEADER_VALUE="+r.f.value,
 		r.f.fenceEnv+"="+strconv.FormatInt(lead.Fence(), 10))
-	cmd.SysProcAttr = childProcAttr(group)
 	cmd.WaitDelay = time.Second // when stdout or stderr is not a file: don't hang on pipes held by grandchildren
 
 	var res commandResult
