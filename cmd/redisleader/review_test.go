@@ -46,7 +46,7 @@ func signalsPending(t *testing.T, pid int) bool {
 // every command and that run ignores: run goes on, campaigns, runs the job
 // and exits 0, as if it had never been asked to stop. Expected: exit 143 and
 // the job never started. (main.go:61 NotifyContext; run.go:231 Notify.)
-func TestReviewEarlySignalIsLost(t *testing.T) {
+func TestRunEarlySignalStopsBeforeCampaign(t *testing.T) {
 	t.Parallel()
 	srv := quietRedisServer(t)
 	srv.Do(t, "CONFIG", "SET", "requirepass", "pw")
@@ -335,7 +335,7 @@ func TestReviewNegativeTakeoverDelay(t *testing.T) {
 // "cannot reach Redis at ...: context canceled": library words, and false
 // (Redis was not found unreachable; the user stopped it). status also exits
 // 1, "Redis error". Expected: no "context canceled" line.
-func TestReviewInterruptWhileConnecting(t *testing.T) {
+func TestInterruptWhileConnecting(t *testing.T) {
 	t.Parallel()
 	for _, cmd := range []string{"status", "watch"} {
 		t.Run(cmd, func(t *testing.T) {
@@ -373,7 +373,7 @@ func TestReviewInterruptWhileConnecting(t *testing.T) {
 // job, which dies, and exits 129: nohup has no effect. (main.go:52
 // stopSignals, notified in main.go:61 and run.go:231 without
 // signal.Ignored.) Expected: the job runs to its end and run exits 0.
-func TestReviewNohupIgnoredSIGHUP(t *testing.T) {
+func TestRunNohupIgnoredSIGHUP(t *testing.T) {
 	t.Parallel()
 	srv := quietRedisServer(t)
 	dir := t.TempDir()

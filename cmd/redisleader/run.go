@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"os/signal"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -160,10 +159,17 @@ func newRunFlags() (*flag.FlagSet, *runFlags) {
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// cmdRun implements "redisleader run". It does not take main's context: a
-// stop signal is forwarded to COMMAND while it runs, and ends the campaign
-// while it does not.
-func cmdRun(args []string, stdout, stderr io.Writer) int {
+// cmdRun implements "redisleader run". It takes the stop signals, caught
+// since redisleader started, instead of a context: a stop signal is
+// forwarded to COMMAND while it runs, and ends the campaign (or keeps it
+// from starting) while it does not.
+func cmdRun(args []string, sigs <-chan os.Signal, stdout, stderr io.Writer) int {
+	r := &runner{stdout: stdout, stderr: stderr, forwarded: make(chan struct{}, 1)}
+	go func() {
+		for sig := range sigs {
+			r.signal(sig)
+		}
+	}()
 	fs, f := newRunFlags()
 	if code := parseFlags(fs, runHelp, args, stdout, stderr); code >= 0 {
 		return code
@@ -219,23 +225,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return startFailure(err)
 	}
 
-	r := &runner{
-		log:       log,
-		f:         f,
-		command:   command,
-		display:   commandLine(command, target),
-		stdout:    stdout,
-		stderr:    stderr,
-		forwarded: make(chan struct{}, 1),
-	}
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, stopSignals...)
-	defer signal.Stop(sigs)
-	go func() {
-		for sig := range sigs {
-			r.signal(sig)
-		}
-	}()
+	// Set before the command can start, which publishes them to r.signal
+	// (under r.mu, with r.proc).
+	r.log, r.f, r.command, r.display = log, f, command, commandLine(command, target)
 	opts = append(opts, redisleader.WithLogger(slog.New(warnHandler{log})))
 	return r.run(target, opts)
 }
