@@ -248,7 +248,7 @@ func TestReviewNoReplyFromSentinel(t *testing.T) {
 // did not write" and exits 1. A cron job then never runs again and nobody is
 // told. README exit table: 1 is "a Redis error that retrying cannot fix";
 // 75 "another process leads". Expected: exit 1 with that message.
-func TestReviewForeignKeyIsNotALeader(t *testing.T) {
+func TestRunForeignKeyIsAnError(t *testing.T) {
 	t.Parallel()
 	srv := quietRedisServer(t)
 	url := "redis://" + srv.Addr()
@@ -257,7 +257,7 @@ func TestReviewForeignKeyIsNotALeader(t *testing.T) {
 	require.Equal(t, exitError, code, "status: %s", errOut)
 	require.Contains(t, errOut, "holds a value this package did not write")
 
-	for _, flags := range [][]string{{"--try"}, {"--wait", "200ms"}} {
+	for _, flags := range [][]string{{"--try"}, {"--wait", "200ms"}, {}} {
 		args := append([]string{"run", "--redis", url, "--name", "job"}, flags...)
 		code, _, errOut := runCLI(t, append(args, "--", "true")...)
 		assert.Equal(t, exitError, code, "run %v: a foreign key was taken for a leader", flags)
