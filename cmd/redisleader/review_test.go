@@ -195,7 +195,7 @@ func readRESP(r *bufio.Reader) ([]string, error) {
 // password (requirepass in sentinel.conf, which Redis recommends) answer
 // NOAUTH and run/status/watch cannot start. Expected: the Sentinel gets AUTH
 // with the password.
-func TestReviewSentinelGetsNoPassword(t *testing.T) {
+func TestSentinelGetsThePassword(t *testing.T) {
 	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -214,7 +214,7 @@ func TestReviewSentinelGetsNoPassword(t *testing.T) {
 // configuration are unreachable: i/o timeout" (conn.go:284 only recognises
 // a deadline or a net.Error, which the Sentinel client wraps in a plain
 // error).
-func TestReviewNoReplyFromSentinel(t *testing.T) {
+func TestNoReplyFromSentinel(t *testing.T) {
 	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -293,7 +293,7 @@ func TestReviewWarningIsOneLine(t *testing.T) {
 // default read timeout (3s) fires before pingTimeout (5s), so the message
 // states a wait that did not happen (conn.go:22 and 284). Expected: the
 // message's figure is how long run waited.
-func TestReviewNoReplyWaitIsAsStated(t *testing.T) {
+func TestNoReplyWaitIsAsStated(t *testing.T) {
 	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
