@@ -272,7 +272,7 @@ func TestRunForeignKeyIsAnError(t *testing.T) {
 // cron mail filter keyed on "redisleader:" sees a stray line
 // "INFO replication: NOPERM ...". (warnHandler.Handle formats attrs with
 // %v; printable is not applied to them.)
-func TestReviewWarningIsOneLine(t *testing.T) {
+func TestRunWarningIsOneLine(t *testing.T) {
 	t.Parallel()
 	srv := quietRedisServer(t)
 	srv.Do(t, "ACL", "SETUSER", "limited", "on", ">lpw", "~*", "&*", "+@all", "-config", "-info")
@@ -324,7 +324,7 @@ func TestNoReplyWaitIsAsStated(t *testing.T) {
 // --grace, --wait and --hold reject a negative duration as a usage error;
 // --takeover-delay -5s is accepted in silence and means "off" (run.go:203
 // only adds the option when it is > 0). Expected: exit 2 like the others.
-func TestReviewNegativeTakeoverDelay(t *testing.T) {
+func TestRunNegativeTakeoverDelay(t *testing.T) {
 	t.Parallel()
 	code, _, errOut := runCLI(t, "run", "--redis", "redis://127.0.0.1:"+strconv.Itoa(closedPort(t)), "--name", "job", "--takeover-delay", "-5s", "--", "true")
 	assert.Equal(t, exitUsage, code, "stderr: %s", errOut)

@@ -183,6 +183,8 @@ func cmdRun(args []string, sigs <-chan os.Signal, stdout, stderr io.Writer) int 
 		return usageErr("no command: give it after --, as in redisleader run --name NAME -- COMMAND [ARGS...]")
 	case f.grace < 0:
 		return usageErr("invalid --grace %v: must not be negative", f.grace)
+	case f.takeoverDelay < 0:
+		return usageErr("invalid --takeover-delay %v: must not be negative", f.takeoverDelay)
 	case f.wait < 0:
 		return usageErr("invalid --wait %v: must not be negative", f.wait)
 	case f.hold < 0:
@@ -772,7 +774,9 @@ func (l *logger) logf(level logLevel, format string, a ...any) {
 	if l.target != nil {
 		msg = l.target.hide(msg) // first: cliWords could change a password
 	}
-	msg = cliWords(msg)
+	// One line, each with the prefix, whatever the values hold (a joined
+	// error has a newline; a value is anyone's string).
+	msg = printable(strings.ReplaceAll(cliWords(msg), "\n", "; "))
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	fmt.Fprintf(l.w, "redisleader: %s\n", msg)
