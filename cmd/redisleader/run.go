@@ -33,7 +33,8 @@ import (
 //	128+n    redisleader was stopped by signal n (130 for SIGINT, 143 for
 //	         SIGTERM, 129 SIGHUP, 131 SIGQUIT), whether COMMAND was running
 //	         (the signal was forwarded to it and redisleader waited for it to
-//	         exit) or not (the campaign ended); with or without --again
+//	         exit) or not (the campaign ended); with or without --again. A
+//	         signal during --hold only ends the hold: COMMAND's status stands
 //	1        error: Redis unreachable at start, or a Redis error that
 //	         retrying cannot fix
 //	2        usage error: bad flag, missing --name, no COMMAND, bad --ttl,
@@ -111,7 +112,8 @@ Exit status:
            COMMAND did not run
   128+n    redisleader was stopped by signal n (130 SIGINT, 143 SIGTERM,
            129 SIGHUP, 131 SIGQUIT), whether COMMAND was running (the signal
-           is forwarded to it) or not
+           is forwarded to it) or not; a signal during --hold, after COMMAND
+           exited, only ends the hold (the status is COMMAND's)
   1        error: Redis unreachable at start, or a Redis error that retrying
            cannot fix
   2        usage error (a bad flag, --name or --ttl, no COMMAND, or a
