@@ -490,6 +490,21 @@ func TestRunExitsWithCommandStatus(t *testing.T) {
 	assert.Nil(t, srv.Do(t, "GET", "redisleader:{job}"))
 }
 
+// A command killed by a signal it did not get from run: run reports the
+// signal, as a shell would, through the supervisor that leads the group
+// (which dies of the same signal; SIGQUIT is the case the Go runtime would
+// otherwise turn into exit 2).
+func TestRunCommandKilledBySignal(t *testing.T) {
+	t.Parallel()
+	srv := redisserver.Start(t)
+	for _, sig := range []syscall.Signal{syscall.SIGQUIT, syscall.SIGTERM} {
+		code, _, errOut := runCLI(t, "run", "--verbose", "--redis", "redis://"+srv.Addr(), "--name", "job", "--",
+			"sh", "-c", "kill -"+strings.TrimPrefix(signalName(sig), "SIG")+" $$")
+		assert.Equal(t, 128+int(sig), code, "stderr: %s", errOut)
+		assert.Contains(t, errOut, "was killed by "+signalName(sig))
+	}
+}
+
 // Leadership lost while the command runs (here the key is deleted): the
 // command gets SIGTERM, then SIGKILL after --grace since it ignores SIGTERM,
 // and run exits 3.

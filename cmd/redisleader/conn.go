@@ -233,6 +233,14 @@ func firstNonEmpty(s ...string) string {
 func (e *endpoint) client() redis.UniversalClient {
 	opt := *e.targets[0].opt
 	opt.ContextTimeoutEnabled = true
+	// go-redis's default read timeout (3s) would end the first PING before
+	// pingTimeout, and "no reply within 5s" would be said after 3s.
+	if opt.ReadTimeout == 0 {
+		opt.ReadTimeout = pingTimeout
+	}
+	if opt.WriteTimeout == 0 {
+		opt.WriteTimeout = opt.ReadTimeout
+	}
 	if e.password != "" {
 		opt.Password = e.password
 	}
@@ -256,7 +264,11 @@ func (e *endpoint) client() redis.UniversalClient {
 			SentinelAddrs:         addrs,
 			Username:              opt.Username,
 			Password:              opt.Password,
+			SentinelUsername:      opt.Username, // the README: they apply to every node
+			SentinelPassword:      opt.Password,
 			DB:                    opt.DB,
+			ReadTimeout:           opt.ReadTimeout,
+			WriteTimeout:          opt.WriteTimeout,
 			TLSConfig:             opt.TLSConfig,
 			ContextTimeoutEnabled: true,
 		})
@@ -266,6 +278,8 @@ func (e *endpoint) client() redis.UniversalClient {
 			Username:              opt.Username,
 			Password:              opt.Password,
 			TLSConfig:             opt.TLSConfig,
+			ReadTimeout:           opt.ReadTimeout,
+			WriteTimeout:          opt.WriteTimeout,
 			ContextTimeoutEnabled: true,
 		})
 	}
@@ -280,11 +294,30 @@ func connect(ctx context.Context, e *endpoint) (redis.UniversalClient, error) {
 	defer cancel()
 	if err := c.Ping(pctx).Err(); err != nil {
 		_ = c.Close()
-		var nerr net.Error
-		if ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.As(err, &nerr) && nerr.Timeout()) {
-			return nil, fmt.Errorf("no reply from Redis at %s within %v", e.shown(), pingTimeout)
+		if ctx.Err() == nil && (pctx.Err() != nil || isTimeout(err)) { // pctx: the Sentinel client flattens it too
+			return nil, fmt.Errorf("no reply from Redis at %s within %v", e.shown(), e.replyWait())
 		}
 		return nil, fmt.Errorf("cannot reach Redis at %s: %w", e.shown(), err)
 	}
 	return c, nil
+}
+
+// replyWait is how long connect waits for the first reply: pingTimeout, or
+// less if the URL sets a shorter read_timeout.
+func (e *endpoint) replyWait() time.Duration {
+	if rt := e.targets[0].opt.ReadTimeout; rt > 0 && rt < pingTimeout {
+		return rt
+	}
+	return pingTimeout
+}
+
+// isTimeout reports whether err says that Redis did not answer in time. The
+// Sentinel client reports it in a plain error ("redis: all sentinels
+// specified in configuration are unreachable: i/o timeout"), hence the
+// message test.
+func isTimeout(err error) bool {
+	var nerr net.Error
+	return errors.Is(err, context.DeadlineExceeded) ||
+		errors.As(err, &nerr) && nerr.Timeout() ||
+		strings.HasSuffix(err.Error(), "i/o timeout")
 }

@@ -45,6 +45,9 @@ const (
 )
 
 func main() {
+	if superviseArg != "" && len(os.Args) > 1 && os.Args[1] == superviseArg {
+		os.Exit(supervise(os.Args[2:])) // run's supervisor of COMMAND (Linux)
+	}
 	os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -52,19 +55,67 @@ func main() {
 // (the terminal closed) and SIGQUIT are handled like SIGINT and SIGTERM.
 var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
+// caughtSignals are the stopSignals that were not ignored when redisleader
+// started. An ignored one stays ignored, for redisleader and for COMMAND
+// (nohup(1), and a non-interactive shell's "&" for SIGINT and SIGQUIT):
+// signal.Notify would un-ignore it.
+func caughtSignals() []os.Signal {
+	var caught []os.Signal
+	for _, s := range stopSignals {
+		if !signal.Ignored(s) {
+			caught = append(caught, s)
+		}
+	}
+	return caught
+}
+
+// stoppedBy is the cause of the context of status, watch and demo when a
+// stop signal ended it.
+type stoppedBy struct{ sig os.Signal }
+
+func (s stoppedBy) Error() string { return "received " + s.sig.String() }
+
+// interrupted returns the exit status 128+n if a stop signal n ended ctx,
+// or -1.
+func interrupted(ctx context.Context) int {
+	var s stoppedBy
+	if errors.As(context.Cause(ctx), &s) {
+		if n, ok := s.sig.(syscall.Signal); ok {
+			return 128 + int(n)
+		}
+	}
+	return -1
+}
+
 // runMain dispatches to a command and returns the process exit code.
 func runMain(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		usage(stderr)
 		return exitUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), stopSignals...)
-	defer stop()
+	// Signals are caught from here on, before anything can block (reading
+	// --password-file, connecting), so that none is lost: run routes them
+	// itself; the other commands end with ctx.
+	sigs := make(chan os.Signal, 4)
+	if caught := caughtSignals(); len(caught) > 0 { // Notify with none would catch all
+		signal.Notify(sigs, caught...)
+		defer signal.Stop(sigs)
+	}
+	if args[0] == "run" {
+		return cmdRun(args[1:], sigs, stdout, stderr)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	go func() {
+		select {
+		case sig := <-sigs:
+			cancel(stoppedBy{sig})
+		case <-ctx.Done():
+		}
+	}()
 	switch args[0] {
 	case "demo":
 		return cmdDemo(ctx, args[1:], stdout, stderr)
-	case "run":
-		return cmdRun(args[1:], stdout, stderr)
 	case "status":
 		return cmdStatus(ctx, args[1:], stdout, stderr)
 	case "watch":

@@ -4,11 +4,20 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"syscall"
 )
 
 // childProcAttr returns nil: neither Pdeathsig nor process groups exist here.
 func childProcAttr(bool) *syscall.SysProcAttr { return nil }
 
+// newCommand runs COMMAND directly.
+func newCommand(args []string, _ bool) *exec.Cmd { return exec.Command(args[0], args[1:]...) }
+
 // signalCommand sends sig to p's process only.
 func signalCommand(p *os.Process, sig syscall.Signal, _ bool) error { return p.Signal(sig) }
+
+// superviseArg is unused here: the supervisor needs Linux's Pdeathsig.
+const superviseArg = ""
+
+func supervise([]string) int { return exitUsage }

@@ -2,7 +2,10 @@
 
 package main
 
-import "syscall"
+import (
+	"os/exec"
+	"syscall"
+)
 
 // childProcAttr puts the command in a new process group with group. There
 // is no Pdeathsig outside Linux, so a command outlives a redisleader that is
@@ -11,3 +14,15 @@ import "syscall"
 func childProcAttr(group bool) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: group}
 }
+
+// newCommand runs COMMAND directly, in its own process group with group.
+func newCommand(args []string, group bool) *exec.Cmd {
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.SysProcAttr = childProcAttr(group)
+	return cmd
+}
+
+// superviseArg is unused here: the supervisor needs Linux's Pdeathsig.
+const superviseArg = ""
+
+func supervise([]string) int { return exitUsage }

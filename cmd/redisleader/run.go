@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"os/signal"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -34,7 +33,8 @@ import (
 //	128+n    redisleader was stopped by signal n (130 for SIGINT, 143 for
 //	         SIGTERM, 129 SIGHUP, 131 SIGQUIT), whether COMMAND was running
 //	         (the signal was forwarded to it and redisleader waited for it to
-//	         exit) or not (the campaign ended); with or without --again
+//	         exit) or not (the campaign ended); with or without --again. A
+//	         signal during --hold only ends the hold: COMMAND's status stands
 //	1        error: Redis unreachable at start, or a Redis error that
 //	         retrying cannot fix
 //	2        usage error: bad flag, missing --name, no COMMAND, bad --ttl,
@@ -97,7 +97,8 @@ A job that cron starts on every host, to run once per tick:
     Without --again it then exits; with --again it campaigns again (starting
     COMMAND at most once a second).
   - If redisleader dies, the others take over when its lease expires (--ttl);
-    on Linux COMMAND is killed with it, even when it is killed with SIGKILL.
+    on Linux COMMAND's process group is killed with it, even when it is
+    killed with SIGKILL (with --no-process-group, COMMAND's process only).
   - redisleader prints only errors and warnings (to stderr), like flock(1):
     --verbose adds a line per step, --quiet leaves only errors.
 `,
@@ -111,7 +112,8 @@ Exit status:
            COMMAND did not run
   128+n    redisleader was stopped by signal n (130 SIGINT, 143 SIGTERM,
            129 SIGHUP, 131 SIGQUIT), whether COMMAND was running (the signal
-           is forwarded to it) or not
+           is forwarded to it) or not; a signal during --hold, after COMMAND
+           exited, only ends the hold (the status is COMMAND's)
   1        error: Redis unreachable at start, or a Redis error that retrying
            cannot fix
   2        usage error (a bad flag, --name or --ttl, no COMMAND, or a
@@ -150,7 +152,7 @@ func newRunFlags() (*flag.FlagSet, *runFlags) {
 	fs.DurationVar(&f.wait, "wait", 0, "wait at most `D` to lead, then exit 75; 0: wait until leading")
 	fs.DurationVar(&f.hold, "hold", 0, "keep leading `D` after COMMAND exits, so that late hosts skip this tick")
 	fs.BoolVar(&f.again, "again", false, "campaign again after COMMAND exits (default: exit after the first term)")
-	fs.BoolVar(&f.noProcessGroup, "no-process-group", false, "run COMMAND in redisleader's process group and signal its process only")
+	fs.BoolVar(&f.noProcessGroup, "no-process-group", false, "run COMMAND in redisleader's process group and signal its process only (on Linux,\nonly that process is killed if redisleader dies, not what it started)")
 	fs.StringVar(&f.fenceEnv, "fence-env", defaultFenceEnv, "environment `variable` that gives COMMAND the fencing token")
 	fs.BoolVar(&f.quiet, "quiet", false, "print errors only, not warnings about retried Redis errors")
 	fs.BoolVar(&f.verbose, "verbose", false, "also print a line for every step (campaigning, elected, exit, resigned)")
@@ -159,10 +161,17 @@ func newRunFlags() (*flag.FlagSet, *runFlags) {
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// cmdRun implements "redisleader run". It does not take main's context: a
-// stop signal is forwarded to COMMAND while it runs, and ends the campaign
-// while it does not.
-func cmdRun(args []string, stdout, stderr io.Writer) int {
+// cmdRun implements "redisleader run". It takes the stop signals, caught
+// since redisleader started, instead of a context: a stop signal is
+// forwarded to COMMAND while it runs, and ends the campaign (or keeps it
+// from starting) while it does not.
+func cmdRun(args []string, sigs <-chan os.Signal, stdout, stderr io.Writer) int {
+	r := &runner{stdout: stdout, stderr: stderr, forwarded: make(chan struct{}, 1)}
+	go func() {
+		for sig := range sigs {
+			r.signal(sig)
+		}
+	}()
 	fs, f := newRunFlags()
 	if code := parseFlags(fs, runHelp, args, stdout, stderr); code >= 0 {
 		return code
@@ -176,6 +185,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return usageErr("no command: give it after --, as in redisleader run --name NAME -- COMMAND [ARGS...]")
 	case f.grace < 0:
 		return usageErr("invalid --grace %v: must not be negative", f.grace)
+	case f.takeoverDelay < 0:
+		return usageErr("invalid --takeover-delay %v: must not be negative", f.takeoverDelay)
 	case f.wait < 0:
 		return usageErr("invalid --wait %v: must not be negative", f.wait)
 	case f.hold < 0:
@@ -218,23 +229,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return startFailure(err)
 	}
 
-	r := &runner{
-		log:       log,
-		f:         f,
-		command:   command,
-		display:   commandLine(command, target),
-		stdout:    stdout,
-		stderr:    stderr,
-		forwarded: make(chan struct{}, 1),
-	}
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, stopSignals...)
-	defer signal.Stop(sigs)
-	go func() {
-		for sig := range sigs {
-			r.signal(sig)
-		}
-	}()
+	// Set before the command can start, which publishes them to r.signal
+	// (under r.mu, with r.proc).
+	r.log, r.f, r.command, r.display = log, f, command, commandLine(command, target)
 	opts = append(opts, redisleader.WithLogger(slog.New(warnHandler{log})))
 	return r.run(target, opts)
 }
@@ -396,6 +393,36 @@ func (r *runner) campaign(ctx context.Context, e *redisleader.Election, notBefor
 		}
 	}
 	r.log.infof("campaigning for leadership of %s as %s", r.f.name, printable(r.f.value))
+	if err := foreignKey(ctx, e); err != nil {
+		return nil, err
+	}
+	lead, err := r.campaignOnce(ctx, e)
+	if errors.Is(err, errBusy) {
+		if ferr := foreignKey(context.WithoutCancel(ctx), e); ferr != nil { // written while waiting
+			return nil, ferr
+		}
+	}
+	return lead, err
+}
+
+// foreignKey returns the error of Election.Leader if NAME's key holds data
+// that redisleader did not write: the library's campaign takes such a key
+// for another's lease, and would wait for it for ever (or give up as if
+// NAME were led), in silence. Other errors are left to the campaign, which
+// retries them.
+func foreignKey(ctx context.Context, e *redisleader.Election) error {
+	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	_, err := e.Leader(ctx)
+	// The library has no sentinel for it; this is its message (place.go).
+	if err != nil && strings.Contains(err.Error(), "holds a value this package did not write") {
+		return err
+	}
+	return nil
+}
+
+// campaignOnce campaigns as --try, --wait or neither say.
+func (r *runner) campaignOnce(ctx context.Context, e *redisleader.Election) (*redisleader.Lock, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	switch {
@@ -494,13 +521,12 @@ type commandResult struct {
 // and what is left of the group when the command exits is killed.
 func (r *runner) runCommand(lead *redisleader.Lock) commandResult {
 	group := !r.f.noProcessGroup
-	cmd := exec.Command(r.command[0], r.command[1:]...)
+	cmd := newCommand(r.command, group)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, r.stdout, r.stderr
 	cmd.Env = append(os.Environ(),
 		"REDISLEADER_NAME="+r.f.name,
 		"REDISLEADER_VALUE="+r.f.value,
 		r.f.fenceEnv+"="+strconv.FormatInt(lead.Fence(), 10))
-	cmd.SysProcAttr = childProcAttr(group)
 	cmd.WaitDelay = time.Second // when stdout or stderr is not a file: don't hang on pipes held by grandchildren
 
 	var res commandResult
@@ -750,7 +776,9 @@ func (l *logger) logf(level logLevel, format string, a ...any) {
 	if l.target != nil {
 		msg = l.target.hide(msg) // first: cliWords could change a password
 	}
-	msg = cliWords(msg)
+	// One line, each with the prefix, whatever the values hold (a joined
+	// error has a newline; a value is anyone's string).
+	msg = printable(strings.ReplaceAll(cliWords(msg), "\n", "; "))
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	fmt.Fprintf(l.w, "redisleader: %s\n", msg)

@@ -8,7 +8,7 @@ import (
 )
 
 // signalCommand sends sig to p, or with group to p's process group (whose ID
-// is p's PID, as childProcAttr made it). A group with no process left is not
+// is p's PID, as newCommand made it). A group with no process left is not
 // an error.
 func signalCommand(p *os.Process, sig syscall.Signal, group bool) error {
 	if !group {

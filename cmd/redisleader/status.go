@@ -33,7 +33,8 @@ Colour is used only when stdout is a terminal and NO_COLOR is not set.
 Exit status: 0 when it could tell (a leader or no leader; with --check: a
 leader), 3 with --check when no process leads NAME, 1 on a Redis error
 (unreachable, or the key holds something else), 2 on a usage error (a bad
-flag or NAME, or a malformed Redis URL).
+flag or NAME, or a malformed Redis URL), 128+n when stopped by signal n
+(130 SIGINT, 143 SIGTERM) before it could tell.
 `,
 }
 
@@ -113,6 +114,9 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	defer closeAll()
 	l, err := election.Leader(ctx)
 	if err != nil && !errors.Is(err, redisleader.ErrNoLeader) {
+		if code := interrupted(ctx); code >= 0 {
+			return code
+		}
 		log.printf("%s", trimPrefix(err))
 		return exitError
 	}
@@ -242,6 +246,9 @@ func openElection(ctx context.Context, target *endpoint, name string, log *logge
 	quietRedis()
 	client, err := connect(ctx, target)
 	if err != nil {
+		if code := interrupted(ctx); code >= 0 { // stopped, not unreachable
+			return nil, nil, code
+		}
 		log.printf("%v", err)
 		return nil, nil, exitError
 	}
