@@ -75,6 +75,13 @@ func invalidf(format string, args ...any) error {
 	return &invalidError{fmt.Sprintf(format, args...)}
 }
 
+// scriptError is a Redis error reply rewritten to leave out the arguments
+// Redis quoted (see denied).
+type scriptError struct{ msg string }
+
+func (e *scriptError) Error() string { return e.msg }
+func (*scriptError) RedisError()     {}
+
 // aclError is a command, key or channel that the Redis user's ACL denies
 // (see denied). It is a Redis error reply, rewritten to name what was
 // denied; retrying cannot fix it.

@@ -35,8 +35,8 @@ func (e *staleFenceError) Error() string {
 func (e *staleFenceError) Is(target error) bool { return target == ErrStaleFence }
 
 // maxFence bounds the fences a fenced key accepts: Lua compares them as
-// doubles, exact below 2^53. Lock fences (server time in µs) stay below it
-// for centuries.
+// doubles, exact up to 2^53. Lock fences (server time in µs) stay below it
+// for centuries, and never exceed it.
 const maxFence = 1<<53 - 1
 
 // FencedSet stores value in key if, and only if, fence is at least the
@@ -55,13 +55,16 @@ const maxFence = 1<<53 - 1
 // Errors:
 //   - fence below the highest accepted: an error matching ErrStaleFence that
 //     says the highest; nothing is written.
-//   - key empty, c nil, fence outside [1, 2^53−1): ErrInvalid; no I/O.
+//   - key empty, c nil or a *redis.Ring (its shards each keep their own
+//     record), fence outside [1, 2^53−1]: ErrInvalid; no I/O.
 //   - key holds another type (a string, a list…): a WRONGTYPE error, and a
 //     hash without a valid "fence" field: an error; both name the rule, and
 //     the key keeps its value, type and TTL.
 //   - an ACL denial names the denied command; nothing is written.
 //   - anything else is the Redis or context error. Then the write may or may
-//     not have happened; repeating it with the same fence is safe.
+//     not have happened; repeating it with the same fence is safe. The call
+//     ends within one second (a session's default call timeout) of ctx
+//     ending, or of its start, whatever Redis does.
 //
 // When the key is deleted or evicted, or expires, the fence record goes with
 // the data, and the next fenced write, whatever its fence, is accepted and
@@ -87,8 +90,13 @@ func fencedWrite(ctx context.Context, c Client, key string, fence int64, argv []
 	if err := checkFenced(c, key, fence); err != nil {
 		return err
 	}
-	res, err := fencedScript.run(ctx, c, argv).Result()
+	callCtx, cancel := context.WithTimeout(ctx, defaultMaxCall)
+	defer cancel()
+	res, err := fencedScript.run(callCtx, c, argv).Result()
 	if err != nil {
+		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+			err = errors.Join(cerr, err)
+		}
 		return fmt.Errorf("redisleader: fenced write to %q: %w", key, err)
 	}
 	return fencedReply(key, fence, res)
@@ -97,12 +105,15 @@ func fencedWrite(ctx context.Context, c Client, key string, fence int64, argv []
 // checkFenced is the input rule of FencedSet and FencedDel.
 func checkFenced(c Client, key string, fence int64) error {
 	switch {
-	case c == nil:
+	case kindOf(c) == kindNil:
 		return invalidf("fenced write: nil Client")
+	case kindOf(c) == kindRing:
+		// On another shard, the key has no fence record: a stale write would be accepted.
+		return invalidf(ringRejectf, "fenced write: the client", c)
 	case key == "":
 		return invalidf("fenced write: key must not be empty")
-	case fence < 1 || fence >= maxFence:
-		return invalidf("fenced write to %q: fence %d must be within [1, 2^53-1) (Lock.Fence is)", key, fence)
+	case fence < 1 || fence > maxFence:
+		return invalidf("fenced write to %q: fence %d must be within [1, 2^53-1] (Lock.Fence is)", key, fence)
 	}
 	return nil
 }
@@ -125,24 +136,27 @@ func fencedReply(key string, fence int64, res any) error {
 // fencedScript is FencedSet (with a value) and FencedDel (without).
 //
 //	KEYS[1] the user's key
-//	ARGV[1] fence (a decimal integer in [1, 2^53−1), checked by the caller)
+//	ARGV[1] fence (a decimal integer in [1, 2^53−1], checked by the caller)
 //	ARGV[2] value; absent for a delete
 //
 // Replies:
 //
 //	1              accepted: HSET key fence ARGV[1] (and value ARGV[2]), or for
-//	               a delete HSET fence then HDEL value
+//	               a delete HDEL value, then HSET fence unless it is already
+//	               ARGV[1]
 //	{0, highest}   refused, writes nothing: the key has accepted a higher
 //	               fence, highest (an integer)
 //	error          the key holds another type (WRONGTYPE) or a hash without a
 //	               valid fence field; writes nothing
 //
 // Order: TYPE, HGET (reads), then the writes. The set path writes once
-// (one HSET of both fields). The delete path writes twice; on Redis 7+ it
+// (one HSET of both fields). The delete path deletes first, so that it frees
+// memory even when Redis is out of it (a script that has written may write
+// on, and HDEL is not refused on OOM); it writes twice, and on Redis 7+ it
 // first asks redis.acl_check_cmd whether both are allowed, so a denial of
-// either leaves the key as it was (on 6.2, a user allowed HSET but not HDEL
-// would see the fence raised and the value kept, with the error).
-var fencedScript = newScript("9779d1e50ebadf76e250e0d74f74bc99b23142bd", guarded(`
+// either leaves the key as it was (on 6.2, a user allowed HDEL but not HSET
+// would see the value deleted and the fence not raised, with the error).
+var fencedScript = newScript("a1d5531842bcf1f9f4af4f0e0fdfba5a075e732e", guarded(`
 local kind = call('TYPE', KEYS[1])
 kind = kind.ok or kind
 if kind ~= 'none' and kind ~= 'hash' then
@@ -151,8 +165,8 @@ end
 local raw = call('HGET', KEYS[1], 'fence')
 if kind == 'hash' then
   local f = raw and string.match(raw, '^%d+$') and tonumber(raw)
-  if not f or f >= 9007199254740991 then
-    return redis.error_reply('ERR redisleader: the key is a hash without a valid fence field (decimal digits, below 2^53-1), not a fenced value; it was left unchanged')
+  if not f or f > 9007199254740991 then
+    return redis.error_reply('ERR redisleader: the key is a hash without a valid fence field (decimal digits, at most 2^53-1), not a fenced value; it was left unchanged')
   end
   if tonumber(ARGV[1]) < f then return {0, f} end
 end
@@ -161,13 +175,13 @@ if ARGV[2] then
   return 1
 end
 if redis.acl_check_cmd then
-  for _, cmd in ipairs({{'HSET', KEYS[1], 'fence', ARGV[1]}, {'HDEL', KEYS[1], 'value'}}) do
+  for _, cmd in ipairs({{'HDEL', KEYS[1], 'value'}, {'HSET', KEYS[1], 'fence', ARGV[1]}}) do
     if not redis.acl_check_cmd(unpack(cmd)) then
       return redis.error_reply('NOPERM redisleader: permission denied for ' .. cmd[1] .. ' ' .. KEYS[1] .. ' (ACL): checked before writing')
     end
   end
 end
-call('HSET', KEYS[1], 'fence', ARGV[1])
 call('HDEL', KEYS[1], 'value')
+if raw ~= ARGV[1] then call('HSET', KEYS[1], 'fence', ARGV[1]) end
 return 1
 `))

@@ -63,11 +63,11 @@ func TestFencedWrites(t *testing.T) {
 		v, _, _ = fencedState(t, c, "cursor")
 		assert.Equal(t, "d", v)
 
-		require.NoError(t, FencedSet(ctx, c, "empty", "", maxFence-1), "an empty value and the largest fence")
+		require.NoError(t, FencedSet(ctx, c, "empty", "", maxFence), "an empty value and the largest fence")
 		v, ok, f = fencedState(t, c, "empty")
 		assert.True(t, ok)
 		assert.Empty(t, v)
-		assert.Equal(t, fmt.Sprint(int64(maxFence-1)), f)
+		assert.Equal(t, fmt.Sprint(int64(maxFence)), f)
 	})
 }
 
@@ -154,9 +154,9 @@ func TestFencedInvalid(t *testing.T) {
 		{"nil client", FencedSet(ctx, nil, "k", "v", 1), "nil Client"},
 		{"empty key", FencedSet(ctx, c, "", "v", 1), "key must not be empty"},
 		{"empty key del", FencedDel(ctx, c, "", 1), "key must not be empty"},
-		{"zero fence", FencedSet(ctx, c, "k", "v", 0), "fence 0 must be within [1, 2^53-1)"},
+		{"zero fence", FencedSet(ctx, c, "k", "v", 0), "fence 0 must be within [1, 2^53-1]"},
 		{"negative fence", FencedDel(ctx, c, "k", -1), "fence -1 must be within"},
-		{"fence too large", FencedSet(ctx, c, "k", "v", maxFence), "must be within"},
+		{"fence too large", FencedSet(ctx, c, "k", "v", maxFence+1), "must be within"},
 	} {
 		assert.ErrorIs(t, tc.err, ErrInvalid, tc.name)
 		assert.ErrorContains(t, tc.err, tc.rule, tc.name)

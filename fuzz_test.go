@@ -204,7 +204,7 @@ func safeAny(s []any, i int) any {
 // FuzzFencedInput: FencedSet's and FencedDel's input rule and the command
 // they send. Any key, value and fence give, through a client that records
 // what it is asked to send: for a non-empty key and a fence in
-// [1, 2^53−1), exactly one EVALSHA of the fenced script with the key as its
+// [1, 2^53−1], exactly one EVALSHA of the fenced script with the key as its
 // one key and the fence and value (none for FencedDel) as its arguments;
 // otherwise no command at all and an ErrInvalid error naming the rule, on
 // one line (the key is quoted: a newline in it cannot forge a log line).
@@ -225,7 +225,7 @@ func FuzzFencedInput(f *testing.F) {
 		} else {
 			err = FencedSet(context.Background(), c, key, value, fence)
 		}
-		if key != "" && fence >= 1 && fence < 1<<53-1 {
+		if key != "" && fence >= 1 && fence <= 1<<53-1 {
 			if err != nil || len(c.sent) != 1 || !reflect.DeepEqual(c.sent[0], want) {
 				t.Fatalf("key %q fence %d: err %v, sent %v; want %v", key, fence, err, c.sent, want)
 			}
@@ -235,7 +235,7 @@ func FuzzFencedInput(f *testing.F) {
 			t.Fatalf("key %q fence %d: err %v, sent %v", key, fence, err, c.sent)
 		}
 		msg := err.Error()
-		if !strings.Contains(msg, "key must not be empty") && !strings.Contains(msg, "must be within [1, 2^53-1)") {
+		if !strings.Contains(msg, "key must not be empty") && !strings.Contains(msg, "must be within [1, 2^53-1]") {
 			t.Fatalf("message %q names no rule", msg)
 		}
 		oneLine(t, msg)

@@ -465,15 +465,26 @@ func (s *script) run(ctx context.Context, c processor, argv []any) *redis.Cmd {
 	return cmd
 }
 
-// denied turns an ACL denial of a script call into an *aclError that says
-// what was denied. A denial inside the script already names the command and
+// denied rewrites two errors of a script call: a server without the
+// command ("unknown command", whose text would quote the call's arguments:
+// tokens, values) says only which command; and an ACL denial becomes an
+// *aclError that says what was denied. A denial inside the script already names the command and
 // its key or channel (see guarded); any other (of the EVALSHA or EVAL, of
 // one of its keys, or of a command the client sent for it, such as CLUSTER
 // SLOTS) comes with the script call's command and keys, and Redis's text
 // says which it was.
 func denied(cmd *redis.Cmd, argv []any) {
 	err := cmd.Err()
-	if err == nil || !redis.HasErrorPrefix(err, "NOPERM") {
+	if err == nil {
+		return
+	}
+	if redis.HasErrorPrefix(err, "unknown command") { // HasErrorPrefix drops a leading "ERR "
+		// Redis quotes the first arguments, which hold tokens and values.
+		cmd.SetErr(&scriptError{fmt.Sprintf("ERR unknown command '%s': scripting is disabled or renamed on this server",
+			strings.ToUpper(fmt.Sprint(argv[0])))})
+		return
+	}
+	if !redis.HasErrorPrefix(err, "NOPERM") {
 		return
 	}
 	msg := err.Error()
