@@ -230,6 +230,8 @@ return 1
 //	                        one queued before it
 //	wakeChannel(lock, m)    m's session's wake-up channel
 //	zremAll(key, ms)        ZREM every member of ms, 100 at a time
+//	keepUntil(leases, at)   the latest of at, every lease end and every
+//	                        tombstone end: when the queue keys may expire
 const luaQueue = `local t = call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local leaseOf = {}
@@ -269,7 +271,9 @@ local function zremAll(key, ms)
 end
 local function keepUntil(leases, at)
   local top = call('ZRANGE', leases, -1, -1, 'WITHSCORES')
-  if top[2] and tonumber(top[2]) > at then return tonumber(top[2]) end
+  if top[2] and tonumber(top[2]) > at then at = tonumber(top[2]) end
+  local low = call('ZRANGE', leases, 0, 0, 'WITHSCORES')
+  if low[2] and -tonumber(low[2]) > at then at = -tonumber(low[2]) end
   return at
 end
 `
@@ -297,12 +301,13 @@ end
 // (tombstone, head, passed leases and tombstones, the latest lease), then (taking) GET and validate the
 // fence key, PUBLISH "A" on the name's channel, SET the fence, SET the lock
 // NX PX, ZREM us and the waiters whose leases passed; or (not taking, the
-// lock free) PUBLISH "W" on the head's wake-up channel (it may have missed
-// its wake-up, or just become the head because the one before it died),
+// lock free) PUBLISH "W" on the head's wake-up channel unless it is ours
+// (it may have missed its wake-up, or just become the head because the one
+// before it died; a head of our own session had the wake-up we had),
 // then (join) ZREM the dead, ZADD our place (kept if we have a live one) and
 // lease, and PEXPIREAT both queue keys to the latest lease end, so that no
 // queue key outlives its last waiter's lease.
-var fairAcquireScript = newScript("ace66dab92ba24320c74aa31ed51f2d7070a1406", guarded(luaFence+luaTake+luaQueue+`
+var fairAcquireScript = newScript("54deaaa0333d3a96cbbbbdab9309082d03e1a129", guarded(luaFence+luaTake+luaQueue+`
 local cur = call('GET', KEYS[1])
 local placed = call('ZSCORE', KEYS[3], ARGV[4])
 if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
@@ -336,7 +341,9 @@ if head and head ~= ARGV[4] then
   ahead = math.max(1, ahead - #dead)
 end
 local keep = keepUntil(KEYS[4], now + ttl)
-if not cur and head then call('PUBLISH', wakeChannel(KEYS[1], head), 'W') end
+if not cur and head and wakeChannel(KEYS[1], head) ~= wakeChannel(KEYS[1], ARGV[4]) then
+  call('PUBLISH', wakeChannel(KEYS[1], head), 'W')
+end
 if ARGV[5] == '1' then
   zremAll(KEYS[3], dead)
   zremAll(KEYS[4], dead)
@@ -358,7 +365,7 @@ return {0, cur or false, pttl, ahead, headLeft}
 // Replies 1 if renewed, 0 if the waiter has no live place (then it writes
 // nothing). It publishes nothing; its writes (ZADD the lease, PEXPIREAT
 // both keys to the latest lease end) come last.
-var keepPlaceScript = newScript("7e54a1170f6bc9ae89067adc36764ec991346e44", guarded(luaQueue+`
+var keepPlaceScript = newScript("e9323e7fbd3863dc4a9c77a94b8ce1db07f21121", guarded(luaQueue+`
 if not lease(KEYS[2], ARGV[1]) or not call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
 local until_ = now + tonumber(ARGV[2])
 local keep = keepUntil(KEYS[2], until_)
@@ -379,7 +386,7 @@ return 1
 // queue reads, PUBLISH "W" on the head's wake-up channel, ZREM from the
 // queue, ZADD the tombstone, PEXPIREAT the leases (to the latest lease or
 // tombstone end).
-var leaveScript = newScript("36d48762f3dafa6165e416e3b9e7a46c8dfd713c", guarded(luaQueue+`
+var leaveScript = newScript("717498339f275b758705bce2adebc65bba76e972", guarded(luaQueue+`
 local placed = call('ZSCORE', KEYS[2], ARGV[1])
 local ends = now + tonumber(ARGV[2])
 local keep = keepUntil(KEYS[3], ends)
@@ -404,7 +411,7 @@ return 0
 // Replies 1 if deleted, 0 if the key is missing or holds another token
 // (then it writes nothing). Order: GET, the queue reads, PUBLISH "R",
 // PUBLISH "W", DEL. It leaves the queue as it is: the next acquire prunes it.
-var fairReleaseScript = newScript("da1452f2d81b16ea1567ea4c28c33850e7f0577b", guarded(luaQueue+`
+var fairReleaseScript = newScript("c1737a9a6875f877f93f861fcc43b62cdeaeeb9d", guarded(luaQueue+`
 local cur = call('GET', KEYS[1])
 if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
   local head = headOf(KEYS[2], KEYS[3], nil)

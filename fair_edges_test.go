@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestReviewFairSameSessionSelfWake: two waiters of one session on one name
+// TestFairSameSessionNeverWakesItself: two waiters of one session on one name
 // share the session's wake-up channel. When the name is free and the head
 // (waiter A) has not taken it yet, the waiter behind it (B) PUBLISHes "W" on
 // the head's session channel (fairAcquireScript: "if not cur and head then
@@ -20,7 +20,7 @@ import (
 // again, and again: a busy loop against Redis for as long as the head is
 // slow to take the free name (up to the head's lease, one TTL). B should
 // sleep until the head's lease can have expired (queueDelay(headLeft)).
-func TestReviewFairSameSessionSelfWake(t *testing.T) {
+func TestFairSameSessionNeverWakesItself(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
 		name, h := fairHeld(t, b, "review-selfwake")
@@ -78,7 +78,7 @@ func TestReviewFairSameSessionSelfWake(t *testing.T) {
 	})
 }
 
-// TestReviewFairTombstoneCutShort: the sessions of a name may have
+// TestFairTombstoneOutlivesShortTTLs: the sessions of a name may have
 // different TTLs. A waiter of a session with a long TTL that gives up leaves
 // a tombstone for its TTL (leaveScript), but the next join or renewal by a
 // waiter of a short-TTL session sets PEXPIREAT on the leases to
@@ -86,7 +86,7 @@ func TestReviewFairSameSessionSelfWake(t *testing.T) {
 // live lease, never at tombstones (negative scores): the tombstone dies
 // with the key after the short TTL, and a late attempt of the waiter that
 // left queues a ghost, which then holds the queue up for the long TTL.
-func TestReviewFairTombstoneCutShort(t *testing.T) {
+func TestFairTombstoneOutlivesShortTTLs(t *testing.T) {
 	m, c := newMini(t)
 	ctx := context.Background()
 	k := newKeys("review-tomb")
