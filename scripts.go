@@ -301,13 +301,12 @@ end
 // (tombstone, head, passed leases and tombstones, the latest lease), then (taking) GET and validate the
 // fence key, PUBLISH "A" on the name's channel, SET the fence, SET the lock
 // NX PX, ZREM us and the waiters whose leases passed; or (not taking, the
-// lock free) PUBLISH "W" on the head's wake-up channel unless it is ours
-// (it may have missed its wake-up, or just become the head because the one
-// before it died; a head of our own session had the wake-up we had),
+// lock free) PUBLISH "W" on the head's wake-up channel (it may have missed
+// its wake-up, or just become the head because the one before it died),
 // then (join) ZREM the dead, ZADD our place (kept if we have a live one) and
 // lease, and PEXPIREAT both queue keys to the latest lease end, so that no
 // queue key outlives its last waiter's lease.
-var fairAcquireScript = newScript("54deaaa0333d3a96cbbbbdab9309082d03e1a129", guarded(luaFence+luaTake+luaQueue+`
+var fairAcquireScript = newScript("2c7ff3ac88bacc5a84a09d255e9d391a32b926e2", guarded(luaFence+luaTake+luaQueue+`
 local cur = call('GET', KEYS[1])
 local placed = call('ZSCORE', KEYS[3], ARGV[4])
 if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
@@ -341,9 +340,7 @@ if head and head ~= ARGV[4] then
   ahead = math.max(1, ahead - #dead)
 end
 local keep = keepUntil(KEYS[4], now + ttl)
-if not cur and head and wakeChannel(KEYS[1], head) ~= wakeChannel(KEYS[1], ARGV[4]) then
-  call('PUBLISH', wakeChannel(KEYS[1], head), 'W')
-end
+if not cur and head then call('PUBLISH', wakeChannel(KEYS[1], head), 'W') end
 if ARGV[5] == '1' then
   zremAll(KEYS[3], dead)
   zremAll(KEYS[4], dead)
