@@ -293,7 +293,12 @@ func contend(t *testing.T, b *backend, n int, d time.Duration, opts ...Option) c
 					res.handovers = append(res.handovers, got.Sub(released))
 				}
 				mu.Unlock()
-				time.Sleep(time.Millisecond + rand.N(19*time.Millisecond)) // the work, not a synchronisation
+				work := time.NewTimer(time.Millisecond + rand.N(19*time.Millisecond)) // 1–20ms of work
+				select {
+				case <-work.C:
+				case <-l.Done(): // lost: the work stops
+					work.Stop()
+				}
 				err = l.Release(context.Background())
 				now := time.Now()
 				hold := now.Sub(got)
