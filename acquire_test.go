@@ -530,3 +530,31 @@ func TestLockReturnsWithItsContextWhileGivingBack(t *testing.T) {
 		lockWithin(t, s, "giveback-hang")
 	})
 }
+
+// A lock key that holds data this package did not write is not another
+// owner's lease (it may have no TTL at all): Lock, Campaign and TryLock
+// return a permanent error at once, naming the key, and leave it as it was.
+// They used to wait for it until their context ended.
+func TestForeignValueAtTheLockKey(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		s := newSession(t, b.client, fastOpts()...)
+		k := newKeys("foreign")
+		b.set(k.lock, "not ours")
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		acquire := map[string]func() error{
+			"Lock":     func() error { _, err := s.Lock(ctx, "foreign"); return err },
+			"TryLock":  func() error { _, err := s.TryLock(ctx, "foreign"); return err },
+			"Campaign": func() error { _, err := mustElection(t, s, "foreign").Campaign(ctx, "v"); return err },
+		}
+		for name, f := range acquire {
+			start := time.Now()
+			err := f()
+			assert.ErrorContains(t, err, "key redisleader:{foreign} holds a value this package did not write", name)
+			assert.NotErrorIs(t, err, ErrLocked, name)
+			assert.NotErrorIs(t, err, context.DeadlineExceeded, "%s waited for a lease that is not one", name)
+			assert.Less(t, time.Since(start), time.Second, name)
+		}
+		assert.Equal(t, "not ours", b.get(k.lock))
+	})
+}

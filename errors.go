@@ -75,6 +75,13 @@ func invalidf(format string, args ...any) error {
 	return &invalidError{fmt.Sprintf(format, args...)}
 }
 
+// foreignValue is the error for a lock key that holds data this package did
+// not write. It is permanent: a blocking acquire returns it rather than wait
+// for a lease that is not one.
+func foreignValue(k keys) error {
+	return &scriptError{fmt.Sprintf("ERR redisleader: key %s holds a value this package did not write; it was left unchanged", k.lock)}
+}
+
 // scriptError is a Redis error reply rewritten to leave out the arguments
 // Redis quoted (see denied).
 type scriptError struct{ msg string }

@@ -86,7 +86,12 @@ func (l *Lock) acquireReply(res []any, err error) acquired {
 		r.ahead, r.headLeft = int(ahead), time.Duration(ms)*time.Millisecond
 	}
 	if stored, ok := res[1].(string); ok {
-		h, _ := parseHolder(stored)
+		h, ok := parseHolder(stored)
+		if !ok {
+			// Not another owner's lease: data someone else wrote, which no
+			// wait or retry will free.
+			return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, foreignValue(l.keys))}
+		}
 		r.fence = h.fence
 	}
 	if len(res) > 2 {
@@ -271,7 +276,7 @@ func (n *node) inspect(ctx context.Context, k keys) (Leader, bool, error) {
 	case !present:
 		return Leader{}, false, nil
 	case !ok:
-		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: key %s holds a value this package did not write", k.name, k.lock)
+		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.name, foreignValue(k))
 	}
 	return Leader{Value: h.value, Fence: h.fence, TTL: ttl}, true, nil
 }

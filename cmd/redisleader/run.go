@@ -393,32 +393,7 @@ func (r *runner) campaign(ctx context.Context, e *redisleader.Election, notBefor
 		}
 	}
 	r.log.infof("campaigning for leadership of %s as %s", r.f.name, printable(r.f.value))
-	if err := foreignKey(ctx, e); err != nil {
-		return nil, err
-	}
-	lead, err := r.campaignOnce(ctx, e)
-	if errors.Is(err, errBusy) {
-		if ferr := foreignKey(context.WithoutCancel(ctx), e); ferr != nil { // written while waiting
-			return nil, ferr
-		}
-	}
-	return lead, err
-}
-
-// foreignKey returns the error of Election.Leader if NAME's key holds data
-// that redisleader did not write: the library's campaign takes such a key
-// for another's lease, and would wait for it for ever (or give up as if
-// NAME were led), in silence. Other errors are left to the campaign, which
-// retries them.
-func foreignKey(ctx context.Context, e *redisleader.Election) error {
-	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
-	defer cancel()
-	_, err := e.Leader(ctx)
-	// The library has no sentinel for it; this is its message (place.go).
-	if err != nil && strings.Contains(err.Error(), "holds a value this package did not write") {
-		return err
-	}
-	return nil
+	return r.campaignOnce(ctx, e)
 }
 
 // campaignOnce campaigns as --try, --wait or neither say.
