@@ -188,7 +188,11 @@ func (a *acquisition) delay(r acquired, err error, locked bool) time.Duration {
 			if r.left >= 0 {
 				wait = min(wait, r.left)
 			}
-			return a.s.queueDelay(wait, a.sub)
+			// Behind the head: until the lease it waits behind (the
+			// head's, or the holder's if that ends first) can have passed;
+			// a renewed lease means sleeping again, a dead head is skipped
+			// by the next attempt.
+			return a.s.followDelay(max(wait, 0), a.sub)
 		}
 		return a.s.followDelay(r.left, a.sub)
 	}

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"time"
-
-	mrand "math/rand/v2"
 )
 
 // Fair mode (WithFairness): waiters are served in the order Redis saw them
@@ -133,20 +131,4 @@ func (a *acquisition) leave(ctx context.Context) {
 		defer s.work.Done()
 		del(context.WithoutCancel(ctx))
 	}()
-}
-
-// queueDelay is how long a waiter behind the head sleeps: until the lease
-// it waits behind can have expired (left to go: the head's, or the
-// holder's if that ends first), plus 1–2ms, unless its wake-up comes
-// first. If that lease is alive, it has been renewed by then and the
-// waiter sleeps again; if the head died, the waiter's next attempt skips
-// it; if the holder died, a waiter that has become the head meanwhile
-// takes over. Without a confirmed subscription it polls at the retry
-// interval.
-func (s *Session) queueDelay(left time.Duration, sub *subscription) time.Duration {
-	d := max(left, 0) + time.Millisecond + mrand.N(time.Millisecond)
-	if sub == nil || !sub.confirmed() {
-		d = min(d, s.retryDelay())
-	}
-	return d
 }

@@ -104,12 +104,14 @@ func fencedWrite(ctx context.Context, c Client, key string, fence int64, argv []
 
 // checkFenced is the input rule of FencedSet and FencedDel.
 func checkFenced(c Client, key string, fence int64) error {
-	switch {
-	case kindOf(c) == kindNil:
+	switch kindOf(c) { // reflection: once
+	case kindNil:
 		return invalidf("fenced write: nil Client")
-	case kindOf(c) == kindRing:
+	case kindRing:
 		// On another shard, the key has no fence record: a stale write would be accepted.
 		return invalidf(ringRejectf, "fenced write: the client", c)
+	}
+	switch {
 	case key == "":
 		return invalidf("fenced write: key must not be empty")
 	case fence < 1 || fence > maxFence:
