@@ -107,22 +107,17 @@ func (e *endpoint) shown() string {
 // exitUsage; otherwise a logger to stderr that hides the URLs and passwords.
 func (c *connFlags) open(cmd string, stderr io.Writer) (*logger, *endpoint, int) {
 	fail := func(format string, a ...any) (*logger, *endpoint, int) {
-		fmt.Fprintf(stderr, "redisleader %s: %s (see redisleader %s --help)\n", cmd, fmt.Sprintf(format, a...), cmd)
-		return nil, nil, exitUsage
+		return nil, nil, usageError(stderr, cmd, format, a...)
 	}
 	e := &endpoint{sentinelMaster: c.sentinelMaster, cluster: c.cluster}
-	urls := c.urls
+	urls, source := c.urls, "--redis URL"
 	if len(urls) == 0 {
-		raw, source := redisURLFrom("")
-		t, err := parseRedisURL(raw, source)
-		if err != nil {
-			fmt.Fprintf(stderr, "redisleader: %v\n", err)
-			return nil, nil, exitUsage
-		}
-		e.targets = append(e.targets, t)
+		var raw string
+		raw, source = redisURLFrom()
+		urls = []string{raw}
 	}
 	for _, raw := range urls {
-		t, err := parseRedisURL(raw, "--redis URL")
+		t, err := parseRedisURL(raw, source)
 		if err != nil {
 			fmt.Fprintf(stderr, "redisleader: %v\n", err)
 			return nil, nil, exitUsage

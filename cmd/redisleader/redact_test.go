@@ -102,7 +102,7 @@ func TestRunLogHidesPassword(t *testing.T) {
 	slog.New(warnHandler{log}).Warn("redisleader: renewal failed; retrying",
 		"err", errors.New("dial "+raw+": refused"), "password", target.opt.Password)
 	long := commandLine([]string{strings.Repeat("x", 60), "--password", target.opt.Password}, target)
-	log.printf("starting %s", long)
+	log.errorf("starting %s", long)
 	out := buf.String()
 	assertNoPassword(t, "run's log", out)
 	assert.Contains(t, out, "redisleader: renewal failed; retrying (err=dial redis://alice:xxxxx@127.0.0.1:6379/0: refused, password=xxxxx)\n")
@@ -298,4 +298,21 @@ func interruptAfterFirstLine(t *testing.T, p *cliProc) {
 		}
 	}
 	p.signal(t, syscall.SIGINT)
+}
+
+// A password that contains a library option's name is hidden before the
+// option names are rewritten into flags: rewriting first would change the
+// password's text and let it through unhidden.
+func TestRunLogHidesPasswordWithOptionNames(t *testing.T) {
+	t.Parallel()
+	pw := pwMarker + "WithTTL(5s)WithTakeoverDelay"
+	raw := "redis://" + url.UserPassword("alice", pw).String() + "@127.0.0.1:6379/0"
+	target, err := parseRedisURL(raw, "--redis URL")
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	log := &logger{w: &buf, target: target}
+	slog.New(warnHandler{log}).Warn("redisleader: see WithTakeoverDelay", "err", errors.New("AUTH "+pw+" refused"))
+	out := buf.String()
+	assert.NotContains(t, out, pwMarker)
+	assert.Contains(t, out, "see --takeover-delay", "option names outside the password are still rewritten")
 }

@@ -16,13 +16,9 @@ const (
 	hidden          = "xxxxx" // what the CLI prints in place of a password
 )
 
-// redisURLFrom returns the URL the commands that use REDIS_URL connect to:
-// --redis if given, else REDIS_URL, else the default; and what to call it in
-// messages.
-func redisURLFrom(flagValue string) (raw, source string) {
-	if flagValue != "" {
-		return flagValue, "--redis URL"
-	}
+// redisURLFrom returns the URL the commands connect to without --redis:
+// REDIS_URL, else the default; and what to call it in messages.
+func redisURLFrom() (raw, source string) {
 	if env := os.Getenv("REDIS_URL"); env != "" {
 		return env, "REDIS_URL"
 	}

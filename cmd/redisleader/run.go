@@ -738,7 +738,6 @@ const (
 	levelError                 // --quiet
 )
 
-func (l *logger) printf(format string, a ...any) { l.logf(levelError, format, a...) }
 func (l *logger) errorf(format string, a ...any) { l.logf(levelError, format, a...) }
 func (l *logger) warnf(format string, a ...any)  { l.logf(levelWarn, format, a...) }
 func (l *logger) infof(format string, a ...any)  { l.logf(levelInfo, format, a...) }
@@ -765,6 +764,9 @@ var optionFlags = map[string]string{"WithTTL": "--ttl", "WithTakeoverDelay": "--
 
 var optionCall = regexp.MustCompile(`\b(With[A-Za-z]+)\(([^)]*)\)`)
 
+// optionName matches a bare option name of optionFlags.
+var optionName = regexp.MustCompile(`\b(WithTTL|WithTakeoverDelay)\b`)
+
 // cliWords replaces "WithTTL(5s)" and "WithTakeoverDelay" in a library
 // message with the flags that set them.
 func cliWords(s string) string {
@@ -775,10 +777,7 @@ func cliWords(s string) string {
 		}
 		return m
 	})
-	for opt, f := range optionFlags {
-		s = regexp.MustCompile(`\b`+opt+`\b`).ReplaceAllString(s, f)
-	}
-	return s
+	return optionName.ReplaceAllStringFunc(s, func(opt string) string { return optionFlags[opt] })
 }
 
 // cliOptionError turns the library's "WithTTL(0s) must be at least 10ms"

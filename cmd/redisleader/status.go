@@ -117,7 +117,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if code := interrupted(ctx); code >= 0 {
 			return code
 		}
-		log.printf("%s", trimPrefix(err))
+		log.errorf("%s", trimPrefix(err))
 		return exitError
 	}
 	leading := err == nil
@@ -183,7 +183,7 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 				out.Leader = &leaderJSON{Value: l.Value, Fence: l.Fence}
 			}
 			if err := enc.Encode(out); err != nil {
-				log.printf("writing output: %v", err)
+				log.errorf("writing output: %v", err)
 				return exitError
 			}
 			continue
@@ -196,7 +196,7 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}
 	if ctx.Err() == nil { // the channel closed by itself: the session closed
-		log.printf("watch of %s ended: the session closed", name)
+		log.errorf("watch of %s ended: the session closed", name)
 		return exitError
 	}
 	return exitOK
@@ -249,13 +249,13 @@ func openElection(ctx context.Context, target *endpoint, name string, log *logge
 		if code := interrupted(ctx); code >= 0 { // stopped, not unreachable
 			return nil, nil, code
 		}
-		log.printf("%v", err)
+		log.errorf("%v", err)
 		return nil, nil, exitError
 	}
 	session, err := redisleader.NewSession(client)
 	if err != nil {
 		_ = client.Close()
-		log.printf("%s", trimPrefix(err))
+		log.errorf("%s", trimPrefix(err))
 		return nil, nil, exitError
 	}
 	closeAll := func() {
@@ -265,7 +265,7 @@ func openElection(ctx context.Context, target *endpoint, name string, log *logge
 	election, err := session.Election(name)
 	if err != nil { // parseName checked the name already
 		closeAll()
-		log.printf("%s", trimPrefix(err))
+		log.errorf("%s", trimPrefix(err))
 		return nil, nil, exitUsage
 	}
 	return election, closeAll, -1

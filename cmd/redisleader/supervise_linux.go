@@ -76,10 +76,8 @@ func supervise(args []string) int {
 	// has to survive it. A signal ignored at start (nohup) stays ignored,
 	// for COMMAND too.
 	forwarded := make(chan os.Signal, 4)
-	for _, s := range stopSignals {
-		if !signal.Ignored(s) {
-			signal.Notify(forwarded, s)
-		}
+	if caught := caughtSignals(); len(caught) > 0 {
+		signal.Notify(forwarded, caught...)
 	}
 	// run may have died before the handler above was installed: its
 	// parentDeathSignal then went unseen (or killed this process before
