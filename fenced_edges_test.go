@@ -19,11 +19,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestFencedTypedNilClient: FencedSet's doc promises "c nil:
-// ErrInvalid; no I/O", and NewSession refuses a typed nil (kindOf's
-// kindNil). A nil *redis.Client (or a nil *redis.ClusterClient) in the
-// Client interface is not == nil, so checkFenced passes it and the call
-// panics in go-redis instead of returning ErrInvalid.
+// A nil *redis.Client or *redis.ClusterClient inside the Client interface
+// is not == nil: FencedSet and FencedDel refuse it with ErrInvalid, no I/O,
+// as NewSession does (kindOf); they used to panic in go-redis.
 func TestFencedTypedNilClient(t *testing.T) {
 	ctx := context.Background()
 	for name, c := range map[string]Client{
@@ -40,14 +38,10 @@ func TestFencedTypedNilClient(t *testing.T) {
 	}
 }
 
-// TestFencedRefusesRing: the README (Install) says a
-// *redis.Ring is refused because each Ring client decides on its own when
-// a shard is down and moves its keys; NewSession and NewRedlockSession
-// refuse one. FencedSet and FencedDel accept one, and the same hazard then
-// breaks fencing: the new owner's client places the key on shard a, a
-// paused former owner's client thinks shard a is down and places the key
-// on shard b, where no fence record exists, so its stale write is accepted.
-// (ringB stands for that client's view: the same Ring with shard a gone.)
+// A *redis.Ring is refused, as by NewSession: each Ring client decides on
+// its own when a shard is down and moves its keys, so a paused former
+// owner's client could write to a shard where the key has no fence record,
+// and its stale write would be accepted. They used to accept one.
 func TestFencedRefusesRing(t *testing.T) {
 	ctx := context.Background()
 	ma, _ := newMini(t)
@@ -113,13 +107,9 @@ func hangingServer(t *testing.T) (addr string, received <-chan struct{}) {
 	return ln.Addr().String(), ch
 }
 
-// TestFencedEndsWithCancelledContext: a fenced write to a Redis that
-// hangs should end when its context is cancelled ("anything else is the
-// Redis or context error"). FencedSet sends one go-redis command and has no
-// bound of its own (Session calls have the call timeout), and go-redis does
-// not watch ctx.Done during a socket read: the call ends only at the
-// client's ReadTimeout (3s by default; never with ReadTimeout -1), with
-// context.Canceled only after that.
+// A fenced write to a Redis that hangs ends with its context: within the
+// call bound (one second) of its start, with an error matching ctx's. It
+// used to end only at the client's ReadTimeout (never with -1).
 func TestFencedEndsWithCancelledContext(t *testing.T) {
 	addr, received := hangingServer(t)
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, DisableIdentity: true, MaxRetries: -1})
@@ -148,12 +138,9 @@ func TestFencedEndsWithCancelledContext(t *testing.T) {
 	}
 }
 
-// TestFencedLockFenceAtTheBound: checkFenced's error says Lock.Fence
-// is within [1, 2^53-1), but the acquire script accepts a stored fence up
-// to 2^53-2 (luaFence: f < 2^53-1) and hands out stored+1 = 2^53-1, which
-// FencedSet then refuses as invalid input: the lock's own fence cannot be
-// used for a fenced write. (Reachable only from a fence key near 2^53, e.g.
-// restored or set by hand.)
+// The largest fence the acquire script can hand out, 2^53−1 (a stored fence
+// of 2^53−2, plus one), is a valid fence for a fenced write; FencedSet used
+// to refuse it as invalid input.
 func TestFencedLockFenceAtTheBound(t *testing.T) {
 	m, c := newMini(t)
 	ctx := context.Background()
@@ -166,17 +153,11 @@ func TestFencedLockFenceAtTheBound(t *testing.T) {
 		"the lock's fence %d is refused by FencedSet", l.Fence())
 }
 
-// TestFencedFailoverLimitIsDocumented: the Fenced writes section
-// lists how a fence record is lost (deleted, expired, evicted: then any
-// fence is accepted), but not that it can go back: a failover with
-// asynchronous replication (Sentinel and the failover client are supported)
-// or a restart from an older snapshot brings back an older {value, fence},
-// and a stale write whose fence lies between the two is then accepted after
-// the newer owner's write was acknowledged. FencedSet has no WAIT level
-// (WithReplicaAcks is for locks only). Here the replica stops replicating
-// (as when the link is cut) just before the new owner's write, and is then
-// promoted: either the acknowledged fence-10 write must have failed, or the
-// stale fence-7 write must be refused.
+// The documented limit of fenced writes (README, Fenced writes: Failover):
+// replication is asynchronous and fenced writes do not wait for replicas,
+// so a failover can bring back an older {value, fence}. Here the replica
+// stops replicating just before the new owner's fence-10 write and is then
+// promoted: the stale fence-7 write is accepted there.
 func TestFencedFailoverLimitIsDocumented(t *testing.T) {
 	primary := redisserver.Start(t)
 	replica := redisserver.Start(t)
@@ -204,12 +185,9 @@ func TestFencedFailoverLimitIsDocumented(t *testing.T) {
 		"the README states this limit")
 }
 
-// TestFencedDelUnderOOM: the README tells users to run with
-// maxmemory-policy noeviction and to remove fenced data with FencedDel
-// rather than DEL. When that Redis is full, FencedDel cannot free anything:
-// its first write is HSET (a deny-oom command, checked before the script
-// has written), so it fails with OOM and HDEL never runs, although the
-// delete would only shrink the key (the fence field exists already).
+// FencedDel frees memory on a full Redis (noeviction): it deletes first,
+// and a script that has written may write on. It used to write the fence
+// first, a deny-oom command, and fail with OOM before deleting anything.
 func TestFencedDelUnderOOM(t *testing.T) {
 	srv := redisserver.Start(t, redisserver.Options{Args: []string{"--maxmemory-policy", "noeviction"}})
 	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
@@ -229,12 +207,10 @@ func TestFencedDelUnderOOM(t *testing.T) {
 	assert.Equal(t, "10", f)
 }
 
-// TestFencedErrorNeverRevealsValue: FencedSet's doc and the README say
-// its errors never give the key's value. On a Redis without scripting
-// commands (renamed away, as some managed services and hardened configs
-// do), Redis answers "ERR unknown command 'evalsha', with args beginning
-// with: ..." and echoes the arguments, the value being written among them;
-// FencedSet wraps that text unchanged.
+// On a Redis whose scripting commands are renamed away, Redis answers
+// "unknown command … with args beginning with: …", quoting the value being
+// written: the error says only which command is missing. It used to pass
+// Redis's text through.
 func TestFencedErrorNeverRevealsValue(t *testing.T) {
 	srv := redisserver.Start(t, redisserver.Options{Args: []string{"--rename-command", "EVALSHA", "", "--rename-command", "EVAL", ""}})
 	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })

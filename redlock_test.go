@@ -323,9 +323,8 @@ func (h lateRaise) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	return next
 }
 
-// Sound check of intended change 2 (passes on HEAD): a Redlock acquire
-// whose quorum reply came after the local deadline keeps its token only
-// for the next attempt. TryLock gives up and leaves no token on any node;
+// A Redlock acquire whose quorum reply came after the local deadline keeps
+// its token only for the next attempt. TryLock gives up and leaves no token on any node;
 // Lock's next attempt confirms the same token and holds.
 func TestRedlockLateQuorumReply(t *testing.T) {
 	for _, block := range []bool{false, true} {

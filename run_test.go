@@ -621,18 +621,15 @@ func closeAfterExpiry(t *testing.T, runTerm bool) (leftOver bool) {
 	return false
 }
 
-// Pre-existing (fails on HEAD and on 3dbfe9b): for a Run term that expired
-// while onElected is still returning, Close clears the stale set but skips
-// the term ("Run deletes it"), and Run does not delete a term that was lost
-// (releaseTerm: ErrExpired). So nobody deletes the token: the next leader
-// waits for the key's TTL instead of taking over at once.
+// Close deletes the token of a Run term that expired while onElected was
+// still returning: Run does not delete a term that was lost, so Close must.
+// It used to skip every term, and the next leader waited out the key's TTL.
 func TestCloseDeletesExpiredRunTermToken(t *testing.T) {
 	assert.False(t, closeAfterExpiry(t, true), "Close left the expired Run term's token in Redis")
 }
 
-// Sound check of intended change 3 (passes on HEAD): Resign, Release and
-// Close racing on a Run term end it once; Run deletes the key; Close waits
-// for that and returns; Run returns ErrSessionClosed.
+// Resign, Release and Close racing on a Run term end it once; Run deletes
+// the key; Close waits for that and returns; Run returns ErrSessionClosed.
 func TestRunTermConcurrentEnds(t *testing.T) {
 	for i := range 30 {
 		m, c := newMini(t)

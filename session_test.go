@@ -150,8 +150,8 @@ func TestConcurrentCloseWaitsForTheFirst(t *testing.T) {
 func runtimeYield() { <-time.After(time.Millisecond) }
 
 // Close deletes the token of a lock that expired locally (it may still be in
-// Redis: the stale-token cleanup exists for it) — for a plain lock. The
-// control case: passes on HEAD and on 3dbfe9b.
+// Redis: the stale-token cleanup exists for it) — for a plain lock, the
+// control case of TestCloseDeletesExpiredRunTermToken.
 func TestCloseDeletesExpiredLockToken(t *testing.T) {
 	assert.False(t, closeAfterExpiry(t, false), "Close left the expired plain lock's token in Redis")
 }

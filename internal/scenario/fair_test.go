@@ -331,7 +331,7 @@ func fairFifty(t *testing.T, id string, restart bool) {
 }
 
 // fairShortWaits is Redisson's wedge (redisson#2883, #3004): candidates
-// loop on campaigns with short waits (5–30ms, far below the holder's
+// loop on campaigns with short waits (5–35ms, far below the holder's
 // holds), so most give up while queued, for 3s, while others hold for a
 // while now and then. Then a newcomer must lead within one TTL of the last
 // holder's release, and the queue keys must be gone. On a machine so loaded
