@@ -221,3 +221,7 @@ func crash(s *Session) {
 	s.watch.close()
 	close(s.closed)
 }
+
+// runtimeYield lets other goroutines run while a test polls, with a
+// deadline, for Redis state that it cannot be told about.
+func runtimeYield() { <-time.After(time.Millisecond) }

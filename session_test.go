@@ -3,6 +3,7 @@ package redisleader
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,23 +69,35 @@ func TestCloseDuringAcquireLeavesNoKey(t *testing.T) {
 	checkNoLeaks(t)
 }
 
-// delayAcquire holds the reply of every acquire (an EVALSHA with two keys)
-// for d, after it has run in Redis.
-type delayAcquire struct{ d time.Duration }
+// holdAcquire holds the reply of the first acquire (an EVALSHA with two
+// keys), after it has run in Redis: ran is closed then, and the reply is
+// handed on once the test closes release.
+type holdAcquire struct {
+	once         sync.Once
+	ran, release chan struct{}
+}
 
-func (h delayAcquire) DialHook(next redis.DialHook) redis.DialHook { return next }
+func newHoldAcquire() *holdAcquire {
+	return &holdAcquire{ran: make(chan struct{}), release: make(chan struct{})}
+}
 
-func (h delayAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *holdAcquire) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *holdAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		if args := cmd.Args(); len(args) > 2 && args[2] == 2 {
-			<-time.After(h.d)
+			first := false
+			h.once.Do(func() { first = true; close(h.ran) })
+			if first {
+				<-h.release
+			}
 		}
 		return err
 	}
 }
 
-func (h delayAcquire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *holdAcquire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
 
@@ -93,7 +106,8 @@ func (h delayAcquire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // its client).
 func TestCloseWaitsForAcquisitionsInFlight(t *testing.T) {
 	_, c := newMini(t)
-	c.AddHook(delayAcquire{100 * time.Millisecond})
+	hold := newHoldAcquire()
+	c.AddHook(hold)
 	s, err := NewSession(c)
 	require.NoError(t, err)
 	errc := make(chan error, 1)
@@ -101,39 +115,38 @@ func TestCloseWaitsForAcquisitionsInFlight(t *testing.T) {
 		_, err := s.TryLock(context.Background(), "in-flight")
 		errc <- err
 	}()
-	// Wait until the acquire has run in Redis (its reply is being held).
-	for {
-		n, err := c.Exists(context.Background(), newKeys("in-flight").lock).Result()
-		require.NoError(t, err)
-		if n == 1 {
-			break
-		}
-		runtimeYield()
-	}
-	require.NoError(t, s.Close(context.Background()))
+	waitClosed(t, hold.ran, 5*time.Second, "the acquire ran in Redis")
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close(context.Background()) }()
+	waitClosed(t, s.Done(), 5*time.Second, "Close started")
+	close(hold.release) // the acquisition's reply arrives after Close started
+	require.NoError(t, recvWithin(t, closed, 5*time.Second, "Close"))
 	n, err := c.Exists(context.Background(), newKeys("in-flight").lock).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "the in-flight acquisition gave its key back before Close returned")
-	assert.ErrorIs(t, <-errc, ErrSessionClosed)
+	assert.ErrorIs(t, recvWithin(t, errc, 5*time.Second, "TryLock"), ErrSessionClosed)
 	checkNoLeaks(t)
 }
 
 func TestConcurrentCloseWaitsForTheFirst(t *testing.T) {
 	_, c := newMini(t)
-	c.AddHook(delayAcquire{100 * time.Millisecond})
+	hold := newHoldAcquire()
+	c.AddHook(hold)
 	s, err := NewSession(c)
 	require.NoError(t, err)
 	go func() { _, _ = s.TryLock(context.Background(), "slow") }()
-	for {
-		n, _ := c.Exists(context.Background(), newKeys("slow").lock).Result()
-		if n == 1 {
-			break
-		}
-		runtimeYield()
-	}
+	waitClosed(t, hold.ran, 5*time.Second, "the acquire ran in Redis")
 	go func() { _ = s.Close(context.Background()) }()
-	<-s.Done() // the first Close has started
-	require.NoError(t, s.Close(context.Background()))
+	waitClosed(t, s.Done(), 5*time.Second, "the first Close started")
+	second := make(chan error, 1)
+	go func() { second <- s.Close(context.Background()) }()
+	select {
+	case <-second:
+		t.Fatal("the second Close returned while the first waits for an acquisition in flight")
+	case <-time.After(50 * time.Millisecond): // a negative observation window, not a synchronisation
+	}
+	close(hold.release)
+	require.NoError(t, recvWithin(t, second, 5*time.Second, "the second Close"))
 	select {
 	case <-s.closed: // the first Close has finished
 	default:
@@ -144,10 +157,6 @@ func TestConcurrentCloseWaitsForTheFirst(t *testing.T) {
 	assert.Zero(t, n, "everything the first Close waits for was done")
 	checkNoLeaks(t)
 }
-
-// runtimeYield lets other goroutines run while a test waits for Redis state
-// that it cannot be told about (a command running inside a hook).
-func runtimeYield() { <-time.After(time.Millisecond) }
 
 // Close deletes the token of a lock that expired locally (it may still be in
 // Redis: the stale-token cleanup exists for it) — for a plain lock, the
