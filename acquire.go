@@ -334,7 +334,6 @@ func (l *Lock) takeover(ctx context.Context) (lost, err error) {
 		case <-l.Done():
 		case <-ctx.Done():
 			if l.end(ErrReleased) {
-				l.s.remove(l)
 				l.dispose(ctx, false)
 			}
 			return nil, ctx.Err()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // bound bounds one Redis call by the call timeout and, when deadline is not
@@ -13,14 +15,31 @@ import (
 // is never unbound ends at its deadline all the same. ctx must not itself
 // come from bound.
 func (s *Session) bound(ctx context.Context, deadline time.Time) context.Context {
-	d := time.Now().Add(s.cfg.callTimeout)
-	if !deadline.IsZero() && deadline.Before(d) {
-		d = deadline
-	}
+	d := s.callDeadline(deadline)
 	if cur, ok := ctx.Deadline(); ok && !cur.After(d) {
 		return ctx
 	}
 	return &boundCtx{Context: ctx, deadline: d, states: &s.dones}
+}
+
+// callDeadline is when a call that starts now must end: after the call
+// timeout, or at deadline (a lease's local deadline) when that is sooner
+// and not zero.
+func (s *Session) callDeadline(deadline time.Time) time.Time {
+	d := time.Now().Add(s.cfg.callTimeout)
+	if !deadline.IsZero() && deadline.Before(d) {
+		d = deadline
+	}
+	return d
+}
+
+// call runs one script on the session's server (its only one: not for
+// Redlock), bounded as bound says, and unbinds its context.
+func (s *Session) call(ctx context.Context, deadline time.Time, sc *script, argv []any) *redis.Cmd {
+	callCtx := s.bound(ctx, deadline)
+	cmd := sc.run(callCtx, s.client, argv)
+	unbind(callCtx)
+	return cmd
 }
 
 // unbind ends a context from bound once its call has returned: its Done

@@ -175,7 +175,6 @@ func (l *Lock) release(ctx context.Context, wait bool) error {
 	}
 	if err == nil {
 		if l.end(ErrReleased) {
-			l.s.remove(l)
 			return l.del(ctx)
 		}
 		err = l.check() // it ended meanwhile
@@ -265,7 +264,6 @@ func (l *Lock) onDeadline() {
 // lose ends the lock because ownership was lost, and logs it.
 func (l *Lock) lose(why error) {
 	if l.end(why) {
-		l.s.remove(l)
 		if why == ErrExpired {
 			l.s.markStale(l, false)
 		}
@@ -273,7 +271,8 @@ func (l *Lock) lose(why error) {
 	}
 }
 
-// end ends the lock with err unless it already ended, reporting whether it did.
+// end ends the lock with err unless it already ended, reporting whether it
+// did, and unregisters it from its session (the heartbeat stops renewing it).
 func (l *Lock) end(err error) bool {
 	l.mu.Lock()
 	if l.err != nil {
@@ -285,6 +284,7 @@ func (l *Lock) end(err error) bool {
 	for _, f := range fs {
 		f()
 	}
+	l.s.remove(l)
 	return true
 }
 

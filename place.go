@@ -187,7 +187,8 @@ func (s *Session) renewArgs(locks []*Lock) [][]any {
 
 // node is the place of a session on one Redis server (also a primary found
 // through Sentinel, or a Cluster, whose client routes each name to its
-// slot's primary). With WithReplicaAcks every write is followed by WAIT on
+// slot's primary); c is the session's client, on which Session.call runs
+// single scripts. With WithReplicaAcks every write is followed by WAIT on
 // the same connection, and a write too few replicas acknowledged does not
 // count.
 type node struct {
@@ -204,15 +205,15 @@ func (n *node) acquire(ctx context.Context, l *Lock, deadline time.Time) acquire
 	if l.w != nil {
 		sc, argv = fairAcquireScript, l.w.argv[:]
 	}
-	callCtx := n.s.bound(ctx, deadline)
 	if acks := n.s.cfg.acks; acks.n == 0 {
-		cmd = sc.run(callCtx, n.c, argv) // the hot path: no slice of commands
+		cmd = n.s.call(ctx, deadline, sc, argv) // the hot path: no slice of commands
 	} else {
 		var cmds []*redis.Cmd
+		callCtx := n.s.bound(ctx, deadline)
 		cmds, ackErr = sc.runAll(callCtx, n.c, [][]any{argv}, acks)
+		unbind(callCtx)
 		cmd = cmds[0]
 	}
-	unbind(callCtx)
 	r := l.acquireReply(cmd.Slice())
 	if r.err == nil && ackErr != nil {
 		// Taken on the primary but not seen by enough replicas: a failover
@@ -244,11 +245,8 @@ func (n *node) renew(ctx context.Context, locks []*Lock, waiters []*waiter, dead
 }
 
 func (n *node) release(ctx context.Context, l *Lock) deleted {
-	callCtx := n.s.bound(ctx, time.Time{})
 	c := releaseCall(l)
-	cmd := c.s.run(callCtx, n.c, c.argv)
-	unbind(callCtx)
-	return deleteReply(cmd)
+	return deleteReply(n.s.call(ctx, time.Time{}, c.s, c.argv))
 }
 
 func (n *node) releaseAll(ctx context.Context, locks []*Lock) []deleted {
@@ -267,9 +265,7 @@ func (n *node) releaseAll(ctx context.Context, locks []*Lock) []deleted {
 }
 
 func (n *node) inspect(ctx context.Context, k keys) (Leader, bool, error) {
-	callCtx := n.s.bound(ctx, time.Time{})
-	h, ttl, present, ok, err := holderReply(inspectScript.run(callCtx, n.c, []any{nil, nil, 1, k.lock}))
-	unbind(callCtx)
+	h, ttl, present, ok, err := holderReply(n.s.call(ctx, time.Time{}, inspectScript, []any{nil, nil, 1, k.lock}))
 	switch {
 	case err != nil:
 		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.name, err)
@@ -282,9 +278,7 @@ func (n *node) inspect(ctx context.Context, k keys) (Leader, bool, error) {
 }
 
 func (n *node) proclaim(ctx context.Context, l *Lock, value string, deadline time.Time) (bool, error) {
-	callCtx := n.s.bound(ctx, deadline)
-	res, err := proclaimScript.run(callCtx, n.c, []any{nil, nil, 1, l.lockArg, l.tokenArg, value}).Int()
-	unbind(callCtx)
+	res, err := n.s.call(ctx, deadline, proclaimScript, []any{nil, nil, 1, l.lockArg, l.tokenArg, value}).Int()
 	return res == 1, err
 }
 

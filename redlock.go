@@ -80,11 +80,7 @@ func (q *quorum) spare() int { return len(q.nodes) - q.need }
 // node must not hold up the quorum. It costs a timer and a few allocations,
 // which the single-node hot path avoids.
 func (q *quorum) bound(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
-	d := time.Now().Add(q.s.cfg.callTimeout)
-	if !deadline.IsZero() && deadline.Before(d) {
-		d = deadline
-	}
-	return context.WithDeadline(ctx, d)
+	return context.WithDeadline(ctx, q.s.callDeadline(deadline))
 }
 
 // onNodesUntil runs f for every node at once, on a context derived from

@@ -185,9 +185,7 @@ func (s *Session) termOf(l *Lock) *term {
 // the delete to Run, and with wait waits until Run has done it (not when
 // ctx comes from the term's own onElected, which cannot return meanwhile).
 func (l *Lock) resignTerm(ctx context.Context, t *term, wait bool) error {
-	if l.end(ErrReleased) {
-		l.s.remove(l)
-	}
+	l.end(ErrReleased)
 	if !wait || termsOf(ctx).has(l) {
 		return nil
 	}
@@ -205,7 +203,6 @@ func (l *Lock) resignTerm(ctx context.Context, t *term, wait bool) error {
 // was lost is not Run's to delete.
 func (l *Lock) releaseTerm(ctx context.Context) error {
 	if l.check() == nil && l.end(ErrReleased) {
-		l.s.remove(l)
 		return l.del(ctx)
 	}
 	if err := l.Err(); err == ErrReleased || errors.Is(err, ErrSessionClosed) {

@@ -219,7 +219,6 @@ func (s *Session) endAll(locks []*Lock, terms map[*Lock]*term) []*Lock {
 	keep := locks[:0]
 	for _, l := range locks {
 		l.end(ErrSessionClosed)
-		s.remove(l)
 		if _, ok := terms[l]; !ok {
 			keep = append(keep, l)
 		}
