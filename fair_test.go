@@ -362,17 +362,17 @@ func TestFairRunTakesTurns(t *testing.T) {
 			mu    sync.Mutex
 			order []string
 		)
-		queuedAll := make(chan string, 16) // every candidate's attempts that found the name taken
-		hook := withAttemptHook(func(_ string, err error) {
-			if errors.Is(err, ErrLocked) {
-				select {
-				case queuedAll <- "":
-				default:
-				}
-			}
-		})
+		queued := make(chan string, 64) // who made an attempt that found the name taken
 		done := make(chan error, 3)
 		for _, who := range []string{"a", "b", "c"} {
+			hook := withAttemptHook(func(_ string, err error) {
+				if errors.Is(err, ErrLocked) {
+					select {
+					case queued <- who:
+					default:
+					}
+				}
+			})
 			e, err := newSession(t, b.client, WithFairness(), hook).Election(name)
 			require.NoError(t, err)
 			go func() {
@@ -382,8 +382,9 @@ func TestFairRunTakesTurns(t *testing.T) {
 					first, last := len(order) == 1, len(order) == terms
 					mu.Unlock()
 					if first { // the two others queue behind the first leader
-						recvWithin(t, queuedAll, 5*time.Second, "a second candidate queued")
-						recvWithin(t, queuedAll, 5*time.Second, "a third candidate queued")
+						if err := othersQueued(queued, who, 5*time.Second); err != nil {
+							return err // Run returns it: the test fails below
+						}
 					}
 					if last {
 						cancel()
@@ -402,4 +403,25 @@ func TestFairRunTakesTurns(t *testing.T) {
 			assert.NotEqual(t, order[i-1], order[i], "term %d went back to %s: %v", i, order[i], order)
 		}
 	})
+}
+
+// othersQueued waits until the two candidates other than who have each made
+// an attempt that found the name taken (their names arrive on queued), or
+// returns an error after d. It runs on Run's goroutine, so it reports
+// rather than failing the test itself.
+func othersQueued(queued <-chan string, who string, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	seen := map[string]bool{}
+	for len(seen) < 2 {
+		select {
+		case q := <-queued:
+			if q != who {
+				seen[q] = true
+			}
+		case <-t.C:
+			return fmt.Errorf("only %d of the two other candidates queued within %v", len(seen), d)
+		}
+	}
+	return nil
 }
