@@ -4,7 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,4 +104,71 @@ func BenchmarkLockPairRatio(b *testing.B) {
 	b.ReportMetric(float64(l.Nanoseconds())/1e3, "lib-p50-µs")
 	b.ReportMetric(float64(l)/float64(r), "lib/raw-p50")
 	b.ReportMetric(float64(lib[len(lib)*99/100])/float64(raw[len(raw)*99/100]), "lib/raw-p99")
+}
+
+// BenchmarkLockParallel runs 16 goroutines, each on its own key, doing
+// acquire+release pairs for a window, raw and library windows alternating
+// (b.N windows of each), and reports each one's pairs/s and their ratio:
+//
+//	go test -run '^$' -bench LockParallel -benchtime 5x .
+func BenchmarkLockParallel(b *testing.B) {
+	const goroutines, window = 16, 300 * time.Millisecond
+	c, s := benchServer(b)
+	ctx := context.Background()
+	run := func(pair func(i int) error) float64 {
+		var (
+			wg    sync.WaitGroup
+			total atomic.Int64
+			stop  = time.Now().Add(window)
+		)
+		start := time.Now()
+		for i := range goroutines {
+			wgGo(&wg, func() {
+				n := int64(0)
+				for time.Now().Before(stop) {
+					if err := pair(i); err != nil {
+						b.Error(err)
+						return
+					}
+					n++
+				}
+				total.Add(n)
+			})
+		}
+		wg.Wait()
+		return float64(total.Load()) / time.Since(start).Seconds()
+	}
+	rawKeys, libKeys := make([]string, goroutines), make([]string, goroutines)
+	for i := range goroutines {
+		rawKeys[i], libKeys[i] = fmt.Sprintf("raw-par-%d", i), fmt.Sprintf("lib-par-%d", i)
+	}
+	var raw, lib []float64
+	for b.Loop() {
+		raw = append(raw, run(func(i int) error {
+			var tok [16]byte
+			_, _ = rand.Read(tok[:])
+			token := hex.EncodeToString(tok[:])
+			if err := c.SetNX(ctx, rawKeys[i], token, 10*time.Second).Err(); err != nil {
+				return err
+			}
+			return rawRelease.Run(ctx, c, []string{rawKeys[i]}, token).Err()
+		}))
+		lib = append(lib, run(func(i int) error {
+			l, err := s.TryLock(ctx, libKeys[i])
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}))
+	}
+	ratios := make([]float64, len(raw))
+	for i := range raw {
+		ratios[i] = lib[i] / raw[i]
+	}
+	slices.Sort(raw)
+	slices.Sort(lib)
+	slices.Sort(ratios)
+	b.ReportMetric(raw[len(raw)/2], "raw-pairs/s")
+	b.ReportMetric(lib[len(lib)/2], "lib-pairs/s")
+	b.ReportMetric(ratios[len(ratios)/2], "lib/raw")
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // bound bounds one Redis call by the call timeout and, when deadline is not
@@ -31,15 +29,6 @@ func (s *Session) callDeadline(deadline time.Time) time.Time {
 		d = deadline
 	}
 	return d
-}
-
-// call runs one script on the session's server (its only one: not for
-// Redlock), bounded as bound says, and unbinds its context.
-func (s *Session) call(ctx context.Context, deadline time.Time, sc *script, argv []any) *redis.Cmd {
-	callCtx := s.bound(ctx, deadline)
-	cmd := sc.run(callCtx, s.client, argv)
-	unbind(callCtx)
-	return cmd
 }
 
 // unbind ends a context from bound once its call has returned: its Done

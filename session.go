@@ -66,6 +66,7 @@ type Session struct {
 	watch   *watcher       // the session's pub/sub connection, started on first use
 	work    sync.WaitGroup // acquisitions in flight and Observe goroutines
 	dones   doneStates     // idle timers for the contexts of bound
+	combine combiner       // calls waiting to share a pipeline (combine.go)
 	// id names the session's wake-up channels and waiters (fair mode)
 	id        string
 	waiterSeq atomic.Uint64 // numbers the session's waiters
@@ -118,6 +119,7 @@ func startSession(client Client, cfg config, newPlace func(*Session) place) *Ses
 		hbDone: make(chan struct{}),
 	}
 	s.waiting = make(map[*waiter]struct{})
+	s.combine.drained.L = &s.combine.mu
 	s.place = newPlace(s)
 	s.watch = &watcher{s: s, chans: make(map[string]*channelSubs)}
 	s.place.each(func(c Client) { warnRiskyClient(c, cfg) })
@@ -235,6 +237,7 @@ func (s *Session) stopped(terms map[*Lock]*term, chain *terms) <-chan struct{} {
 	go func() {
 		<-s.hbDone
 		s.work.Wait()
+		s.closeCombiner()
 		s.watch.close()
 		for l, t := range terms {
 			if !chain.has(l) {

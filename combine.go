@@ -1,0 +1,239 @@
+package redisleader
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Coalescing (flat combining). A session's single script calls on its one
+// server (acquire attempts, releases, inspections, proclamations, a waiter
+// leaving its queue) share pipelines when they overlap. While fewer than
+// maxOnWire calls or batches of the session are on the wire, a caller sends
+// its own command at once, on its own goroutine and context, as it would
+// without coalescing. A call that arrives when maxOnWire are on the wire
+// joins a queue instead; when one of them returns, a flusher goroutine takes
+// the slot over and sends what is queued as one pipeline, batch after batch,
+// until the queue is empty. So a lone caller pays nothing, and concurrent
+// callers pay one round trip and one read and write system call per batch
+// instead of per command.
+//
+// What stays exactly as without coalescing:
+//   - Each caller waits for its own reply until its own context or call
+//     deadline (Session.bound) ends, and not longer. The batch is bounded by
+//     the latest of its callers' deadlines, on a context no caller cancels,
+//     so one caller's cancellation or timeout never fails another caller's
+//     command.
+//   - A caller that gives up before its command was sent takes it out of
+//     the queue: it never reaches Redis. One that gives up after gets its
+//     context's error, which for an acquire is "unknown outcome", never
+//     "held by another": the attempt's token is given back as always. (The
+//     give-back can reach Redis before the batch, on another connection;
+//     the stale-token cleanup, which repeats its delete until the token
+//     must have expired, then deletes it at the next renewal round.)
+//   - Replies are matched to commands one by one; runCalls re-sends a
+//     command that met a server without its script (NOSCRIPT) as EVAL, and
+//     rewrites denied commands, per command. On a Cluster, go-redis splits a
+//     pipeline by slot and follows redirections per command.
+//
+// What changes: a batched command runs on a context without its caller's
+// values (hooks on the user's client see the batch's context), and a
+// server that stops answering holds up the session's queued calls, each
+// until its own deadline, once maxOnWire calls are stuck on it.
+//
+// No goroutine is left: a flusher ends when the queue is empty, and Close
+// waits until nothing is on the wire.
+
+// maxOnWire is how many calls or batches of one session may be on the wire
+// at once; maxBatch bounds the commands in one batch.
+const (
+	maxOnWire = 2
+	maxBatch  = 128
+)
+
+// combiner is a session's queue of calls waiting for a batch.
+type combiner struct {
+	mu      sync.Mutex
+	onWire  int        // calls and flushers on the wire, at most maxOnWire
+	closed  bool       // after Close: calls go straight to Redis, uncounted
+	queue   []*pending // waiting to be sent, oldest first
+	idle    []*pending // pendings for reuse
+	drained sync.Cond  // signalled when onWire drops to 0 after closed
+}
+
+// pending is one queued call.
+type pending struct {
+	s     *script
+	argv  []any     // a copy of the caller's arguments: the caller may reuse its own after it gives up
+	until time.Time // when its caller stops waiting
+	sent  bool      // taken into a batch; under combiner.mu
+	cmd   *redis.Cmd
+	done  chan struct{} // capacity 1: cmd is set
+}
+
+// call runs one script on the session's server (its only one: not for
+// Redlock), bounded as bound says: at once on the caller's goroutine, or in
+// a batch with other calls of the session (see Coalescing above).
+func (s *Session) call(ctx context.Context, deadline time.Time, sc *script, argv []any) *redis.Cmd {
+	c := &s.combine
+	c.mu.Lock()
+	if c.closed || (c.onWire < maxOnWire && len(c.queue) == 0) {
+		counted := !c.closed
+		if counted {
+			c.onWire++
+		}
+		c.mu.Unlock()
+		callCtx := s.bound(ctx, deadline)
+		cmd := sc.run(callCtx, s.client, argv)
+		unbind(callCtx)
+		if counted {
+			s.handOver()
+		}
+		return cmd
+	}
+	callCtx := s.bound(ctx, deadline)
+	p := c.getLocked()
+	p.s, p.argv = sc, append(p.argv[:0], argv...)
+	p.until, _ = callCtx.Deadline() // bound's result always has one
+	c.queue = append(c.queue, p)
+	c.mu.Unlock()
+
+	select {
+	case <-p.done:
+		return s.collect(p, callCtx)
+	case <-callCtx.Done():
+	}
+	err := callCtx.Err()
+	c.mu.Lock()
+	if !p.sent {
+		// Never sent: take it out, so it never reaches Redis.
+		c.queue = slices.DeleteFunc(c.queue, func(q *pending) bool { return q == p })
+		c.putLocked(p)
+		c.mu.Unlock()
+		unbind(callCtx)
+		return errCmd(ctx, argv, err)
+	}
+	c.mu.Unlock()
+	select {
+	case <-p.done: // the reply came as we gave up: take it
+		return s.collect(p, callCtx)
+	default:
+	}
+	// On the wire: the flusher still owns p, and will drop the reply.
+	unbind(callCtx)
+	return errCmd(ctx, argv, err)
+}
+
+// collect returns p's reply and p to the idle list.
+func (s *Session) collect(p *pending, callCtx context.Context) *redis.Cmd {
+	cmd := p.cmd
+	s.combine.mu.Lock()
+	s.combine.putLocked(p)
+	s.combine.mu.Unlock()
+	unbind(callCtx)
+	return cmd
+}
+
+// errCmd is a command that failed with err before, or without, a reply.
+func errCmd(ctx context.Context, argv []any, err error) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, argv...)
+	cmd.SetErr(err)
+	return cmd
+}
+
+// handOver frees the slot of a call that returned: to a flusher when calls
+// are queued, else for the next caller.
+func (s *Session) handOver() {
+	c := &s.combine
+	c.mu.Lock()
+	if len(c.queue) == 0 {
+		c.onWire--
+		if c.onWire == 0 && c.closed {
+			c.drained.Broadcast()
+		}
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	go s.flush()
+}
+
+// flush sends what is queued, a batch at a time, until the queue is empty;
+// it holds one slot meanwhile.
+func (s *Session) flush() {
+	var (
+		batch []*pending
+		calls []call
+	)
+	c := &s.combine
+	for {
+		c.mu.Lock()
+		n := min(len(c.queue), maxBatch)
+		if n == 0 {
+			c.onWire--
+			if c.onWire == 0 && c.closed {
+				c.drained.Broadcast()
+			}
+			c.mu.Unlock()
+			return
+		}
+		batch = append(batch[:0], c.queue[:n]...)
+		rest := copy(c.queue, c.queue[n:])
+		clear(c.queue[rest:])
+		c.queue = c.queue[:rest]
+		for _, p := range batch {
+			p.sent = true
+		}
+		c.mu.Unlock()
+
+		var until time.Time
+		calls = calls[:0]
+		for _, p := range batch {
+			if p.until.After(until) {
+				until = p.until
+			}
+			calls = append(calls, call{p.s, p.argv})
+		}
+		ctx := &boundCtx{Context: context.Background(), deadline: until, states: &s.dones}
+		cmds, _ := runCalls(ctx, s.client, calls, replicaAcks{})
+		unbind(ctx)
+		for i, p := range batch {
+			p.cmd = cmds[i]
+			p.done <- struct{}{}
+		}
+		clear(batch)
+	}
+}
+
+// closeCombiner makes later calls go straight to Redis and waits until no
+// call or batch of the session is on the wire (each ends by its deadline).
+func (s *Session) closeCombiner() {
+	c := &s.combine
+	c.mu.Lock()
+	c.closed = true
+	for c.onWire > 0 {
+		c.drained.Wait()
+	}
+	c.mu.Unlock()
+}
+
+func (c *combiner) getLocked() *pending {
+	if n := len(c.idle); n > 0 {
+		p := c.idle[n-1]
+		c.idle[n-1] = nil
+		c.idle = c.idle[:n-1]
+		return p
+	}
+	return &pending{done: make(chan struct{}, 1)}
+}
+
+func (c *combiner) putLocked(p *pending) {
+	clear(p.argv) // tokens and values
+	p.s, p.cmd, p.sent = nil, nil, false
+	if len(c.idle) < maxBatch {
+		c.idle = append(c.idle, p)
+	}
+}
