@@ -83,20 +83,28 @@ func (r *report) targets(res *results) {
 	if !r.m.pinned {
 		note = " (this run was not pinned: see the note above)"
 	}
-	ratioRow("acquire+release p50 ≤ 1.05× raw (pinned)", p50, p50.med <= 1.05, note)
+	ratioRow("acquire+release p50 ≤ 1.10× raw (pinned)", p50, p50.med <= 1.10, note)
 	par := l.parRate.ratio("redisleader", baseline)
-	ratioRow("16 goroutines, own keys: pairs/s ≥ 0.95× raw", par, par.med >= 0.95, "")
+	ratioRow("16 goroutines, own keys: pairs/s ≥ 1.2× raw", par, par.med >= 1.2, "")
 	acq := l.conAcq.ratio("redisleader", baseline)
-	ratioRow("16 goroutines, one key: acquisitions/s ≥ 0.90× raw", acq, acq.med >= 0.90, "")
+	ratioRow("16 goroutines, one key: acquisitions/s ≥ 1.0× raw", acq, acq.med >= 1.0, "")
 	fail := l.conFail.ratio("redisleader", baseline)
-	ratioRow("16 goroutines, one key: failed tries/s ≥ 0.90× raw", fail, fail.med >= 0.90, "")
+	ratioRow("16 goroutines, one key: failed tries/s ≥ 1.0× raw", fail, fail.med >= 1.0, "")
 	allocs := l.allocs.of("redisleader")
 	r.printf("| ≤ 25 allocs per acquire+release pair | %s | %s |\n", cell(allocs, "%.0f"), verdict(allocs.max <= 25, allocs))
+	seq3 := l.seqRate.ratio(rowRedlock3, rowRedsync3)
+	ratioRow("Redlock-3 sequential pairs/s ≥ redsync-3's", seq3, seq3.med >= 1.0, " (× redsync-3)")
+	par3 := l.parRate.ratio(rowRedlock3, rowRedsync3)
+	ratioRow("Redlock-3 parallel pairs/s ≥ redsync-3's", par3, par3.med >= 1.0, " (× redsync-3)")
+	a3, r3 := l.allocs.of(rowRedlock3), l.allocs.of(rowRedsync3)
+	r.printf("| Redlock-3 allocs per pair ≤ redsync-3's | %s vs %s | %s |\n", cell(a3, "%.0f"), cell(r3, "%.0f"), verdict(a3.max <= r3.min, summary{n: min(a3.n, r3.n)}))
 
 	h := describe(el.handover.all("redisleader"))
 	hs := summary{n: h.n}
 	r.printf("| graceful handover p50 ≤ 0.15 ms | %.3f ms | %s |\n", ms(h.p50), verdict(h.p50 <= 150*time.Microsecond, hs))
 	r.printf("| graceful handover p99 ≤ 0.30 ms | %.3f ms | %s |\n", ms(h.p99), verdict(h.p99 <= 300*time.Microsecond, hs))
+	hr := el.handover.p50s().ratio("redisleader", "raw-push")
+	ratioRow("graceful handover p50 ≤ 1.10× raw-push p50 (same rounds)", hr, hr.med <= 1.10, "")
 	c := describe(el.crash.all(crashRow))
 	r.printf("| crash takeover lag p99 ≤ 5 ms | %.3f ms | %s |\n", ms(c.p99), verdict(c.p99 <= 5*time.Millisecond, summary{n: c.n}))
 	load := scaled(el.attempts.plus(el.pubsub).of("redisleader"), r.cfg.electionTTL.Seconds())
