@@ -192,6 +192,24 @@
 //     that has ended), and the heartbeat keeps deleting it until it must
 //     have expired, in case the attempt reaches Redis later.
 //
+// # Coalescing
+//
+// A session's calls on one server (NewSession) share pipelines when they
+// overlap: while two of its calls are waiting for Redis, the next ones
+// (acquire attempts, releases, Leader reads, Proclaim) queue and go
+// together in the next pipeline, one round trip for all. A lone call is sent
+// at once, as it would be without coalescing. Each call still ends with its
+// own context and call timeout, and one caller's cancellation or timeout
+// never fails another's command; a call cancelled before it was sent never
+// reaches Redis. Renewals are already one pipeline per round. What changes
+// for hooks on the client: a shared pipeline is one ProcessPipelineHook
+// call, on a context without the callers' values. A server that stops
+// answering holds up the calls queued behind the two on the wire, each
+// until its own deadline (the call timeout): with Redis Cluster, a
+// session's calls for a name on a healthy node can wait behind a node that
+// stopped answering. Redlock sessions, and acquires with WithReplicaAcks
+// (each followed by its WAIT), do not coalesce.
+//
 // # Fencing tokens
 //
 // Each acquisition gets a fence = max(last fence + 1, Redis server TIME in
