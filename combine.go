@@ -30,10 +30,13 @@ import (
 //   - A caller that gives up before its command was sent takes it out of
 //     the queue: it never reaches Redis. One that gives up after gets its
 //     context's error, which for an acquire is "unknown outcome", never
-//     "held by another": the attempt's token is given back as always. (The
-//     give-back can reach Redis before the batch, on another connection;
-//     the stale-token cleanup, which repeats its delete until the token
-//     must have expired, then deletes it at the next renewal round.)
+//     "held by another": the attempt's token is given back as always. Its
+//     command may still reach Redis until the batch ends, so until then it
+//     holds its key (unsettled): every later call of the session on that
+//     lock key (the acquisition's next attempt or give-back, a Proclaim, a
+//     delete by Close or the stale-token cleanup) waits for it, bounded by
+//     its own deadline. A session's calls on one key reach Redis in the
+//     order its callers made them.
 //   - Replies are matched to commands one by one; runCalls re-sends a
 //     command that met a server without its script (NOSCRIPT) as EVAL, and
 //     rewrites denied commands, per command. On a Cluster, go-redis splits a
@@ -62,39 +65,47 @@ type combiner struct {
 	queue   []*pending // waiting to be sent, oldest first
 	idle    []*pending // pendings for reuse
 	drained sync.Cond  // signalled when onWire drops to 0 after closed
+	// unsettled holds, per lock key, a call whose caller gave up while its
+	// batch was on the wire, until that batch has ended: the command may
+	// still reach Redis, and no later call on the key may overtake it.
+	unsettled map[any]*pending
 }
 
 // pending is one queued call.
 type pending struct {
-	s     *script
-	argv  []any     // a copy of the caller's arguments: the caller may reuse its own after it gives up
-	until time.Time // when its caller stops waiting
-	sent  bool      // taken into a batch; under combiner.mu
-	cmd   *redis.Cmd
-	done  chan struct{} // capacity 1: cmd is set
+	s         *script
+	argv      []any     // a copy of the caller's arguments: the caller may reuse its own after it gives up
+	until     time.Time // when its caller stops waiting
+	sent      bool      // taken into a batch; under combiner.mu
+	delivered bool      // cmd is set and done signalled; under combiner.mu
+	gaveUp    bool      // its caller returned without the reply; under combiner.mu
+	cmd       *redis.Cmd
+	done      chan struct{} // capacity 1: cmd is set
+	settled   chan struct{} // made when the caller gives up on the wire; closed when the batch has ended
 }
 
 // call runs one script on the session's server (its only one: not for
 // Redlock), bounded as bound says: at once on the caller's goroutine, or in
-// a batch with other calls of the session (see Coalescing above).
+// a batch with other calls of the session (see Coalescing above). It first
+// waits until no earlier call on the same key, given up while its batch was
+// on the wire, can still reach Redis.
 func (s *Session) call(ctx context.Context, deadline time.Time, sc *script, argv []any) *redis.Cmd {
+	callCtx := s.bound(ctx, deadline)
+	defer unbind(callCtx)
 	c := &s.combine
 	c.mu.Lock()
+	if err := c.awaitLocked(callCtx, argv[3]); err != nil {
+		c.mu.Unlock()
+		return errCmd(ctx, argv, err)
+	}
 	if c.closed || (c.onWire < maxOnWire && len(c.queue) == 0) {
-		counted := !c.closed
-		if counted {
+		if !c.closed {
 			c.onWire++
+			defer s.handOver() // also when a hook on the client panics
 		}
 		c.mu.Unlock()
-		callCtx := s.bound(ctx, deadline)
-		cmd := sc.run(callCtx, s.client, argv)
-		unbind(callCtx)
-		if counted {
-			s.handOver()
-		}
-		return cmd
+		return sc.run(callCtx, s.client, argv)
 	}
-	callCtx := s.bound(ctx, deadline)
 	p := c.getLocked()
 	p.s, p.argv = sc, append(p.argv[:0], argv...)
 	p.until, _ = callCtx.Deadline() // bound's result always has one
@@ -103,37 +114,66 @@ func (s *Session) call(ctx context.Context, deadline time.Time, sc *script, argv
 
 	select {
 	case <-p.done:
-		return s.collect(p, callCtx)
+		return c.collect(p)
 	case <-callCtx.Done():
 	}
 	err := callCtx.Err()
 	c.mu.Lock()
-	if !p.sent {
+	switch {
+	case !p.sent:
 		// Never sent: take it out, so it never reaches Redis.
 		c.queue = slices.DeleteFunc(c.queue, func(q *pending) bool { return q == p })
 		c.putLocked(p)
+	case p.delivered: // the reply came as we gave up: take it
 		c.mu.Unlock()
-		unbind(callCtx)
-		return errCmd(ctx, argv, err)
+		<-p.done
+		return c.collect(p)
+	default:
+		// On the wire: the flusher owns p, and holds its key until the
+		// batch has ended.
+		p.gaveUp, p.settled = true, make(chan struct{})
+		if c.unsettled == nil {
+			c.unsettled = make(map[any]*pending)
+		}
+		c.unsettled[p.argv[3]] = p
 	}
 	c.mu.Unlock()
-	select {
-	case <-p.done: // the reply came as we gave up: take it
-		return s.collect(p, callCtx)
-	default:
-	}
-	// On the wire: the flusher still owns p, and will drop the reply.
-	unbind(callCtx)
 	return errCmd(ctx, argv, err)
 }
 
-// collect returns p's reply and p to the idle list.
-func (s *Session) collect(p *pending, callCtx context.Context) *redis.Cmd {
+// awaitLocked waits, with c.mu held but released while it waits, until no
+// call on key that a caller gave up on can still reach Redis, or ctx ends.
+func (c *combiner) awaitLocked(ctx context.Context, key any) error {
+	for {
+		u := c.unsettled[key]
+		if u == nil {
+			return nil
+		}
+		c.mu.Unlock()
+		select {
+		case <-u.settled:
+		case <-ctx.Done():
+			c.mu.Lock()
+			return ctx.Err()
+		}
+		c.mu.Lock()
+	}
+}
+
+// await is awaitLocked for callers that do not hold c.mu.
+func (c *combiner) await(ctx context.Context, key any) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.awaitLocked(ctx, key)
+}
+
+// collect returns the reply of p, whose done signal its caller has
+// received, and p to the idle list.
+func (c *combiner) collect(p *pending) *redis.Cmd {
 	cmd := p.cmd
-	s.combine.mu.Lock()
-	s.combine.putLocked(p)
-	s.combine.mu.Unlock()
-	unbind(callCtx)
+	c.mu.Lock()
+	c.putLocked(p)
+	c.mu.Unlock()
 	return cmd
 }
 
@@ -200,10 +240,20 @@ func (s *Session) flush() {
 		ctx := &boundCtx{Context: context.Background(), deadline: until, states: &s.dones}
 		cmds, _ := runCalls(ctx, s.client, calls, replicaAcks{})
 		unbind(ctx)
+		c.mu.Lock()
 		for i, p := range batch {
 			p.cmd = cmds[i]
+			if p.gaveUp {
+				if c.unsettled[p.argv[3]] == p {
+					delete(c.unsettled, p.argv[3])
+				}
+				close(p.settled)
+				continue
+			}
+			p.delivered = true
 			p.done <- struct{}{}
 		}
+		c.mu.Unlock()
 		clear(batch)
 	}
 }
@@ -232,7 +282,7 @@ func (c *combiner) getLocked() *pending {
 
 func (c *combiner) putLocked(p *pending) {
 	clear(p.argv) // tokens and values
-	p.s, p.cmd, p.sent = nil, nil, false
+	p.s, p.cmd, p.sent, p.delivered = nil, nil, false, false
 	if len(c.idle) < maxBatch {
 		c.idle = append(c.idle, p)
 	}

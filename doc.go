@@ -201,7 +201,8 @@
 // at once, as it would be without coalescing. Each call still ends with its
 // own context and call timeout, and one caller's cancellation or timeout
 // never fails another's command; a call cancelled before it was sent never
-// reaches Redis. Renewals are already one pipeline per round. What changes
+// reaches Redis, and one given up while on its way is never overtaken by a
+// later call of the session on the same name. Renewals are already one pipeline per round. What changes
 // for hooks on the client: a shared pipeline is one ProcessPipelineHook
 // call, on a context without the callers' values. A server that stops
 // answering holds up the calls queued behind the two on the wire, each

@@ -208,11 +208,16 @@ func (n *node) acquire(ctx context.Context, l *Lock, deadline time.Time) acquire
 	if acks := n.s.cfg.acks; acks.n == 0 {
 		cmd = n.s.call(ctx, deadline, sc, argv) // the hot path: no slice of commands
 	} else {
-		var cmds []*redis.Cmd
 		callCtx := n.s.bound(ctx, deadline)
-		cmds, ackErr = sc.runAll(callCtx, n.c, [][]any{argv}, acks)
+		if err := n.s.combine.await(callCtx, argv[3]); err != nil {
+			// An earlier call on the key may still reach Redis (combine.go).
+			cmd = errCmd(ctx, argv, err)
+		} else {
+			var cmds []*redis.Cmd
+			cmds, ackErr = sc.runAll(callCtx, n.c, [][]any{argv}, acks)
+			cmd = cmds[0]
+		}
 		unbind(callCtx)
-		cmd = cmds[0]
 	}
 	r := l.acquireReply(cmd.Slice())
 	if r.err == nil && ackErr != nil {
@@ -249,12 +254,20 @@ func (n *node) release(ctx context.Context, l *Lock) deleted {
 	return deleteReply(n.s.call(ctx, time.Time{}, c.s, c.argv))
 }
 
+// releaseAll first waits until no acquire of these locks that a caller
+// gave up on while its batch was on the wire can still reach Redis (see
+// combine.go), so that the delete comes after it.
 func (n *node) releaseAll(ctx context.Context, locks []*Lock) []deleted {
 	calls := make([]call, len(locks))
 	for i, l := range locks {
 		calls[i] = releaseCall(l)
 	}
 	callCtx := n.s.bound(ctx, time.Time{})
+	for _, l := range locks {
+		if n.s.combine.await(callCtx, l.lockArg) != nil {
+			break // the deletes fail with the context's error
+		}
+	}
 	cmds, _ := runCalls(callCtx, n.c, calls, replicaAcks{})
 	unbind(callCtx)
 	out := make([]deleted, len(cmds))

@@ -548,7 +548,7 @@ func runCalls(ctx context.Context, c Client, calls []call, acks replicaAcks) ([]
 		_ = pipe.Process(ctx, cmds[i])
 	}
 	wait := acks.queue(ctx, pipe)
-	_, _ = pipe.Exec(ctx) // errors are per command
+	failUnsent(cmds, execPipeline(ctx, pipe))
 	// Scan every reply: Exec reports only the first error, and on Cluster
 	// one node may have lost the script while another timed out.
 	var retry redis.Pipeliner
@@ -565,10 +565,31 @@ func runCalls(ctx context.Context, c Client, calls []call, acks replicaAcks) ([]
 	var wait2 *redis.IntCmd
 	if retry != nil {
 		wait2 = acks.queue(ctx, retry)
-		_, _ = retry.Exec(ctx)
+		failUnsent(cmds, execPipeline(ctx, retry))
 	}
 	for i, cl := range calls {
 		denied(cmds[i], cl.argv)
 	}
 	return cmds, acks.check(wait, wait2)
+}
+
+// execPipeline runs a pipeline and returns its error: that of its first failed
+// command, or one that kept every command from running (a hook on the
+// client that refused the pipeline, say).
+func execPipeline(ctx context.Context, pipe redis.Pipeliner) error {
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+// failUnsent gives err to every command that got neither a reply nor an
+// error: one that a pipeline which failed as a whole never ran.
+func failUnsent(cmds []*redis.Cmd, err error) {
+	if err == nil {
+		return
+	}
+	for _, cmd := range cmds {
+		if cmd.Err() == nil && cmd.Val() == nil {
+			cmd.SetErr(err)
+		}
+	}
 }
