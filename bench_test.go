@@ -4,7 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
+	"runtime"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,4 +104,51 @@ func BenchmarkLockPairRatio(b *testing.B) {
 	b.ReportMetric(float64(l.Nanoseconds())/1e3, "lib-p50-µs")
 	b.ReportMetric(float64(l)/float64(r), "lib/raw-p50")
 	b.ReportMetric(float64(lib[len(lib)*99/100])/float64(raw[len(raw)*99/100]), "lib/raw-p99")
+}
+
+// BenchmarkRedlockPair measures one TryLock + Release pair on a Redlock
+// session over three local redis-servers: allocations (exact) and ns/op.
+//
+//	go test -run '^$' -bench RedlockPair -benchmem .
+func BenchmarkRedlockPair(b *testing.B) {
+	var cs []Client
+	for range 3 {
+		srv := redisserver.Start(b)
+		c := srv.Client(b, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+		if err := c.Ping(context.Background()).Err(); err != nil {
+			b.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	s, err := NewRedlockSession(cs, WithTTL(10*time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close(context.Background()) })
+	ctx := context.Background()
+	b.Run("sequential", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			libPair(ctx, b, s)
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetParallelism(16 / max(1, runtime.GOMAXPROCS(0)))
+		var n atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			name := fmt.Sprint("redlock-", n.Add(1))
+			for pb.Next() {
+				l, err := s.TryLock(ctx, name)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := l.Release(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
 }
