@@ -68,7 +68,7 @@ func newRedlock(t *testing.T, cs []Client, opts ...Option) *Session {
 // TestRedlockLock: a Redlock acquisition holds the token on every node,
 // each node with a fence no larger than the acquisition's, the largest
 // being the acquisition's; a second session is refused; Release clears
-// every node and leaves every fence key at least at the acquisition's fence.
+// every node, and the next acquisition's fence is larger.
 func TestRedlockLock(t *testing.T) {
 	ctx := context.Background()
 	ms, cs := redlockNodes(t, 3)
@@ -96,7 +96,6 @@ func TestRedlockLock(t *testing.T) {
 	require.NoError(t, l.Release(ctx))
 	for i, m := range ms {
 		assert.False(t, m.Exists(l.Key()), "node %d", i)
-		assert.GreaterOrEqual(t, fenceKey(t, m, "job"), l.Fence(), "node %d's fence key after Release", i)
 	}
 	lb, err := b.TryLock(ctx, "job")
 	require.NoError(t, err)
@@ -212,14 +211,35 @@ func TestRedlockRenewalAndReleaseWriteTheFenceBack(t *testing.T) {
 		assert.Equal(t, l.Fence(), key, "node %d's fence key after a renewal", i)
 	}
 
-	// Release alone carries the fence too.
+	// Release alone carries the fence too, to the nodes whose clocks have
+	// not passed it: here every node, as node 0's fence key is half a TTL
+	// ahead of the clocks.
+	require.NoError(t, ms[0].Set(newKeys("rw2").fence, fmt.Sprint(ahead)))
 	l2, err := s.TryLock(ctx, "rw2")
 	require.NoError(t, err)
+	require.Equal(t, ahead+1, l2.Fence())
+	require.Less(t, fenceKey(t, ms[1], "rw2"), l2.Fence())
 	require.NoError(t, l2.Release(ctx))
 	for i, m := range ms {
-		stored, err := m.Get(newKeys("rw2").fence)
-		require.NoError(t, err)
-		assert.Equal(t, fmt.Sprint(l2.Fence()), stored, "node %d's fence key after Release", i)
+		assert.Equal(t, l2.Fence(), fenceKey(t, m, "rw2"), "node %d's fence key after Release", i)
+	}
+	l3, err := s.TryLock(ctx, "rw2")
+	require.NoError(t, err)
+	assert.Greater(t, l3.Fence(), l2.Fence())
+	require.NoError(t, l3.Release(ctx))
+
+	// A node whose clock has passed the fence needs no write: whatever it
+	// issues next is larger. Here every node's clock has passed it by the
+	// time of the release.
+	l4, err := s.TryLock(ctx, "rw3")
+	require.NoError(t, err)
+	var before []int64
+	for _, m := range ms {
+		before = append(before, fenceKey(t, m, "rw3"))
+	}
+	require.NoError(t, l4.Release(ctx))
+	for i, m := range ms {
+		assert.Equal(t, before[i], fenceKey(t, m, "rw3"), "node %d's fence key after Release", i)
 	}
 }
 

@@ -257,25 +257,31 @@ return call('PEXPIRE', KEYS[1], ARGV[2])
 
 // redlockReleaseScript is releaseScript for a Redlock session: before it
 // deletes the key it raises the node's fence key to the acquisition's
-// fence F (see quorum.acquire); F 0 (an acquisition that never counted)
-// raises nothing.
+// fence F (see quorum.acquire), unless the node's clock has already passed
+// F (then any later fence it issues is larger anyway); F 0 (an acquisition
+// that never counted) raises nothing.
 //
 //	KEYS[1] lock key, KEYS[2] fence key
 //	ARGV[1] token, ARGV[2] fence F
 //
 // Replies 1 if deleted, 0 (writing nothing) if the key is missing or holds
 // another token. Order: GET the lock key, GET and validate the fence key,
-// PUBLISH "R", SET the fence key (if below F), DEL. A fence key that does
-// not hold a fence is an error that writes nothing: the key stays, and
-// expires with its TTL.
-var redlockReleaseScript = newScript("1ec14a06049a3bc5194c656b22a5fa91c903246c", guarded(luaFence+`
+// TIME, PUBLISH "R", SET the fence key (if below F and TIME in µs is not
+// past F), DEL. A fence key that does not hold a fence is an error that
+// writes nothing: the key stays, and expires with its TTL.
+var redlockReleaseScript = newScript("a1a09857d304aa018981ef9e2dd8f3d3c3b3011b", guarded(luaFence+`
 local cur = call('GET', KEYS[1])
 if not cur or string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\n' then return 0 end
 local stored, err = readFence(KEYS[2])
 if err then return err end
 local f = tonumber(ARGV[2])
+local raise = f > 0 and (not stored or stored < f)
+if raise then
+  local t = call('TIME')
+  raise = t[1] * 1000000 + t[2] <= f
+end
 call('PUBLISH', KEYS[1] .. ':ch', 'R')
-if f > 0 and (not stored or stored < f) then call('SET', KEYS[2], ARGV[2]) end
+if raise then call('SET', KEYS[2], ARGV[2]) end
 call('DEL', KEYS[1])
 return 1
 `))
