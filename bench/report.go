@@ -41,7 +41,7 @@ func (r *report) header(took time.Duration) {
 		kind = "quick run (-quick: short scenarios, one round; its numbers mean little)"
 	}
 	if r.cfg.onlyLocks {
-		kind += ", lock scenarios only (-only locks)"
+		kind = "lock scenarios only (-only locks)"
 	}
 	pinning := "not pinned"
 	if r.m.pinned {
