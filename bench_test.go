@@ -34,13 +34,18 @@ func rawPair(ctx context.Context, b *testing.B, c *redis.Client) {
 }
 
 func libPair(ctx context.Context, b *testing.B, s *Session) {
-	l, err := s.TryLock(ctx, "lib-key")
+	if err := pairOn(ctx, s, "lib-key"); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// pairOn is one TryLock + Release of name.
+func pairOn(ctx context.Context, s *Session, name string) error {
+	l, err := s.TryLock(ctx, name)
 	if err != nil {
-		b.Fatal(err)
+		return err
 	}
-	if err := l.Release(ctx); err != nil {
-		b.Fatal(err)
-	}
+	return l.Release(ctx)
 }
 
 func benchServer(b *testing.B, opts ...Option) (*redis.Client, *Session) {
@@ -139,12 +144,7 @@ func BenchmarkRedlockPair(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			name := fmt.Sprint("redlock-", n.Add(1))
 			for pb.Next() {
-				l, err := s.TryLock(ctx, name)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if err := l.Release(ctx); err != nil {
+				if err := pairOn(ctx, s, name); err != nil {
 					b.Error(err)
 					return
 				}

@@ -259,15 +259,14 @@ func (q *quorum) acquireAll(ctx context.Context, l *Lock, deadline time.Time) []
 	return replies
 }
 
-// raiseFence writes fence back to the nodes that took the key and returns
-// on how many it was stored (it stops waiting once a quorum has, or
-// cannot).
+// raiseFence writes fence back to the nodes that took the key (with
+// redlockRenewScript, which also refreshes their TTL) and returns on how
+// many it was stored (it stops waiting once a quorum has, or cannot).
 func (q *quorum) raiseFence(ctx context.Context, cancel context.CancelFunc, l *Lock, replies []nodeAcquire, fence int64) int {
 	var (
 		mu             sync.Mutex
 		stored, failed int
 	)
-	fs := fmt.Sprint(fence)
 	for i := range replies {
 		if replies[i].r.err != nil {
 			failed++ // a node we do not hold cannot store it
@@ -278,11 +277,11 @@ func (q *quorum) raiseFence(ctx context.Context, cancel context.CancelFunc, l *L
 		if replies[i].r.err != nil {
 			return
 		}
-		argv := []any{nil, nil, 2, l.lockArg, l.keys.fence, l.tokenArg, fs, l.value}
-		n, err := raiseScript.run(ctx, c, argv).Int()
+		argv := []any{nil, nil, 2, l.lockArg, l.argv[4], l.tokenArg, q.s.ttlArg, fence}
+		r := renewReply(redlockRenewScript.run(ctx, c, argv))
 		mu.Lock()
 		defer mu.Unlock()
-		if err == nil && n == 1 {
+		if r == (renewal{}) {
 			stored++
 		} else {
 			failed++

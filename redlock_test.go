@@ -149,7 +149,7 @@ func TestRedlockAcquireWriteBack(t *testing.T) {
 	ms, cs := redlockNodes(t, 3)
 	var raises atomic.Int64
 	for _, c := range cs {
-		c.(*redis.Client).AddHook(scriptCounter{raiseScript, &raises})
+		c.(*redis.Client).AddHook(scriptCounter{redlockRenewScript, &raises})
 	}
 	s := newRedlock(t, cs, slowOpts()...)
 	l1, err := s.TryLock(ctx, "wb")
@@ -521,7 +521,7 @@ func TestRedlockLateQuorumReply(t *testing.T) {
 				ms, cs := redlockNodes(t, 3)
 				sc := acquireScript
 				if writeBack {
-					sc = raiseScript
+					sc = redlockRenewScript // the write-back
 					for _, m := range ms {
 						m.Set(newKeys("late").fence, fmt.Sprint(time.Now().Add(2*time.Second).UnixMicro()))
 					}

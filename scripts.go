@@ -202,32 +202,10 @@ if not cur then return false end
 return {cur, call('PTTL', KEYS[1])}
 `))
 
-// raiseScript writes the fence a Redlock acquisition chose back to a node:
-// into its lock value (so that Leader reads it) and, if larger, into the
-// node's fence key.
-//
-//	KEYS[1] lock key, KEYS[2] fence key
-//	ARGV[1] token, ARGV[2] fence, ARGV[3] value
-//
-// Replies 1, or 0 (writing nothing) if the key does not hold our token.
-// Order: GET the lock key, GET and validate the fence key, SET the fence
-// key (if larger), SET the lock key KEEPTTL. A fence key that does not hold
-// a fence is an error that writes nothing (see luaFence), and a failure
-// between the two SETs leaves the lock with this node's own, smaller fence:
-// a gap, never a fence key behind a lock.
-var raiseScript = newScript("31571c8adcb8abaa8f6d25a378484d4c778f0a5d", guarded(luaFence+`
-local cur = call('GET', KEYS[1])
-if not cur or string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\n' then return 0 end
-local stored, err = readFence(KEYS[2])
-if err then return err end
-if not stored or stored < tonumber(ARGV[2]) then call('SET', KEYS[2], ARGV[2]) end
-call('SET', KEYS[1], ARGV[1] .. '\n' .. ARGV[2] .. '\n' .. ARGV[3], 'KEEPTTL')
-return 1
-`))
-
 // redlockRenewScript is renewScript for a Redlock session: it also writes
 // back the acquisition's fence F (see quorum.acquire), so that the node's
-// fence key is at least F and its lock value carries F.
+// fence key is at least F and its lock value carries F. It is also the
+// acquire's write-back round, when there is one (quorum.raiseFence).
 //
 //	KEYS[1] lock key, KEYS[2] fence key
 //	ARGV[1] token, ARGV[2] TTL in ms, ARGV[3] fence F
@@ -236,7 +214,9 @@ return 1
 // another token. Order: GET the lock key, GET and validate the fence key,
 // SET the fence key (if below F), SET the lock key KEEPTTL (if its fence is
 // not F), PEXPIRE. A fence key that does not hold a fence, or our token
-// without a fence after it, is an error that writes nothing.
+// without a fence after it, is an error that writes nothing (see luaFence),
+// and a failure between the two SETs leaves the lock with this node's own,
+// smaller fence: a gap, never a fence key behind a lock.
 var redlockRenewScript = newScript("deda72b60c223541c33d62686ca13b9208c8646b", guarded(luaFence+`
 local cur = call('GET', KEYS[1])
 if not cur or string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\n' then return 0 end
