@@ -147,11 +147,11 @@
 //     takes the node after the key expired gets a larger fence from that
 //     clock, and before that only the holder's release frees it, which
 //     raises the node's fence key to F before it deletes unless the node's
-//     clock has passed F. Otherwise (a
-//     node's fence key ahead of its clock, or node clocks that disagree, by
-//     about a TTL) F is written back to the fence key of every node that
-//     holds the lock before the acquire returns, and the acquire succeeds
-//     only if a quorum stored it: one more round trip. Every renewal writes
+//     clock has passed F. Otherwise (a node's fence key ahead of its clock,
+//     or node clocks that disagree, by about a TTL) F is written back to the
+//     fence key of every node that holds the lock before the acquire
+//     returns, and the acquire succeeds only if a quorum stored it: one
+//     more round trip. Every renewal writes
 //     F back too, to the fence key and the lock value of every node that
 //     holds the token. Any later acquisition's quorum shares a node with
 //     this one, so fences strictly increase across owners as long as no
