@@ -115,7 +115,9 @@ func TestAcquireIsIdempotentForOwnToken(t *testing.T) {
 		require.Equal(t, int64(1), first[0])
 		b.client.PExpire(ctx, k.lock, 100*time.Millisecond)
 		again := run("tok-a")
-		assert.Equal(t, first, again, "same token: acquired again with the same fence")
+		require.Len(t, again, 3)
+		assert.Equal(t, first[:2], again[:2], "same token: acquired again with the same fence")
+		assert.Greater(t, again[2], first[2], "the TIME the refreshed TTL runs from")
 		pttl, err := b.client.PTTL(ctx, k.lock).Result()
 		require.NoError(t, err)
 		assert.Greater(t, pttl, 500*time.Millisecond, "a confirmed acquire refreshes the TTL")
@@ -124,6 +126,28 @@ func TestAcquireIsIdempotentForOwnToken(t *testing.T) {
 		h, ok := parseHolder(other[1].(string))
 		require.True(t, ok)
 		assert.Equal(t, holder{token: "tok-a", fence: first[1].(int64), value: "v"}, h)
+	})
+}
+
+// The acquire script's key expires exactly when the server's clock passes
+// the TIME it replies with (in ms) plus the TTL, on both paths: Redlock
+// skips its write-back round on that (quorum.fenceSafe). Redis counts a
+// relative PX from the script's start, before its TIME.
+func TestAcquireExpiresFromItsReportedTime(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		if b.name == "miniredis" {
+			t.Skip("miniredis has no PEXPIRETIME")
+		}
+		ctx := context.Background()
+		k := newKeys("expires-at")
+		for _, path := range []string{"take", "refresh"} {
+			res, err := acquireScript.run(ctx, b.client, []any{nil, nil, 2, k.lock, k.fence, "tok", "5000", "v"}).Slice()
+			require.NoError(t, err, path)
+			require.Len(t, res, 3, path)
+			at, err := b.client.PExpireTime(ctx, k.lock).Result()
+			require.NoError(t, err, path)
+			assert.Equal(t, time.Duration(res[2].(int64)/1000+5000)*time.Millisecond, at, path)
+		}
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -34,13 +35,18 @@ func rawPair(ctx context.Context, b *testing.B, c *redis.Client) {
 }
 
 func libPair(ctx context.Context, b *testing.B, s *Session) {
-	l, err := s.TryLock(ctx, "lib-key")
+	if err := pairOn(ctx, s, "lib-key"); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// pairOn is one TryLock + Release of name.
+func pairOn(ctx context.Context, s *Session, name string) error {
+	l, err := s.TryLock(ctx, name)
 	if err != nil {
-		b.Fatal(err)
+		return err
 	}
-	if err := l.Release(ctx); err != nil {
-		b.Fatal(err)
-	}
+	return l.Release(ctx)
 }
 
 func benchServer(b *testing.B, opts ...Option) (*redis.Client, *Session) {
@@ -171,4 +177,46 @@ func BenchmarkLockParallel(b *testing.B) {
 	b.ReportMetric(raw[len(raw)/2], "raw-pairs/s")
 	b.ReportMetric(lib[len(lib)/2], "lib-pairs/s")
 	b.ReportMetric(ratios[len(ratios)/2], "lib/raw")
+}
+
+// BenchmarkRedlockPair measures one TryLock + Release pair on a Redlock
+// session over three local redis-servers: allocations (exact) and ns/op.
+//
+//	go test -run '^$' -bench RedlockPair -benchmem .
+func BenchmarkRedlockPair(b *testing.B) {
+	var cs []Client
+	for range 3 {
+		srv := redisserver.Start(b)
+		c := srv.Client(b, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+		if err := c.Ping(context.Background()).Err(); err != nil {
+			b.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	s, err := NewRedlockSession(cs, WithTTL(10*time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close(context.Background()) })
+	ctx := context.Background()
+	b.Run("sequential", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			libPair(ctx, b, s)
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetParallelism(16 / max(1, runtime.GOMAXPROCS(0)))
+		var n atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			name := fmt.Sprint("redlock-", n.Add(1))
+			for pb.Next() {
+				if err := pairOn(ctx, s, name); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
 }

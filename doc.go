@@ -138,16 +138,32 @@
 //     and renewal rounds stop waiting for such a node once the outcome is
 //     known). Errors on a minority of nodes are retried in the background
 //     and do not fail Release.
-//   - Fences: each node issues max(its last fence + 1, its clock in µs); the
-//     acquisition takes the largest of its quorum and writes it back to the
-//     fence key of every node that holds the lock, and succeeds only if a
-//     quorum stored it. Any later acquisition's quorum shares a node with
-//     this one, so its fence is larger: fences strictly increase across
-//     owners as long as no node loses its data (the same condition as the
-//     lock itself; see below).
+//   - Fences: each node issues max(its last fence + 1, its clock in µs) and
+//     reports the reading t of its clock from which its key's TTL runs (the
+//     key expires when the node's clock passes t + TTL); the acquisition's
+//     fence F is the largest of its quorum. When F < t + TTL on every node
+//     that took the key, the acquire writes nothing more: on each such node
+//     the key lasts until the node's own clock has passed F, so whoever
+//     takes the node after the key expired gets a larger fence from that
+//     clock, and before that only the holder's release frees it, which
+//     raises the node's fence key to F before it deletes unless the node's
+//     clock has passed F. Otherwise (a node's fence key ahead of its clock,
+//     or node clocks that disagree, by about a TTL) F is written back to the
+//     fence key of every node that holds the lock before the acquire
+//     returns, and the acquire succeeds only if a quorum stored it: one
+//     more round trip. Every renewal writes
+//     F back too, to the fence key and the lock value of every node that
+//     holds the token. Any later acquisition's quorum shares a node with
+//     this one, so fences strictly increase across owners as long as no
+//     node loses its data (the same condition as the lock itself; see
+//     below) and no node's clock steps back. The skip needs no agreement
+//     between the nodes' clocks: each node's condition is on its own clock.
 //   - Election.Leader (and Observe) reads every node and reports the holder
-//     found on a quorum, with the fence that holder knows. Pub/sub
-//     notifications come from the first node only; while it is down,
+//     found on a quorum, with the largest fence stored with its token: the
+//     holder's own, except before its first renewal, when a node that took
+//     the token outside the acquisition's quorum (its reply lost or too
+//     late) can hold a larger fence of its own, which Leader then reports.
+//     Pub/sub notifications come from the first node only; while it is down,
 //     waiters poll at the retry interval and Observe reads the quorum when a
 //     lease can have expired.
 //

@@ -24,7 +24,9 @@ type Lock struct {
 	tokenArg any // token, boxed once for script arguments
 	lockArg  any // keys.lock, boxed once for script arguments
 	// argv is the acquire script's argument vector {_, _, 2, lock key,
-	// fence key, token, TTL, value}; only the acquiring goroutine uses it.
+	// fence key, token, TTL, value}; only the acquiring goroutine uses it
+	// whole. Its slots from 2 on never change, so a Redlock renewal or
+	// release may read the boxed fence key (argv[4]) from any goroutine.
 	argv [8]any
 	// w is the fair acquisition this lock belongs to (nil by default).
 	w *waiter

@@ -50,6 +50,9 @@ type acquired struct {
 	// lease has left.
 	ahead    int
 	headLeft time.Duration
+	// at is, on success, the server TIME in µs from which the key's TTL
+	// runs (the acquire script's third element; 0 if the reply has none).
+	at int64
 }
 
 // renewal is the outcome of one lock's renewal: renewed when both fields
@@ -77,6 +80,10 @@ func (l *Lock) acquireReply(res []any, err error) acquired {
 	}
 	if ok, _ := res[0].(int64); ok == 1 {
 		fence, _ := res[1].(int64)
+		if len(res) > 2 {
+			at, _ := res[2].(int64)
+			return acquired{fence: fence, at: at}
+		}
 		return acquired{fence: fence}
 	}
 	r := acquired{ahead: -1}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // NewRedlockSession creates a session whose locks and elections live on a
@@ -77,45 +79,63 @@ func (q *quorum) spare() int { return len(q.nodes) - q.need }
 // with a context that is cancelled at the deadline (context.WithDeadline),
 // so waits that go-redis starts on a context derived from it (dial retries
 // and their backoff, on a node that is down) end at the deadline too: a dead
-// node must not hold up the quorum. It costs a timer and a few allocations,
+// node must not hold up the quorum. Its cancel also ends the operation's
+// grace period (onNodesUntil). It costs a timer and a few allocations,
 // which the single-node hot path avoids.
 func (q *quorum) bound(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(ctx, q.s.callDeadline(deadline))
 }
 
-// onNodesUntil runs f for every node at once, on a context derived from
-// ctx, and waits for all of them. Each f records its result while holding
-// mu; after each one, settled (also under mu) says whether the outcome is
-// known. Once it is, the nodes still working get a grace period as long as
-// the call has taken so far (healthy nodes answer within about the same
-// time, and an acquisition held on every node tolerates more failures
-// later), then the context is cancelled, so that a call waiting on a node
-// that is down (go-redis's dial retries and backoff) ends at once instead of
-// at the call timeout.
-func (q *quorum) onNodesUntil(ctx context.Context, mu *sync.Mutex, settled func() bool, f func(ctx context.Context, i int, c Client)) {
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	start := time.Now()
-	var (
-		wg    sync.WaitGroup
-		grace *time.Timer // started once the outcome is known; under mu
-	)
-	for i, c := range q.nodes {
-		wgGo(&wg, func() {
-			f(cctx, i, c)
-			mu.Lock()
-			defer mu.Unlock()
-			if grace == nil && settled() {
-				grace = time.AfterFunc(time.Since(start)+time.Millisecond, cancel)
-			}
-		})
+// onNodesUntil runs f for every node at once (node 0 on the calling
+// goroutine), on ctx, and waits for all of them. Each f records its result
+// while holding mu; after each one, settled (also under mu) says whether
+// the outcome is known. Once it is, the nodes still working get a grace
+// period as long as the call has taken so far (healthy nodes answer within
+// about the same time, and an acquisition held on every node tolerates more
+// failures later), then cancel (ctx's) is called, so that a call waiting on
+// a node that is down (go-redis's dial retries and backoff) ends at once
+// instead of at the call timeout.
+func (q *quorum) onNodesUntil(ctx context.Context, cancel context.CancelFunc, mu *sync.Mutex, settled func() bool, f func(ctx context.Context, i int, c Client)) {
+	r := nodesRound{q: q, ctx: ctx, cancel: cancel, mu: mu, settled: settled, f: f, start: time.Now()}
+	r.wg.Add(len(q.nodes) - 1)
+	for i := 1; i < len(q.nodes); i++ {
+		go r.node(i)
 	}
-	wg.Wait()
+	r.node(0)
+	r.wg.Wait()
 	mu.Lock()
-	if grace != nil {
-		grace.Stop()
+	if r.grace != nil {
+		r.grace.Stop()
 	}
 	mu.Unlock()
+}
+
+// nodesRound is one onNodesUntil: its arguments, and the grace timer,
+// started once the outcome is known (under mu).
+type nodesRound struct {
+	q       *quorum
+	ctx     context.Context
+	cancel  context.CancelFunc
+	mu      *sync.Mutex
+	settled func() bool
+	f       func(ctx context.Context, i int, c Client)
+	start   time.Time
+	wg      sync.WaitGroup // the nodes other than node 0
+	grace   *time.Timer
+}
+
+// node runs f for node i, then starts the grace period if the outcome has
+// become known.
+func (r *nodesRound) node(i int) {
+	if i > 0 {
+		defer r.wg.Done()
+	}
+	r.f(r.ctx, i, r.q.nodes[i])
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.grace == nil && r.settled() {
+		r.grace = time.AfterFunc(time.Since(r.start)+time.Millisecond, r.cancel)
+	}
 }
 
 // each runs f for every node at once and waits for all of them.
@@ -133,23 +153,28 @@ func (q *quorum) each(f func(c Client)) {
 // acquisitions retry it after a random delay.
 var errNoQuorum = errors.New("no quorum")
 
-// acquire runs the acquire script on every node; with a quorum it writes
-// the largest fence back (raiseFence). Short of a quorum, what was taken is
-// given back.
+// acquire runs the acquire script on every node. With a quorum, the
+// acquisition's fence F is the largest its nodes issued. It is written back
+// (raiseFence, a second round before the acquire returns) only when a node
+// of the quorum could let the key expire before its clock passes F (see
+// fenceSafe); otherwise it travels with the renewals and the release
+// (redlockRenewScript, redlockReleaseScript). Short of a quorum, what was
+// taken is given back.
 func (q *quorum) acquire(ctx context.Context, l *Lock, deadline time.Time) acquired {
 	var (
-		won, locked []int
+		won, locked int
 		fence       int64
 		left        = time.Duration(-1)
 		lastErr     error
 	)
-	for i, r := range q.acquireAll(ctx, l, deadline) {
-		switch {
+	replies := q.acquireAll(ctx, l, deadline)
+	for i := range replies {
+		switch r := &replies[i].r; {
 		case r.err == nil:
-			won = append(won, i)
+			won++
 			fence = max(fence, r.fence)
 		case errors.Is(r.err, ErrLocked):
-			locked = append(locked, i)
+			locked++
 			if r.left >= 0 && (left < 0 || r.left < left) {
 				left = r.left // the earliest a held node can free up
 			}
@@ -157,43 +182,74 @@ func (q *quorum) acquire(ctx context.Context, l *Lock, deadline time.Time) acqui
 			lastErr = r.err
 		}
 	}
-	if len(won) >= q.need {
+	if won >= q.need {
+		if q.fenceSafe(replies, fence) {
+			return acquired{fence: fence}
+		}
 		raiseCtx, cancelRaise := q.bound(ctx, deadline)
-		raised := q.raiseFence(raiseCtx, l, won, fence)
+		raised := q.raiseFence(raiseCtx, cancelRaise, l, replies, fence)
 		cancelRaise()
 		if raised >= q.need {
 			return acquired{fence: fence}
 		}
 		lastErr = fmt.Errorf("the fence was stored on %d of %d nodes", raised, len(q.nodes))
 	}
-	if len(locked) > q.spare() {
-		return acquired{left: left, err: fmt.Errorf("%w on %d of %d nodes", ErrLocked, len(locked), len(q.nodes)), giveBack: true}
+	if locked > q.spare() {
+		return acquired{left: left, err: fmt.Errorf("%w on %d of %d nodes", ErrLocked, locked, len(q.nodes)), giveBack: true}
 	}
 	err := fmt.Errorf("redisleader: acquire %q: %w: acquired on %d of %d nodes (need %d), held by others on %d",
-		l.keys.name, errNoQuorum, len(won), len(q.nodes), q.need, len(locked))
+		l.keys.name, errNoQuorum, won, len(q.nodes), q.need, locked)
 	if lastErr != nil {
 		err = fmt.Errorf("%w; last error: %w", err, lastErr)
 	}
 	return acquired{err: err, giveBack: true}
 }
 
+// fenceSafe reports whether fence can stay unwritten until the renewals
+// and the release carry it: every node that took the key reported the
+// TIME its key's TTL runs from, and fence is below that TIME plus the TTL.
+// The key on such a node then outlives the moment the node's clock passes
+// fence, so whoever takes the node next, after our key expired there, gets
+// a larger fence from the node's clock; before that, only our release can
+// free it, and it raises the node's fence key to fence first. Every later
+// owner's quorum shares a node with ours. See the package documentation,
+// section Redlock.
+func (q *quorum) fenceSafe(replies []nodeAcquire, fence int64) bool {
+	ttl := q.s.cfg.ttl.Microseconds()
+	for i := range replies {
+		if r := &replies[i].r; r.err == nil && (r.at <= 0 || fence >= r.at+ttl) {
+			return false
+		}
+	}
+	return true
+}
+
+// nodeAcquire is one node's acquire call: its argument vector (the lock's,
+// copied: a script call writes the first two slots) and its outcome.
+type nodeAcquire struct {
+	argv [8]any
+	r    acquired
+}
+
 // acquireAll runs the acquire script on every node and returns each one's
 // answer; it stops waiting once a quorum took the key, or none can.
-func (q *quorum) acquireAll(ctx context.Context, l *Lock, deadline time.Time) []acquired {
+func (q *quorum) acquireAll(ctx context.Context, l *Lock, deadline time.Time) []nodeAcquire {
 	callCtx, cancel := q.bound(ctx, deadline)
 	defer cancel()
-	replies := make([]acquired, len(q.nodes))
+	replies := make([]nodeAcquire, len(q.nodes))
+	for i := range replies {
+		replies[i].argv = l.argv
+	}
 	var (
 		mu             sync.Mutex
 		taken, refused int
 	)
 	settled := func() bool { return taken >= q.need || refused > q.spare() }
-	q.onNodesUntil(callCtx, &mu, settled, func(ctx context.Context, i int, c Client) {
-		argv := slices.Clone(l.argv[:])
-		r := l.acquireReply(acquireScript.run(ctx, c, argv).Slice())
+	q.onNodesUntil(callCtx, cancel, &mu, settled, func(ctx context.Context, i int, c Client) {
+		r := l.acquireReply(acquireScript.run(ctx, c, replies[i].argv[:]).Slice())
 		mu.Lock()
 		defer mu.Unlock()
-		replies[i] = r
+		replies[i].r = r
 		if r.err == nil {
 			taken++
 		} else {
@@ -203,25 +259,29 @@ func (q *quorum) acquireAll(ctx context.Context, l *Lock, deadline time.Time) []
 	return replies
 }
 
-// raiseFence writes fence back to the given nodes and returns on how many
-// it was stored (it stops waiting once a quorum has, or cannot).
-func (q *quorum) raiseFence(ctx context.Context, l *Lock, nodes []int, fence int64) int {
+// raiseFence writes fence back to the nodes that took the key (with
+// redlockRenewScript, which also refreshes their TTL) and returns on how
+// many it was stored (it stops waiting once a quorum has, or cannot).
+func (q *quorum) raiseFence(ctx context.Context, cancel context.CancelFunc, l *Lock, replies []nodeAcquire, fence int64) int {
 	var (
 		mu             sync.Mutex
 		stored, failed int
 	)
-	fs := fmt.Sprint(fence)
-	failed = len(q.nodes) - len(nodes) // nodes we do not hold cannot store it
+	for i := range replies {
+		if replies[i].r.err != nil {
+			failed++ // a node we do not hold cannot store it
+		}
+	}
 	settled := func() bool { return stored >= q.need || failed > q.spare() }
-	q.onNodesUntil(ctx, &mu, settled, func(ctx context.Context, i int, c Client) {
-		if !slices.Contains(nodes, i) {
+	q.onNodesUntil(ctx, cancel, &mu, settled, func(ctx context.Context, i int, c Client) {
+		if replies[i].r.err != nil {
 			return
 		}
-		argv := []any{nil, nil, 2, l.lockArg, l.keys.fence, l.tokenArg, fs, l.value}
-		n, err := raiseScript.run(ctx, c, argv).Int()
+		argv := []any{nil, nil, 2, l.lockArg, l.argv[4], l.tokenArg, q.s.ttlArg, fence}
+		r := renewReply(redlockRenewScript.run(ctx, c, argv))
 		mu.Lock()
 		defer mu.Unlock()
-		if err == nil && n == 1 {
+		if r == (renewal{}) {
 			stored++
 		} else {
 			failed++
@@ -231,7 +291,8 @@ func (q *quorum) raiseFence(ctx context.Context, l *Lock, nodes []int, fence int
 }
 
 // renew renews every lock on every node (one pipelined round trip per
-// node, all nodes at once). A lock renewed by a quorum is renewed; one that
+// node, all nodes at once), writing each lock's fence back as it goes
+// (redlockRenewScript). A lock renewed by a quorum is renewed; one that
 // so many nodes no longer hold that no quorum is possible is lost;
 // otherwise its renewal failed.
 func (q *quorum) renew(ctx context.Context, locks []*Lock, _ []*waiter, deadline time.Time) (_, _ []renewal) {
@@ -247,8 +308,12 @@ func (q *quorum) renew(ctx context.Context, locks []*Lock, _ []*waiter, deadline
 		}
 		return true
 	}
-	q.onNodesUntil(callCtx, &mu, settled, func(ctx context.Context, _ int, c Client) {
-		cmds, _ := renewScript.runAll(ctx, c, q.s.renewArgs(locks), replicaAcks{})
+	q.onNodesUntil(callCtx, cancel, &mu, settled, func(ctx context.Context, _ int, c Client) {
+		argvs := make([][]any, len(locks))
+		for j, l := range locks {
+			argvs[j] = []any{nil, nil, 2, l.lockArg, l.argv[4], l.tokenArg, q.s.ttlArg, l.fence}
+		}
+		cmds, _ := redlockRenewScript.runAll(ctx, c, argvs, replicaAcks{})
 		mu.Lock()
 		defer mu.Unlock()
 		for j, cmd := range cmds {
@@ -277,66 +342,106 @@ func (q *quorum) renew(ctx context.Context, locks []*Lock, _ []*waiter, deadline
 	return out, nil
 }
 
+// release is releaseAll for one lock, without its slices of calls.
 func (q *quorum) release(ctx context.Context, l *Lock) deleted {
-	return q.releaseAll(ctx, []*Lock{l})[0]
+	callCtx, cancel := q.bound(ctx, time.Time{})
+	defer cancel()
+	argvs := make([][7]any, len(q.nodes))
+	cmds := make([]*redis.Cmd, len(q.nodes))
+	var wg sync.WaitGroup
+	wg.Add(len(q.nodes) - 1)
+	for i := 1; i < len(q.nodes); i++ {
+		go func() {
+			defer wg.Done()
+			cmds[i] = redlockReleaseScript.run(callCtx, q.nodes[i], l.redlockReleaseArgs(&argvs[i]))
+		}()
+	}
+	cmds[0] = redlockReleaseScript.run(callCtx, q.nodes[0], l.redlockReleaseArgs(&argvs[0]))
+	wg.Wait()
+	var d quorumDeleted
+	for _, cmd := range cmds {
+		d.add(deleteReply(cmd))
+	}
+	return d.outcome(q)
 }
 
-// releaseAll deletes every lock's token on every node, at once, and waits
-// for every node (up to the call timeout): unlike an acquire or a renewal,
-// a delete cut short leaves the token on a healthy node, where it keeps the
-// next owner from a quorum while another node is down. A delete fails if
-// it failed on a quorum of nodes.
+// redlockReleaseArgs fills argv with l's arguments for redlockReleaseScript
+// and returns it as a slice. l.argv[4] is the fence key, boxed once by
+// newLock.
+func (l *Lock) redlockReleaseArgs(argv *[7]any) []any {
+	*argv = [7]any{nil, nil, 2, l.lockArg, l.argv[4], l.tokenArg, l.fence}
+	return argv[:]
+}
+
+// releaseAll deletes every lock's token on every node, at once, raising
+// each node's fence key to the lock's fence first (redlockReleaseScript),
+// and waits for every node (up to the call timeout): unlike an acquire or a
+// renewal, a delete cut short leaves the token on a healthy node, where it
+// keeps the next owner from a quorum while another node is down. A delete
+// fails if it failed on a quorum of nodes.
 func (q *quorum) releaseAll(ctx context.Context, locks []*Lock) []deleted {
-	failed, missing, firstErr := make([]int, len(locks)), make([]int, len(locks)), make([]error, len(locks))
-	argvs := func() [][]any {
-		argvs := make([][]any, len(locks))
-		for i, l := range locks {
-			argvs[i] = releaseArgs(l)
-		}
-		return argvs
-	}
+	ds := make([]quorumDeleted, len(locks))
 	callCtx, cancel := q.bound(ctx, time.Time{})
 	defer cancel()
 	var mu sync.Mutex
 	q.each(func(c Client) {
-		cmds, _ := releaseScript.runAll(callCtx, c, argvs(), replicaAcks{})
+		argvs := make([][]any, len(locks))
+		for i, l := range locks {
+			argvs[i] = l.redlockReleaseArgs(new([7]any))
+		}
+		cmds, _ := redlockReleaseScript.runAll(callCtx, c, argvs, replicaAcks{})
 		mu.Lock()
 		defer mu.Unlock()
 		for i, cmd := range cmds {
-			switch d := deleteReply(cmd); {
-			case d.err != nil:
-				failed[i]++
-				if firstErr[i] == nil {
-					firstErr[i] = d.err
-				}
-			case d.missing:
-				missing[i]++
-			}
+			ds[i].add(deleteReply(cmd))
 		}
 	})
 	out := make([]deleted, len(locks))
-	for i := range locks {
-		out[i] = deleted{retry: failed[i] > 0, missing: missing[i] >= q.need}
-		if failed[i] >= q.need {
-			out[i].err = fmt.Errorf("failed on %d of %d nodes: %w", failed[i], len(q.nodes), firstErr[i])
-		}
+	for i := range ds {
+		out[i] = ds[i].outcome(q)
 	}
 	return out
 }
 
-// holderFence returns the fence the holder of token knows: the one stored
-// with its token on the most nodes (its acquisition wrote it back to a
-// quorum; a node that took the token late, outside that quorum, has its own,
-// later one and is outvoted), the smaller on a tie.
+// quorumDeleted counts one lock's delete outcomes across the nodes.
+type quorumDeleted struct {
+	failed, missing int
+	firstErr        error
+}
+
+func (d *quorumDeleted) add(r deleted) {
+	switch {
+	case r.err != nil:
+		d.failed++
+		if d.firstErr == nil {
+			d.firstErr = r.err
+		}
+	case r.missing:
+		d.missing++
+	}
+}
+
+// outcome is the lock's delete: retried if it failed anywhere, missing if
+// a quorum did not hold the token, failed if it failed on a quorum.
+func (d *quorumDeleted) outcome(q *quorum) deleted {
+	out := deleted{retry: d.failed > 0, missing: d.missing >= q.need}
+	if d.failed >= q.need {
+		out.err = fmt.Errorf("failed on %d of %d nodes: %w", d.failed, len(q.nodes), d.firstErr)
+	}
+	return out
+}
+
+// holderFence returns the fence the holder of token knows: the largest
+// stored with its token. Until the holder's first renewal each node of its
+// quorum may hold the fence it issued itself, of which the acquisition took
+// the largest; a renewal (and a write-back at acquire) stores that one on
+// every node that holds the token. See the package documentation, section
+// Redlock, for the one case where this is larger than the holder's fence.
 func holderFence(held []holder, token string) int64 {
-	counts := map[int64]int{}
 	var fence int64
 	for _, h := range held {
 		if h.token == token {
-			counts[h.fence]++
-			if c, best := counts[h.fence], counts[fence]; c > best || (c == best && h.fence < fence) {
-				fence = h.fence
-			}
+			fence = max(fence, h.fence)
 		}
 	}
 	return fence
@@ -406,7 +511,7 @@ func (q *quorum) readHolders(ctx context.Context, k keys) []nodeHolder {
 		}
 		return best >= q.need || best+len(q.nodes)-answered < q.need
 	}
-	q.onNodesUntil(callCtx, &mu, settled, func(ctx context.Context, i int, c Client) {
+	q.onNodesUntil(callCtx, cancel, &mu, settled, func(ctx context.Context, i int, c Client) {
 		var r nodeHolder
 		r.h, r.ttl, _, r.ok, r.err = holderReply(inspectScript.run(ctx, c, []any{nil, nil, 1, k.lock}))
 		mu.Lock()

@@ -65,15 +65,17 @@ func newRedlock(t *testing.T, cs []Client, opts ...Option) *Session {
 	return s
 }
 
-// TestRedlockLock: a Redlock acquisition holds the token on every node with
-// one fence; a second session is refused; Release clears every node.
+// TestRedlockLock: a Redlock acquisition holds the token on every node,
+// each node with a fence no larger than the acquisition's, the largest
+// being the acquisition's; a second session is refused; Release clears
+// every node, and the next acquisition's fence is larger.
 func TestRedlockLock(t *testing.T) {
 	ctx := context.Background()
 	ms, cs := redlockNodes(t, 3)
 	a, b := newRedlock(t, cs), newRedlock(t, cs)
 	l, err := a.TryLock(ctx, "job")
 	require.NoError(t, err)
-	holding := 0 // a quorum at least; usually every node
+	holding, largest := 0, int64(0) // a quorum at least; usually every node
 	for _, m := range ms {
 		v, err := m.Get(l.Key())
 		if err != nil {
@@ -81,13 +83,14 @@ func TestRedlockLock(t *testing.T) {
 		}
 		h, ok := parseHolder(v)
 		require.True(t, ok)
-		if h.fence == l.Fence() {
-			stored, _ := m.Get(newKeys("job").fence)
-			assert.Equal(t, fmt.Sprint(l.Fence()), stored, "a holding node's fence key")
-			holding++
-		}
+		require.Equal(t, l.token, h.token)
+		assert.LessOrEqual(t, h.fence, l.Fence())
+		assert.GreaterOrEqual(t, fenceKey(t, m, "job"), h.fence, "a holding node's fence key")
+		holding++
+		largest = max(largest, h.fence)
 	}
-	assert.GreaterOrEqual(t, holding, 2, "a quorum stores the acquisition with the quorum's fence")
+	assert.GreaterOrEqual(t, holding, 2, "a quorum holds the token")
+	assert.Equal(t, l.Fence(), largest, "the acquisition's fence is the largest its nodes issued")
 	_, err = b.TryLock(ctx, "job")
 	assert.ErrorIs(t, err, ErrLocked)
 	require.NoError(t, l.Release(ctx))
@@ -97,6 +100,170 @@ func TestRedlockLock(t *testing.T) {
 	lb, err := b.TryLock(ctx, "job")
 	require.NoError(t, err)
 	assert.Greater(t, lb.Fence(), l.Fence())
+}
+
+// fenceKey returns the fence stored in name's fence key on m.
+func fenceKey(t *testing.T, m *miniredis.Miniredis, name string) int64 {
+	t.Helper()
+	stored, err := m.Get(newKeys(name).fence)
+	require.NoError(t, err)
+	var f int64
+	_, err = fmt.Sscan(stored, &f)
+	require.NoError(t, err)
+	return f
+}
+
+// scriptCounter counts the calls of one script through a client.
+type scriptCounter struct {
+	sc *script
+	n  *atomic.Int64
+}
+
+func (h scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 1 && args[1] == h.sc.sha { // not the EVAL after NOSCRIPT
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// slowOpts are options under which no renewal runs during a test.
+func slowOpts() []Option {
+	return []Option{WithTTL(10 * time.Second), WithRenewInterval(3 * time.Second)}
+}
+
+// TestRedlockAcquireWriteBack: an acquisition writes its fence back to the
+// nodes in a second round only when a node's key could expire before the
+// node's clock passes the fence: not when the nodes' fences come from their
+// clocks, but when one node's fence key is ahead of its clock by more than
+// a TTL; then the fence is stored on every node that took the key.
+func TestRedlockAcquireWriteBack(t *testing.T) {
+	ctx := context.Background()
+	ms, cs := redlockNodes(t, 3)
+	var raises atomic.Int64
+	for _, c := range cs {
+		c.(*redis.Client).AddHook(scriptCounter{redlockRenewScript, &raises})
+	}
+	s := newRedlock(t, cs, slowOpts()...)
+	l1, err := s.TryLock(ctx, "wb")
+	require.NoError(t, err)
+	assert.Zero(t, raises.Load(), "fences from the nodes' clocks: one round")
+	require.NoError(t, l1.Release(ctx))
+
+	ahead := time.Now().Add(30 * time.Second).UnixMicro() // 3 TTLs
+	require.NoError(t, ms[1].Set(newKeys("wb").fence, fmt.Sprint(ahead)))
+	l2, err := s.TryLock(ctx, "wb")
+	require.NoError(t, err)
+	assert.Equal(t, ahead+1, l2.Fence())
+	assert.Equal(t, int64(3), raises.Load(), "a fence key 3 TTLs ahead: the write-back round, on every node")
+	for i, m := range ms {
+		v, err := m.Get(l2.Key())
+		require.NoError(t, err, "node %d", i)
+		h, _ := parseHolder(v)
+		assert.Equal(t, l2.Fence(), h.fence, "node %d's lock value", i)
+		stored, _ := m.Get(newKeys("wb").fence)
+		assert.Equal(t, fmt.Sprint(l2.Fence()), stored, "node %d's fence key", i)
+	}
+	require.NoError(t, l2.Release(ctx))
+}
+
+// TestRedlockRenewalAndReleaseWriteTheFenceBack: without a write-back at
+// acquire, each node holds the fence it issued; the first renewal stores the
+// acquisition's on every node that holds the token, lock value and fence
+// key, and Release raises every fence key to it before deleting.
+func TestRedlockRenewalAndReleaseWriteTheFenceBack(t *testing.T) {
+	ctx := context.Background()
+	ms, cs := redlockNodes(t, 3)
+	s := newRedlock(t, cs, slowOpts()...)
+	k := newKeys("rw")
+	// Node 0 issues the largest fence (its key half a TTL ahead of its
+	// clock), the others their clocks: all below it.
+	ahead := time.Now().Add(5 * time.Second).UnixMicro()
+	require.NoError(t, ms[0].Set(k.fence, fmt.Sprint(ahead)))
+	fenceOf := func(m *miniredis.Miniredis) (lock, key int64) {
+		v, err := m.Get(k.lock)
+		require.NoError(t, err)
+		h, ok := parseHolder(v)
+		require.True(t, ok)
+		return h.fence, fenceKey(t, m, "rw")
+	}
+
+	l, err := s.TryLock(ctx, "rw")
+	require.NoError(t, err)
+	require.Equal(t, ahead+1, l.Fence())
+	for i, m := range ms[1:] {
+		lock, key := fenceOf(m)
+		require.Less(t, lock, l.Fence(), "node %d before the first renewal", i+1)
+		require.Equal(t, lock, key, "node %d before the first renewal", i+1)
+	}
+	out, _ := s.place.renew(ctx, []*Lock{l}, nil, time.Time{})
+	require.Equal(t, renewal{}, out[0])
+	for i, m := range ms {
+		lock, key := fenceOf(m)
+		assert.Equal(t, l.Fence(), lock, "node %d's lock value after a renewal", i)
+		assert.Equal(t, l.Fence(), key, "node %d's fence key after a renewal", i)
+	}
+
+	// Release alone carries the fence too, to the nodes whose clocks have
+	// not passed it: here every node, as node 0's fence key is half a TTL
+	// ahead of the clocks.
+	require.NoError(t, ms[0].Set(newKeys("rw2").fence, fmt.Sprint(ahead)))
+	l2, err := s.TryLock(ctx, "rw2")
+	require.NoError(t, err)
+	require.Equal(t, ahead+1, l2.Fence())
+	require.Less(t, fenceKey(t, ms[1], "rw2"), l2.Fence())
+	require.NoError(t, l2.Release(ctx))
+	for i, m := range ms {
+		assert.Equal(t, l2.Fence(), fenceKey(t, m, "rw2"), "node %d's fence key after Release", i)
+	}
+	l3, err := s.TryLock(ctx, "rw2")
+	require.NoError(t, err)
+	assert.Greater(t, l3.Fence(), l2.Fence())
+	require.NoError(t, l3.Release(ctx))
+
+	// A node whose clock has passed the fence needs no write: whatever it
+	// issues next is larger. Here every node's clock has passed it by the
+	// time of the release.
+	l4, err := s.TryLock(ctx, "rw3")
+	require.NoError(t, err)
+	var before []int64
+	for _, m := range ms {
+		before = append(before, fenceKey(t, m, "rw3"))
+	}
+	require.NoError(t, l4.Release(ctx))
+	for i, m := range ms {
+		assert.Equal(t, before[i], fenceKey(t, m, "rw3"), "node %d's fence key after Release", i)
+	}
+}
+
+// TestRedlockRenewalRefusesAForeignFenceKey: a fence key someone else
+// overwrote makes that node's renewal an error that writes nothing (not
+// even the TTL); the other two renew.
+func TestRedlockRenewalRefusesAForeignFenceKey(t *testing.T) {
+	ctx := context.Background()
+	ms, cs := redlockNodes(t, 3)
+	s := newRedlock(t, cs, slowOpts()...)
+	l, err := s.TryLock(ctx, "foreign")
+	require.NoError(t, err)
+	require.NoError(t, ms[2].Set(l.keys.fence, "not a fence"))
+	ms[2].SetTTL(l.keys.lock, time.Second)
+	before, _ := ms[2].Get(l.keys.lock)
+	out, _ := s.place.renew(ctx, []*Lock{l}, nil, time.Time{})
+	assert.Equal(t, renewal{}, out[0], "renewed on a quorum")
+	after, _ := ms[2].Get(l.keys.lock)
+	assert.Equal(t, before, after)
+	assert.Equal(t, time.Second, ms[2].TTL(l.keys.lock), "the TTL on the node with the foreign fence key")
+	stored, _ := ms[2].Get(l.keys.fence)
+	assert.Equal(t, "not a fence", stored)
+	require.NoError(t, l.Release(ctx), "a release that fails on one node of three succeeds")
+	assert.True(t, ms[2].Exists(l.keys.lock), "the foreign fence key's node keeps the key until its TTL")
 }
 
 // TestRedlockFencesSurviveANodeAhead: a node whose fence counter is far
@@ -252,16 +419,34 @@ func TestRedlockRetryKeepsItsToken(t *testing.T) {
 // holder never saw; Leader must report the holder's own fence.
 func TestRedlockLeaderReportsTheHoldersFence(t *testing.T) {
 	ms, cs := redlockNodes(t, 3)
-	s := newRedlock(t, cs)
+	s := newRedlock(t, cs, slowOpts()...)
 	ctx := context.Background()
+	// Before the first renewal each node holds the fence it issued: node 2's
+	// key half a TTL ahead makes it the largest, the acquisition's.
+	k := newKeys("fenced")
+	require.NoError(t, ms[2].Set(k.fence, fmt.Sprint(time.Now().Add(5*time.Second).UnixMicro())))
 	l, err := mustElection(t, s, "fenced").Campaign(ctx, "me")
 	require.NoError(t, err)
-	late := l.fence + 1000
-	ms[2].Set(l.keys.lock, fmt.Sprintf("%s\n%d\n%s", l.token, late, l.value))
-	ms[2].SetTTL(l.keys.lock, time.Second)
 	leader, err := mustElection(t, newRedlock(t, cs), "fenced").Leader(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, l.Fence(), leader.Fence, "the fence the holder knows, not node 2's %d", late)
+	assert.Equal(t, l.Fence(), leader.Fence, "before the first renewal")
+
+	// After a renewal, a node that took the token late with its own, larger
+	// fence (node 0 here) is rewritten by the next renewal; until then, the
+	// largest is reported (see doc.go).
+	out, _ := s.place.renew(ctx, []*Lock{l}, nil, time.Time{})
+	require.Equal(t, renewal{}, out[0])
+	late := l.fence + 1000
+	ms[0].Set(l.keys.lock, fmt.Sprintf("%s\n%d\n%s", l.token, late, l.value))
+	ms[0].SetTTL(l.keys.lock, time.Second)
+	leader, err = mustElection(t, newRedlock(t, cs), "fenced").Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, late, leader.Fence, "a late node's fence, until the next renewal")
+	out, _ = s.place.renew(ctx, []*Lock{l}, nil, time.Time{})
+	require.Equal(t, renewal{}, out[0])
+	leader, err = mustElection(t, newRedlock(t, cs), "fenced").Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, l.Fence(), leader.Fence, "after the next renewal")
 }
 
 // failFirstRelease fails the first release script sent through it.
@@ -300,71 +485,86 @@ func TestRedlockGiveBackLeftoverIsCleaned(t *testing.T) {
 		"the token on the node whose give-back failed (TTL 3s) is still there")
 }
 
-// lateRaise delays the reply of the first raiseFence on a node past the
+// lateReply delays the reply of the first call of sc on a node past the
 // lease's local deadline (the node has run it; only the reply is late).
-type lateRaise struct {
+type lateReply struct {
+	sc   *script
 	d    time.Duration
 	done *atomic.Bool
 }
 
-func (h lateRaise) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h lateReply) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (h lateRaise) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h lateReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if args := cmd.Args(); err == nil && len(args) > 1 && (args[1] == raiseScript.sha || args[1] == raiseScript.src) && h.done.CompareAndSwap(false, true) {
+		if args := cmd.Args(); err == nil && len(args) > 1 && (args[1] == h.sc.sha || args[1] == h.sc.src) && h.done.CompareAndSwap(false, true) {
 			<-time.After(h.d) // latency, not synchronisation
 		}
 		return err
 	}
 }
 
-func (h lateRaise) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h lateReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
 
 // A Redlock acquire whose quorum reply came after the local deadline keeps
-// its token only for the next attempt. TryLock gives up and leaves no token on any node;
-// Lock's next attempt confirms the same token and holds.
+// its token only for the next attempt, whether the acquire script's reply
+// was late or the write-back's (all fence keys 3 TTLs ahead). TryLock gives
+// up and leaves no token on any node; Lock's next attempt confirms the same
+// token and holds, with the largest fence its nodes hold.
 func TestRedlockLateQuorumReply(t *testing.T) {
-	for _, block := range []bool{false, true} {
-		t.Run(fmt.Sprint("block=", block), func(t *testing.T) {
-			ms, cs := redlockNodes(t, 3)
-			for _, c := range cs {
-				c.(*redis.Client).AddHook(lateRaise{d: 700 * time.Millisecond, done: new(atomic.Bool)})
-			}
-			attempts := make(chan error, 10)
-			s := newRedlock(t, cs, withAttemptHook(func(_ string, err error) { attempts <- err }))
-			ctx := context.Background()
-			var (
-				l   *Lock
-				err error
-			)
-			if block {
-				l, err = s.Lock(ctx, "late")
-			} else {
-				l, err = s.TryLock(ctx, "late")
-			}
-			first := <-attempts
-			require.ErrorContains(t, first, "after the lease's local deadline")
-			key := newKeys("late").lock
-			if !block {
-				require.Error(t, err)
-				for i, m := range ms {
-					assert.False(t, m.Exists(key), "node %d keeps a token TryLock gave up", i)
+	for _, writeBack := range []bool{false, true} {
+		for _, block := range []bool{false, true} {
+			t.Run(fmt.Sprint("writeBack=", writeBack, ",block=", block), func(t *testing.T) {
+				ms, cs := redlockNodes(t, 3)
+				sc := acquireScript
+				if writeBack {
+					sc = redlockRenewScript // the write-back
+					for _, m := range ms {
+						m.Set(newKeys("late").fence, fmt.Sprint(time.Now().Add(2*time.Second).UnixMicro()))
+					}
 				}
-				return
-			}
-			require.NoError(t, err)
-			require.True(t, l.Held())
-			for i, m := range ms {
-				v, err := m.Get(key)
-				require.NoError(t, err, "node %d", i)
-				h, _ := parseHolder(v)
-				assert.Equal(t, l.token, h.token, "node %d", i)
-				assert.Equal(t, l.Fence(), h.fence, "node %d", i)
-			}
-			require.NoError(t, l.Release(ctx))
-		})
+				for _, c := range cs {
+					c.(*redis.Client).AddHook(lateReply{sc: sc, d: 700 * time.Millisecond, done: new(atomic.Bool)})
+				}
+				attempts := make(chan error, 10)
+				s := newRedlock(t, cs, withAttemptHook(func(_ string, err error) { attempts <- err }))
+				ctx := context.Background()
+				var (
+					l   *Lock
+					err error
+				)
+				if block {
+					l, err = s.Lock(ctx, "late")
+				} else {
+					l, err = s.TryLock(ctx, "late")
+				}
+				first := <-attempts
+				require.ErrorContains(t, first, "after the lease's local deadline")
+				key := newKeys("late").lock
+				if !block {
+					require.Error(t, err)
+					for i, m := range ms {
+						assert.False(t, m.Exists(key), "node %d keeps a token TryLock gave up", i)
+					}
+					return
+				}
+				require.NoError(t, err)
+				require.True(t, l.Held())
+				largest := int64(0)
+				for i, m := range ms {
+					v, err := m.Get(key)
+					require.NoError(t, err, "node %d", i)
+					h, _ := parseHolder(v)
+					assert.Equal(t, l.token, h.token, "node %d", i)
+					assert.LessOrEqual(t, h.fence, l.Fence(), "node %d", i)
+					largest = max(largest, h.fence)
+				}
+				assert.Equal(t, l.Fence(), largest)
+				require.NoError(t, l.Release(ctx))
+			})
+		}
 	}
 }

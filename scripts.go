@@ -69,10 +69,16 @@ end
 // and an error reply, written nowhere, when the fence key (KEYS[2]) does
 // not hold a fence. The fence is max(stored + 1, server TIME in µs); when
 // it is TIME's, its decimal is TIME's two strings joined (the µs padded to
-// six digits), sparing string.format. Order: GET and validate the fence
-// key, PUBLISH "A" on the name's channel, SET the fence key, SET the lock
-// key (KEYS[1]) NX PX.
-const luaTake = `local function take(t)
+// six digits), sparing string.format. The key expires at expiresAt(t): t in
+// ms plus the TTL, so that its expiry is known from t exactly (Redis would
+// otherwise count PX from the start of the script, a little before TIME;
+// Redlock relies on this, see quorum.acquire). Order: GET and validate the
+// fence key, PUBLISH "A" on the name's channel, SET the fence key, SET the
+// lock key (KEYS[1]) NX PXAT.
+const luaTake = `local function expiresAt(t)
+  return string.format('%.0f', t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[2]))
+end
+local function take(t)
   local fence = t[1] * 1000000 + t[2]
   local stored, err = readFence(KEYS[2])
   if err then return nil, err end
@@ -85,7 +91,7 @@ const luaTake = `local function take(t)
   end
   call('PUBLISH', KEYS[1] .. ':ch', 'A')
   call('SET', KEYS[2], fs)
-  call('SET', KEYS[1], ARGV[1] .. '\n' .. fs .. '\n' .. ARGV[3], 'NX', 'PX', ARGV[2])
+  call('SET', KEYS[1], ARGV[1] .. '\n' .. fs .. '\n' .. ARGV[3], 'NX', 'PXAT', expiresAt(t))
   return fence
 end
 `
@@ -97,35 +103,40 @@ end
 //
 // Replies:
 //
-//	{1, fence}            acquired now, or already ours (idempotent: a retried
+//	{1, fence, time}      acquired now, or already ours (idempotent: a retried
 //	                      or ambiguous acquire succeeds with the same fence and
-//	                      a refreshed TTL, never "held by another")
+//	                      a refreshed TTL, never "held by another"); time is
+//	                      the server TIME in µs from which the key's TTL runs
+//	                      (it expires when the server's clock passes time in
+//	                      ms plus the TTL)
 //	{0, stored, pttl}     held by another owner: its stored value and PTTL in ms
 //
-// The fence is max(stored + 1, server TIME in µs). Order: GET the lock key
-// (held: PEXPIRE if ours, the only write on that path, else PTTL); TIME; GET
-// the fence key and validate it; PUBLISH "A"; SET the fence key; SET the lock
-// key NX PX. So a denied command or channel, a key of the wrong type or a
-// fence key that does not hold a fence (an error, never silently reset:
+// The fence is max(stored + 1, server TIME in µs). Order: GET the lock key;
+// TIME; (held: PEXPIREAT if ours, the only write on that path, else PTTL);
+// GET the fence key and validate it; PUBLISH "A"; SET the fence key; SET the
+// lock key NX PXAT. So a denied command or channel, a key of the wrong type
+// or a fence key that does not hold a fence (an error, never silently reset:
 // fences must not go backwards) leaves both keys untouched, and a failure
 // between the two SETs leaves a gap in the fences, never a lock without a
 // fence. Fences stay monotonic when Redis loses data (restart without
 // persistence, old snapshot) unless the server clock also goes back.
 // Numbers up to 2^53 are exact in Lua; µs since 1970 stay below that for
 // centuries.
-var acquireScript = newScript("b98e0b405f5ff5f6e8a62dc3eba3feb2b570918c", guarded(luaFence+luaTake+`
+var acquireScript = newScript("3241015d82dc789d637e73b30aea5a5ad3d87c51", guarded(luaFence+luaTake+`
 local cur = call('GET', KEYS[1])
+local t = call('TIME')
+local now = t[1] * 1000000 + t[2]
 if cur then
   if string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
-    call('PEXPIRE', KEYS[1], ARGV[2])
+    call('PEXPIREAT', KEYS[1], expiresAt(t))
     local f = string.sub(cur, #ARGV[1] + 2)
-    return {1, tonumber(string.sub(f, 1, string.find(f, '\n', 1, true) - 1))}
+    return {1, tonumber(string.sub(f, 1, string.find(f, '\n', 1, true) - 1)), now}
   end
   return {0, cur, call('PTTL', KEYS[1])}
 end
-local fence, err = take(call('TIME'))
+local fence, err = take(t)
 if err then return err end
-return {1, fence}
+return {1, fence, now}
 `))
 
 // renewScript extends the TTL if, and only if, the key holds our token.
@@ -198,26 +209,67 @@ if not cur then return false end
 return {cur, call('PTTL', KEYS[1])}
 `))
 
-// raiseScript writes the fence a Redlock acquisition chose back to a node:
-// into its lock value (so that Leader reads it) and, if larger, into the
-// node's fence key.
+// redlockRenewScript is renewScript for a Redlock session: it also writes
+// back the acquisition's fence F (see quorum.acquire), so that the node's
+// fence key is at least F and its lock value carries F. It is also the
+// acquire's write-back round, when there is one (quorum.raiseFence).
 //
 //	KEYS[1] lock key, KEYS[2] fence key
-//	ARGV[1] token, ARGV[2] fence, ARGV[3] value
+//	ARGV[1] token, ARGV[2] TTL in ms, ARGV[3] fence F
 //
-// Replies 1, or 0 (writing nothing) if the key does not hold our token.
-// Order: GET the lock key, GET and validate the fence key, SET the fence
-// key (if larger), SET the lock key KEEPTTL. A fence key that does not hold
-// a fence is an error that writes nothing (see luaFence), and a failure
-// between the two SETs leaves the lock with this node's own, smaller fence:
-// a gap, never a fence key behind a lock.
-var raiseScript = newScript("b1a185f822195592ca331441b242fef488932d7b", guarded(luaFence+`
+// Replies 1 if renewed, 0 (writing nothing) if the key is missing or holds
+// another token. Order: GET the lock key, GET and validate the fence key,
+// SET the fence key (if below F), SET the lock key KEEPTTL (if its fence is
+// not F), PEXPIRE. A fence key that does not hold a fence, or our token
+// without a fence after it, is an error that writes nothing (see luaFence),
+// and a failure between the two SETs leaves the lock with this node's own,
+// smaller fence: a gap, never a fence key behind a lock.
+var redlockRenewScript = newScript("de009e78caca9b60b540aaa35eb80cf4cc3d528c", guarded(luaFence+`
+local cur = call('GET', KEYS[1])
+if not cur or string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\n' then return 0 end
+local rest = string.sub(cur, #ARGV[1] + 2)
+local nl = string.find(rest, '\n', 1, true)
+if not nl then
+  return redis.error_reply('ERR redisleader: lock key ' .. KEYS[1] .. ' holds our token but no fence; it was left unchanged')
+end
+local stored, err = readFence(KEYS[2])
+if err then return err end
+local f = tonumber(ARGV[3])
+if not stored or stored < f then call('SET', KEYS[2], ARGV[3]) end
+if tonumber(string.sub(rest, 1, nl - 1)) ~= f then
+  call('SET', KEYS[1], ARGV[1] .. '\n' .. ARGV[3] .. string.sub(rest, nl), 'KEEPTTL')
+end
+return call('PEXPIRE', KEYS[1], ARGV[2])
+`))
+
+// redlockReleaseScript is releaseScript for a Redlock session: before it
+// deletes the key it raises the node's fence key to the acquisition's
+// fence F (see quorum.acquire), unless the node's clock has already passed
+// F (then any later fence it issues is larger anyway); F 0 (an acquisition
+// that never counted) raises nothing.
+//
+//	KEYS[1] lock key, KEYS[2] fence key
+//	ARGV[1] token, ARGV[2] fence F
+//
+// Replies 1 if deleted, 0 (writing nothing) if the key is missing or holds
+// another token. Order: GET the lock key, GET and validate the fence key,
+// TIME, PUBLISH "R", SET the fence key (if below F and TIME in µs is not
+// past F), DEL. A fence key that does not hold a fence is an error that
+// writes nothing: the key stays, and expires with its TTL.
+var redlockReleaseScript = newScript("5ff1fe6743f0a219664be15240de2bf334d9037d", guarded(luaFence+`
 local cur = call('GET', KEYS[1])
 if not cur or string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\n' then return 0 end
 local stored, err = readFence(KEYS[2])
 if err then return err end
-if not stored or stored < tonumber(ARGV[2]) then call('SET', KEYS[2], ARGV[2]) end
-call('SET', KEYS[1], ARGV[1] .. '\n' .. ARGV[2] .. '\n' .. ARGV[3], 'KEEPTTL')
+local f = tonumber(ARGV[2])
+local raise = f > 0 and (not stored or stored < f)
+if raise then
+  local t = call('TIME')
+  raise = t[1] * 1000000 + t[2] <= f
+end
+call('PUBLISH', KEYS[1] .. ':ch', 'R')
+if raise then call('SET', KEYS[2], ARGV[2]) end
+call('DEL', KEYS[1])
 return 1
 `))
 
@@ -314,7 +366,7 @@ end
 // then (join) ZREM the dead, ZADD our place (kept if we have a live one) and
 // lease, and PEXPIREAT both queue keys to the latest lease end, so that no
 // queue key outlives its last waiter's lease.
-var fairAcquireScript = newScript("7a59722fdca08bad732e578f41ac9404d2d7f1be", guarded(luaFence+luaTake+luaQueue+`
+var fairAcquireScript = newScript("cd5010d652952756da6400a83437ac96e40757f5", guarded(luaFence+luaTake+luaQueue+`
 local cur = call('GET', KEYS[1])
 local placed = call('ZSCORE', KEYS[3], ARGV[4])
 if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then

@@ -143,49 +143,69 @@ func TestForeignFenceKeyIsUntouched(t *testing.T) {
 	}
 }
 
-// TestRaiseLeavesForeignFenceKey: the Redlock fence write-back validates the
-// fence key before it writes anything: a foreign value or a key of another
-// type is a permanent error, and neither the lock key nor the fence key
-// changes. A valid fence is raised, never lowered. (Regression: raiseScript
-// rewrote the lock value first, then overwrote a foreign string with a
-// plain SET, dropping its TTL, or failed on a hash after the rewrite.)
-func TestRaiseLeavesForeignFenceKey(t *testing.T) {
+// TestRedlockScriptsLeaveForeignFenceKey: the Redlock renewal (also the
+// acquire's fence write-back) and release validate the fence key before
+// they write anything: a foreign value or a key of another type is a
+// permanent error, and neither the lock key nor the fence key changes. A
+// valid fence is raised, never lowered. (Regression, for the write-back's
+// former raiseScript: it rewrote the lock value first, then overwrote a
+// foreign string with a plain SET, dropping its TTL, or failed on a hash
+// after the rewrite.)
+func TestRedlockScriptsLeaveForeignFenceKey(t *testing.T) {
 	c, ks := notifying(t)
 	ctx := context.Background()
-	raise := func(k keys) error {
-		return raiseScript.run(ctx, c, []any{nil, nil, 2, k.lock, k.fence, "tok", "200", "v"}).Err()
-	}
-	const held = "tok\n100\nv"
-	for _, f := range foreignFences {
-		t.Run(f.name, func(t *testing.T) {
-			k := newKeys("raise-" + f.name)
+	ahead := fmt.Sprint(time.Now().Add(time.Hour).UnixMicro()) // no clock has passed it
+	further := fmt.Sprint(time.Now().Add(2 * time.Hour).UnixMicro())
+	for _, sc := range []struct {
+		name string
+		run  func(k keys, fence string) error
+	}{
+		{"renew", func(k keys, fence string) error {
+			return redlockRenewScript.run(ctx, c, []any{nil, nil, 2, k.lock, k.fence, "tok", "60000", fence}).Err()
+		}},
+		{"release", func(k keys, fence string) error {
+			return redlockReleaseScript.run(ctx, c, []any{nil, nil, 2, k.lock, k.fence, "tok", fence}).Err()
+		}},
+	} {
+		const held = "tok\n100\nv"
+		for _, f := range foreignFences {
+			t.Run(sc.name+"/"+f.name, func(t *testing.T) {
+				k := newKeys(sc.name + "-" + f.name)
+				require.NoError(t, c.Set(ctx, k.lock, held, time.Minute).Err())
+				require.NoError(t, f.write(c, k.fence))
+				want, err := f.read(c, k.fence)
+				require.NoError(t, err)
+				ks.writes("")
+				err = sc.run(k, ahead)
+				assert.Error(t, err)
+				assert.True(t, permanent(err), "%v", err)
+				assert.Empty(t, ks.writes("redisleader:"), "no write at all")
+				untouched(t, c, k.fence, f.read, want)
+				v, err := c.Get(ctx, k.lock).Result()
+				require.NoError(t, err)
+				assert.Equal(t, held, v, "the lock keeps its value")
+			})
+		}
+		t.Run(sc.name+"/valid", func(t *testing.T) {
+			k := newKeys(sc.name)
 			require.NoError(t, c.Set(ctx, k.lock, held, time.Minute).Err())
-			require.NoError(t, f.write(c, k.fence))
-			want, err := f.read(c, k.fence)
-			require.NoError(t, err)
-			ks.writes("")
-			err = raise(k)
-			assert.Error(t, err)
-			assert.True(t, permanent(err), "%v", err)
-			assert.Empty(t, ks.writes("redisleader:"), "no write at all")
-			untouched(t, c, k.fence, f.read, want)
-			v, err := c.Get(ctx, k.lock).Result()
-			require.NoError(t, err)
-			assert.Equal(t, held, v, "the lock keeps its value")
+			require.NoError(t, c.Set(ctx, k.fence, "150", 0).Err())
+			require.NoError(t, sc.run(k, ahead))
+			v, _ := c.Get(ctx, k.fence).Result()
+			assert.Equal(t, ahead, v, "a smaller fence is raised")
+			v, _ = c.Get(ctx, k.lock).Result()
+			if sc.name == "renew" {
+				assert.Equal(t, "tok\n"+ahead+"\nv", v)
+			} else {
+				assert.Empty(t, v, "released")
+			}
+			require.NoError(t, c.Set(ctx, k.lock, held, time.Minute).Err())
+			require.NoError(t, c.Set(ctx, k.fence, further, 0).Err())
+			require.NoError(t, sc.run(k, ahead))
+			v, _ = c.Get(ctx, k.fence).Result()
+			assert.Equal(t, further, v, "a larger fence stays")
 		})
 	}
-	k := newKeys("raise")
-	require.NoError(t, c.Set(ctx, k.lock, held, time.Minute).Err())
-	require.NoError(t, c.Set(ctx, k.fence, "150", 0).Err())
-	require.NoError(t, raise(k))
-	v, _ := c.Get(ctx, k.fence).Result()
-	assert.Equal(t, "200", v, "a smaller fence is raised")
-	v, _ = c.Get(ctx, k.lock).Result()
-	assert.Equal(t, "tok\n200\nv", v)
-	require.NoError(t, c.Set(ctx, k.fence, "300", 0).Err())
-	require.NoError(t, raise(k))
-	v, _ = c.Get(ctx, k.fence).Result()
-	assert.Equal(t, "300", v, "a larger fence stays")
 }
 
 // TestEventsCarryNoContent: the channel tells subscribers that something

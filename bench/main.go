@@ -27,6 +27,8 @@ import (
 type config struct {
 	rounds int
 	quick  bool
+	// onlyLocks (-only locks) runs and reports the lock scenarios alone.
+	onlyLocks bool
 
 	warmup, seqPairs int           // (a)
 	goroutines       int           // (b), (c)
@@ -71,12 +73,19 @@ func main() {
 	rounds := flags.Int("rounds", 5, "rounds; every scenario runs once per round with the contenders' order rotated")
 	quick := flags.Bool("quick", false, "one short round (under a minute) for CI; its numbers mean little")
 	out := flags.String("out", "RESULTS.md", "file the markdown report is written to (it is printed too)")
+	only := flags.String("only", "", `"locks": run only the lock scenarios (a)-(d), a few minutes instead of the full run`)
 	_ = flags.Parse(os.Args[1:])
 	if *rounds < 1 {
 		fmt.Fprintln(os.Stderr, "bench: -rounds must be at least 1")
 		os.Exit(2)
 	}
-	os.Exit(run(newConfig(*rounds, *quick), *out))
+	if *only != "" && *only != "locks" {
+		fmt.Fprintf(os.Stderr, "bench: -only %q: the only choice is \"locks\"\n", *only)
+		os.Exit(2)
+	}
+	cfg := newConfig(*rounds, *quick)
+	cfg.onlyLocks = *only == "locks"
+	os.Exit(run(cfg, *out))
 }
 
 // run runs every round, writes the report and returns the exit code.
@@ -100,18 +109,24 @@ func run(cfg config, out string) int {
 		return 1
 	}
 	defer closeContenders()
-	topo, err := e.topologies()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		return 1
+	var topo *topoEnv
+	if !cfg.onlyLocks {
+		topo, err = e.topologies()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		defer topo.close()
 	}
-	defer topo.close()
 
 	ctx := context.Background()
 	res := newResults(cfg.rounds)
 	for round := range cfg.rounds {
 		progress("round %d/%d: locks", round+1, cfg.rounds)
 		runLocks(ctx, cfg, rotate(contenders, round), round, res.locks, &res.errs)
+		if cfg.onlyLocks {
+			continue
+		}
 		progress("round %d/%d: elections", round+1, cfg.rounds)
 		runElections(ctx, e, cfg, round, res.elections, &res.errs)
 		progress("round %d/%d: scale", round+1, cfg.rounds)

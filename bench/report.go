@@ -21,6 +21,11 @@ func (r *report) printf(format string, args ...any) { fmt.Fprintf(r, format, arg
 func render(cfg config, contenders []contender, res *results, took time.Duration) string {
 	r := &report{cfg: cfg, m: describeMachine()}
 	r.header(took)
+	if r.cfg.onlyLocks {
+		r.locks(contenders, res.locks)
+		r.errors(res.errs.list)
+		return r.String()
+	}
 	r.targets(res)
 	r.locks(contenders, res.locks)
 	r.elections(res.elections)
@@ -34,6 +39,9 @@ func (r *report) header(took time.Duration) {
 	kind := "full run"
 	if r.cfg.quick {
 		kind = "quick run (-quick: short scenarios, one round; its numbers mean little)"
+	}
+	if r.cfg.onlyLocks {
+		kind = "lock scenarios only (-only locks)"
 	}
 	pinning := "not pinned"
 	if r.m.pinned {

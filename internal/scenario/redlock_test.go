@@ -5,16 +5,18 @@ package scenario
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader"
 	"github.com/redisleader/redisleader/internal/faultproxy"
 	"github.com/redisleader/redisleader/internal/history"
 	"github.com/redisleader/redisleader/internal/redisserver"
 )
 
-// TestScenarioRedlock runs the Redlock scenarios (S21–S23 of
+// TestScenarioRedlock runs the Redlock scenarios (S21–S24 of
 // RELIABILITY.md) against three independent redis-servers.
 func TestScenarioRedlock(t *testing.T) {
 	t.Run("S21", s21NodeDown)
@@ -22,6 +24,8 @@ func TestScenarioRedlock(t *testing.T) {
 	t.Run("S22-takeover-delay", func(t *testing.T) { redlockKleppmann(t, "S22-takeover-delay", false, ttl) })
 	t.Run("S23", func(t *testing.T) { redlockKleppmann(t, "S23", true, 0) })
 	t.Run("S23-delayed-restart", func(t *testing.T) { redlockRestartDelayed(t) })
+	t.Run("S24", func(t *testing.T) { redlockFenceUnwritten(t, "S24", false) })
+	t.Run("S24-fence-ahead", func(t *testing.T) { redlockFenceUnwritten(t, "S24-fence-ahead", true) })
 }
 
 // nodes starts n independent redis-servers; the first is the harness's.
@@ -138,5 +142,91 @@ func redlockRestartDelayed(t *testing.T) {
 	h.check(!l1.Held(), "the first owner still holds after B's delayed restart")
 	h.note("c1_end", "%s", reason(l1.Err()))
 	_ = l2.Release(context.Background())
+	h.finish(false)
+}
+
+// S24: fences across Redlock owners when the acquisition's fence F reached
+// Redis on one node only. c1 leads on three nodes and writes to the fenced
+// resource; an acquisition whose fence is safe unwritten (every node's key
+// outlives that node's clock passing F) sends nothing more, so each node's
+// fence key still holds the fence it issued itself, and only the node that
+// issued F holds F. Then c1 dies before its first renewal or release (all
+// its connections blackholed: nothing of it reaches Redis again), the node
+// holding F goes down, and c2 leads on the other two once c1's keys have
+// expired there: its fence must be larger than F (the nodes' clocks have
+// passed F), and its write must be accepted. f1_on_nodes says on how many
+// nodes F was stored when c1 died (1 unless two nodes' clocks read the
+// same µs).
+//
+// S24-fence-ahead: the same, with the fence key of one node pushed 3 TTLs
+// ahead of the clocks before c1 leads: F comes from that node and is not
+// below its TIME plus the TTL, so the acquisition writes F back to every
+// node before it returns; with that node down, c2's fence is still larger.
+func redlockFenceUnwritten(t *testing.T, id string, ahead bool) {
+	h := newHarness(t, id)
+	srvs := h.nodes(3)
+	ctx := context.Background()
+	fenceKey := h.key + ":fence"
+	admins := make([]*redis.Client, len(srvs))
+	for i, srv := range srvs {
+		admins[i] = srv.Client(t)
+	}
+	fences := func() []int64 {
+		out := make([]int64, len(admins))
+		for i, a := range admins {
+			v, err := a.Get(ctx, fenceKey).Result()
+			if err != nil {
+				t.Fatalf("node %d: %v", i, err)
+			}
+			if out[i], err = strconv.ParseInt(v, 10, 64); err != nil {
+				t.Fatalf("node %d: %v", i, err)
+			}
+		}
+		return out
+	}
+	pushed := 1 // the node whose fence key is pushed ahead
+	if ahead {
+		at := time.Now().Add(3 * ttl).UnixMicro()
+		if err := admins[pushed].Set(ctx, fenceKey, at, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c1 := h.candidateOn(srvs, "c1", nil)
+	c2 := h.candidateOn(srvs, "c2", nil)
+	l1 := c1.mustLead(5 * time.Second)
+	h.fault("c1-dies", true)
+	for _, p := range c1.proxies {
+		p.Blackhole(faultproxy.Both)
+	}
+	f1 := l1.Fence()
+	h.check(h.res.write("c1", f1), "c1's write with fence %d was rejected", f1)
+	holdingF, down := 0, -1
+	for i, f := range fences() {
+		h.check(f <= f1, "node %d's fence key %d is above c1's fence %d", i, f, f1)
+		if f == f1 {
+			holdingF++
+			down = i
+		}
+	}
+	if ahead {
+		h.check(holdingF == 3, "the write-back stored F on %d of 3 nodes", holdingF)
+		down = pushed
+	} else {
+		// Nodes whose clocks read the same µs can issue the same fence; a
+		// node with a smaller one shows that nothing wrote F back.
+		h.check(holdingF < 3, "F reached every node: the acquisition (or a renewal) wrote it back")
+	}
+	h.fault(fmt.Sprintf("node-%d-down", down), true)
+	srvs[down].Kill(t)
+	l2 := c2.mustLead(3 * g8(ttl))
+	f2 := l2.Fence()
+	h.check(f2 > f1, "c2's fence %d is not above c1's %d", f2, f1)
+	h.check(h.res.write("c2", f2), "c2's write with fence %d was rejected", f2)
+	h.note("f1_on_nodes", "%d", holdingF)
+	h.note("fence_gap_us", "%d", f2-f1)
+	h.note("c1_end", "%s", reason(l1.Err()))
+	_ = l2.Release(ctx)
+	h.fault(fmt.Sprintf("node-%d-down", down), false)
+	h.fault("c1-dies", false)
 	h.finish(false)
 }
