@@ -119,6 +119,19 @@ func holdWire(t *testing.T, s *Session, h *holdHook, prefix string) ([maxOnWire]
 	return rules, errc
 }
 
+// flushInto lets the first held call return, so that a flusher takes the
+// queue into the batch that batch holds, then lets the other held call
+// return and waits for both.
+func flushInto(t *testing.T, wire [maxOnWire]*holdRule, wired <-chan error, batch *holdRule) {
+	t.Helper()
+	close(wire[0].release)
+	waitClosed(t, batch.reached, 5*time.Second, "the batch left the flusher")
+	close(wire[1].release)
+	for range maxOnWire {
+		require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
+	}
+}
+
 // onWire reads the combiner's slot count.
 func (s *Session) onWireNow() int {
 	s.combine.mu.Lock()
@@ -222,12 +235,7 @@ func TestLockRetryWaitsForItsGivenUpAttempt(t *testing.T) {
 		}
 		other := tryAll(background(1), s, []string{"review-phantom-other"})[0]
 		waitQueued(t, s, 2)
-		close(wire[0].release) // a flusher takes both
-		waitClosed(t, batch.reached, 5*time.Second, "the batch left the flusher")
-		close(wire[1].release)
-		for range maxOnWire {
-			require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
-		}
+		flushInto(t, wire, wired, batch)
 
 		// The first attempt times out; the second one waits until the
 		// first has reached Redis, and then finds the name its own.
@@ -399,12 +407,7 @@ func TestGiveBackLandsBeforeTheNextAttempt(t *testing.T) {
 	later := make(chan error, 1)
 	go func() { _, err := e.Leader(context.Background()); later <- err }()
 	waitQueued(t, s, 2)
-	close(wire[0].release) // a flusher takes both
-	waitClosed(t, batch.reached, 5*time.Second, "the batch left the flusher")
-	close(wire[1].release)
-	for range maxOnWire {
-		require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
-	}
+	flushInto(t, wire, wired, batch)
 
 	var res tryResult
 	select {

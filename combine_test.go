@@ -108,6 +108,26 @@ func (g *wireGate) heldOnWire(t *testing.T, n int) {
 	}
 }
 
+// sendHeld opens the gate and holds the next batch once it was sent; the
+// batch goes on when the returned channel is closed.
+func (g *wireGate) sendHeld(t *testing.T) chan struct{} {
+	t.Helper()
+	hold := g.holdNext()
+	g.open()
+	waitClosed(t, g.batchSent, 5*time.Second, "the batch was sent")
+	return hold
+}
+
+// holdNext makes the next batch wait, once sent, until the returned channel
+// is closed.
+func (g *wireGate) holdNext() chan struct{} {
+	hold := make(chan struct{})
+	g.mu.Lock()
+	g.holdBatch = hold
+	g.mu.Unlock()
+	return hold
+}
+
 // open disarms the gate and lets the held calls through.
 func (g *wireGate) open() {
 	g.mu.Lock()
@@ -132,6 +152,16 @@ func waitQueued(t *testing.T, s *Session, n int) {
 		}
 		runtimeYield()
 	}
+}
+
+// gatedSession returns a session on c, with a wireGate on c whose wire is
+// full (see fillWire).
+func gatedSession(t *testing.T, c redis.UniversalClient, opts ...Option) (*wireGate, *Session, <-chan error) {
+	t.Helper()
+	g := newWireGate()
+	c.AddHook(g)
+	s := newSession(t, c, opts...)
+	return g, s, fillWire(t, s, g)
 }
 
 // fillWire starts maxOnWire TryLocks that the gate holds on the wire, so
@@ -183,10 +213,7 @@ func background(n int) []context.Context {
 // each with its own reply.
 func TestConcurrentCallsShareOnePipeline(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
-		g := newWireGate()
-		b.client.AddHook(g)
-		s := newSession(t, b.client)
-		first := fillWire(t, s, g)
+		g, s, first := gatedSession(t, b.client)
 		names := []string{"batch-a", "batch-b", "batch-c", "batch-d"}
 		results := tryAll(background(len(names)), s, names)
 		waitQueued(t, s, len(names))
@@ -228,10 +255,7 @@ func prefixed(names ...string) []string {
 // the batch are not failed by it.
 func TestCancelledCallerInABatch(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
-		g := newWireGate()
-		b.client.AddHook(g)
-		s := newSession(t, b.client, fastOpts()...)
-		first := fillWire(t, s, g)
+		g, s, first := gatedSession(t, b.client, fastOpts()...)
 
 		// Queued, then cancelled before any batch left.
 		early, cancelEarly := context.WithCancel(context.Background())
@@ -242,10 +266,7 @@ func TestCancelledCallerInABatch(t *testing.T) {
 		assert.ErrorIs(t, res.err, context.Canceled)
 
 		// Queued, sent, cancelled while the batch is on the wire.
-		hold := make(chan struct{})
-		g.mu.Lock()
-		g.holdBatch = hold
-		g.mu.Unlock()
+		hold := g.holdNext()
 		mid, cancelMid := context.WithCancel(context.Background())
 		names := []string{"mid-a", "mid-cancelled", "mid-c"}
 		results := tryAll([]context.Context{context.Background(), mid, context.Background()}, s, names)
@@ -289,11 +310,8 @@ func TestCancelledCallerInABatch(t *testing.T) {
 func TestLostRepliesOfABatch(t *testing.T) {
 	srv := redisserver.Start(t)
 	var drop atomic.Int32
-	g := newWireGate()
 	c := dropClient(t, srv.Addr(), &drop, func(o *redis.Options) { o.MaxRetries = -1 })
-	c.AddHook(g)
-	s := newSession(t, c, fastOpts()...)
-	first := fillWire(t, s, g)
+	g, s, first := gatedSession(t, c, fastOpts()...)
 	names := []string{"lost-a", "lost-b", "lost-c"}
 	locks := make([]chan tryResult, len(names))
 	for i, name := range names {
@@ -305,12 +323,7 @@ func TestLostRepliesOfABatch(t *testing.T) {
 	}
 	tries := tryAll(background(1), s, []string{"lost-try"})
 	waitQueued(t, s, len(names)+1)
-	hold := make(chan struct{})
-	g.mu.Lock()
-	g.holdBatch = hold
-	g.mu.Unlock()
-	g.open()
-	waitClosed(t, g.batchSent, 5*time.Second, "the batch was sent")
+	hold := g.sendHeld(t)
 	drop.Store(1) // the batch's replies are lost
 	close(hold)
 	for range maxOnWire {
@@ -345,10 +358,7 @@ func TestLostRepliesOfABatch(t *testing.T) {
 // command of a batch that met NOSCRIPT.
 func TestNoScriptInABatch(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
-		g := newWireGate()
-		b.client.AddHook(g)
-		s := newSession(t, b.client)
-		first := fillWire(t, s, g)
+		g, s, first := gatedSession(t, b.client)
 		names := []string{"noscript-a", "noscript-b", "noscript-c"}
 		results := tryAll(background(len(names)), s, names)
 		waitQueued(t, s, len(names))
@@ -370,11 +380,8 @@ func TestNoScriptInABatch(t *testing.T) {
 // each command goes to its slot's owner.
 func TestBatchAcrossClusterSlots(t *testing.T) {
 	cl := redisserver.StartCluster(t, 3)
-	g := newWireGate()
 	c := cl.Client(t)
-	c.AddHook(g)
-	s := newSession(t, c)
-	first := fillWire(t, s, g)
+	g, s, first := gatedSession(t, c)
 	var names []string
 	owners := map[*redisserver.Server]bool{}
 	for i := 0; len(owners) < 3 || len(names) < 6; i++ {
@@ -416,12 +423,7 @@ func TestCloseWithABatchInFlight(t *testing.T) {
 		names := []string{"closing-a", "closing-b", "closing-c"}
 		results := tryAll(background(len(names)), s, names)
 		waitQueued(t, s, len(names))
-		hold := make(chan struct{})
-		g.mu.Lock()
-		g.holdBatch = hold
-		g.mu.Unlock()
-		g.open()
-		waitClosed(t, g.batchSent, 5*time.Second, "the batch was sent")
+		hold := g.sendHeld(t)
 		closed := make(chan error, 1)
 		go func() { closed <- s.Close(context.Background()) }()
 		waitClosed(t, s.Done(), 5*time.Second, "Close started")

@@ -174,6 +174,23 @@ end
 return 0
 `))
 
+// luaOwn is a Lua function for the scripts that change a key holding our
+// token (ARGV[1]): own() reads the lock key (KEYS[1]) and returns its value,
+// the part after our token, and where the fence ends in that part; or nil
+// when the key is missing or holds another token; or nil and an error
+// reply, written nowhere, when it holds our token but no fence after it.
+const luaOwn = `local function own()
+  local cur = call('GET', KEYS[1])
+  if not cur or string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\n' then return nil end
+  local rest = string.sub(cur, #ARGV[1] + 2)
+  local nl = string.find(rest, '\n', 1, true)
+  if not nl then
+    return nil, redis.error_reply('ERR redisleader: lock key ' .. KEYS[1] .. ' holds our token but no fence; it was left unchanged')
+  end
+  return cur, rest, nl
+end
+`
+
 // proclaimScript replaces the value stored with our token, keeping the token,
 // the fence and the TTL, and tells subscribers of the name's channel.
 //
@@ -184,14 +201,9 @@ return 0
 // it writes nothing). Order: GET, PUBLISH "A", SET KEEPTTL: a denied command
 // or channel, or our token without a fence after it (an error reply), leaves
 // the key as it was.
-var proclaimScript = newScript("c21a64ed1046d775bd8fc0d1ae677d8add6a7486", guarded(`
-local cur = call('GET', KEYS[1])
-if not cur or string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\n' then return 0 end
-local rest = string.sub(cur, #ARGV[1] + 2)
-local nl = string.find(rest, '\n', 1, true)
-if not nl then
-  return redis.error_reply('ERR redisleader: lock key ' .. KEYS[1] .. ' holds our token but no fence; it was left unchanged')
-end
+var proclaimScript = newScript("a2153e28ccc1c70c01180561b123d879f299ed53", guarded(luaOwn+`
+local cur, rest, nl = own()
+if not cur then return rest or 0 end
 call('PUBLISH', KEYS[1] .. ':ch', 'A')
 call('SET', KEYS[1], string.sub(cur, 1, #ARGV[1] + 1 + nl) .. ARGV[2], 'KEEPTTL')
 return 1
@@ -224,14 +236,9 @@ return {cur, call('PTTL', KEYS[1])}
 // without a fence after it, is an error that writes nothing (see luaFence),
 // and a failure between the two SETs leaves the lock with this node's own,
 // smaller fence: a gap, never a fence key behind a lock.
-var redlockRenewScript = newScript("de009e78caca9b60b540aaa35eb80cf4cc3d528c", guarded(luaFence+`
-local cur = call('GET', KEYS[1])
-if not cur or string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\n' then return 0 end
-local rest = string.sub(cur, #ARGV[1] + 2)
-local nl = string.find(rest, '\n', 1, true)
-if not nl then
-  return redis.error_reply('ERR redisleader: lock key ' .. KEYS[1] .. ' holds our token but no fence; it was left unchanged')
-end
+var redlockRenewScript = newScript("32c87a260a903e6c8b8db2869fbc6cbc8bd442ec", guarded(luaFence+luaOwn+`
+local cur, rest, nl = own()
+if not cur then return rest or 0 end
 local stored, err = readFence(KEYS[2])
 if err then return err end
 local f = tonumber(ARGV[3])
