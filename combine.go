@@ -78,10 +78,9 @@ type pending struct {
 	until     time.Time // when its caller stops waiting
 	sent      bool      // taken into a batch; under combiner.mu
 	delivered bool      // cmd is set and done signalled; under combiner.mu
-	gaveUp    bool      // its caller returned without the reply; under combiner.mu
 	cmd       *redis.Cmd
 	done      chan struct{} // capacity 1: cmd is set
-	settled   chan struct{} // made when the caller gives up on the wire; closed when the batch has ended
+	settled   chan struct{} // non-nil once its caller gave up on the wire (under combiner.mu); closed when the batch has ended
 }
 
 // call runs one script on the session's server (its only one: not for
@@ -131,7 +130,7 @@ func (s *Session) call(ctx context.Context, deadline time.Time, sc *script, argv
 	default:
 		// On the wire: the flusher owns p, and holds its key until the
 		// batch has ended.
-		p.gaveUp, p.settled = true, make(chan struct{})
+		p.settled = make(chan struct{})
 		if c.unsettled == nil {
 			c.unsettled = make(map[any]*pending)
 		}
@@ -190,10 +189,7 @@ func (s *Session) handOver() {
 	c := &s.combine
 	c.mu.Lock()
 	if len(c.queue) == 0 {
-		c.onWire--
-		if c.onWire == 0 && c.closed {
-			c.drained.Broadcast()
-		}
+		c.freeSlotLocked()
 		c.mu.Unlock()
 		return
 	}
@@ -213,10 +209,7 @@ func (s *Session) flush() {
 		c.mu.Lock()
 		n := min(len(c.queue), maxBatch)
 		if n == 0 {
-			c.onWire--
-			if c.onWire == 0 && c.closed {
-				c.drained.Broadcast()
-			}
+			c.freeSlotLocked()
 			c.mu.Unlock()
 			return
 		}
@@ -243,7 +236,7 @@ func (s *Session) flush() {
 		c.mu.Lock()
 		for i, p := range batch {
 			p.cmd = cmds[i]
-			if p.gaveUp {
+			if p.settled != nil {
 				if c.unsettled[p.argv[3]] == p {
 					delete(c.unsettled, p.argv[3])
 				}
@@ -268,6 +261,15 @@ func (s *Session) closeCombiner() {
 		c.drained.Wait()
 	}
 	c.mu.Unlock()
+}
+
+// freeSlotLocked gives a slot on the wire back, and tells a waiting Close
+// once the last one is free.
+func (c *combiner) freeSlotLocked() {
+	c.onWire--
+	if c.onWire == 0 && c.closed {
+		c.drained.Broadcast()
+	}
 }
 
 func (c *combiner) getLocked() *pending {
