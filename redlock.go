@@ -140,11 +140,21 @@ func (r *nodesRound) node(i int) {
 
 // each runs f for every node at once and waits for all of them.
 func (q *quorum) each(f func(c Client)) {
+	q.eachNode(func(_ int, c Client) { f(c) })
+}
+
+// eachNode runs f for every node at once, the first on the caller's
+// goroutine, and waits for all of them.
+func (q *quorum) eachNode(f func(i int, c Client)) {
 	var wg sync.WaitGroup
-	for _, c := range q.nodes[1:] {
-		wgGo(&wg, func() { f(c) })
+	wg.Add(len(q.nodes) - 1)
+	for i := 1; i < len(q.nodes); i++ {
+		go func() {
+			defer wg.Done()
+			f(i, q.nodes[i])
+		}()
 	}
-	f(q.nodes[0])
+	f(0, q.nodes[0])
 	wg.Wait()
 }
 
@@ -277,8 +287,7 @@ func (q *quorum) raiseFence(ctx context.Context, cancel context.CancelFunc, l *L
 		if replies[i].r.err != nil {
 			return
 		}
-		argv := []any{nil, nil, 2, l.lockArg, l.argv[4], l.tokenArg, q.s.ttlArg, fence}
-		r := renewReply(redlockRenewScript.run(ctx, c, argv))
+		r := renewReply(redlockRenewScript.run(ctx, c, q.renewArgs(l, fence)))
 		mu.Lock()
 		defer mu.Unlock()
 		if r == (renewal{}) {
@@ -311,7 +320,7 @@ func (q *quorum) renew(ctx context.Context, locks []*Lock, _ []*waiter, deadline
 	q.onNodesUntil(callCtx, cancel, &mu, settled, func(ctx context.Context, _ int, c Client) {
 		argvs := make([][]any, len(locks))
 		for j, l := range locks {
-			argvs[j] = []any{nil, nil, 2, l.lockArg, l.argv[4], l.tokenArg, q.s.ttlArg, l.fence}
+			argvs[j] = q.renewArgs(l, l.fence)
 		}
 		cmds, _ := redlockRenewScript.runAll(ctx, c, argvs, replicaAcks{})
 		mu.Lock()
@@ -348,21 +357,21 @@ func (q *quorum) release(ctx context.Context, l *Lock) deleted {
 	defer cancel()
 	argvs := make([][7]any, len(q.nodes))
 	cmds := make([]*redis.Cmd, len(q.nodes))
-	var wg sync.WaitGroup
-	wg.Add(len(q.nodes) - 1)
-	for i := 1; i < len(q.nodes); i++ {
-		go func() {
-			defer wg.Done()
-			cmds[i] = redlockReleaseScript.run(callCtx, q.nodes[i], l.redlockReleaseArgs(&argvs[i]))
-		}()
-	}
-	cmds[0] = redlockReleaseScript.run(callCtx, q.nodes[0], l.redlockReleaseArgs(&argvs[0]))
-	wg.Wait()
+	q.eachNode(func(i int, c Client) {
+		cmds[i] = redlockReleaseScript.run(callCtx, c, l.redlockReleaseArgs(&argvs[i]))
+	})
 	var d quorumDeleted
 	for _, cmd := range cmds {
 		d.add(deleteReply(cmd))
 	}
 	return d.outcome(q)
+}
+
+// renewArgs returns redlockRenewScript's arguments for l with fence F, made
+// fresh for each node (a script call fills in the first two slots). l.argv[4]
+// is the fence key, boxed once by newLock.
+func (q *quorum) renewArgs(l *Lock, fence int64) []any {
+	return []any{nil, nil, 2, l.lockArg, l.argv[4], l.tokenArg, q.s.ttlArg, fence}
 }
 
 // redlockReleaseArgs fills argv with l's arguments for redlockReleaseScript
