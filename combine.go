@@ -10,8 +10,9 @@ import (
 )
 
 // Coalescing (flat combining). A session's single script calls on its one
-// server (acquire attempts, releases, inspections, proclamations, a waiter
-// leaving its queue) share pipelines when they overlap. While fewer than
+// server (acquire attempts, inspections, proclamations, a waiter leaving its
+// queue) share pipelines when they overlap; a release or give-back is never
+// queued (callNow). While fewer than
 // maxOnWire calls or batches of the session are on the wire, a caller sends
 // its own command at once, on its own goroutine and context, as it would
 // without coalescing. A call that arrives when maxOnWire are on the wire
@@ -138,6 +139,21 @@ func (s *Session) call(ctx context.Context, deadline time.Time, sc *script, argv
 	}
 	c.mu.Unlock()
 	return errCmd(ctx, argv, err)
+}
+
+// callNow runs a script that frees a name (a release or a give-back) at
+// once on the caller's goroutine, never queued behind other calls and not
+// counted on the wire: the sessions waiting for the name (and this one's own
+// contenders, whose tries fill the queue) should not wait for it longer than
+// one round trip. Like call, it first waits until no earlier call on the key
+// that a caller gave up on can still reach Redis.
+func (s *Session) callNow(ctx context.Context, deadline time.Time, sc *script, argv []any) *redis.Cmd {
+	callCtx := s.bound(ctx, deadline)
+	defer unbind(callCtx)
+	if err := s.combine.await(callCtx, argv[3]); err != nil {
+		return errCmd(ctx, argv, err)
+	}
+	return sc.run(callCtx, s.client, argv)
 }
 
 // awaitLocked waits, with c.mu held but released while it waits, until no

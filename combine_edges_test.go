@@ -119,6 +119,22 @@ func holdWire(t *testing.T, s *Session, h *holdHook, prefix string) ([maxOnWire]
 	return rules, errc
 }
 
+// freeing returns a function that lets the calls rules hold through, once;
+// it also runs when the test ends, before the session's Close (which waits
+// for the wire).
+func freeing(t *testing.T, rules ...*holdRule) func() {
+	var once sync.Once
+	free := func() {
+		once.Do(func() {
+			for _, r := range rules {
+				close(r.release)
+			}
+		})
+	}
+	t.Cleanup(free)
+	return free
+}
+
 // flushInto lets the first held call return, so that a flusher takes the
 // queue into the batch that batch holds, then lets the other held call
 // return and waits for both.
@@ -357,17 +373,19 @@ func TestRecoveredHookPanicFreesTheSlot(t *testing.T) {
 }
 
 // WithReplicaAcks: the give-back of an attempt the replicas did not
-// acknowledge (a compare-and-delete with the acquisition's token) is a
-// coalesced call; given up while its batch was on its way, it still reaches
-// Redis before the acquisition's next attempt, so it never deletes the key
-// of a lock that attempt took (two owners).
+// acknowledge (a compare-and-delete with the acquisition's token) is sent at
+// once, never queued behind the session's other calls, even when the wire is
+// full; so it reaches Redis before the acquisition's next attempt and never
+// deletes the key of a lock that attempt took (two owners). (When give-backs
+// were coalesced, a give-back given up in its batch could land after the
+// next attempt; now one on the wire holds up that attempt on its own
+// goroutine.)
 func TestGiveBackLandsBeforeTheNextAttempt(t *testing.T) {
 	primary, _, link := replicated(t)
 	c := primary.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
 	h := &holdHook{}
 	c.AddHook(h)
-	const call = 2 * time.Second
-	s := newSession(t, c, WithTTL(12*time.Second), WithRenewInterval(2*time.Second), WithCallTimeout(call),
+	s := newSession(t, c, WithTTL(12*time.Second), WithRenewInterval(2*time.Second), WithCallTimeout(2*time.Second),
 		WithRetryInterval(20*time.Millisecond), WithReplicaAcks(1, 200*time.Millisecond))
 
 	// Fill the wire with two Leader reads (acquires with acks do not coalesce).
@@ -375,7 +393,8 @@ func TestGiveBackLandsBeforeTheNextAttempt(t *testing.T) {
 	wired := make(chan error, maxOnWire)
 	for i := range maxOnWire {
 		name := fmt.Sprintf("acks-wire-%d", i)
-		wire[i] = h.rule(newKeys(name).lock, true)
+		r := h.rule(newKeys(name).lock, true)
+		wire[i] = r
 		e, err := s.Election(name)
 		require.NoError(t, err)
 		go func() {
@@ -385,9 +404,11 @@ func TestGiveBackLandsBeforeTheNextAttempt(t *testing.T) {
 			}
 			wired <- err
 		}()
-		waitClosed(t, wire[i].reached, 5*time.Second, name+" on the wire")
+		waitClosed(t, r.reached, 5*time.Second, name+" on the wire")
 	}
-	batch := h.rule(fmt.Sprint(releaseScript.sha), true) // the batch that carries the give-back
+	free := freeing(t, wire[:]...)
+	giveBack := h.rule(fmt.Sprint(releaseScript.sha), true)
+	sendGiveBack := freeing(t, giveBack)
 
 	link.Blackhole(faultproxy.Both) // the first attempt is not acknowledged
 	locked := make(chan tryResult, 1)
@@ -395,36 +416,19 @@ func TestGiveBackLandsBeforeTheNextAttempt(t *testing.T) {
 		l, err := s.Lock(context.Background(), "acks-phantom")
 		locked <- tryResult{l, err}
 	}()
-	waitQueued(t, s, 1) // its give-back
-	queuedAt := time.Now()
+	waitClosed(t, giveBack.reached, 5*time.Second, "the give-back sent while the wire is full")
+	assert.Zero(t, s.queued(), "a call queued")
 	link.Heal()
 	link.ResetConns() // the replica resynchronises: the next attempt is acknowledged
-	for time.Since(queuedAt) < call*6/10 {
-		runtimeYield()
-	}
-	e, err := s.Election("acks-other")
-	require.NoError(t, err)
-	later := make(chan error, 1)
-	go func() { _, err := e.Leader(context.Background()); later <- err }()
-	waitQueued(t, s, 2)
-	flushInto(t, wire, wired, batch)
+	sendGiveBack()
 
-	var res tryResult
-	select {
-	case res = <-locked:
-		t.Errorf("Lock's next attempt did not wait for its given-up give-back (%v)", res.err)
-	case <-time.After(call * 3 / 10): // a negative observation window, not a synchronisation
-	}
-	close(batch.release) // the give-back reaches Redis now
-	if res.l == nil && res.err == nil {
-		res = recvWithin(t, locked, 10*time.Second, "Lock")
+	res := recvWithin(t, locked, 10*time.Second, "Lock")
+	free()
+	for range maxOnWire {
+		require.NoError(t, recvWithin(t, wired, 5*time.Second, "a Leader read held on the wire"))
 	}
 	require.NoError(t, res.err)
-	key := res.l.Key()
-	assert.ErrorIs(t, recvWithin(t, later, 5*time.Second, "the later caller's Leader"), ErrNoLeader)
-	waitOnWire(t, s, 0)
-
-	assert.EqualValues(t, 1, c.Exists(context.Background(), key).Val(),
+	assert.EqualValues(t, 1, c.Exists(context.Background(), res.l.Key()).Val(),
 		"the held lock's key was deleted by its acquisition's earlier give-back")
 	s2 := newSession(t, primary.Client(t))
 	l2, err := s2.TryLock(context.Background(), "acks-phantom")

@@ -304,6 +304,42 @@ func TestCancelledCallerInABatch(t *testing.T) {
 	})
 }
 
+// A Release is sent at once, never queued behind the session's other calls
+// (here tries by the session's own contenders, waiting for a batch while the
+// wire is full): a holder frees its name within one round trip, so those
+// who wait for the name do not wait for the queue as well.
+func TestReleaseIsNotQueued(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		h := &holdHook{}
+		b.client.AddHook(h)
+		s := newSession(t, b.client, WithCallTimeout(2*time.Second))
+		held, err := s.TryLock(context.Background(), "release-now")
+		require.NoError(t, err)
+		wire, wired := holdWire(t, s, h, "release-now")
+		free := freeing(t, wire[:]...)
+		names := []string{"release-now-a", "release-now-b", "release-now-c"}
+		tries := tryAll(background(len(names)), s, names)
+		waitQueued(t, s, len(names))
+
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		require.NoError(t, held.Release(ctx), "Release while the wire is full")
+		assert.Empty(t, b.get(newKeys("release-now").lock), "the released name is still taken")
+		assert.Equal(t, len(names), s.queued(), "the queued tries went before the wire was free")
+
+		free()
+		for range maxOnWire {
+			require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
+		}
+		for i, ch := range tries {
+			r := recvWithin(t, ch, 5*time.Second, names[i])
+			require.NoError(t, r.err, "%s, tried after the name was released", names[i])
+		}
+		require.NoError(t, s.Close(context.Background()))
+		checkNoLeaks(t)
+	})
+}
+
 // A batch whose replies are lost: every batched acquire ends with an
 // unknown outcome, never "held by another"; the blocking ones retry with
 // their tokens and find the keys theirs.

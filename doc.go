@@ -212,13 +212,15 @@
 //
 // A session's calls on one server (NewSession) share pipelines when they
 // overlap: while two of its calls are waiting for Redis, the next ones
-// (acquire attempts, releases, Leader reads, Proclaim) queue and go
-// together in the next pipeline, one round trip for all. A lone call is sent
-// at once, as it would be without coalescing. Each call still ends with its
-// own context and call timeout, and one caller's cancellation or timeout
-// never fails another's command; a call cancelled before it was sent never
-// reaches Redis, and one given up while on its way is never overtaken by a
-// later call of the session on the same name. Renewals are already one pipeline per round. What changes
+// (acquire attempts, Leader reads, Proclaim) queue and go together in the
+// next pipeline, one round trip for all. A lone call is sent at once, as it
+// would be without coalescing, and so is every call that frees a name (a
+// release, an attempt's give-back): those waiting for the name never wait
+// for the queue as well. Each call still ends with its own context and call
+// timeout, and one caller's cancellation or timeout never fails another's
+// command; a call cancelled before it was sent never reaches Redis, and one
+// given up while on its way is never overtaken by a later call of the
+// session on the same name. Renewals are already one pipeline per round. What changes
 // for hooks on the client: a shared pipeline is one ProcessPipelineHook
 // call, on a context without the callers' values. A server that stops
 // answering holds up the calls queued behind the two on the wire, each

@@ -258,7 +258,7 @@ func (n *node) renew(ctx context.Context, locks []*Lock, waiters []*waiter, dead
 
 func (n *node) release(ctx context.Context, l *Lock) deleted {
 	c := releaseCall(l)
-	return deleteReply(n.s.call(ctx, time.Time{}, c.s, c.argv))
+	return deleteReply(n.s.callNow(ctx, time.Time{}, c.s, c.argv))
 }
 
 // releaseAll first waits until no acquire of these locks that a caller
