@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -112,71 +115,288 @@ func BenchmarkLockPairRatio(b *testing.B) {
 	b.ReportMetric(float64(lib[len(lib)*99/100])/float64(raw[len(raw)*99/100]), "lib/raw-p99")
 }
 
-// BenchmarkLockParallel runs 16 goroutines, each on its own key, doing
-// acquire+release pairs for a window, raw and library windows alternating
-// (b.N windows of each), and reports each one's pairs/s and their ratio:
+// BenchmarkLockParallel compares, on the work of 16 goroutines each on its
+// own name doing acquire+release pairs, four windows that alternate (b.N
+// windows of each, same length, same redis-server and client):
+//
+//   - raw: 16 goroutines, one per key, doing SET NX PX + the rawRelease
+//     EVALSHA unpipelined: the floor any Redis lock pays, one round trip per
+//     command.
+//   - lib: 16 goroutines, one per name, doing TryLock + Release on a Session,
+//     whose coalescer turns concurrent commands into pipelines.
+//   - ideal-scripts: our exact acquire and release scripts (EVALSHA, fresh
+//     16-byte hex token per acquisition, every reply checked) sent with
+//     perfect pipelining and no library: idealGoroutines goroutines (2),
+//     each pipelining the acquires of its share of the 16 names (8), then
+//     their releases. It is the ceiling of coalescing: what the library
+//     could reach with these scripts if its own overhead were zero.
+//   - ideal-raw: raw's commands (SET NX PX, then the rawRelease EVALSHA)
+//     pipelined the same way: the best any pipelining could do with the
+//     cheapest commands.
+//
+// It reports each window's pairs/s (median), each window's pairs/s over
+// raw's in the same iteration (median of the ratios), and, per pair, the
+// CPU time redis-server spent (INFO cpu: used_cpu_sys + used_cpu_user, read
+// before and after the window) and the CPU time this process spent
+// (getrusage RUSAGE_SELF, all goroutines, Go runtime included):
 //
 //	go test -run '^$' -bench LockParallel -benchtime 5x .
 func BenchmarkLockParallel(b *testing.B) {
 	const goroutines, window = 16, 300 * time.Millisecond
+	// Pipelined shape of the ideal windows: idealGoroutines goroutines, each
+	// with goroutines/idealGoroutines names, so at most 16 commands are in
+	// flight, the most 16 goroutines with one command each can hand a
+	// coalescer. Of 1, 2 and 4 on an otherwise idle 2-vCPU machine, 2 gave
+	// the most pairs/s for both ideal windows (scripts: about 29k, 31k and
+	// 27k): Redis runs one goroutine's pipeline while the other checks its
+	// replies and builds its next one, and 4 shallower pipelines cost Redis
+	// more per command. (When another process takes a CPU, 1 does best.)
+	const idealGoroutines = 2
 	c, s := benchServer(b)
 	ctx := context.Background()
-	run := func(pair func(i int) error) float64 {
+	// run runs pair(i) in goroutine i of n until the window ends and returns
+	// the number of pairs done; pair returns how many it did.
+	run := func(n int, pair func(i int) (int, error)) int64 {
 		var (
 			wg    sync.WaitGroup
 			total atomic.Int64
 			stop  = time.Now().Add(window)
 		)
-		start := time.Now()
-		for i := range goroutines {
+		for i := range n {
 			wgGo(&wg, func() {
-				n := int64(0)
+				done := int64(0)
 				for time.Now().Before(stop) {
-					if err := pair(i); err != nil {
+					k, err := pair(i)
+					if err != nil {
 						b.Error(err)
 						return
 					}
-					n++
+					done += int64(k)
 				}
-				total.Add(n)
+				total.Add(done)
 			})
 		}
 		wg.Wait()
-		return float64(total.Load()) / time.Since(start).Seconds()
+		return total.Load()
+	}
+	type sample struct{ pairsPerSec, redisµs, clientµs float64 }
+	// measure runs one window and measures its rate and CPU costs.
+	measure := func(window func() int64) sample {
+		r0, c0 := redisCPU(ctx, b, c), clientCPU(b)
+		start := time.Now()
+		pairs := window()
+		elapsed := time.Since(start)
+		r1, c1 := redisCPU(ctx, b, c), clientCPU(b)
+		if pairs == 0 {
+			b.Fatal("no pair done in a window")
+		}
+		return sample{
+			pairsPerSec: float64(pairs) / elapsed.Seconds(),
+			redisµs:     float64((r1 - r0).Microseconds()) / float64(pairs),
+			clientµs:    float64((c1 - c0).Microseconds()) / float64(pairs),
+		}
 	}
 	rawKeys, libKeys := make([]string, goroutines), make([]string, goroutines)
+	idealKeys := make([]keys, goroutines)
+	idealRawKeys := make([]string, goroutines)
 	for i := range goroutines {
 		rawKeys[i], libKeys[i] = fmt.Sprintf("raw-par-%d", i), fmt.Sprintf("lib-par-%d", i)
+		idealKeys[i] = newKeys(fmt.Sprintf("ideal-par-%d", i))
+		idealRawKeys[i] = fmt.Sprintf("ideal-raw-par-%d", i)
 	}
-	var raw, lib []float64
+	acquireSHA, releaseSHA := acquireScript.sha.(string), releaseScript.sha.(string)
+	for _, sc := range []*script{acquireScript, releaseScript} {
+		if sha, err := c.ScriptLoad(ctx, sc.src.(string)).Result(); err != nil || sha != sc.sha {
+			b.Fatalf("SCRIPT LOAD: %q %v, want %q", sha, err, sc.sha)
+		}
+	}
+	if err := rawRelease.Load(ctx, c).Err(); err != nil {
+		b.Fatal(err)
+	}
+	per := goroutines / idealGoroutines
+	newToken := func() string {
+		var tok [16]byte
+		_, _ = rand.Read(tok[:])
+		return hex.EncodeToString(tok[:])
+	}
+	idealScripts := func(g int) func() (int, error) {
+		names := idealKeys[g*per : (g+1)*per]
+		tokens := make([]string, per)
+		fences := make([]int64, per)
+		acq, rel := make([]*redis.Cmd, per), make([]*redis.Cmd, per)
+		pipe := c.Pipeline()
+		return func() (int, error) {
+			for j, k := range names {
+				tokens[j] = newToken()
+				acq[j] = pipe.EvalSha(ctx, acquireSHA, []string{k.lock, k.fence}, tokens[j], "10000", "")
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				return 0, err
+			}
+			for j, cmd := range acq {
+				r, err := cmd.Slice()
+				if err != nil {
+					return 0, err
+				}
+				if len(r) != 3 || r[0] != int64(1) {
+					return 0, fmt.Errorf("acquire %s: reply %v, want {1, fence, time}", names[j].lock, r)
+				}
+				f, ok1 := r[1].(int64)
+				t, ok2 := r[2].(int64)
+				if !ok1 || !ok2 || f <= fences[j] || t <= 0 {
+					return 0, fmt.Errorf("acquire %s: reply %v after fence %d", names[j].lock, r, fences[j])
+				}
+				fences[j] = f
+			}
+			for j, k := range names {
+				rel[j] = pipe.EvalSha(ctx, releaseSHA, []string{k.lock}, tokens[j])
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				return 0, err
+			}
+			for j, cmd := range rel {
+				if r, err := cmd.Int64(); err != nil || r != 1 {
+					return 0, fmt.Errorf("release %s: %d %v, want 1", names[j].lock, r, err)
+				}
+			}
+			return per, nil
+		}
+	}
+	idealRaw := func(g int) func() (int, error) {
+		names := idealRawKeys[g*per : (g+1)*per]
+		tokens := make([]string, per)
+		set := make([]*redis.BoolCmd, per)
+		rel := make([]*redis.Cmd, per)
+		pipe := c.Pipeline()
+		return func() (int, error) {
+			for j, k := range names {
+				tokens[j] = newToken()
+				set[j] = pipe.SetNX(ctx, k, tokens[j], 10*time.Second)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				return 0, err
+			}
+			for j, cmd := range set {
+				if ok, err := cmd.Result(); err != nil || !ok {
+					return 0, fmt.Errorf("SET NX %s: %v %v", names[j], ok, err)
+				}
+			}
+			for j, k := range names {
+				rel[j] = rawRelease.EvalSha(ctx, pipe, []string{k}, tokens[j])
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				return 0, err
+			}
+			for j, cmd := range rel {
+				if r, err := cmd.Int64(); err != nil || r != 1 {
+					return 0, fmt.Errorf("release %s: %d %v, want 1", names[j], r, err)
+				}
+			}
+			return per, nil
+		}
+	}
+	// pipelined is an ideal window: goroutine g repeats round(g)'s rounds,
+	// each one a pipeline of acquires, then one of releases.
+	pipelined := func(round func(g int) func() (int, error)) func() int64 {
+		return func() int64 {
+			rounds := make([]func() (int, error), idealGoroutines)
+			for g := range rounds {
+				rounds[g] = round(g)
+			}
+			return run(idealGoroutines, func(g int) (int, error) { return rounds[g]() })
+		}
+	}
+	windows := []struct {
+		name string
+		run  func() int64
+	}{
+		{"raw", func() int64 {
+			return run(goroutines, func(i int) (int, error) {
+				token := newToken()
+				if err := c.SetNX(ctx, rawKeys[i], token, 10*time.Second).Err(); err != nil {
+					return 0, err
+				}
+				return 1, rawRelease.Run(ctx, c, []string{rawKeys[i]}, token).Err()
+			})
+		}},
+		{"lib", func() int64 {
+			return run(goroutines, func(i int) (int, error) {
+				l, err := s.TryLock(ctx, libKeys[i])
+				if err != nil {
+					return 0, err
+				}
+				return 1, l.Release(ctx)
+			})
+		}},
+		{"ideal-scripts", pipelined(idealScripts)},
+		{"ideal-raw", pipelined(idealRaw)},
+	}
+	samples := make([][]sample, len(windows))
 	for b.Loop() {
-		raw = append(raw, run(func(i int) error {
-			var tok [16]byte
-			_, _ = rand.Read(tok[:])
-			token := hex.EncodeToString(tok[:])
-			if err := c.SetNX(ctx, rawKeys[i], token, 10*time.Second).Err(); err != nil {
-				return err
-			}
-			return rawRelease.Run(ctx, c, []string{rawKeys[i]}, token).Err()
-		}))
-		lib = append(lib, run(func(i int) error {
-			l, err := s.TryLock(ctx, libKeys[i])
-			if err != nil {
-				return err
-			}
-			return l.Release(ctx)
-		}))
+		for w, win := range windows {
+			samples[w] = append(samples[w], measure(win.run))
+		}
 	}
-	ratios := make([]float64, len(raw))
-	for i := range raw {
-		ratios[i] = lib[i] / raw[i]
+	median := func(xs []float64) float64 {
+		slices.Sort(xs)
+		return xs[len(xs)/2]
 	}
-	slices.Sort(raw)
-	slices.Sort(lib)
-	slices.Sort(ratios)
-	b.ReportMetric(raw[len(raw)/2], "raw-pairs/s")
-	b.ReportMetric(lib[len(lib)/2], "lib-pairs/s")
-	b.ReportMetric(ratios[len(ratios)/2], "lib/raw")
+	pick := func(ss []sample, f func(sample) float64) []float64 {
+		xs := make([]float64, len(ss))
+		for i, x := range ss {
+			xs[i] = f(x)
+		}
+		return xs
+	}
+	for w, win := range windows {
+		ss := samples[w]
+		b.ReportMetric(median(pick(ss, func(x sample) float64 { return x.pairsPerSec })), win.name+"-pairs/s")
+		b.ReportMetric(median(pick(ss, func(x sample) float64 { return x.redisµs })), win.name+"-redis-µs/pair")
+		b.ReportMetric(median(pick(ss, func(x sample) float64 { return x.clientµs })), win.name+"-client-µs/pair")
+		if w > 0 {
+			ratios := make([]float64, len(ss))
+			for i := range ss {
+				ratios[i] = ss[i].pairsPerSec / samples[0][i].pairsPerSec
+			}
+			b.ReportMetric(median(ratios), win.name+"/raw")
+		}
+	}
+}
+
+// redisCPU is the CPU time redis-server has used (INFO cpu: used_cpu_sys +
+// used_cpu_user).
+func redisCPU(ctx context.Context, b *testing.B, c *redis.Client) time.Duration {
+	info, err := c.Info(ctx, "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	found := 0
+	for line := range strings.Lines(info) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (k != "used_cpu_sys" && k != "used_cpu_user") {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			b.Fatalf("INFO cpu: %s: %v", line, err)
+		}
+		total += f
+		found++
+	}
+	if found != 2 {
+		b.Fatalf("INFO cpu: no used_cpu_sys and used_cpu_user in %q", info)
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
+// clientCPU is the CPU time this process has used (user + system).
+func clientCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkRedlockPair measures one TryLock + Release pair on a Redlock
