@@ -37,6 +37,41 @@ func rawPair(ctx context.Context, b *testing.B, c *redis.Client) {
 	}
 }
 
+// acquiredFence checks a reply of the acquire script on key: acquired, with a
+// fence above prev; it returns the fence.
+func acquiredFence(cmd *redis.Cmd, key string, prev int64) (int64, error) {
+	r, err := cmd.Slice()
+	if err != nil {
+		return 0, err
+	}
+	if len(r) != 3 || r[0] != int64(1) {
+		return 0, fmt.Errorf("acquire %s: reply %v, want {1, fence, time}", key, r)
+	}
+	f, ok1 := r[1].(int64)
+	t, ok2 := r[2].(int64)
+	if !ok1 || !ok2 || f <= prev || t <= 0 {
+		return 0, fmt.Errorf("acquire %s: reply %v after fence %d", key, r, prev)
+	}
+	return f, nil
+}
+
+// scriptsPair is the library's pair without the library: the acquire and
+// release scripts run by EVALSHA on c, one after the other, with a fresh
+// token; it returns the fence, which must be above prev.
+func scriptsPair(ctx context.Context, b *testing.B, c *redis.Client, k keys, prev int64) int64 {
+	var tok [16]byte
+	_, _ = rand.Read(tok[:])
+	token := hex.EncodeToString(tok[:])
+	f, err := acquiredFence(c.EvalSha(ctx, acquireScript.sha.(string), []string{k.lock, k.fence}, token, "10000", ""), k.lock, prev)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if r, err := c.EvalSha(ctx, releaseScript.sha.(string), []string{k.lock}, token).Int64(); err != nil || r != 1 {
+		b.Fatalf("release %s: %d %v, want 1", k.lock, r, err)
+	}
+	return f
+}
+
 func libPair(ctx context.Context, b *testing.B, s *Session) {
 	if err := pairOn(ctx, s, "lib-key"); err != nil {
 		b.Fatal(err)
@@ -90,14 +125,25 @@ func BenchmarkLockPair(b *testing.B) {
 
 // BenchmarkLockPairRatio alternates raw and library pairs in one loop, so
 // drift on a noisy machine hits both alike, and reports each one's median
-// latency and their ratio. Run it pinned to one CPU to see the client- and
-// server-side cost rather than cross-CPU wake-ups:
+// latency and their ratio; and, as scripts/raw-p50, the ratio the library's
+// two scripts reach run bare (scriptsPair): the floor of the library's
+// latency, which its client-side work adds to. Run it pinned to one CPU to
+// see the client- and server-side cost rather than cross-CPU wake-ups:
 //
 //	go test -c -o /tmp/rl.test . && taskset -c 0 /tmp/rl.test -test.run '^$' -test.bench LockPairRatio -test.benchtime 20000x -test.count 5
 func BenchmarkLockPairRatio(b *testing.B) {
 	c, s := benchServer(b)
 	ctx := context.Background()
-	var raw, lib []time.Duration
+	for _, sc := range []*script{acquireScript, releaseScript} {
+		if err := c.ScriptLoad(ctx, sc.src.(string)).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	k := newKeys("scripts-key")
+	var (
+		raw, lib, scripts []time.Duration
+		fence             int64
+	)
 	for b.Loop() {
 		t := time.Now()
 		rawPair(ctx, b, c)
@@ -105,13 +151,18 @@ func BenchmarkLockPairRatio(b *testing.B) {
 		t = time.Now()
 		libPair(ctx, b, s)
 		lib = append(lib, time.Since(t))
+		t = time.Now()
+		fence = scriptsPair(ctx, b, c, k, fence)
+		scripts = append(scripts, time.Since(t))
 	}
 	slices.Sort(raw)
 	slices.Sort(lib)
-	r, l := raw[len(raw)/2], lib[len(lib)/2]
+	slices.Sort(scripts)
+	r, l, sp := raw[len(raw)/2], lib[len(lib)/2], scripts[len(scripts)/2]
 	b.ReportMetric(float64(r.Nanoseconds())/1e3, "raw-p50-µs")
 	b.ReportMetric(float64(l.Nanoseconds())/1e3, "lib-p50-µs")
 	b.ReportMetric(float64(l)/float64(r), "lib/raw-p50")
+	b.ReportMetric(float64(sp)/float64(r), "scripts/raw-p50")
 	b.ReportMetric(float64(lib[len(lib)*99/100])/float64(raw[len(raw)*99/100]), "lib/raw-p99")
 }
 
@@ -234,17 +285,9 @@ func BenchmarkLockParallel(b *testing.B) {
 				return 0, err
 			}
 			for j, cmd := range acq {
-				r, err := cmd.Slice()
+				f, err := acquiredFence(cmd, names[j].lock, fences[j])
 				if err != nil {
 					return 0, err
-				}
-				if len(r) != 3 || r[0] != int64(1) {
-					return 0, fmt.Errorf("acquire %s: reply %v, want {1, fence, time}", names[j].lock, r)
-				}
-				f, ok1 := r[1].(int64)
-				t, ok2 := r[2].(int64)
-				if !ok1 || !ok2 || f <= fences[j] || t <= 0 {
-					return 0, fmt.Errorf("acquire %s: reply %v after fence %d", names[j].lock, r, fences[j])
 				}
 				fences[j] = f
 			}
