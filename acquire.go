@@ -38,7 +38,8 @@ func (s *Session) TryLock(ctx context.Context, name string) (*Lock, error) {
 // acquire runs acquisition attempts with one token until the key is ours, or
 // (blocking) ctx or the session ends, or (non-blocking) after one attempt.
 // Every attempt uses the same token, so an attempt whose reply was lost is
-// confirmed by the next one rather than mistaken for another owner.
+// confirmed by the next one rather than mistaken for another owner; only a
+// give-back whose outcome is unknown moves the acquisition to a new token.
 //
 // With term (Election.Run), the acquisition is registered as a Run term
 // before it is handed over, so that no Release or Close can see it as a
@@ -107,6 +108,14 @@ func (s *Session) acquire(ctx context.Context, name, value string, block, term b
 		}
 		if !block || permanent(err) {
 			return nil, a.abandon(ctx, nil, err)
+		}
+		if a.l.leftover {
+			// The give-back's delete may still reach Redis after a later
+			// attempt with this token took the key, and delete that. So the
+			// next attempt takes a new token; this one is deleted now and by
+			// the heartbeat until it must have expired.
+			a.l.dispose(ctx, true)
+			a.newLock()
 		}
 		if err := s.wait(ctx, a.sub, a.delay(r, err, locked)); err != nil {
 			return nil, a.abandon(ctx, a.lastErr, err)
@@ -309,11 +318,11 @@ func (l *Lock) arm(sent, deadline time.Time, fence int64) error {
 }
 
 // giveBack deletes this acquisition's token after an attempt that did not
-// count, best effort. The acquisition goes on with the same token, so unlike
-// del it does not hand the token to the stale-token cleanup, which could
-// delete it after a later attempt of this acquisition has succeeded with it.
-// A node where the delete failed keeps the token until the next attempt
-// takes it again, or, if the acquisition gives up, abandon cleans it up.
+// count, best effort. If the delete failed somewhere (leftover), its request
+// may still reach Redis later, even after a later attempt with this token
+// took the key: a blocking acquisition then goes on with a new token and
+// hands this one to the stale-token cleanup (Session.acquire); one that gives
+// up cleans it up in abandon.
 func (l *Lock) giveBack(ctx context.Context) {
 	if l.s.place.release(ctx, l).retry {
 		l.leftover = true

@@ -45,8 +45,8 @@ type Lock struct {
 	// proclaiming serialises Election.Proclaim calls, so that the value
 	// kept here is the last one stored in Redis.
 	proclaiming chan struct{} // capacity 1, made by the first Proclaim under mu
-	// leftover: a give-back left this acquisition's token on some node.
-	// Only the acquiring goroutine uses it.
+	// leftover: a give-back failed somewhere, so this token may be, or get,
+	// in Redis. Only the acquiring goroutine uses it.
 	leftover bool
 	// deliveredAt is when delivered was set, as a time since hookEpoch
 	// (8 bytes, not a time.Time's 24), for Hooks.

@@ -3,8 +3,10 @@ package redisleader
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -151,4 +153,99 @@ func TestReplicaAcksRetriesUntilAcknowledged(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Lock did not succeed once replication was back")
 	}
+}
+
+// lateHook answers the first single call of the script with SHA sha with a
+// lost reply at once, and sends the request to Redis only when deliver is
+// closed: a request still on its way when its caller gave up, which lands
+// late (a connection that stalled, then delivered).
+type lateHook struct {
+	sha     string
+	mu      sync.Mutex
+	used    bool
+	sent    chan struct{} // closed when the call got its lost reply
+	deliver chan struct{} // closed by the test: the request lands
+	landed  chan any      // the late request's reply, or its error
+}
+
+func newLateHook(sc *script) *lateHook {
+	return &lateHook{sha: fmt.Sprint(sc.sha), sent: make(chan struct{}), deliver: make(chan struct{}), landed: make(chan any, 1)}
+}
+
+func (h *lateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *lateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *lateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if len(args) < 2 || fmt.Sprint(args[1]) != h.sha {
+			return next(ctx, cmd)
+		}
+		h.mu.Lock()
+		first := !h.used
+		h.used = true
+		h.mu.Unlock()
+		if !first {
+			return next(ctx, cmd)
+		}
+		late := redis.NewCmd(context.Background(), args...)
+		go func() {
+			<-h.deliver
+			if err := next(context.Background(), late); err != nil {
+				h.landed <- err
+				return
+			}
+			h.landed <- late.Val()
+		}()
+		close(h.sent)
+		cmd.SetErr(context.DeadlineExceeded)
+		return context.DeadlineExceeded
+	}
+}
+
+// A give-back whose reply was lost may land after the acquisition's next
+// attempt: it must not delete the key that attempt took. (With the same
+// token for every attempt it did, and another session took the name while
+// the first still held it: two owners.) The acquisition moves to a new
+// token after such a give-back, so the late delete finds another token.
+func TestLateGiveBackNeverDeletesTheNextAttempt(t *testing.T) {
+	primary, _, link := replicated(t)
+	c := primary.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	// A server that has our scripts, as in steady state: the late request
+	// runs (on a server without them it would meet NOSCRIPT and do nothing).
+	require.NoError(t, c.ScriptLoad(context.Background(), releaseScript.src.(string)).Err())
+	h := newLateHook(releaseScript)
+	c.AddHook(h)
+	s := newSession(t, c, WithTTL(12*time.Second), WithRenewInterval(4*time.Second), WithCallTimeout(2*time.Second),
+		WithRetryInterval(20*time.Millisecond), WithReplicaAcks(1, 200*time.Millisecond))
+
+	link.Blackhole(faultproxy.Both) // the first attempt is not acknowledged: it is given back
+	locked := make(chan tryResult, 1)
+	go func() {
+		l, err := s.Lock(context.Background(), "late-give-back")
+		locked <- tryResult{l, err}
+	}()
+	waitClosed(t, h.sent, 5*time.Second, "the give-back, its reply lost")
+	link.Heal()
+	link.ResetConns() // the replica resynchronises: a later attempt is acknowledged
+	res := recvWithin(t, locked, 10*time.Second, "Lock")
+	require.NoError(t, res.err)
+
+	close(h.deliver)
+	assert.EqualValues(t, 0, recvWithin(t, h.landed, 5*time.Second, "the late give-back"),
+		"the late give-back deleted a key (it should find another token)")
+	assert.EqualValues(t, 1, c.Exists(context.Background(), res.l.Key()).Val(), "the held lock's key was deleted")
+	s2 := newSession(t, primary.Client(t))
+	l2, err := s2.TryLock(context.Background(), "late-give-back")
+	if err == nil {
+		t.Errorf("another session took the name while the first still holds it (Held=%v, %v): two owners", res.l.Held(), l2.Held())
+	} else {
+		assert.ErrorIs(t, err, ErrLocked)
+	}
+	require.NoError(t, s2.Close(context.Background()))
+	require.NoError(t, s.Close(context.Background()))
+	checkNoLeaks(t)
 }
