@@ -39,7 +39,7 @@ func (s *Session) TryLock(ctx context.Context, name string) (*Lock, error) {
 // (blocking) ctx or the session ends, or (non-blocking) after one attempt.
 // Every attempt uses the same token, so an attempt whose reply was lost is
 // confirmed by the next one rather than mistaken for another owner; only a
-// give-back whose outcome is unknown moves the acquisition to a new token.
+// give-back moves the acquisition to a new token.
 //
 // With term (Election.Run), the acquisition is registered as a Run term
 // before it is handed over, so that no Release or Close can see it as a
@@ -109,12 +109,17 @@ func (s *Session) acquire(ctx context.Context, name, value string, block, term b
 		if !block || permanent(err) {
 			return nil, a.abandon(ctx, nil, err)
 		}
-		if a.l.leftover {
-			// The give-back's delete may still reach Redis after a later
-			// attempt with this token took the key, and delete that. So the
-			// next attempt takes a new token; this one is deleted now and by
-			// the heartbeat until it must have expired.
-			a.l.dispose(ctx, true)
+		if r.giveBack {
+			// A give-back's delete may still reach Redis after a later
+			// attempt with this token took the key, and delete that: a
+			// request whose reply was lost, or one go-redis sent again on a
+			// new connection while the first was still on its way. So the
+			// next attempt takes a new token; if the give-back failed
+			// somewhere, the heartbeat deletes this one until it must have
+			// expired.
+			if a.l.leftover {
+				s.markStale(a.l, true)
+			}
 			a.newLock()
 		}
 		if err := s.wait(ctx, a.sub, a.delay(r, err, locked)); err != nil {
@@ -318,11 +323,10 @@ func (l *Lock) arm(sent, deadline time.Time, fence int64) error {
 }
 
 // giveBack deletes this acquisition's token after an attempt that did not
-// count, best effort. If the delete failed somewhere (leftover), its request
-// may still reach Redis later, even after a later attempt with this token
-// took the key: a blocking acquisition then goes on with a new token and
-// hands this one to the stale-token cleanup (Session.acquire); one that gives
-// up cleans it up in abandon.
+// count, best effort. Its request may still reach Redis later, even after a
+// later attempt with this token took the key, so a blocking acquisition goes
+// on with a new token (Session.acquire); if the delete failed somewhere
+// (leftover), the stale-token cleanup, or abandon, deletes this one.
 func (l *Lock) giveBack(ctx context.Context) {
 	if l.s.place.release(ctx, l).retry {
 		l.leftover = true

@@ -202,7 +202,10 @@
 //   - Acquisition is idempotent: every attempt of one acquisition uses the
 //     same token, and a key that already holds that token is confirmed, not
 //     reported as held by someone else. go-redis's own retries of a command
-//     whose reply was lost (MaxRetries) are therefore safe. When an
+//     whose reply was lost (MaxRetries) are therefore safe. An attempt that
+//     did not count (WithReplicaAcks, Redlock) is given back, and the
+//     acquisition goes on with a new token: the give-back's request may still
+//     reach Redis after the next attempt took the key. When an
 //     acquisition gives up after an attempt whose outcome is unknown, its
 //     token is deleted within the caller's context (in the background once
 //     that has ended), and the heartbeat keeps deleting it until it must

@@ -368,12 +368,12 @@ func TestRedlockSplitVote(t *testing.T) {
 	assert.False(t, ms[2].Exists(key), "the free node is given back")
 }
 
-// TestRedlockRetryKeepsItsToken: an attempt that fell short of a quorum
-// gives its keys back, but its token must not be handed to the stale-token
-// cleanup: the next attempt reuses it, and the cleanup would delete the
-// keys of the lock that attempt then holds (regression: found by S21 as
-// two leaders at once with one node down).
-func TestRedlockRetryKeepsItsToken(t *testing.T) {
+// TestRedlockRetryKeepsItsKeys: an attempt that fell short of a quorum
+// gives its keys back, and the stale-token cleanup of its token (its
+// give-back failed on the node that is down) must never delete the keys of
+// the lock a later attempt holds (regression: found by S21 as two leaders at
+// once with one node down, when attempts shared their token).
+func TestRedlockRetryKeepsItsKeys(t *testing.T) {
 	ctx := context.Background()
 	ms, cs := redlockNodes(t, 3)
 	ms[2].Close()

@@ -155,12 +155,14 @@ func TestReplicaAcksRetriesUntilAcknowledged(t *testing.T) {
 	}
 }
 
-// lateHook answers the first single call of the script with SHA sha with a
-// lost reply at once, and sends the request to Redis only when deliver is
-// closed: a request still on its way when its caller gave up, which lands
-// late (a connection that stalled, then delivered).
+// lateHook sends the first single call of the script with SHA sha to Redis
+// only when deliver is closed: a request still on its way, which lands late
+// (a connection that stalled, then delivered). Its caller gets a lost reply
+// at once, or, with retried, the reply of the same request sent again at
+// once (go-redis's MaxRetries on a new connection).
 type lateHook struct {
 	sha     string
+	retried bool
 	mu      sync.Mutex
 	used    bool
 	sent    chan struct{} // closed when the call got its lost reply
@@ -168,8 +170,8 @@ type lateHook struct {
 	landed  chan any      // the late request's reply, or its error
 }
 
-func newLateHook(sc *script) *lateHook {
-	return &lateHook{sha: fmt.Sprint(sc.sha), sent: make(chan struct{}), deliver: make(chan struct{}), landed: make(chan any, 1)}
+func newLateHook(sc *script, retried bool) *lateHook {
+	return &lateHook{sha: fmt.Sprint(sc.sha), retried: retried, sent: make(chan struct{}), deliver: make(chan struct{}), landed: make(chan any, 1)}
 }
 
 func (h *lateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -200,52 +202,62 @@ func (h *lateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			}
 			h.landed <- late.Val()
 		}()
-		close(h.sent)
+		defer close(h.sent)
+		if h.retried {
+			return next(ctx, cmd)
+		}
 		cmd.SetErr(context.DeadlineExceeded)
 		return context.DeadlineExceeded
 	}
 }
 
-// A give-back whose reply was lost may land after the acquisition's next
-// attempt: it must not delete the key that attempt took. (With the same
-// token for every attempt it did, and another session took the name while
-// the first still held it: two owners.) The acquisition moves to a new
-// token after such a give-back, so the late delete finds another token.
+// A give-back's request may land after the acquisition's next attempt: one
+// whose reply was lost, or one go-redis sent again on a new connection (the
+// caller sees the retry's reply). It must not delete the key that attempt
+// took. (With the same token for every attempt it did, and another session
+// took the name while the first still held it: two owners.) The acquisition
+// moves to a new token after a give-back, so the late delete finds another
+// token.
 func TestLateGiveBackNeverDeletesTheNextAttempt(t *testing.T) {
-	primary, _, link := replicated(t)
-	c := primary.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
-	// A server that has our scripts, as in steady state: the late request
-	// runs (on a server without them it would meet NOSCRIPT and do nothing).
-	require.NoError(t, c.ScriptLoad(context.Background(), releaseScript.src.(string)).Err())
-	h := newLateHook(releaseScript)
-	c.AddHook(h)
-	s := newSession(t, c, WithTTL(12*time.Second), WithRenewInterval(4*time.Second), WithCallTimeout(2*time.Second),
-		WithRetryInterval(20*time.Millisecond), WithReplicaAcks(1, 200*time.Millisecond))
+	for _, retried := range []bool{false, true} {
+		t.Run(map[bool]string{false: "reply lost", true: "retried by go-redis"}[retried], func(t *testing.T) {
+			primary, _, link := replicated(t)
+			c := primary.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+			// A server that has our scripts, as in steady state: the late
+			// request runs (on a server without them it would meet NOSCRIPT
+			// and do nothing).
+			require.NoError(t, c.ScriptLoad(context.Background(), releaseScript.src.(string)).Err())
+			h := newLateHook(releaseScript, retried)
+			c.AddHook(h)
+			s := newSession(t, c, WithTTL(12*time.Second), WithRenewInterval(4*time.Second), WithCallTimeout(2*time.Second),
+				WithRetryInterval(20*time.Millisecond), WithReplicaAcks(1, 200*time.Millisecond))
 
-	link.Blackhole(faultproxy.Both) // the first attempt is not acknowledged: it is given back
-	locked := make(chan tryResult, 1)
-	go func() {
-		l, err := s.Lock(context.Background(), "late-give-back")
-		locked <- tryResult{l, err}
-	}()
-	waitClosed(t, h.sent, 5*time.Second, "the give-back, its reply lost")
-	link.Heal()
-	link.ResetConns() // the replica resynchronises: a later attempt is acknowledged
-	res := recvWithin(t, locked, 10*time.Second, "Lock")
-	require.NoError(t, res.err)
+			link.Blackhole(faultproxy.Both) // the first attempt is not acknowledged: it is given back
+			locked := make(chan tryResult, 1)
+			go func() {
+				l, err := s.Lock(context.Background(), "late-give-back")
+				locked <- tryResult{l, err}
+			}()
+			waitClosed(t, h.sent, 5*time.Second, "the give-back")
+			link.Heal()
+			link.ResetConns() // the replica resynchronises: a later attempt is acknowledged
+			res := recvWithin(t, locked, 15*time.Second, "Lock")
+			require.NoError(t, res.err)
 
-	close(h.deliver)
-	assert.EqualValues(t, 0, recvWithin(t, h.landed, 5*time.Second, "the late give-back"),
-		"the late give-back deleted a key (it should find another token)")
-	assert.EqualValues(t, 1, c.Exists(context.Background(), res.l.Key()).Val(), "the held lock's key was deleted")
-	s2 := newSession(t, primary.Client(t))
-	l2, err := s2.TryLock(context.Background(), "late-give-back")
-	if err == nil {
-		t.Errorf("another session took the name while the first still holds it (Held=%v, %v): two owners", res.l.Held(), l2.Held())
-	} else {
-		assert.ErrorIs(t, err, ErrLocked)
+			close(h.deliver)
+			assert.EqualValues(t, 0, recvWithin(t, h.landed, 5*time.Second, "the late give-back"),
+				"the late give-back deleted a key (it should find another token)")
+			assert.EqualValues(t, 1, c.Exists(context.Background(), res.l.Key()).Val(), "the held lock's key was deleted")
+			s2 := newSession(t, primary.Client(t))
+			l2, err := s2.TryLock(context.Background(), "late-give-back")
+			if err == nil {
+				t.Errorf("another session took the name while the first still holds it (Held=%v, %v): two owners", res.l.Held(), l2.Held())
+			} else {
+				assert.ErrorIs(t, err, ErrLocked)
+			}
+			require.NoError(t, s2.Close(context.Background()))
+			require.NoError(t, s.Close(context.Background()))
+			checkNoLeaks(t)
+		})
 	}
-	require.NoError(t, s2.Close(context.Background()))
-	require.NoError(t, s.Close(context.Background()))
-	checkNoLeaks(t)
 }
