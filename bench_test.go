@@ -25,15 +25,35 @@ import (
 var rawRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 
 func rawPair(ctx context.Context, b *testing.B, c *redis.Client) {
+	if err := rawPairOn(ctx, c, "raw-key"); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// rawPairOn is one raw acquire+release of key.
+func rawPairOn(ctx context.Context, c *redis.Client, key string) error {
+	token := benchToken()
+	ok, err := c.SetNX(ctx, key, token, 10*time.Second).Result()
+	if err != nil || !ok {
+		return fmt.Errorf("SET NX %s: %v %v", key, ok, err)
+	}
+	return rawRelease.Run(ctx, c, []string{key}, token).Err()
+}
+
+// benchToken is a fresh 16-byte random token in hex, as raw clients make.
+func benchToken() string {
 	var tok [16]byte
 	_, _ = rand.Read(tok[:])
-	token := hex.EncodeToString(tok[:])
-	ok, err := c.SetNX(ctx, "raw-key", token, 10*time.Second).Result()
-	if err != nil || !ok {
-		b.Fatalf("SET NX: %v %v", ok, err)
-	}
-	if err := rawRelease.Run(ctx, c, []string{"raw-key"}, token).Err(); err != nil {
-		b.Fatal(err)
+	return hex.EncodeToString(tok[:])
+}
+
+// loadScripts loads the acquire and release scripts on c, so that EVALSHA
+// finds them.
+func loadScripts(ctx context.Context, b *testing.B, c *redis.Client) {
+	for _, sc := range []*script{acquireScript, releaseScript} {
+		if sha, err := c.ScriptLoad(ctx, sc.src.(string)).Result(); err != nil || sha != sc.sha {
+			b.Fatalf("SCRIPT LOAD: %q %v, want %q", sha, err, sc.sha)
+		}
 	}
 }
 
@@ -44,13 +64,14 @@ func acquiredFence(cmd *redis.Cmd, key string, prev int64) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	// Never the reply itself: on a held key it carries the holder's token.
 	if len(r) != 3 || r[0] != int64(1) {
-		return 0, fmt.Errorf("acquire %s: reply %v, want {1, fence, time}", key, r)
+		return 0, fmt.Errorf("acquire %s: a reply of %d elements, first %v, want {1, fence, time}", key, len(r), r[0])
 	}
 	f, ok1 := r[1].(int64)
 	t, ok2 := r[2].(int64)
 	if !ok1 || !ok2 || f <= prev || t <= 0 {
-		return 0, fmt.Errorf("acquire %s: reply %v after fence %d", key, r, prev)
+		return 0, fmt.Errorf("acquire %s: fence %v, time %v after fence %d", key, r[1], r[2], prev)
 	}
 	return f, nil
 }
@@ -59,9 +80,7 @@ func acquiredFence(cmd *redis.Cmd, key string, prev int64) (int64, error) {
 // release scripts run by EVALSHA on c, one after the other, with a fresh
 // token; it returns the fence, which must be above prev.
 func scriptsPair(ctx context.Context, b *testing.B, c *redis.Client, k keys, prev int64) int64 {
-	var tok [16]byte
-	_, _ = rand.Read(tok[:])
-	token := hex.EncodeToString(tok[:])
+	token := benchToken()
 	f, err := acquiredFence(c.EvalSha(ctx, acquireScript.sha.(string), []string{k.lock, k.fence}, token, "10000", ""), k.lock, prev)
 	if err != nil {
 		b.Fatal(err)
@@ -109,16 +128,16 @@ func benchServer(b *testing.B, opts ...Option) (*redis.Client, *Session) {
 func BenchmarkLockPair(b *testing.B) {
 	c, s := benchServer(b)
 	ctx := context.Background()
-	b.Run("raw", func(b *testing.B) {
+	loopAllocs(b, "raw", func(b *testing.B) { rawPair(ctx, b, c) })
+	loopAllocs(b, "redisleader", func(b *testing.B) { libPair(ctx, b, s) })
+}
+
+// loopAllocs runs pair as sub-benchmark name, reporting allocations.
+func loopAllocs(b *testing.B, name string, pair func(b *testing.B)) {
+	b.Run(name, func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			rawPair(ctx, b, c)
-		}
-	})
-	b.Run("redisleader", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			libPair(ctx, b, s)
+			pair(b)
 		}
 	})
 }
@@ -134,11 +153,7 @@ func BenchmarkLockPair(b *testing.B) {
 func BenchmarkLockPairRatio(b *testing.B) {
 	c, s := benchServer(b)
 	ctx := context.Background()
-	for _, sc := range []*script{acquireScript, releaseScript} {
-		if err := c.ScriptLoad(ctx, sc.src.(string)).Err(); err != nil {
-			b.Fatal(err)
-		}
-	}
+	loadScripts(ctx, b, c)
 	k := newKeys("scripts-key")
 	var (
 		raw, lib, scripts []time.Duration
@@ -256,20 +271,11 @@ func BenchmarkLockParallel(b *testing.B) {
 		idealRawKeys[i] = fmt.Sprintf("ideal-raw-par-%d", i)
 	}
 	acquireSHA, releaseSHA := acquireScript.sha.(string), releaseScript.sha.(string)
-	for _, sc := range []*script{acquireScript, releaseScript} {
-		if sha, err := c.ScriptLoad(ctx, sc.src.(string)).Result(); err != nil || sha != sc.sha {
-			b.Fatalf("SCRIPT LOAD: %q %v, want %q", sha, err, sc.sha)
-		}
-	}
+	loadScripts(ctx, b, c)
 	if err := rawRelease.Load(ctx, c).Err(); err != nil {
 		b.Fatal(err)
 	}
 	per := goroutines / idealGoroutines
-	newToken := func() string {
-		var tok [16]byte
-		_, _ = rand.Read(tok[:])
-		return hex.EncodeToString(tok[:])
-	}
 	idealScripts := func(g int) func() (int, error) {
 		names := idealKeys[g*per : (g+1)*per]
 		tokens := make([]string, per)
@@ -278,7 +284,7 @@ func BenchmarkLockParallel(b *testing.B) {
 		pipe := c.Pipeline()
 		return func() (int, error) {
 			for j, k := range names {
-				tokens[j] = newToken()
+				tokens[j] = benchToken()
 				acq[j] = pipe.EvalSha(ctx, acquireSHA, []string{k.lock, k.fence}, tokens[j], "10000", "")
 			}
 			if _, err := pipe.Exec(ctx); err != nil {
@@ -313,7 +319,7 @@ func BenchmarkLockParallel(b *testing.B) {
 		pipe := c.Pipeline()
 		return func() (int, error) {
 			for j, k := range names {
-				tokens[j] = newToken()
+				tokens[j] = benchToken()
 				set[j] = pipe.SetNX(ctx, k, tokens[j], 10*time.Second)
 			}
 			if _, err := pipe.Exec(ctx); err != nil {
@@ -355,11 +361,7 @@ func BenchmarkLockParallel(b *testing.B) {
 	}{
 		{"raw", func() int64 {
 			return run(goroutines, func(i int) (int, error) {
-				token := newToken()
-				if err := c.SetNX(ctx, rawKeys[i], token, 10*time.Second).Err(); err != nil {
-					return 0, err
-				}
-				return 1, rawRelease.Run(ctx, c, []string{rawKeys[i]}, token).Err()
+				return 1, rawPairOn(ctx, c, rawKeys[i])
 			})
 		}},
 		{"lib", func() int64 {
@@ -462,12 +464,7 @@ func BenchmarkRedlockPair(b *testing.B) {
 	}
 	b.Cleanup(func() { _ = s.Close(context.Background()) })
 	ctx := context.Background()
-	b.Run("sequential", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			libPair(ctx, b, s)
-		}
-	})
+	loopAllocs(b, "sequential", func(b *testing.B) { libPair(ctx, b, s) })
 	b.Run("parallel", func(b *testing.B) {
 		b.ReportAllocs()
 		b.SetParallelism(16 / max(1, runtime.GOMAXPROCS(0)))
