@@ -90,6 +90,20 @@ type pending struct {
 // waits until no earlier call on the same key, given up while its batch was
 // on the wire, can still reach Redis.
 func (s *Session) call(ctx context.Context, deadline time.Time, sc *script, argv []any) *redis.Cmd {
+	return s.send(ctx, deadline, sc, argv, true)
+}
+
+// callNow runs a script that frees a name (a release or a give-back) as
+// call does, but at once on the caller's goroutine, never queued behind
+// other calls and not counted on the wire: the sessions waiting for the name
+// (and this one's own contenders, whose tries fill the queue) should not
+// wait for it longer than one round trip.
+func (s *Session) callNow(ctx context.Context, deadline time.Time, sc *script, argv []any) *redis.Cmd {
+	return s.send(ctx, deadline, sc, argv, false)
+}
+
+// send is call, or with coalesce false callNow.
+func (s *Session) send(ctx context.Context, deadline time.Time, sc *script, argv []any, coalesce bool) *redis.Cmd {
 	callCtx := s.bound(ctx, deadline)
 	defer unbind(callCtx)
 	c := &s.combine
@@ -98,8 +112,8 @@ func (s *Session) call(ctx context.Context, deadline time.Time, sc *script, argv
 		c.mu.Unlock()
 		return errCmd(ctx, argv, err)
 	}
-	if c.closed || (c.onWire < maxOnWire && len(c.queue) == 0) {
-		if !c.closed {
+	if !coalesce || c.closed || (c.onWire < maxOnWire && len(c.queue) == 0) {
+		if coalesce && !c.closed {
 			c.onWire++
 			defer s.handOver() // also when a hook on the client panics
 		}
@@ -139,21 +153,6 @@ func (s *Session) call(ctx context.Context, deadline time.Time, sc *script, argv
 	}
 	c.mu.Unlock()
 	return errCmd(ctx, argv, err)
-}
-
-// callNow runs a script that frees a name (a release or a give-back) at
-// once on the caller's goroutine, never queued behind other calls and not
-// counted on the wire: the sessions waiting for the name (and this one's own
-// contenders, whose tries fill the queue) should not wait for it longer than
-// one round trip. Like call, it first waits until no earlier call on the key
-// that a caller gave up on can still reach Redis.
-func (s *Session) callNow(ctx context.Context, deadline time.Time, sc *script, argv []any) *redis.Cmd {
-	callCtx := s.bound(ctx, deadline)
-	defer unbind(callCtx)
-	if err := s.combine.await(callCtx, argv[3]); err != nil {
-		return errCmd(ctx, argv, err)
-	}
-	return sc.run(callCtx, s.client, argv)
 }
 
 // awaitLocked waits, with c.mu held but released while it waits, until no

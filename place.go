@@ -79,12 +79,12 @@ func (l *Lock) acquireReply(res []any, err error) acquired {
 		return acquired{err: fmt.Errorf("redisleader: acquire %q: unexpected reply of %d elements", l.keys.name, len(res))}
 	}
 	if ok, _ := res[0].(int64); ok == 1 {
-		fence, _ := res[1].(int64)
+		r := acquired{}
+		r.fence, _ = res[1].(int64)
 		if len(res) > 2 {
-			at, _ := res[2].(int64)
-			return acquired{fence: fence, at: at}
+			r.at, _ = res[2].(int64)
 		}
-		return acquired{fence: fence}
+		return r
 	}
 	r := acquired{ahead: -1}
 	if len(res) >= 5 {
