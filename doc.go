@@ -209,7 +209,8 @@
 //     acquisition gives up after an attempt whose outcome is unknown, its
 //     token is deleted within the caller's context (in the background once
 //     that has ended), and the heartbeat keeps deleting it until it must
-//     have expired, in case the attempt reaches Redis later.
+//     have expired, in case the attempt reaches Redis later. Such deletes
+//     never delay a renewal round: they get only the time until the next.
 //
 // # Coalescing
 //

@@ -41,8 +41,9 @@ func (s *Session) heartbeat(ctx context.Context) {
 		held, failures := s.renewRound(ctx)
 		s.cfg.hooks.round(start, held, failures)
 		failed := failures > 0
+		next := time.Now().Add(s.cfg.renewInterval)
 		if !failed { // not while Redis misbehaves: never delay a renewal retry
-			s.cleanStale(ctx)
+			s.cleanStale(ctx, next) // nor the next round: the TTL rules do not count it
 		}
 		if s.cfg.test.round != nil {
 			s.cfg.test.round(held, failed)
@@ -52,7 +53,7 @@ func (s *Session) heartbeat(ctx context.Context) {
 			t.Reset(min(s.cfg.renewInterval, s.retryDelay()))
 			armed = true
 		case held > 0 || !s.goIdle():
-			t.Reset(s.cfg.renewInterval)
+			t.Reset(time.Until(next))
 			armed = true
 		}
 	}
@@ -151,17 +152,17 @@ func (s *Session) markStale(l *Lock, repeat bool) {
 }
 
 // cleanStale deletes the keys of ended locks if they still hold their
-// tokens (compare-and-delete, so it never touches anyone else's). A lock is
-// forgotten once the delete succeeded, or once its token must have expired
-// on the server anyway.
-func (s *Session) cleanStale(ctx context.Context) {
+// tokens (compare-and-delete, so it never touches anyone else's), giving up
+// at deadline. A lock is forgotten once the delete succeeded, or once its
+// token must have expired on the server anyway.
+func (s *Session) cleanStale(ctx context.Context, deadline time.Time) {
 	s.mu.Lock()
 	locks := slices.Collect(maps.Keys(s.stale))
 	s.mu.Unlock()
 	if len(locks) == 0 {
 		return
 	}
-	outcomes := s.place.releaseAll(ctx, locks)
+	outcomes := s.place.releaseAll(ctx, locks, deadline)
 	now := time.Now()
 	s.mu.Lock()
 	for i, l := range locks {

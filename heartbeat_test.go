@@ -172,3 +172,84 @@ func TestDeadlineWhileRedisPaused(t *testing.T) {
 	require.NoError(t, s.Close(ctx))
 	checkNoLeaks(t)
 }
+
+// The heartbeat's clean-up of ended locks' tokens never delays the renewals
+// of the locks still held: when Redis takes the deletes and does not answer
+// (the renewals still succeed: on Cluster, say, the ended lock's slot is on
+// a node that hangs), a round that waited for the clean-up would come an
+// interval plus a call timeout after the one before, which the TTL rules
+// (WithCallTimeout) do not count.
+func TestStaleCleanupNeverDelaysRenewals(t *testing.T) {
+	ctx := context.Background()
+	_, c := newMini(t)
+	c.AddHook(hangScript{releaseScript})
+	const interval, callTimeout = 300 * time.Millisecond, 500 * time.Millisecond
+	type round struct {
+		end   time.Time
+		stale int
+	}
+	rounds := make(chan round, 64)
+	var s *Session
+	s = newSession(t, c, WithTTL(3*time.Second), WithRenewInterval(interval), WithCallTimeout(callTimeout),
+		withRoundHook(func(int, bool) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			rounds <- round{time.Now(), len(s.stale)}
+		}))
+	held, err := s.TryLock(ctx, "held")
+	require.NoError(t, err)
+	ended, err := s.TryLock(ctx, "ended")
+	require.NoError(t, err)
+
+	assert.Error(t, ended.Release(ctx), "the delete hangs: it is left to the heartbeat")
+	for len(rounds) > 0 {
+		<-rounds // rounds before the release
+	}
+	last := <-rounds
+	for i := range 3 {
+		r := <-rounds
+		assert.Equal(t, 1, r.stale, "round %d: the delete is being retried", i)
+		assert.Less(t, r.end.Sub(last.end), interval+callTimeout/2,
+			"round %d ended %v after the one before (interval %v, call timeout %v)", i, r.end.Sub(last.end), interval, callTimeout)
+		last = r
+	}
+	assert.True(t, held.Held(), "%v", held.Err())
+}
+
+// hangScript makes every call of sc (alone or in a pipeline) wait for its
+// context to end, as a read from a server that took the request and never
+// answers does.
+type hangScript struct{ sc *script }
+
+func (h hangScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h hangScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.hangs(cmd) {
+			<-ctx.Done()
+			cmd.SetErr(ctx.Err())
+			return ctx.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h hangScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if h.hangs(cmd) {
+				<-ctx.Done()
+				for _, cmd := range cmds {
+					cmd.SetErr(ctx.Err())
+				}
+				return ctx.Err()
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h hangScript) hangs(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	return len(args) > 1 && (args[1] == h.sc.sha || args[1] == h.sc.src)
+}

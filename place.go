@@ -26,8 +26,9 @@ type place interface {
 	renew(ctx context.Context, locks []*Lock, waiters []*waiter, deadline time.Time) (locksOut, waitersOut []renewal)
 	// release deletes l's token wherever the key still holds it.
 	release(ctx context.Context, l *Lock) deleted
-	// releaseAll is release for several locks at once, in one round trip.
-	releaseAll(ctx context.Context, locks []*Lock) []deleted
+	// releaseAll is release for several locks at once, in one round trip,
+	// bounded by ctx, the call timeout and deadline (zero: none).
+	releaseAll(ctx context.Context, locks []*Lock, deadline time.Time) []deleted
 	// inspect reads who holds k and the TTL left.
 	inspect(ctx context.Context, k keys) (Leader, bool, error)
 	// proclaim stores value as l's value, keeping token, fence and TTL; it
@@ -264,12 +265,12 @@ func (n *node) release(ctx context.Context, l *Lock) deleted {
 // releaseAll first waits until no acquire of these locks that a caller
 // gave up on while its batch was on the wire can still reach Redis (see
 // combine.go), so that the delete comes after it.
-func (n *node) releaseAll(ctx context.Context, locks []*Lock) []deleted {
+func (n *node) releaseAll(ctx context.Context, locks []*Lock, deadline time.Time) []deleted {
 	calls := make([]call, len(locks))
 	for i, l := range locks {
 		calls[i] = releaseCall(l)
 	}
-	callCtx := n.s.bound(ctx, time.Time{})
+	callCtx := n.s.bound(ctx, deadline)
 	for _, l := range locks {
 		if n.s.combine.await(callCtx, l.lockArg) != nil {
 			break // the deletes fail with the context's error

@@ -388,9 +388,9 @@ func (l *Lock) redlockReleaseArgs(argv *[7]any) []any {
 // renewal, a delete cut short leaves the token on a healthy node, where it
 // keeps the next owner from a quorum while another node is down. A delete
 // fails if it failed on a quorum of nodes.
-func (q *quorum) releaseAll(ctx context.Context, locks []*Lock) []deleted {
+func (q *quorum) releaseAll(ctx context.Context, locks []*Lock, deadline time.Time) []deleted {
 	ds := make([]quorumDeleted, len(locks))
-	callCtx, cancel := q.bound(ctx, time.Time{})
+	callCtx, cancel := q.bound(ctx, deadline)
 	defer cancel()
 	var mu sync.Mutex
 	q.each(func(c Client) {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -307,7 +308,7 @@ func (s *Session) releaseAll(ctx context.Context, locks []*Lock) error {
 	if len(locks) == 0 {
 		return nil
 	}
-	for _, d := range s.place.releaseAll(ctx, locks) {
+	for _, d := range s.place.releaseAll(ctx, locks, time.Time{}) {
 		if d.err != nil {
 			failed = append(failed, d.err)
 		}
