@@ -133,11 +133,15 @@
 //     when a quorum renewed. When so many nodes answer "not owner" that no
 //     quorum is possible, the lock ends at once with ErrNotOwner; errors are
 //     retried until the deadline, where it ends with ErrExpired.
-//   - Release deletes the token on every node and waits for each, up to the
-//     call timeout (so a node that is down makes it take that long; acquire
-//     and renewal rounds stop waiting for such a node once the outcome is
-//     known). Errors on a minority of nodes are retried in the background
-//     and do not fail Release.
+//   - Release deletes the token on every node. A delete that failed or went
+//     unanswered on a minority of nodes is retried in the background and
+//     does not fail Release.
+//   - No operation waits for a node that is down or hangs once its outcome
+//     is known: the other nodes then get a grace period as long as the
+//     operation has taken so far, and what is still unanswered counts as
+//     failed. (go-redis cannot cut short a read, so these calls go on until
+//     the call timeout in the background; Close waits for them, and for
+//     every node of its own releases.)
 //   - Fences: each node issues max(its last fence + 1, its clock in µs) and
 //     reports the reading t of its clock from which its key's TTL runs (the
 //     key expires when the node's clock passes t + TTL); the acquisition's

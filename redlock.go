@@ -86,75 +86,99 @@ func (q *quorum) bound(ctx context.Context, deadline time.Time) (context.Context
 	return context.WithDeadline(ctx, q.s.callDeadline(deadline))
 }
 
-// onNodesUntil runs f for every node at once (node 0 on the calling
-// goroutine), on ctx, and waits for all of them. Each f records its result
-// while holding mu; after each one, settled (also under mu) says whether
-// the outcome is known. Once it is, the nodes still working get a grace
-// period as long as the call has taken so far (healthy nodes answer within
-// about the same time, and an acquisition held on every node tolerates more
-// failures later), then cancel (ctx's) is called, so that a call waiting on
-// a node that is down (go-redis's dial retries and backoff) ends at once
-// instead of at the call timeout.
-func (q *quorum) onNodesUntil(ctx context.Context, cancel context.CancelFunc, mu *sync.Mutex, settled func() bool, f func(ctx context.Context, i int, c Client)) {
-	r := nodesRound{q: q, ctx: ctx, cancel: cancel, mu: mu, settled: settled, f: f, start: time.Now()}
-	r.wg.Add(len(q.nodes) - 1)
-	for i := 1; i < len(q.nodes); i++ {
-		go r.node(i)
+// onNodesUntil runs call for every node at once, each on its own goroutine,
+// on ctx, and record(i, answer) for each node's answer, one at a time;
+// record returns whether the outcome is known. Once it is, the nodes still
+// working get a grace period as long as the operation has taken so far
+// (healthy nodes answer within about the same time, and an acquisition held
+// on every node tolerates more failures later). Then cancel (ctx's) is
+// called, so that a call waiting on a node that is down (go-redis's dial
+// retries and backoff) ends at once, and onNodesUntil returns without the
+// answers still missing: go-redis does not interrupt a read when its
+// context is cancelled, so a node that hangs would otherwise hold every
+// operation to the call timeout. record is never called after
+// onNodesUntil returned. The calls left behind end at ctx's deadline, and
+// Close waits for them (Session.detach); once the session is closed,
+// onNodesUntil waits for every call, as Close's own releases need.
+func onNodesUntil[T any](q *quorum, ctx context.Context, cancel context.CancelFunc, call func(ctx context.Context, i int, c Client) T, record func(i int, answer T) (settled bool)) {
+	r := &nodesRound{cancel: cancel, left: len(q.nodes), done: make(chan struct{}), start: time.Now()}
+	wg := &q.s.detached
+	if r.waitAll = !q.s.detach(len(q.nodes)); r.waitAll {
+		wg = new(sync.WaitGroup)
+		wg.Add(len(q.nodes))
 	}
-	r.node(0)
-	r.wg.Wait()
-	mu.Lock()
+	for i, c := range q.nodes {
+		go func() {
+			defer wg.Done()
+			answer := call(ctx, i, c)
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if r.over {
+				return
+			}
+			r.left--
+			switch settled := record(i, answer); {
+			case r.left == 0:
+				r.finishLocked()
+			case settled && r.grace == nil:
+				r.grace = time.AfterFunc(time.Since(r.start)+time.Millisecond, r.endGrace)
+			}
+		}()
+	}
+	<-r.done
+	r.mu.Lock()
+	r.over = true
 	if r.grace != nil {
 		r.grace.Stop()
 	}
-	mu.Unlock()
+	r.mu.Unlock()
+	if r.waitAll {
+		wg.Wait()
+	}
 }
 
-// nodesRound is one onNodesUntil: its arguments, and the grace timer,
-// started once the outcome is known (under mu).
+// nodesRound is the state of one onNodesUntil.
 type nodesRound struct {
-	q       *quorum
-	ctx     context.Context
 	cancel  context.CancelFunc
-	mu      *sync.Mutex
-	settled func() bool
-	f       func(ctx context.Context, i int, c Client)
 	start   time.Time
-	wg      sync.WaitGroup // the nodes other than node 0
-	grace   *time.Timer
+	waitAll bool // the session is closed: wait for every node
+
+	mu       sync.Mutex
+	left     int           // nodes that have not answered
+	over     bool          // onNodesUntil is returning: record no more
+	done     chan struct{} // closed when onNodesUntil may stop waiting
+	finished bool          // done is closed
+	grace    *time.Timer   // started once the outcome is known
 }
 
-// node runs f for node i, then starts the grace period if the outcome has
-// become known.
-func (r *nodesRound) node(i int) {
-	if i > 0 {
-		defer r.wg.Done()
-	}
-	r.f(r.ctx, i, r.q.nodes[i])
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.grace == nil && r.settled() {
-		r.grace = time.AfterFunc(time.Since(r.start)+time.Millisecond, r.cancel)
+// endGrace ends the grace period: it cancels the calls still waiting and,
+// unless every call must be waited for, lets onNodesUntil return.
+func (r *nodesRound) endGrace() {
+	r.cancel()
+	if !r.waitAll {
+		r.mu.Lock()
+		r.finishLocked()
+		r.mu.Unlock()
 	}
 }
+
+func (r *nodesRound) finishLocked() {
+	if !r.finished {
+		r.finished = true
+		close(r.done)
+	}
+}
+
+// errNoAnswer is a node's outcome when onNodesUntil stopped waiting for it.
+var errNoAnswer = errors.New("no answer within the grace period once the outcome was known")
 
 // each runs f for every node at once and waits for all of them.
 func (q *quorum) each(f func(c Client)) {
-	q.eachNode(func(_ int, c Client) { f(c) })
-}
-
-// eachNode runs f for every node at once, the first on the caller's
-// goroutine, and waits for all of them.
-func (q *quorum) eachNode(f func(i int, c Client)) {
 	var wg sync.WaitGroup
-	wg.Add(len(q.nodes) - 1)
-	for i := 1; i < len(q.nodes); i++ {
-		go func() {
-			defer wg.Done()
-			f(i, q.nodes[i])
-		}()
+	for _, c := range q.nodes[1:] {
+		wgGo(&wg, func() { f(c) })
 	}
-	f(0, q.nodes[0])
+	f(q.nodes[0])
 	wg.Wait()
 }
 
@@ -249,22 +273,19 @@ func (q *quorum) acquireAll(ctx context.Context, l *Lock, deadline time.Time) []
 	replies := make([]nodeAcquire, len(q.nodes))
 	for i := range replies {
 		replies[i].argv = l.argv
+		replies[i].r.err = errNoAnswer
 	}
-	var (
-		mu             sync.Mutex
-		taken, refused int
-	)
-	settled := func() bool { return taken >= q.need || refused > q.spare() }
-	q.onNodesUntil(callCtx, cancel, &mu, settled, func(ctx context.Context, i int, c Client) {
-		r := l.acquireReply(acquireScript.run(ctx, c, replies[i].argv[:]).Slice())
-		mu.Lock()
-		defer mu.Unlock()
+	var taken, refused int
+	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, i int, c Client) acquired {
+		return l.acquireReply(acquireScript.run(ctx, c, replies[i].argv[:]).Slice())
+	}, func(i int, r acquired) bool {
 		replies[i].r = r
 		if r.err == nil {
 			taken++
 		} else {
 			refused++
 		}
+		return taken >= q.need || refused > q.spare()
 	})
 	return replies
 }
@@ -273,28 +294,26 @@ func (q *quorum) acquireAll(ctx context.Context, l *Lock, deadline time.Time) []
 // redlockRenewScript, which also refreshes their TTL) and returns on how
 // many it was stored (it stops waiting once a quorum has, or cannot).
 func (q *quorum) raiseFence(ctx context.Context, cancel context.CancelFunc, l *Lock, replies []nodeAcquire, fence int64) int {
-	var (
-		mu             sync.Mutex
-		stored, failed int
-	)
+	var stored, failed int
 	for i := range replies {
 		if replies[i].r.err != nil {
 			failed++ // a node we do not hold cannot store it
 		}
 	}
-	settled := func() bool { return stored >= q.need || failed > q.spare() }
-	q.onNodesUntil(ctx, cancel, &mu, settled, func(ctx context.Context, i int, c Client) {
+	onNodesUntil(q, ctx, cancel, func(ctx context.Context, i int, c Client) (r renewal) {
 		if replies[i].r.err != nil {
-			return
+			return r // counted above
 		}
-		r := renewReply(redlockRenewScript.run(ctx, c, q.renewArgs(l, fence)))
-		mu.Lock()
-		defer mu.Unlock()
-		if r == (renewal{}) {
+		return renewReply(redlockRenewScript.run(ctx, c, q.renewArgs(l, fence)))
+	}, func(i int, r renewal) bool {
+		switch {
+		case replies[i].r.err != nil:
+		case r == (renewal{}):
 			stored++
-		} else {
+		default:
 			failed++
 		}
+		return stored >= q.need || failed > q.spare()
 	})
 	return stored
 }
@@ -306,25 +325,16 @@ func (q *quorum) raiseFence(ctx context.Context, cancel context.CancelFunc, l *L
 // otherwise its renewal failed.
 func (q *quorum) renew(ctx context.Context, locks []*Lock, _ []*waiter, deadline time.Time) (_, _ []renewal) {
 	renewed, notOwner, errs, lastErr := make([]int, len(locks)), make([]int, len(locks)), make([]int, len(locks)), make([]error, len(locks))
-	var mu sync.Mutex
 	callCtx, cancel := q.bound(ctx, deadline)
 	defer cancel()
-	settled := func() bool { // every lock renewed by a quorum, or past hope of one
-		for j := range locks {
-			if renewed[j] < q.need && notOwner[j]+errs[j] <= q.spare() {
-				return false
-			}
-		}
-		return true
-	}
-	q.onNodesUntil(callCtx, cancel, &mu, settled, func(ctx context.Context, _ int, c Client) {
+	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, _ int, c Client) []*redis.Cmd {
 		argvs := make([][]any, len(locks))
 		for j, l := range locks {
 			argvs[j] = q.renewArgs(l, l.fence)
 		}
 		cmds, _ := redlockRenewScript.runAll(ctx, c, argvs, replicaAcks{})
-		mu.Lock()
-		defer mu.Unlock()
+		return cmds
+	}, func(_ int, cmds []*redis.Cmd) bool {
 		for j, cmd := range cmds {
 			switch r := renewReply(cmd); {
 			case r.err != nil:
@@ -336,6 +346,12 @@ func (q *quorum) renew(ctx context.Context, locks []*Lock, _ []*waiter, deadline
 				renewed[j]++
 			}
 		}
+		for j := range locks { // settled: every lock renewed by a quorum, or past hope of one
+			if renewed[j] < q.need && notOwner[j]+errs[j] <= q.spare() {
+				return false
+			}
+		}
+		return true
 	})
 	out := make([]renewal, len(locks))
 	for j := range locks {
@@ -356,14 +372,12 @@ func (q *quorum) release(ctx context.Context, l *Lock) deleted {
 	callCtx, cancel := q.bound(ctx, time.Time{})
 	defer cancel()
 	argvs := make([][7]any, len(q.nodes))
-	cmds := make([]*redis.Cmd, len(q.nodes))
-	q.eachNode(func(i int, c Client) {
-		cmds[i] = redlockReleaseScript.run(callCtx, c, l.redlockReleaseArgs(&argvs[i]))
-	})
 	var d quorumDeleted
-	for _, cmd := range cmds {
-		d.add(deleteReply(cmd))
-	}
+	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, i int, c Client) deleted {
+		return deleteReply(redlockReleaseScript.run(ctx, c, l.redlockReleaseArgs(&argvs[i])))
+	}, func(_ int, r deleted) bool {
+		return d.add(r) >= q.need
+	})
 	return d.outcome(q)
 }
 
@@ -383,27 +397,29 @@ func (l *Lock) redlockReleaseArgs(argv *[7]any) []any {
 }
 
 // releaseAll deletes every lock's token on every node, at once, raising
-// each node's fence key to the lock's fence first (redlockReleaseScript),
-// and waits for every node (up to the call timeout): unlike an acquire or a
-// renewal, a delete cut short leaves the token on a healthy node, where it
-// keeps the next owner from a quorum while another node is down. A delete
-// fails if it failed on a quorum of nodes.
+// each node's fence key to the lock's fence first (redlockReleaseScript). A
+// delete fails if it failed on a quorum of nodes, and is retried if it
+// failed or went unanswered on any: a delete cut short can leave the token
+// on a healthy node, where it keeps the next owner from a quorum while
+// another node is down.
 func (q *quorum) releaseAll(ctx context.Context, locks []*Lock, deadline time.Time) []deleted {
 	ds := make([]quorumDeleted, len(locks))
 	callCtx, cancel := q.bound(ctx, deadline)
 	defer cancel()
-	var mu sync.Mutex
-	q.each(func(c Client) {
+	answered := 0
+	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, _ int, c Client) []*redis.Cmd {
 		argvs := make([][]any, len(locks))
 		for i, l := range locks {
 			argvs[i] = l.redlockReleaseArgs(new([7]any))
 		}
-		cmds, _ := redlockReleaseScript.runAll(callCtx, c, argvs, replicaAcks{})
-		mu.Lock()
-		defer mu.Unlock()
+		cmds, _ := redlockReleaseScript.runAll(ctx, c, argvs, replicaAcks{})
+		return cmds
+	}, func(_ int, cmds []*redis.Cmd) bool {
 		for i, cmd := range cmds {
 			ds[i].add(deleteReply(cmd))
 		}
+		answered++
+		return answered >= q.need
 	})
 	out := make([]deleted, len(locks))
 	for i := range ds {
@@ -414,11 +430,13 @@ func (q *quorum) releaseAll(ctx context.Context, locks []*Lock, deadline time.Ti
 
 // quorumDeleted counts one lock's delete outcomes across the nodes.
 type quorumDeleted struct {
-	failed, missing int
-	firstErr        error
+	answered, failed, missing int
+	firstErr                  error
 }
 
-func (d *quorumDeleted) add(r deleted) {
+// add counts one node's answer and returns how many nodes have answered.
+func (d *quorumDeleted) add(r deleted) int {
+	d.answered++
 	switch {
 	case r.err != nil:
 		d.failed++
@@ -428,14 +446,17 @@ func (d *quorumDeleted) add(r deleted) {
 	case r.missing:
 		d.missing++
 	}
+	return d.answered
 }
 
-// outcome is the lock's delete: retried if it failed anywhere, missing if
-// a quorum did not hold the token, failed if it failed on a quorum.
+// outcome is the lock's delete: retried if it failed anywhere (a node that
+// did not answer counts as failed), missing if a quorum did not hold the
+// token, failed if it failed on a quorum.
 func (d *quorumDeleted) outcome(q *quorum) deleted {
-	out := deleted{retry: d.failed > 0, missing: d.missing >= q.need}
-	if d.failed >= q.need {
-		out.err = fmt.Errorf("failed on %d of %d nodes: %w", d.failed, len(q.nodes), d.firstErr)
+	failed := d.failed + len(q.nodes) - d.answered
+	out := deleted{retry: failed > 0, missing: d.missing >= q.need}
+	if failed >= q.need {
+		out.err = fmt.Errorf("failed on %d of %d nodes: %w", failed, len(q.nodes), cmp.Or(d.firstErr, errNoAnswer))
 	}
 	return out
 }
@@ -506,30 +527,29 @@ type nodeHolder struct {
 // holder is found on a quorum, or none can be.
 func (q *quorum) readHolders(ctx context.Context, k keys) []nodeHolder {
 	replies := make([]nodeHolder, len(q.nodes))
+	for i := range replies {
+		replies[i].err = errNoAnswer
+	}
 	callCtx, cancel := q.bound(ctx, time.Time{})
 	defer cancel()
 	var (
-		mu       sync.Mutex
 		votes    = map[string]int{}
 		answered int
 	)
-	settled := func() bool {
-		best := 0
-		for _, v := range votes {
-			best = max(best, v)
-		}
-		return best >= q.need || best+len(q.nodes)-answered < q.need
-	}
-	q.onNodesUntil(callCtx, cancel, &mu, settled, func(ctx context.Context, i int, c Client) {
-		var r nodeHolder
+	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, _ int, c Client) (r nodeHolder) {
 		r.h, r.ttl, _, r.ok, r.err = holderReply(inspectScript.run(ctx, c, []any{nil, nil, 1, k.lock}))
-		mu.Lock()
-		defer mu.Unlock()
+		return r
+	}, func(i int, r nodeHolder) bool {
 		replies[i] = r
 		answered++
 		if r.ok {
 			votes[r.h.token]++
 		}
+		best := 0
+		for _, v := range votes {
+			best = max(best, v)
+		}
+		return best >= q.need || best+len(q.nodes)-answered < q.need
 	})
 	return replies
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/faultproxy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -567,4 +568,71 @@ func TestRedlockLateQuorumReply(t *testing.T) {
 			})
 		}
 	}
+}
+
+// behindProxy returns a client that reaches m through a fault proxy, and
+// the proxy.
+func behindProxy(t *testing.T, m *miniredis.Miniredis) (Client, *faultproxy.Proxy) {
+	proxy, err := faultproxy.New(m.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	return c, proxy
+}
+
+// A Redlock node that hangs (it takes requests and never answers) holds up
+// no operation once a quorum has answered: each returns within a grace
+// period, not at the call timeout, although go-redis does not interrupt a
+// read when its context is cancelled. The calls still waiting on that node
+// end at their deadline, and Close waits for them: none outlives it.
+func TestRedlockHangingNodeHoldsNothingUp(t *testing.T) {
+	ctx := context.Background()
+	ms, cs := redlockNodes(t, 3)
+	var proxy *faultproxy.Proxy
+	cs[2], proxy = behindProxy(t, ms[2])
+	const callTimeout, quick = time.Second, 300 * time.Millisecond
+	roundTook := make(chan time.Duration, 64)
+	opts := []Option{WithTTL(10 * time.Second), WithCallTimeout(callTimeout), WithRetryInterval(20 * time.Millisecond),
+		WithHooks(Hooks{RenewalRound: func(e RenewalEvent) { roundTook <- e.Duration }})}
+	s, err := NewRedlockSession(cs, opts...)
+	require.NoError(t, err)
+	other, err := NewRedlockSession(cs, opts...)
+	require.NoError(t, err)
+	_, err = other.TryLock(ctx, "taken")
+	require.NoError(t, err)
+
+	proxy.Blackhole(faultproxy.Both)
+	timed := func(what string, f func()) {
+		t.Helper()
+		start := time.Now()
+		f()
+		assert.Less(t, time.Since(start), quick, "%s with one node of three hanging (call timeout %v)", what, callTimeout)
+	}
+	var l *Lock
+	timed("TryLock", func() { l, err = s.TryLock(ctx, "free") })
+	require.NoError(t, err)
+	timed("TryLock of a held name", func() { _, err = s.TryLock(ctx, "taken") })
+	assert.ErrorIs(t, err, ErrLocked)
+	e, err := s.Election("taken")
+	require.NoError(t, err)
+	timed("Leader", func() { _, err = e.Leader(ctx) })
+	assert.NoError(t, err)
+	timed("Release", func() { err = l.Release(ctx) })
+	assert.NoError(t, err)
+	l, err = s.TryLock(ctx, "renewed")
+	require.NoError(t, err)
+	for range 2 {
+		select {
+		case d := <-roundTook:
+			assert.Less(t, d, quick, "a renewal round with one node of three hanging")
+		case <-time.After(10 * time.Second):
+			t.Fatal("no renewal round")
+		}
+	}
+	assert.True(t, l.Held(), "%v", l.Err())
+
+	require.NoError(t, s.Close(ctx))
+	require.NoError(t, other.Close(ctx))
+	assert.Empty(t, waitNoLeaks(0), "goroutines outlived Close")
 }

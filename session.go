@@ -66,8 +66,11 @@ type Session struct {
 	hbDone  chan struct{}  // closed when the heartbeat goroutine has returned
 	watch   *watcher       // the session's pub/sub connection, started on first use
 	work    sync.WaitGroup // acquisitions in flight and Observe goroutines
-	dones   doneStates     // idle timers for the contexts of bound
-	combine combiner       // calls waiting to share a pipeline (combine.go)
+	// detached counts Redlock calls that their operation stopped waiting
+	// for (onNodesUntil); Close waits for them.
+	detached sync.WaitGroup
+	dones    doneStates // idle timers for the contexts of bound
+	combine  combiner   // calls waiting to share a pipeline (combine.go)
 	// id names the session's wake-up channels and waiters (fair mode)
 	id        string
 	waiterSeq atomic.Uint64 // numbers the session's waiters
@@ -238,6 +241,7 @@ func (s *Session) stopped(terms map[*Lock]*term, chain *terms) <-chan struct{} {
 	go func() {
 		<-s.hbDone
 		s.work.Wait()
+		s.detached.Wait()
 		s.closeCombiner()
 		s.watch.close()
 		for l, t := range terms {
@@ -249,6 +253,19 @@ func (s *Session) stopped(terms map[*Lock]*term, chain *terms) <-chan struct{} {
 		close(s.closed)
 	}()
 	return stopped
+}
+
+// detach registers n goroutines that may outlive the operation that starts
+// them, so that Close waits for them, unless the session is closed: it
+// then reports false, and the operation must wait for them itself.
+func (s *Session) detach(n int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return false
+	}
+	s.detached.Add(n) // under mu, so never concurrently with Close's Wait
+	return true
 }
 
 // add registers an acquired lock with the heartbeat. It fails when the

@@ -20,6 +20,7 @@ import (
 // RELIABILITY.md) against three independent redis-servers.
 func TestScenarioRedlock(t *testing.T) {
 	t.Run("S21", s21NodeDown)
+	t.Run("S21-hung", s21NodeHangs)
 	t.Run("S22", func(t *testing.T) { redlockKleppmann(t, "S22", false, 0) })
 	t.Run("S22-takeover-delay", func(t *testing.T) { redlockKleppmann(t, "S22-takeover-delay", false, ttl) })
 	t.Run("S23", func(t *testing.T) { redlockKleppmann(t, "S23", true, 0) })
@@ -48,15 +49,21 @@ func acquisitions(h *harness, after int64) int {
 	return n
 }
 
+// contenders starts n Redlock candidates, r0 to r(n-1), on srvs.
+func contenders(h *harness, srvs []*redisserver.Server, n int) []*candidate {
+	var cs []*candidate
+	for i := range n {
+		cs = append(cs, h.candidateOn(srvs, fmt.Sprintf("r%d", i), nil))
+	}
+	return cs
+}
+
 // S21: Redlock over 3 nodes while candidates contend: with one node down it
 // keeps working; with two down nobody leads; back to three, it recovers.
 func s21NodeDown(t *testing.T) {
 	h := newHarness(t, "S21")
 	srvs := h.nodes(3)
-	var cs []*candidate
-	for i := range 3 {
-		cs = append(cs, h.candidateOn(srvs, fmt.Sprintf("r%d", i), nil))
-	}
+	cs := contenders(h, srvs, 3)
 	phase := func(d time.Duration) int {
 		start := history.Now()
 		contendAll(d, 50*time.Millisecond, 200*time.Millisecond, 0, cs...)
@@ -82,6 +89,31 @@ func s21NodeDown(t *testing.T) {
 		h.check(!(e.Kind == history.Acquired && e.Mono > twoDownStart && e.Mono < twoDownStart+int64(1500*time.Millisecond)),
 			"%s acquired with two of three nodes down", e.Who)
 	}
+	h.finish(false)
+}
+
+// S21-hung: Redlock over 3 nodes, one of which takes every request and never
+// answers (every candidate's link to it blackholed), while candidates
+// contend. No operation waits for that node once a quorum has answered, so
+// a handover takes milliseconds, not a call timeout (150ms) per call.
+func s21NodeHangs(t *testing.T) {
+	h := newHarness(t, "S21-hung")
+	srvs := h.nodes(3)
+	cs := contenders(h, srvs, 3)
+	h.fault("node-1-hangs", true)
+	for _, c := range cs {
+		c.proxies[1].Blackhole(faultproxy.Both)
+	}
+	const d = 3 * time.Second
+	contendAll(d, 50*time.Millisecond, 200*time.Millisecond, 0, cs...)
+	h.fault("node-1-hangs", false)
+	rep := history.Check(h.rec.Events())
+	h.note("handovers_per_s", "%.1f", float64(rep.Intervals)/d.Seconds())
+	h.note("gap_p50_ms", "%.2f", rep.P50GapMs)
+	h.note("gap_p99_ms", "%.1f", rep.P99GapMs)
+	callTimeout := ms(ttl * 15 / 100)
+	h.check(rep.Intervals >= 10, "only %d leaderships in %v", rep.Intervals, d)
+	h.check(rep.P50GapMs < callTimeout/2, "median handover gap %.1fms with a hanging node (call timeout %.0fms)", rep.P50GapMs, callTimeout)
 	h.finish(false)
 }
 
