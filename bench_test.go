@@ -1,9 +1,11 @@
 package redisleader
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -47,10 +49,10 @@ func benchToken() string {
 	return hex.EncodeToString(tok[:])
 }
 
-// loadScripts loads the acquire and release scripts on c, so that EVALSHA
-// finds them.
-func loadScripts(ctx context.Context, b *testing.B, c *redis.Client) {
-	for _, sc := range []*script{acquireScript, releaseScript} {
+// loadScripts loads the acquire and release scripts, and any more given, on
+// c, so that EVALSHA finds them.
+func loadScripts(ctx context.Context, b *testing.B, c *redis.Client, more ...*script) {
+	for _, sc := range append([]*script{acquireScript, releaseScript}, more...) {
 		if sha, err := c.ScriptLoad(ctx, sc.src.(string)).Result(); err != nil || sha != sc.sha {
 			b.Fatalf("SCRIPT LOAD: %q %v, want %q", sha, err, sc.sha)
 		}
@@ -155,30 +157,16 @@ func BenchmarkLockPairRatio(b *testing.B) {
 	ctx := context.Background()
 	loadScripts(ctx, b, c)
 	k := newKeys("scripts-key")
-	var (
-		raw, lib, scripts []time.Duration
-		fence             int64
-	)
-	for b.Loop() {
-		t := time.Now()
-		rawPair(ctx, b, c)
-		raw = append(raw, time.Since(t))
-		t = time.Now()
-		libPair(ctx, b, s)
-		lib = append(lib, time.Since(t))
-		t = time.Now()
-		fence = scriptsPair(ctx, b, c, k, fence)
-		scripts = append(scripts, time.Since(t))
-	}
-	slices.Sort(raw)
-	slices.Sort(lib)
-	slices.Sort(scripts)
-	r, l, sp := raw[len(raw)/2], lib[len(lib)/2], scripts[len(scripts)/2]
-	b.ReportMetric(float64(r.Nanoseconds())/1e3, "raw-p50-µs")
-	b.ReportMetric(float64(l.Nanoseconds())/1e3, "lib-p50-µs")
-	b.ReportMetric(float64(l)/float64(r), "lib/raw-p50")
-	b.ReportMetric(float64(sp)/float64(r), "scripts/raw-p50")
-	b.ReportMetric(float64(lib[len(lib)*99/100])/float64(raw[len(raw)*99/100]), "lib/raw-p99")
+	var fence int64
+	raw, lib, scripts := alternate(b,
+		func() { rawPair(ctx, b, c) },
+		func() { libPair(ctx, b, s) },
+		func() { fence = scriptsPair(ctx, b, c, k, fence) })
+	b.ReportMetric(float64(raw.p50().Nanoseconds())/1e3, "raw-p50-µs")
+	b.ReportMetric(float64(lib.p50().Nanoseconds())/1e3, "lib-p50-µs")
+	b.ReportMetric(float64(lib.p50())/float64(raw.p50()), "lib/raw-p50")
+	b.ReportMetric(float64(scripts.p50())/float64(raw.p50()), "scripts/raw-p50")
+	b.ReportMetric(float64(lib.p99())/float64(raw.p99()), "lib/raw-p99")
 }
 
 // BenchmarkLockParallel compares, on the work of 16 goroutines each on its
@@ -449,20 +437,7 @@ func clientCPU(b *testing.B) time.Duration {
 //
 //	go test -run '^$' -bench RedlockPair -benchmem .
 func BenchmarkRedlockPair(b *testing.B) {
-	var cs []Client
-	for range 3 {
-		srv := redisserver.Start(b)
-		c := srv.Client(b, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
-		if err := c.Ping(context.Background()).Err(); err != nil {
-			b.Fatal(err)
-		}
-		cs = append(cs, c)
-	}
-	s, err := NewRedlockSession(cs, WithTTL(10*time.Second))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = s.Close(context.Background()) })
+	s, _ := redlockServers(b)
 	ctx := context.Background()
 	loopAllocs(b, "sequential", func(b *testing.B) { libPair(ctx, b, s) })
 	b.Run("parallel", func(b *testing.B) {
@@ -479,4 +454,125 @@ func BenchmarkRedlockPair(b *testing.B) {
 			}
 		})
 	})
+}
+
+// redlockServers starts three redis-servers, with a client for each that
+// has the acquire and release scripts of both modes loaded, and a Redlock
+// session over them (closed when b ends).
+func redlockServers(b *testing.B) (*Session, []*redis.Client) {
+	var (
+		cs  []Client
+		rcs []*redis.Client
+	)
+	for range 3 {
+		srv := redisserver.Start(b)
+		c := srv.Client(b, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+		loadScripts(context.Background(), b, c, redlockReleaseScript)
+		cs, rcs = append(cs, c), append(rcs, c)
+	}
+	s, err := NewRedlockSession(cs, WithTTL(10*time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s, rcs
+}
+
+// onAll runs f on every client at once and waits for all of them.
+func onAll(cs []*redis.Client, f func(i int, c *redis.Client)) {
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wgGo(&wg, func() { f(i, c) })
+	}
+	wg.Wait()
+}
+
+// raw3Pair is redsync's protocol over three servers with no library: SET
+// key token NX PX on every server at once, then rawRelease on every server
+// at once, each round waiting for every server. Every reply is checked.
+func raw3Pair(ctx context.Context, b *testing.B, cs []*redis.Client) {
+	token := benchToken()
+	errs := make([]error, len(cs))
+	onAll(cs, func(i int, c *redis.Client) {
+		if ok, err := c.SetNX(ctx, "raw3-key", token, 10*time.Second).Result(); err != nil || !ok {
+			errs[i] = fmt.Errorf("SET NX on node %d: %v %v", i, ok, err)
+		}
+	})
+	onAll(cs, func(i int, c *redis.Client) {
+		if n, err := rawRelease.Run(ctx, c, []string{"raw3-key"}, token).Int(); err != nil || n != 1 {
+			errs[i] = cmp.Or(errs[i], fmt.Errorf("release on node %d: %d %v", i, n, err))
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// scripts3Pair is the library's Redlock pair without the library: the
+// acquire script on every server at once, then the Redlock release script
+// (with the largest fence) on every server at once, each round waiting for
+// every server, with a fresh token. Every reply is checked; each node's
+// fence must rise.
+func scripts3Pair(ctx context.Context, b *testing.B, cs []*redis.Client, k keys, prev []int64) {
+	token := benchToken()
+	errs := make([]error, len(cs))
+	onAll(cs, func(i int, c *redis.Client) {
+		prev[i], errs[i] = acquiredFence(c.EvalSha(ctx, acquireScript.sha.(string), []string{k.lock, k.fence}, token, "10000", ""), k.lock, prev[i])
+	})
+	fence := slices.Max(prev)
+	onAll(cs, func(i int, c *redis.Client) {
+		if n, err := c.EvalSha(ctx, redlockReleaseScript.sha.(string), []string{k.lock, k.fence}, token, fence).Int64(); err != nil || n != 1 {
+			errs[i] = cmp.Or(errs[i], fmt.Errorf("release on node %d: %d %v", i, n, err))
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkRedlockPairRatio times, alternating in one process over the same
+// three redis-servers, one sequential pair of each: raw3 (redsync's protocol
+// with no library, raw3Pair), the library's (TryLock + Release on a Redlock
+// session) and scripts3 (the library's scripts with no library,
+// scripts3Pair), and reports the medians' ratios: lib/raw3 is what the
+// library costs over redsync's floor, scripts3/raw3 what its scripts alone
+// cost, the ceiling no client code can go past.
+//
+//	go test -run '^$' -bench RedlockPairRatio -benchtime 3000x .
+func BenchmarkRedlockPairRatio(b *testing.B) {
+	s, rcs := redlockServers(b)
+	ctx := context.Background()
+	k := newKeys("scripts3-key")
+	fences := make([]int64, len(rcs))
+	r, l, sp := alternate(b,
+		func() { raw3Pair(ctx, b, rcs) },
+		func() { libPair(ctx, b, s) },
+		func() { scripts3Pair(ctx, b, rcs, k, fences) })
+	b.ReportMetric(float64(r.p50().Nanoseconds())/1e3, "raw3-p50-µs")
+	b.ReportMetric(float64(l.p50().Nanoseconds())/1e3, "lib-p50-µs")
+	b.ReportMetric(float64(l.p50())/float64(r.p50()), "lib/raw3-p50")
+	b.ReportMetric(float64(sp.p50())/float64(r.p50()), "scripts3/raw3-p50")
+}
+
+// timings are one window's times, sorted.
+type timings []time.Duration
+
+func (t timings) p50() time.Duration { return t[len(t)/2] }
+func (t timings) p99() time.Duration { return t[len(t)*99/100] }
+
+// alternate times raw, lib and scripts in turn once per b.Loop iteration
+// and returns each one's times, sorted.
+func alternate(b *testing.B, raw, lib, scripts func()) (_, _, _ timings) {
+	var ts [3]timings
+	for b.Loop() {
+		for i, f := range []func(){raw, lib, scripts} {
+			t := time.Now()
+			f()
+			ts[i] = append(ts[i], time.Since(t))
+		}
+	}
+	for _, t := range ts {
+		slices.Sort(t)
+	}
+	return ts[0], ts[1], ts[2]
 }

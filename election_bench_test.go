@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,29 +44,69 @@ func attempts() (Option, chan struct{}) {
 	}), ch
 }
 
-// rawPushHandover is the floor a push design can reach: the leader deletes
-// its key and publishes in one script; the follower, subscribed before its
-// first SET NX, tries again on the message.
+// A push is a handover with no library: the leader frees the key and
+// publishes on ch in one script (resign); the follower, subscribed to ch
+// before its first try, tries again (take) on every message.
+type push struct {
+	ch     string
+	take   func(ctx context.Context, c *redis.Client, token string) (bool, error)
+	resign func(ctx context.Context, c *redis.Client, token string) error
+}
+
+// rawPush is the floor a push design can reach: SET NX PX, and
+// compare-and-delete + PUBLISH in one script.
+var rawPush = push{
+	ch: "raw-lead-ch",
+	take: func(ctx context.Context, c *redis.Client, token string) (bool, error) {
+		return c.SetNX(ctx, "raw-lead", token, 10*time.Second).Result()
+	},
+	resign: func(ctx context.Context, c *redis.Client, token string) error {
+		return rawResign.Run(ctx, c, []string{"raw-lead", "raw-lead-ch"}, token).Err()
+	},
+}
+
 var rawResign = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]); redis.call('PUBLISH', KEYS[2], '1'); return 1 end return 0`)
 
-func rawPushHandover(b *testing.B, c *redis.Client) time.Duration {
+// scriptsPush is the library's push with no library: its acquire and
+// release scripts (the release publishes on the name's channel), by
+// EVALSHA; what is left of a handover once the library's own work is gone.
+func scriptsPush(k keys) push {
+	return push{
+		ch: k.channel(),
+		take: func(ctx context.Context, c *redis.Client, token string) (bool, error) {
+			r, err := c.EvalSha(ctx, acquireScript.sha.(string), []string{k.lock, k.fence}, token, "10000", "").Slice()
+			return err == nil && len(r) == 3 && r[0] == int64(1), err
+		},
+		resign: func(ctx context.Context, c *redis.Client, token string) error {
+			n, err := c.EvalSha(ctx, releaseScript.sha.(string), []string{k.lock}, token).Int()
+			if err == nil && n != 1 {
+				err = fmt.Errorf("release of %s: %d, want 1", k.lock, n)
+			}
+			return err
+		},
+	}
+}
+
+// handover times one push handover: from just before the leader's resign to
+// the follower's successful take. The follower then resigns too.
+func (p push) handover(b *testing.B, c *redis.Client) time.Duration {
 	ctx := context.Background()
 	leader := rand.Text()
-	if ok, err := c.SetNX(ctx, "raw-lead", leader, 10*time.Second).Result(); err != nil || !ok {
-		b.Fatalf("raw leader: %v %v", ok, err)
+	if ok, err := p.take(ctx, c, leader); err != nil || !ok {
+		b.Fatalf("push leader: %v %v", ok, err)
 	}
-	ps := c.Subscribe(ctx, "raw-lead-ch")
+	ps := c.Subscribe(ctx, p.ch)
 	defer ps.Close()
 	if _, err := ps.Receive(ctx); err != nil {
 		b.Fatal(err)
 	}
 	done := make(chan time.Time, 1)
 	waiting := make(chan struct{})
+	me := rand.Text()
 	go func() {
-		me := rand.Text()
 		first := true
 		for {
-			ok, err := c.SetNX(ctx, "raw-lead", me, 10*time.Second).Result()
+			ok, err := p.take(ctx, c, me)
 			if err != nil {
 				b.Error(err)
 				return
@@ -86,21 +127,26 @@ func rawPushHandover(b *testing.B, c *redis.Client) time.Duration {
 	}()
 	<-waiting
 	start := time.Now()
-	if err := rawResign.Run(ctx, c, []string{"raw-lead", "raw-lead-ch"}, leader).Err(); err != nil {
+	if err := p.resign(ctx, c, leader); err != nil {
 		b.Fatal(err)
 	}
 	end := <-done
-	c.Del(ctx, "raw-lead")
+	if err := p.resign(ctx, c, me); err != nil {
+		b.Fatal(err)
+	}
 	return end.Sub(start)
 }
 
 // BenchmarkHandover: graceful handover latency, Resign → the waiting
 // follower's Campaign returns, alternating two candidates; next to the raw
-// push floor in the same loop.
+// push floor (rawPush) and the library's scripts pushed the same way
+// (scriptsPush), in the same loop.
 func BenchmarkHandover(b *testing.B) {
 	srv := redisserver.Start(b)
 	c := srv.Client(b, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
 	ctx := context.Background()
+	loadScripts(ctx, b, c)
+	scripts := scriptsPush(newKeys("scripts-lead"))
 	hookA, waitingA := attempts()
 	hookB, waitingB := attempts()
 	ea := mustElection(b, newSession(b, c, hookA), "handover")
@@ -111,7 +157,7 @@ func BenchmarkHandover(b *testing.B) {
 	}
 	follower, waiting := eb, waitingB
 	other, otherWaiting := ea, waitingA
-	var lib, raw []time.Duration
+	var lib, raw, pushed []time.Duration
 	for b.Loop() {
 		got := make(chan *Lock, 1)
 		go func() {
@@ -130,12 +176,14 @@ func BenchmarkHandover(b *testing.B) {
 		lib = append(lib, time.Since(start))
 		follower, waiting, other, otherWaiting = other, otherWaiting, follower, waiting
 
-		raw = append(raw, rawPushHandover(b, c))
+		raw = append(raw, rawPush.handover(b, c))
+		pushed = append(pushed, scripts.handover(b, c))
 	}
 	_ = lead.Release(ctx)
 	reportLatency(b, "lib-", lib)
 	reportLatency(b, "rawpush-", raw)
 	b.ReportMetric(float64(percentile(lib, 0.5))/float64(percentile(raw, 0.5)), "lib/rawpush-p50")
+	b.ReportMetric(float64(percentile(pushed, 0.5))/float64(percentile(raw, 0.5)), "scriptspush/rawpush-p50")
 }
 
 // BenchmarkCrashTakeover: the leader dies without releasing; the lag is

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -72,8 +73,10 @@ func (e *env) contenders() ([]contender, func(), error) {
 	}
 	rs3 := redsync.New(pools...)
 	var nodes []redisleader.Client
+	var raw3 []*redis.Client
 	for _, s := range e.servers[:3] {
 		nodes = append(nodes, client(s.addr()))
+		raw3 = append(raw3, client(s.addr()))
 	}
 	redlock, err := redisleader.NewRedlockSession(nodes, redisleader.WithTTL(lockTTL))
 	if err != nil {
@@ -95,6 +98,8 @@ func (e *env) contenders() ([]contender, func(), error) {
 			func(key string) worker { return &redsyncWorker{m: rs3.NewMutex(key, redsync.WithExpiry(lockTTL))} }},
 		{"redisleader-redlock-3", "this library over the same three servers (quorum 2): NewRedlockSession, TryLock + Release",
 			func(key string) worker { return &leaderWorker{s: redlock, name: key} }},
+		{rowRaw3, "redsync's protocol with no library, over the same three servers (quorum 2): SET NX PX on all at once, then compare-and-delete on all at once",
+			func(key string) worker { return &raw3Worker{cs: raw3, key: key} }},
 	}
 	return list, closeAll, nil
 }
@@ -133,6 +138,47 @@ func (w *rawWorker) try(ctx context.Context) (bool, error) {
 		err = errors.New("compare-and-delete did not delete the key")
 	}
 	return true, err
+}
+
+// raw3Worker is redsync's protocol with no library: SET NX PX on every
+// server at once; with a quorum, compare-and-delete on every server at
+// once; without one, compare-and-delete where it was set.
+type raw3Worker struct {
+	cs  []*redis.Client
+	key string
+}
+
+func (w *raw3Worker) try(ctx context.Context) (bool, error) {
+	token := rawToken()
+	set, errs := make([]bool, len(w.cs)), make([]error, len(w.cs))
+	onAll(w.cs, func(i int, c *redis.Client) { set[i], errs[i] = rawSetNX(ctx, c, w.key, token, lockTTL) })
+	won := 0
+	for _, ok := range set {
+		if ok {
+			won++
+		}
+	}
+	quorum := won > len(w.cs)/2
+	onAll(w.cs, func(i int, c *redis.Client) {
+		if !quorum && !set[i] {
+			return
+		}
+		n, err := rawRelease.Run(ctx, c, []string{w.key}, token).Int()
+		if err == nil && n != 1 && set[i] {
+			err = fmt.Errorf("compare-and-delete on server %d did not delete the key", i)
+		}
+		errs[i] = errors.Join(errs[i], err)
+	})
+	return quorum, errors.Join(errs...)
+}
+
+// onAll runs f on every client at once and waits for all of them.
+func onAll(cs []*redis.Client, f func(i int, c *redis.Client)) {
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Go(func() { f(i, c) })
+	}
+	wg.Wait()
 }
 
 type leaderWorker struct {

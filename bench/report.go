@@ -104,6 +104,8 @@ func (r *report) targets(res *results) {
 	ratioRow("Redlock-3 sequential pairs/s ≥ redsync-3's", seq3, seq3.med >= 1.0, " (× redsync-3)")
 	par3 := l.parRate.ratio(rowRedlock3, rowRedsync3)
 	ratioRow("Redlock-3 parallel pairs/s ≥ redsync-3's", par3, par3.med >= 1.0, " (× redsync-3)")
+	lib3, rs3 := l.seqRate.ratio(rowRedlock3, rowRaw3), l.seqRate.ratio(rowRedsync3, rowRaw3)
+	r.printf("| (reference) sequential pairs/s × raw-3, Redlock-3 / redsync-3 | %s / %s | |\n", ratioCell(lib3), ratioCell(rs3))
 	a3, r3 := l.allocs.of(rowRedlock3), l.allocs.of(rowRedsync3)
 	r.printf("| Redlock-3 allocs per pair ≤ redsync-3's | %s vs %s | %s |\n", cell(a3, "%.0f"), cell(r3, "%.0f"), verdict(a3.max <= r3.min, summary{n: min(a3.n, r3.n)}))
 

@@ -18,6 +18,7 @@ import (
 const (
 	rowRedlock3 = "redisleader-redlock-3"
 	rowRedsync3 = "redsync-3"
+	rowRaw3     = "raw-3"
 	rowPlain    = "redisleader"
 	rowWait1    = "redisleader+WAIT-1"
 )
