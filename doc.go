@@ -136,12 +136,16 @@
 //   - Release deletes the token on every node. A delete that failed or went
 //     unanswered on a minority of nodes is retried in the background and
 //     does not fail Release.
-//   - No operation waits for a node that is down or hangs once its outcome
-//     is known: the other nodes then get a grace period as long as the
-//     operation has taken so far, and what is still unanswered counts as
-//     failed. (go-redis cannot cut short a read, so these calls go on until
-//     the call timeout in the background; Close waits for them, and for
-//     every node of its own releases.)
+//   - No acquire, renewal round or release waits for a node that is down or
+//     hangs once its outcome is known: the other nodes then get a grace
+//     period as long as the operation has taken so far (at least a tenth
+//     of the call timeout), and what is still
+//     unanswered counts as failed; our token is then deleted again until it
+//     must have expired, in case the unanswered request lands later.
+//     go-redis cannot cut short a read, so these calls go on until the call
+//     timeout in the background; Close waits for them, and for every node
+//     of its own releases. Election.Leader waits for every node (a node
+//     that hangs makes it take the call timeout).
 //   - Fences: each node issues max(its last fence + 1, its clock in µs) and
 //     reports the reading t of its clock from which its key's TTL runs (the
 //     key expires when the node's clock passes t + TTL); the acquisition's

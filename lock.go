@@ -45,8 +45,11 @@ type Lock struct {
 	// proclaiming serialises Election.Proclaim calls, so that the value
 	// kept here is the last one stored in Redis.
 	proclaiming chan struct{} // capacity 1, made by the first Proclaim under mu
-	// leftover: a give-back failed somewhere, so this token may be, or get,
-	// in Redis. Only the acquiring goroutine uses it.
+	// leftover: a give-back failed somewhere, or an attempt went unanswered
+	// on a Redlock node, so this token may be, or get, in Redis after a
+	// delete: every delete is then repeated until the token must have
+	// expired. Written only by the acquiring goroutine, before the lock is
+	// handed over.
 	leftover bool
 	// deliveredAt is when delivered was set, as a time since hookEpoch
 	// (8 bytes, not a time.Time's 24), for Hooks.
@@ -197,8 +200,8 @@ func (l *Lock) release(ctx context.Context, wait bool) error {
 // it succeeds or the token has expired.
 func (l *Lock) del(ctx context.Context) error {
 	d := l.s.place.release(ctx, l)
-	if d.retry {
-		l.s.markStale(l, false)
+	if d.retry || l.leftover {
+		l.s.markStale(l, l.leftover)
 	}
 	switch {
 	case d.err != nil:

@@ -89,9 +89,10 @@ func (q *quorum) bound(ctx context.Context, deadline time.Time) (context.Context
 // onNodesUntil runs call for every node at once, each on its own goroutine,
 // on ctx, and record(i, answer) for each node's answer, one at a time;
 // record returns whether the outcome is known. Once it is, the nodes still
-// working get a grace period as long as the operation has taken so far
-// (healthy nodes answer within about the same time, and an acquisition held
-// on every node tolerates more failures later). Then cancel (ctx's) is
+// working get a grace period as long as the operation has taken so far, and
+// at least a tenth of the call timeout (healthy nodes answer within about
+// the same time, give or take a pause of this process, and an acquisition
+// held on every node tolerates more failures later). Then cancel (ctx's) is
 // called, so that a call waiting on a node that is down (go-redis's dial
 // retries and backoff) ends at once, and onNodesUntil returns without the
 // answers still missing: go-redis does not interrupt a read when its
@@ -121,7 +122,7 @@ func onNodesUntil[T any](q *quorum, ctx context.Context, cancel context.CancelFu
 			case r.left == 0:
 				r.finishLocked()
 			case settled && r.grace == nil:
-				r.grace = time.AfterFunc(time.Since(r.start)+time.Millisecond, r.endGrace)
+				r.grace = time.AfterFunc(max(time.Since(r.start), q.s.cfg.callTimeout/10)+time.Millisecond, r.endGrace)
 			}
 		}()
 	}
@@ -204,6 +205,10 @@ func (q *quorum) acquire(ctx context.Context, l *Lock, deadline time.Time) acqui
 	replies := q.acquireAll(ctx, l, deadline)
 	for i := range replies {
 		switch r := &replies[i].r; {
+		case errors.Is(r.err, errNoAnswer):
+			// Its request may still take the key, after our release.
+			l.leftover = true
+			lastErr = r.err
 		case r.err == nil:
 			won++
 			fence = max(fence, r.fence)
@@ -523,8 +528,9 @@ type nodeHolder struct {
 	err error
 }
 
-// readHolders reads k's lock key on every node; it stops waiting once a
-// holder is found on a quorum, or none can be.
+// readHolders reads k's lock key on every node and waits for every answer
+// (up to the call timeout), not just a quorum's: until the holder's first
+// renewal only the node that issued its fence may hold it.
 func (q *quorum) readHolders(ctx context.Context, k keys) []nodeHolder {
 	replies := make([]nodeHolder, len(q.nodes))
 	for i := range replies {
@@ -532,24 +538,12 @@ func (q *quorum) readHolders(ctx context.Context, k keys) []nodeHolder {
 	}
 	callCtx, cancel := q.bound(ctx, time.Time{})
 	defer cancel()
-	var (
-		votes    = map[string]int{}
-		answered int
-	)
 	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, _ int, c Client) (r nodeHolder) {
 		r.h, r.ttl, _, r.ok, r.err = holderReply(inspectScript.run(ctx, c, []any{nil, nil, 1, k.lock}))
 		return r
 	}, func(i int, r nodeHolder) bool {
 		replies[i] = r
-		answered++
-		if r.ok {
-			votes[r.h.token]++
-		}
-		best := 0
-		for _, v := range votes {
-			best = max(best, v)
-		}
-		return best >= q.need || best+len(q.nodes)-answered < q.need
+		return false // every node: see readHolders
 	})
 	return replies
 }

@@ -196,6 +196,16 @@ func (s *Session) Close(ctx context.Context) error {
 	terms := maps.Clone(s.terms)
 	s.mu.Unlock()
 
+	// An acquire still on its way must not land after the deletes.
+	waited := make(chan struct{})
+	go func() {
+		s.detached.Wait()
+		close(waited)
+	}()
+	select {
+	case <-waited:
+	case <-ctx.Done():
+	}
 	relErr := s.releaseAll(ctx, append(s.endAll(held, terms), stale...))
 	s.cancel()
 	stopped := s.stopped(terms, chain)
