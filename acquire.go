@@ -122,7 +122,15 @@ func (s *Session) acquire(ctx context.Context, name, value string, block, term b
 			}
 			a.newLock()
 		}
-		if err := s.wait(ctx, a.sub, a.delay(r, err, locked)); err != nil {
+		wake := a.sub
+		if !locked {
+			// Only the random delay keeps contenders that failed together
+			// (a Redlock split vote) from trying together again; a release
+			// event, such as the other side's give-back, would wake them
+			// all at once.
+			wake = nil
+		}
+		if err := s.wait(ctx, wake, a.delay(r, err, locked)); err != nil {
 			return nil, a.abandon(ctx, a.lastErr, err)
 		}
 	}

@@ -60,7 +60,9 @@
 // command per TTL while a healthy holder renews, and a try within
 // milliseconds of a crashed holder's expiry. Lock, Campaign and Run poll at
 // the retry interval instead while their subscription is not confirmed or
-// the key has no TTL.
+// the key has no TTL, and after an attempt that failed for another reason
+// than the name being held (an error, a Redlock split vote) they wait the
+// random retry delay, whatever is released meanwhile.
 //
 // A pub/sub message is only ever a hint to read Redis: what Leader and
 // Observe report, and what a waiter acts on, is read from the lock key, so
@@ -166,11 +168,15 @@
 //     node loses its data (the same condition as the lock itself; see
 //     below) and no node's clock steps back. The skip needs no agreement
 //     between the nodes' clocks: each node's condition is on its own clock.
-//   - Election.Leader (and Observe) reads every node and reports the holder
-//     found on a quorum, with the largest fence stored with its token: the
-//     holder's own, except before its first renewal, when a node that took
-//     the token outside the acquisition's quorum (its reply lost or too
-//     late) can hold a larger fence of its own, which Leader then reports.
+//   - Election.Leader (and Observe) reads every node, waiting for each up to
+//     the call timeout, and reports the holder found on a quorum, with the
+//     largest fence stored with its token among the nodes that answered:
+//     the holder's own, except before its first renewal, when each node
+//     holds the fence it issued itself. Then a node that took the token
+//     outside the acquisition's quorum (its reply lost or too late) can hold
+//     a larger fence, which Leader reports, and if the node that issued the
+//     holder's fence does not answer (down, or slower than the call
+//     timeout), Leader reports a smaller one.
 //     Pub/sub notifications come from the first node only; while it is down,
 //     waiters poll at the retry interval and Observe reads the quorum when a
 //     lease can have expired.

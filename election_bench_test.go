@@ -159,21 +159,26 @@ func BenchmarkHandover(b *testing.B) {
 	other, otherWaiting := ea, waitingA
 	var lib, raw, pushed []time.Duration
 	for b.Loop() {
-		got := make(chan *Lock, 1)
+		type led struct {
+			l  *Lock
+			at time.Time // taken on the follower's goroutine, as push.handover does
+		}
+		got := make(chan led, 1)
 		go func() {
 			l, err := follower.Campaign(ctx, "next")
 			if err != nil {
 				b.Error(err)
 			}
-			got <- l
+			got <- led{l, time.Now()}
 		}()
 		<-waiting // the follower found the name held and waits
 		start := time.Now()
 		if err := lead.Release(ctx); err != nil {
 			b.Fatal(err)
 		}
-		lead = <-got
-		lib = append(lib, time.Since(start))
+		r := <-got
+		lead = r.l
+		lib = append(lib, r.at.Sub(start))
 		follower, waiting, other, otherWaiting = other, otherWaiting, follower, waiting
 
 		raw = append(raw, rawPush.handover(b, c))

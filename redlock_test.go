@@ -642,13 +642,15 @@ func TestRedlockLeaderWaitsForTheSlowNode(t *testing.T) {
 	ms, cs := redlockNodes(t, 3)
 	var proxy *faultproxy.Proxy
 	cs[2], proxy = behindProxy(t, ms[2])
-	s := newRedlock(t, cs, WithTTL(10*time.Second), WithRenewInterval(3*time.Second), WithCallTimeout(time.Second))
+	s := newRedlock(t, cs, WithTTL(10*time.Second), WithRenewInterval(3*time.Second), WithCallTimeout(2*time.Second))
 	ahead := time.Now().Add(5 * time.Second).UnixMicro()
 	require.NoError(t, ms[2].Set(newKeys("f").fence, fmt.Sprint(ahead)))
 	l, err := s.TryLock(ctx, "f")
 	require.NoError(t, err)
 	require.Equal(t, ahead+1, l.Fence(), "node 2 issued the acquisition's fence")
 	e, err := s.Election("f")
+	require.NoError(t, err)
+	_, err = e.Leader(ctx) // every node has the script: one round trip each
 	require.NoError(t, err)
 	proxy.Delay(faultproxy.ServerToClient, 300*time.Millisecond, 0) // slow, not dead
 	ld, err := e.Leader(ctx)
@@ -709,4 +711,37 @@ func TestRedlockReleaseBeforeALateAcquire(t *testing.T) {
 	ms[0].Close() // a quorum now needs nodes 1 and 2
 	_, err = other.TryLock(ctx, "p")
 	assert.NoError(t, err)
+}
+
+// After a split vote (no quorum, and not held by others on enough nodes),
+// a blocking acquisition retries after its random delay, not on the next
+// release event: the contender it split with publishes one when it gives
+// its node back, and two waiters woken together split again, and again.
+func TestRedlockSplitVoteRetriesAfterTheRandomDelay(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ms, cs := redlockNodes(t, 3)
+	k := newKeys("split")
+	ms[0].Set(k.lock, "other\n1\n")
+	ms[0].SetTTL(k.lock, time.Minute)
+	ms[1].Close()
+	attempts := make(chan time.Time, 16)
+	const retry = 500 * time.Millisecond
+	s := newRedlock(t, cs, WithRetryInterval(retry), WithRetryJitter(0),
+		withAttemptHook(func(_ string, err error) {
+			if err != nil && !errors.Is(err, ErrLocked) {
+				attempts <- time.Now()
+			}
+		}))
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Lock(ctx, "split")
+		done <- err
+	}()
+	first := recvWithin(t, attempts, 2*time.Second, "a split vote")
+	require.NoError(t, cs[0].(*redis.Client).Publish(ctx, k.channel(), "R").Err(), "the other contender gave its node back")
+	second := recvWithin(t, attempts, 2*time.Second, "the next attempt")
+	assert.GreaterOrEqual(t, second.Sub(first), retry*9/10, "retried on the release event, not after the random delay")
+	cancel()
+	assert.ErrorIs(t, <-done, context.Canceled)
 }

@@ -112,7 +112,7 @@ func s21NodeHangs(t *testing.T) {
 	h.note("gap_p50_ms", "%.2f", rep.P50GapMs)
 	h.note("gap_p99_ms", "%.1f", rep.P99GapMs)
 	callTimeout := ms(ttl * 15 / 100)
-	h.check(rep.Intervals >= 10, "only %d leaderships in %v", rep.Intervals, d)
+	h.check(rep.Intervals >= 5, "only %d leaderships in %v", rep.Intervals, d)
 	h.check(rep.P50GapMs < callTimeout/2, "median handover gap %.1fms with a hanging node (call timeout %.0fms)", rep.P50GapMs, callTimeout)
 	h.finish(false)
 }
