@@ -576,3 +576,105 @@ func alternate(b *testing.B, raw, lib, scripts func()) (_, _, _ timings) {
 	}
 	return ts[0], ts[1], ts[2]
 }
+
+// BenchmarkLockContended compares, on one key tried by 16 goroutines at
+// once (a try acquires and, when it succeeds, releases at once), three
+// windows that alternate, 300 ms each, on the same redis-server: raw (SET NX
+// PX, then rawRelease), lib (TryLock, then Release) and scripts (the
+// library's acquire and release scripts by EVALSHA, with no library). It
+// reports, for lib and scripts, the median over iterations of acquisitions/s
+// and failed tries/s divided by raw's in the same iteration: scripts/raw is
+// what these scripts allow with the floor's own concurrency.
+//
+//	go test -run '^$' -bench LockContended -benchtime 10x .
+func BenchmarkLockContended(b *testing.B) {
+	const goroutines, window = 16, 300 * time.Millisecond
+	c, s := benchServer(b)
+	ctx := context.Background()
+	loadScripts(ctx, b, c)
+	k := newKeys("contended-scripts")
+	windows := []struct {
+		name string
+		try  func() (bool, error)
+	}{
+		{"raw", func() (bool, error) {
+			token := benchToken()
+			ok, err := c.SetNX(ctx, "contended-raw", token, 10*time.Second).Result()
+			if err != nil || !ok {
+				return false, err
+			}
+			return true, rawRelease.Run(ctx, c, []string{"contended-raw"}, token).Err()
+		}},
+		{"lib", func() (bool, error) {
+			l, err := s.TryLock(ctx, "contended-lib")
+			switch {
+			case errors.Is(err, ErrLocked):
+				return false, nil
+			case err != nil:
+				return false, err
+			}
+			return true, l.Release(ctx)
+		}},
+		{"scripts", func() (bool, error) {
+			token := benchToken()
+			r, err := c.EvalSha(ctx, acquireScript.sha.(string), []string{k.lock, k.fence}, token, "10000", "").Slice()
+			if err != nil || len(r) == 0 || r[0] != int64(1) {
+				return false, err
+			}
+			n, err := c.EvalSha(ctx, releaseScript.sha.(string), []string{k.lock}, token).Int()
+			if err == nil && n != 1 {
+				err = fmt.Errorf("release of %s: %d, want 1", k.lock, n)
+			}
+			return true, err
+		}},
+	}
+	acq, failed := make([][]float64, len(windows)), make([][]float64, len(windows))
+	for b.Loop() {
+		for w, win := range windows {
+			a, f := hammerOne(b, goroutines, window, win.try)
+			acq[w], failed[w] = append(acq[w], a), append(failed[w], f)
+		}
+	}
+	ratio := func(xs, base []float64) float64 {
+		rs := make([]float64, len(xs))
+		for i := range xs {
+			rs[i] = xs[i] / base[i]
+		}
+		slices.Sort(rs)
+		return rs[len(rs)/2]
+	}
+	for w, win := range windows[1:] {
+		b.ReportMetric(ratio(acq[w+1], acq[0]), win.name+"/raw-acq")
+		b.ReportMetric(ratio(failed[w+1], failed[0]), win.name+"/raw-failed")
+	}
+}
+
+// hammerOne runs try in n goroutines at once until d has passed and returns
+// the successful and failed tries per second.
+func hammerOne(b *testing.B, n int, d time.Duration, try func() (bool, error)) (acquired, failed float64) {
+	var (
+		wg       sync.WaitGroup
+		got, not atomic.Int64
+		stop     = time.Now().Add(d)
+	)
+	start := time.Now()
+	for range n {
+		wgGo(&wg, func() {
+			for time.Now().Before(stop) {
+				ok, err := try()
+				switch {
+				case err != nil:
+					b.Error(err)
+					return
+				case ok:
+					got.Add(1)
+				default:
+					not.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	secs := time.Since(start).Seconds()
+	return float64(got.Load()) / secs, float64(not.Load()) / secs
+}
