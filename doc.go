@@ -140,14 +140,12 @@
 //     does not fail Release.
 //   - No acquire, renewal round or release waits for a node that is down or
 //     hangs once its outcome is known: the other nodes then get a grace
-//     period as long as the operation has taken so far (at least a tenth
-//     of the call timeout), and what is still
-//     unanswered counts as failed; our token is then deleted again until it
-//     must have expired, in case the unanswered request lands later.
-//     go-redis cannot cut short a read, so these calls go on until the call
-//     timeout in the background; Close waits for them, and for every node
-//     of its own releases. Election.Leader waits for every node (a node
-//     that hangs makes it take the call timeout).
+//     period as long as the operation has taken so far (at least a tenth of
+//     the call timeout), and what is still unanswered counts as failed; our
+//     token is then deleted again until it must have expired, in case the
+//     unanswered request lands later. go-redis cannot cut short a read, so
+//     these calls go on until the call timeout in the background; Close
+//     waits for them, and for every node of its own releases.
 //   - Fences: each node issues max(its last fence + 1, its clock in µs) and
 //     reports the reading t of its clock from which its key's TTL runs (the
 //     key expires when the node's clock passes t + TTL); the acquisition's
@@ -159,11 +157,10 @@
 //     raises the node's fence key to F before it deletes unless the node's
 //     clock has passed F. Otherwise (a node's fence key ahead of its clock,
 //     or node clocks that disagree, by about a TTL) F is written back to the
-//     fence key of every node that holds the lock before the acquire
-//     returns, and the acquire succeeds only if a quorum stored it: one
-//     more round trip. Every renewal writes
-//     F back too, to the fence key and the lock value of every node that
-//     holds the token. Any later acquisition's quorum shares a node with
+//     fence key of every node that holds the lock, and the acquire succeeds
+//     only once a quorum stored it: one more round trip. Every renewal
+//     writes F back too, to the fence key and the lock value of every node
+//     that holds the token. Any later acquisition's quorum shares a node with
 //     this one, so fences strictly increase across owners as long as no
 //     node loses its data (the same condition as the lock itself; see
 //     below) and no node's clock steps back. The skip needs no agreement
