@@ -123,7 +123,7 @@ func (s *Session) acquire(ctx context.Context, name, value string, block, term b
 			a.newLock()
 		}
 		wake := a.sub
-		if !locked {
+		if !locked || r.split {
 			// Only the random delay keeps contenders that failed together
 			// (a Redlock split vote) from trying together again; a release
 			// event, such as the other side's give-back, would wake them
@@ -205,6 +205,9 @@ func (a *acquisition) queue(acquired bool) {
 func (a *acquisition) delay(r acquired, err error, locked bool) time.Duration {
 	if locked {
 		a.lastErr = nil
+		if r.split {
+			return a.s.retryDelay()
+		}
 		if r.ahead > 0 {
 			wait := r.headLeft
 			if r.left >= 0 {

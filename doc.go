@@ -145,7 +145,10 @@
 //     token is then deleted again until it must have expired, in case the
 //     unanswered request lands later. go-redis cannot cut short a read, so
 //     these calls go on until the call timeout in the background; Close
-//     waits for them, and for every node of its own releases.
+//     waits for every node of its own releases, and then for those calls,
+//     after which it deletes such tokens once more. (A node that runs a
+//     request later still, after a pause, leaves that token until it
+//     expires.)
 //   - Fences: each node issues max(its last fence + 1, its clock in µs) and
 //     reports the reading t of its clock from which its key's TTL runs (the
 //     key expires when the node's clock passes t + TTL); the acquisition's

@@ -98,6 +98,14 @@ func (e *aclError) Error() string { return e.msg }
 
 func (*aclError) RedisError() {}
 
+// replied reports whether err is Redis's reply (the command ran, or was
+// refused, and will not run later), rather than a failure to hear one
+// (timeouts, broken connections, an answer not waited for).
+func replied(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
+}
+
 // permanent reports whether a Redis error will not go away by retrying, so a
 // blocking acquire should return it instead of retrying until its context
 // ends. Everything else (network errors, timeouts, LOADING, READONLY, OOM,

@@ -205,10 +205,6 @@ func (q *quorum) acquire(ctx context.Context, l *Lock, deadline time.Time) acqui
 	replies := q.acquireAll(ctx, l, deadline)
 	for i := range replies {
 		switch r := &replies[i].r; {
-		case errors.Is(r.err, errNoAnswer):
-			// Its request may still take the key, after our release.
-			l.leftover = true
-			lastErr = r.err
 		case r.err == nil:
 			won++
 			fence = max(fence, r.fence)
@@ -219,6 +215,10 @@ func (q *quorum) acquire(ctx context.Context, l *Lock, deadline time.Time) acqui
 			}
 		default:
 			lastErr = r.err
+			if !replied(r.err) {
+				// Its request may still take the key, after our release.
+				l.leftover = true
+			}
 		}
 	}
 	if won >= q.need {
@@ -234,7 +234,8 @@ func (q *quorum) acquire(ctx context.Context, l *Lock, deadline time.Time) acqui
 		lastErr = fmt.Errorf("the fence was stored on %d of %d nodes", raised, len(q.nodes))
 	}
 	if locked > q.spare() {
-		return acquired{left: left, err: fmt.Errorf("%w on %d of %d nodes", ErrLocked, locked, len(q.nodes)), giveBack: true}
+		err := fmt.Errorf("%w on %d of %d nodes", ErrLocked, locked, len(q.nodes))
+		return acquired{left: left, err: err, giveBack: true, split: won > 0}
 	}
 	err := fmt.Errorf("redisleader: acquire %q: %w: acquired on %d of %d nodes (need %d), held by others on %d",
 		l.keys.name, errNoQuorum, won, len(q.nodes), q.need, locked)

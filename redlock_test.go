@@ -658,61 +658,6 @@ func TestRedlockLeaderWaitsForTheSlowNode(t *testing.T) {
 	assert.Equal(t, l.Fence(), ld.Fence, "Leader's fence is the holder's own")
 }
 
-// gateScript holds the first call of sc through it (once armed) until open
-// is closed, then sends it: a request delayed on its way to the server.
-type gateScript struct {
-	sc           *script
-	armed        *atomic.Bool
-	open, landed chan struct{}
-}
-
-func (h gateScript) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h gateScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if args := cmd.Args(); len(args) > 1 && (args[1] == h.sc.sha || args[1] == h.sc.src) && h.armed.CompareAndSwap(true, false) {
-			<-h.open
-			err := next(context.WithoutCancel(ctx), cmd)
-			close(h.landed)
-			return err
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (h gateScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-// An acquire that succeeded on a quorum while its request to another node
-// was still on its way leaves that request behind; if it lands after the
-// release, the heartbeat deletes the token it set, so that it does not
-// keep the next owner from a quorum for a TTL.
-func TestRedlockReleaseBeforeALateAcquire(t *testing.T) {
-	ctx := context.Background()
-	ms, cs := redlockNodes(t, 3)
-	g := gateScript{sc: acquireScript, armed: new(atomic.Bool), open: make(chan struct{}), landed: make(chan struct{})}
-	cs[2].(*redis.Client).AddHook(g)
-	opts := []Option{WithTTL(3 * time.Second), WithCallTimeout(500 * time.Millisecond), WithRenewInterval(200 * time.Millisecond)}
-	s := newRedlock(t, cs, opts...)
-	other := newRedlock(t, cs, opts...)
-	warm, err := s.TryLock(ctx, "warm") // every node has the scripts
-	require.NoError(t, err)
-	require.NoError(t, warm.Release(ctx))
-
-	g.armed.Store(true)
-	l, err := s.TryLock(ctx, "p")
-	require.NoError(t, err, "nodes 0 and 1 took it")
-	require.NoError(t, l.Release(ctx))
-	close(g.open) // node 2's acquire lands now, after the release
-	<-g.landed
-	require.Eventually(t, func() bool { return !ms[2].Exists(l.Key()) }, 2*time.Second, 5*time.Millisecond,
-		"released, yet node 2 keeps our token")
-	ms[0].Close() // a quorum now needs nodes 1 and 2
-	_, err = other.TryLock(ctx, "p")
-	assert.NoError(t, err)
-}
-
 // After a split vote (no quorum, and not held by others on enough nodes),
 // a blocking acquisition retries after its random delay, not on the next
 // release event: the contender it split with publishes one when it gives
@@ -744,4 +689,158 @@ func TestRedlockSplitVoteRetriesAfterTheRandomDelay(t *testing.T) {
 	assert.GreaterOrEqual(t, second.Sub(first), retry*9/10, "retried on the release event, not after the random delay")
 	cancel()
 	assert.ErrorIs(t, <-done, context.Canceled)
+}
+
+// Close ends every lock at once and deletes its keys on the nodes that
+// answer, whatever calls a hanging node still holds (here a renewal left
+// behind); with a short context, it returns at its end.
+func TestRedlockCloseWithAHangingNode(t *testing.T) {
+	ctx := context.Background()
+	ms, cs := redlockNodes(t, 3)
+	var proxy *faultproxy.Proxy
+	cs[2], proxy = behindProxy(t, ms[2])
+	opt, rounds := rounds()
+	s, err := NewRedlockSession(cs, WithTTL(10*time.Second), WithRenewInterval(200*time.Millisecond),
+		WithCallTimeout(time.Second), opt)
+	require.NoError(t, err)
+	l, err := s.TryLock(ctx, "c")
+	require.NoError(t, err)
+	proxy.Blackhole(faultproxy.Both)
+	require.False(t, waitRound(t, rounds, 5*time.Second), "renewed by nodes 0 and 1; node 2's call left behind")
+
+	closeCtx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close(closeCtx) }()
+	took := waitClosed(t, l.Done(), 5*time.Second, "the lock's Done after Close")
+	assert.Less(t, took, 250*time.Millisecond, "Close ended the lock late")
+	assert.ErrorIs(t, <-closed, context.DeadlineExceeded, "node 2's calls outlast Close's context")
+	for i := range 2 {
+		assert.False(t, ms[i].Exists(l.Key()), "node %d still holds the closed session's token", i)
+	}
+	require.NoError(t, s.Close(ctx), "a second Close waits for the first to finish")
+}
+
+// A split vote that ErrLocked reports (each node taken by a different
+// contender, one of them us) is retried after the random delay too, not on
+// the next event: every contender's acquire and give-back publishes one.
+func TestRedlockThreeWaySplitRetriesAfterTheRandomDelay(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ms, cs := redlockNodes(t, 3)
+	k := newKeys("split3")
+	for i, who := range []string{"b", "c"} {
+		ms[i+1].Set(k.lock, who+"\n1\n") // contenders B and C took nodes 1 and 2
+		ms[i+1].SetTTL(k.lock, time.Minute)
+	}
+	attempts := make(chan error, 16)
+	var first atomic.Bool
+	const retry = 500 * time.Millisecond
+	s := newRedlock(t, cs, WithRetryInterval(retry), WithRetryJitter(0),
+		withAttemptHook(func(_ string, err error) {
+			if first.CompareAndSwap(false, true) {
+				ms[1].Del(k.lock) // B and C give back too
+				ms[2].Del(k.lock)
+			}
+			attempts <- err
+		}))
+	done := make(chan error, 1)
+	go func() {
+		l, err := s.Lock(ctx, "split3")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		done <- err
+	}()
+	start := time.Now()
+	assert.ErrorIs(t, recvWithin(t, attempts, 2*time.Second, "the split"), ErrLocked, "we took node 0, B and C the others")
+	splitAt := time.Since(start)
+	require.NoError(t, cs[0].(*redis.Client).Publish(ctx, k.channel(), "R").Err(), "a contender's give-back")
+	assert.NoError(t, recvWithin(t, attempts, 2*time.Second, "the next attempt"))
+	assert.GreaterOrEqual(t, time.Since(start)-splitAt, retry*9/10, "retried on a release event after a split vote")
+	assert.NoError(t, <-done)
+}
+
+// lateScript sends the first call of sc through it (once armed) to the
+// server only when open is closed: a request delayed on its way. The
+// caller meanwhile waits for it, or, with fail set, sees fail at once (a
+// read that timed out while the request was still on its way).
+type lateScript struct {
+	sc           *script
+	fail         error
+	armed        *atomic.Bool
+	open, landed chan struct{}
+}
+
+func newLateScript(sc *script, fail error) lateScript {
+	return lateScript{sc: sc, fail: fail, armed: new(atomic.Bool), open: make(chan struct{}), landed: make(chan struct{})}
+}
+
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "read tcp: i/o timeout (test)" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+func (h lateScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h lateScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if len(args) < 2 || (args[1] != h.sc.sha && args[1] != h.sc.src) || !h.armed.CompareAndSwap(true, false) {
+			return next(ctx, cmd)
+		}
+		send := func(cmd redis.Cmder) error {
+			<-h.open
+			defer close(h.landed)
+			return next(context.WithoutCancel(ctx), cmd)
+		}
+		if h.fail == nil {
+			return send(cmd)
+		}
+		go func() { _ = send(redis.NewCmd(context.Background(), args...)) }()
+		cmd.SetErr(h.fail)
+		return h.fail
+	}
+}
+
+func (h lateScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// An acquire that succeeded on a quorum while its request to another node
+// was still on its way leaves that request behind, whether the caller
+// stopped waiting for it or saw it time out (any failure that is not Redis's
+// reply); if it lands after the release, the heartbeat deletes the token it
+// set, so that it does not keep the next owner from a quorum for a TTL.
+func TestRedlockReleaseBeforeALateAcquire(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fail error
+	}{{"unanswered", nil}, {"timed out", timeoutErr{}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			ms, cs := redlockNodes(t, 3)
+			h := newLateScript(acquireScript, tc.fail)
+			cs[2].(*redis.Client).AddHook(h)
+			opts := []Option{WithTTL(3 * time.Second), WithCallTimeout(500 * time.Millisecond), WithRenewInterval(200 * time.Millisecond)}
+			s := newRedlock(t, cs, opts...)
+			other := newRedlock(t, cs, opts...)
+			warm, err := s.TryLock(ctx, "warm") // every node has the scripts
+			require.NoError(t, err)
+			require.NoError(t, warm.Release(ctx))
+
+			h.armed.Store(true)
+			l, err := s.TryLock(ctx, "p")
+			require.NoError(t, err, "nodes 0 and 1 took it")
+			require.NoError(t, l.Release(ctx))
+			close(h.open) // node 2's acquire lands now, after the release
+			<-h.landed
+			require.Eventually(t, func() bool { return !ms[2].Exists(l.Key()) }, 2*time.Second, 5*time.Millisecond,
+				"released, yet node 2 keeps our token")
+			ms[0].Close() // a quorum now needs nodes 1 and 2
+			_, err = other.TryLock(ctx, "p")
+			assert.NoError(t, err)
+		})
+	}
 }

@@ -67,10 +67,12 @@ type Session struct {
 	watch   *watcher       // the session's pub/sub connection, started on first use
 	work    sync.WaitGroup // acquisitions in flight and Observe goroutines
 	// detached counts Redlock calls that their operation stopped waiting
-	// for (onNodesUntil); Close waits for them.
-	detached sync.WaitGroup
-	dones    doneStates // idle timers for the contexts of bound
-	combine  combiner   // calls waiting to share a pipeline (combine.go)
+	// for (onNodesUntil); Close waits for them. leftBehind: there ever were
+	// some (under mu).
+	detached   sync.WaitGroup
+	leftBehind bool
+	dones      doneStates // idle timers for the contexts of bound
+	combine    combiner   // calls waiting to share a pipeline (combine.go)
 	// id names the session's wake-up channels and waiters (fair mode)
 	id        string
 	waiterSeq atomic.Uint64 // numbers the session's waiters
@@ -192,23 +194,27 @@ func (s *Session) Close(ctx context.Context) error {
 	s.err = ErrSessionClosed
 	close(s.done)
 	held, stale := slices.Collect(maps.Keys(s.locks)), slices.Collect(maps.Keys(s.stale))
+	// Tokens that a request left behind (detach) may set after the deletes
+	// below are deleted again once every call has ended (stopped); Run's
+	// terms are Run's to delete, after onElected returned.
+	var again []*Lock
+	for _, l := range held {
+		if _, term := s.terms[l]; l.leftover && !term && s.leftBehind {
+			again = append(again, l)
+		}
+	}
+	for l, st := range s.stale {
+		if st.repeat && s.leftBehind {
+			again = append(again, l)
+		}
+	}
 	clear(s.stale)
 	terms := maps.Clone(s.terms)
 	s.mu.Unlock()
 
-	// An acquire still on its way must not land after the deletes.
-	waited := make(chan struct{})
-	go func() {
-		s.detached.Wait()
-		close(waited)
-	}()
-	select {
-	case <-waited:
-	case <-ctx.Done():
-	}
 	relErr := s.releaseAll(ctx, append(s.endAll(held, terms), stale...))
 	s.cancel()
-	stopped := s.stopped(terms, chain)
+	stopped := s.stopped(terms, chain, again)
 	select {
 	case <-stopped:
 		return relErr
@@ -243,15 +249,19 @@ func (s *Session) endAll(locks []*Lock, terms map[*Lock]*term) []*Lock {
 }
 
 // stopped returns a channel closed once the heartbeat, acquisitions in
-// flight, observers and the pub/sub connection have stopped and Run has
-// released its terms (except those in chain, which cannot meanwhile); it
-// also closes s.closed then.
-func (s *Session) stopped(terms map[*Lock]*term, chain *terms) <-chan struct{} {
+// flight, the calls they left behind (detach), observers and the pub/sub
+// connection have stopped, again's keys have been deleted once more, and
+// Run has released its terms (except those in chain, which cannot
+// meanwhile); it also closes s.closed then.
+func (s *Session) stopped(terms map[*Lock]*term, chain *terms, again []*Lock) <-chan struct{} {
 	stopped := make(chan struct{})
 	go func() {
 		<-s.hbDone
 		s.work.Wait()
 		s.detached.Wait()
+		if len(again) > 0 {
+			_ = s.releaseAll(context.Background(), again) // bounded by the call timeout
+		}
 		s.closeCombiner()
 		s.watch.close()
 		for l, t := range terms {
@@ -275,6 +285,7 @@ func (s *Session) detach(n int) bool {
 		return false
 	}
 	s.detached.Add(n) // under mu, so never concurrently with Close's Wait
+	s.leftBehind = true
 	return true
 }
 
