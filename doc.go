@@ -129,8 +129,9 @@
 //     deadline, which is measured from before the first send, as always (see
 //     Timing). Otherwise the key is released on every node and the acquire
 //     fails: ErrLocked if enough nodes are held by others that no quorum is
-//     possible, else an error that blocking acquisitions retry after a
-//     random delay.
+//     possible, else an error. Blocking acquisitions retry an error, and an
+//     ErrLocked where the attempt had taken nodes too (a split vote), after
+//     a random delay.
 //   - Renewal rounds run on every node in parallel and extend the deadline
 //     when a quorum renewed. When so many nodes answer "not owner" that no
 //     quorum is possible, the lock ends at once with ErrNotOwner; errors are
