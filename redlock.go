@@ -114,8 +114,8 @@ func onNodesUntil[T any](q *quorum, ctx context.Context, cancel context.CancelFu
 			answer := call(ctx, i, c)
 			r.mu.Lock()
 			defer r.mu.Unlock()
-			if r.over {
-				return
+			if r.finished {
+				return // onNodesUntil no longer waits for this answer
 			}
 			r.left--
 			switch settled := record(i, answer); {
@@ -128,7 +128,6 @@ func onNodesUntil[T any](q *quorum, ctx context.Context, cancel context.CancelFu
 	}
 	<-r.done
 	r.mu.Lock()
-	r.over = true
 	if r.grace != nil {
 		r.grace.Stop()
 	}
@@ -146,9 +145,8 @@ type nodesRound struct {
 
 	mu       sync.Mutex
 	left     int           // nodes that have not answered
-	over     bool          // onNodesUntil is returning: record no more
 	done     chan struct{} // closed when onNodesUntil may stop waiting
-	finished bool          // done is closed
+	finished bool          // done is closed: record no more
 	grace    *time.Timer   // started once the outcome is known
 }
 
