@@ -194,20 +194,7 @@ func (s *Session) Close(ctx context.Context) error {
 	s.err = ErrSessionClosed
 	close(s.done)
 	held, stale := slices.Collect(maps.Keys(s.locks)), slices.Collect(maps.Keys(s.stale))
-	// Tokens that a request left behind (detach) may set after the deletes
-	// below are deleted again once every call has ended (stopped); Run's
-	// terms are Run's to delete, after onElected returned.
-	var again []*Lock
-	for _, l := range held {
-		if _, term := s.terms[l]; l.leftover && !term && s.leftBehind {
-			again = append(again, l)
-		}
-	}
-	for l, st := range s.stale {
-		if st.repeat && s.leftBehind {
-			again = append(again, l)
-		}
-	}
+	again := s.againLocked(held)
 	clear(s.stale)
 	terms := maps.Clone(s.terms)
 	s.mu.Unlock()
@@ -221,6 +208,28 @@ func (s *Session) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return errors.Join(ctx.Err(), relErr)
 	}
+}
+
+// againLocked returns the locks whose tokens a call left behind (detach)
+// may set after Close's deletes: Close deletes them once more when every
+// call has ended (stopped). Run's terms are not among them: Run deletes
+// those after onElected returned. s.mu must be held.
+func (s *Session) againLocked(held []*Lock) []*Lock {
+	if !s.leftBehind {
+		return nil
+	}
+	var again []*Lock
+	for _, l := range held {
+		if _, term := s.terms[l]; l.leftover && !term {
+			again = append(again, l)
+		}
+	}
+	for l, st := range s.stale {
+		if st.repeat {
+			again = append(again, l)
+		}
+	}
+	return again
 }
 
 // deadlineOnly returns a context with ctx's values and deadline that is not
