@@ -122,15 +122,12 @@ func (s *Session) acquire(ctx context.Context, name, value string, block, term b
 			}
 			a.newLock()
 		}
+		d, follow := a.delay(r, err, locked)
 		wake := a.sub
-		if !locked || r.split {
-			// Only the random delay keeps contenders that failed together
-			// (a Redlock split vote) from trying together again; a release
-			// event, such as the other side's give-back, would wake them
-			// all at once.
+		if !follow {
 			wake = nil
 		}
-		if err := s.wait(ctx, wake, a.delay(r, err, locked)); err != nil {
+		if err := s.wait(ctx, wake, d); err != nil {
 			return nil, a.abandon(ctx, a.lastErr, err)
 		}
 	}
@@ -197,16 +194,20 @@ func (a *acquisition) queue(acquired bool) {
 	}
 }
 
-// delay is how long to wait after a failed attempt r: until the holder's
-// lease can have expired when the name is held (in fair mode, behind the
-// head waiter: until the holder's or the head's lease can have, whichever
-// comes first, since we may be the head by then), else the retry delay, and
-// the failure is logged at most once per TTL.
-func (a *acquisition) delay(r acquired, err error, locked bool) time.Duration {
+// delay is how long to wait after a failed attempt r, and whether a release
+// event ends the wait sooner (follow). When the name is held: until the
+// holder's lease can have expired (in fair mode, behind the head waiter:
+// until the holder's or the head's lease can have, whichever comes first,
+// since we may be the head by then), or a release. Otherwise, and after a
+// Redlock split vote, the random retry delay alone: only that keeps
+// contenders that failed together from trying together again, and a
+// release event (the other side's give-back) would wake them all at once.
+// A failure other than "held" is logged at most once per TTL.
+func (a *acquisition) delay(r acquired, err error, locked bool) (d time.Duration, follow bool) {
 	if locked {
 		a.lastErr = nil
 		if r.split {
-			return a.s.retryDelay()
+			return a.s.retryDelay(), false
 		}
 		if r.ahead > 0 {
 			wait := r.headLeft
@@ -217,15 +218,15 @@ func (a *acquisition) delay(r acquired, err error, locked bool) time.Duration {
 			// head's, or the holder's if that ends first) can have passed;
 			// a renewed lease means sleeping again, a dead head is skipped
 			// by the next attempt.
-			return a.s.followDelay(max(wait, 0), a.sub)
+			return a.s.followDelay(max(wait, 0), a.sub), true
 		}
-		return a.s.followDelay(r.left, a.sub)
+		return a.s.followDelay(r.left, a.sub), true
 	}
 	if time.Since(a.loggedAt) >= a.s.cfg.ttl {
 		a.loggedAt = time.Now()
 		a.s.cfg.logger.Warn("redisleader: acquire failed; retrying", "name", a.keys.name, "err", err)
 	}
-	return a.s.retryDelay()
+	return a.s.retryDelay(), false
 }
 
 // abandon gives the acquisition up with err (see Lock.abandon).
