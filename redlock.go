@@ -410,7 +410,6 @@ func (q *quorum) releaseAll(ctx context.Context, locks []*Lock, deadline time.Ti
 	ds := make([]quorumDeleted, len(locks))
 	callCtx, cancel := q.bound(ctx, deadline)
 	defer cancel()
-	answered := 0
 	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, _ int, c Client) []*redis.Cmd {
 		argvs := make([][]any, len(locks))
 		for i, l := range locks {
@@ -422,8 +421,7 @@ func (q *quorum) releaseAll(ctx context.Context, locks []*Lock, deadline time.Ti
 		for i, cmd := range cmds {
 			ds[i].add(deleteReply(cmd))
 		}
-		answered++
-		return answered >= q.need
+		return len(ds) == 0 || ds[0].answered >= q.need // every lock has one answer per node
 	})
 	out := make([]deleted, len(locks))
 	for i := range ds {
@@ -532,9 +530,6 @@ type nodeHolder struct {
 // renewal only the node that issued its fence may hold it.
 func (q *quorum) readHolders(ctx context.Context, k keys) []nodeHolder {
 	replies := make([]nodeHolder, len(q.nodes))
-	for i := range replies {
-		replies[i].err = errNoAnswer
-	}
 	callCtx, cancel := q.bound(ctx, time.Time{})
 	defer cancel()
 	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, _ int, c Client) (r nodeHolder) {
@@ -542,7 +537,7 @@ func (q *quorum) readHolders(ctx context.Context, k keys) []nodeHolder {
 		return r
 	}, func(i int, r nodeHolder) bool {
 		replies[i] = r
-		return false // every node: see readHolders
+		return false // never settled early: every node answers (see above)
 	})
 	return replies
 }
