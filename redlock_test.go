@@ -844,3 +844,24 @@ func TestRedlockReleaseBeforeALateAcquire(t *testing.T) {
 		})
 	}
 }
+
+// A node that is only somewhat slower than the others (its requests 20ms
+// late, the others' answers within a few ms) is waited for: the grace
+// period is at least a tenth of the call timeout, so a healthy node delayed
+// by the network or a pause of this process is not counted as failed.
+func TestRedlockGraceWaitsForASlowerHealthyNode(t *testing.T) {
+	ctx := context.Background()
+	ms, cs := redlockNodes(t, 3)
+	var proxy *faultproxy.Proxy
+	cs[2], proxy = behindProxy(t, ms[2])
+	s := newRedlock(t, cs, WithTTL(10*time.Second), WithCallTimeout(time.Second))
+	warm, err := s.TryLock(ctx, "warm") // every node has the scripts and a connection
+	require.NoError(t, err)
+	require.NoError(t, warm.Release(ctx))
+
+	proxy.Delay(faultproxy.ClientToServer, 20*time.Millisecond, 0)
+	l, err := s.TryLock(ctx, "slow")
+	require.NoError(t, err)
+	assert.True(t, ms[2].Exists(l.Key()), "the slower node's acquire was not waited for")
+	assert.False(t, l.leftover, "a healthy node's answer was counted as missing")
+}
