@@ -211,27 +211,8 @@ func BenchmarkLockParallel(b *testing.B) {
 	// run runs pair(i) in goroutine i of n until the window ends and returns
 	// the number of pairs done; pair returns how many it did.
 	run := func(n int, pair func(i int) (int, error)) int64 {
-		var (
-			wg    sync.WaitGroup
-			total atomic.Int64
-			stop  = time.Now().Add(window)
-		)
-		for i := range n {
-			wgGo(&wg, func() {
-				done := int64(0)
-				for time.Now().Before(stop) {
-					k, err := pair(i)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					done += int64(k)
-				}
-				total.Add(done)
-			})
-		}
-		wg.Wait()
-		return total.Load()
+		done, _, _ := hammer(b, n, window, pair)
+		return done
 	}
 	type sample struct{ pairsPerSec, redisµs, clientµs float64 }
 	// measure runs one window and measures its rate and CPU costs.
@@ -631,8 +612,15 @@ func BenchmarkLockContended(b *testing.B) {
 	acq, failed := make([][]float64, len(windows)), make([][]float64, len(windows))
 	for b.Loop() {
 		for w, win := range windows {
-			a, f := hammerOne(b, goroutines, window, win.try)
-			acq[w], failed[w] = append(acq[w], a), append(failed[w], f)
+			got, not, took := hammer(b, goroutines, window, func(int) (int, error) {
+				ok, err := win.try()
+				if ok {
+					return 1, err
+				}
+				return 0, err
+			})
+			acq[w] = append(acq[w], float64(got)/took.Seconds())
+			failed[w] = append(failed[w], float64(not)/took.Seconds())
 		}
 	}
 	ratio := func(xs, base []float64) float64 {
@@ -649,32 +637,34 @@ func BenchmarkLockContended(b *testing.B) {
 	}
 }
 
-// hammerOne runs try in n goroutines at once until d has passed and returns
-// the successful and failed tries per second.
-func hammerOne(b *testing.B, n int, d time.Duration, try func() (bool, error)) (acquired, failed float64) {
+// hammer runs try(i) in goroutine i of n, over and over, until d has
+// passed, and returns the sum of what try returned (the work done), how many
+// calls returned 0 (tries that did nothing) and the time it took. An error
+// fails b and stops its goroutine.
+func hammer(b *testing.B, n int, d time.Duration, try func(i int) (int, error)) (done, idle int64, took time.Duration) {
 	var (
-		wg       sync.WaitGroup
-		got, not atomic.Int64
-		stop     = time.Now().Add(d)
+		wg         sync.WaitGroup
+		work, none atomic.Int64
+		start      = time.Now()
+		stop       = start.Add(d)
 	)
-	start := time.Now()
-	for range n {
+	for i := range n {
 		wgGo(&wg, func() {
+			var w, z int64
+			defer func() { work.Add(w); none.Add(z) }()
 			for time.Now().Before(stop) {
-				ok, err := try()
+				k, err := try(i)
 				switch {
 				case err != nil:
 					b.Error(err)
 					return
-				case ok:
-					got.Add(1)
-				default:
-					not.Add(1)
+				case k == 0:
+					z++
 				}
+				w += int64(k)
 			}
 		})
 	}
 	wg.Wait()
-	secs := time.Since(start).Seconds()
-	return float64(got.Load()) / secs, float64(not.Load()) / secs
+	return work.Load(), none.Load(), time.Since(start)
 }
