@@ -196,12 +196,9 @@ func TestFairHolderCrash(t *testing.T) {
 	for _, who := range []string{"first", "second"} {
 		hook, locked := queued()
 		s := newSession(t, c, fastOpts(WithFairness(), hook)...)
+		done := lockAndRelease(ctx, s, name)
 		go func() {
-			l, err := s.Lock(ctx, name)
-			if err == nil {
-				err = l.Release(ctx)
-			}
-			if err != nil {
+			if err := <-done; err != nil {
 				who += ": " + err.Error()
 			}
 			got <- who

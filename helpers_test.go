@@ -225,3 +225,17 @@ func crash(s *Session) {
 // runtimeYield lets other goroutines run while a test polls, with a
 // deadline, for Redis state that it cannot be told about.
 func runtimeYield() { <-time.After(time.Millisecond) }
+
+// lockAndRelease runs s.Lock(ctx, name) on its own goroutine and releases
+// the lock at once; the returned channel delivers the first error, or nil.
+func lockAndRelease(ctx context.Context, s *Session, name string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		l, err := s.Lock(ctx, name)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		done <- err
+	}()
+	return done
+}

@@ -744,14 +744,7 @@ func TestRedlockThreeWaySplitRetriesAfterTheRandomDelay(t *testing.T) {
 			}
 			attempts <- err
 		}))
-	done := make(chan error, 1)
-	go func() {
-		l, err := s.Lock(ctx, "split3")
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		done <- err
-	}()
+	done := lockAndRelease(ctx, s, "split3")
 	start := time.Now()
 	assert.ErrorIs(t, recvWithin(t, attempts, 2*time.Second, "the split"), ErrLocked, "we took node 0, B and C the others")
 	splitAt := time.Since(start)

@@ -132,14 +132,7 @@ func TestReplicaAcksRetriesUntilAcknowledged(t *testing.T) {
 			}
 		}))
 	link.Blackhole(faultproxy.Both)
-	got := make(chan error, 1)
-	go func() {
-		l, err := s.Lock(ctx, "retry")
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
+	got := lockAndRelease(ctx, s, "retry")
 	select {
 	case <-refused:
 	case <-time.After(5 * time.Second):
