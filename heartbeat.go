@@ -9,8 +9,9 @@ import (
 )
 
 // heartbeat is the session's one goroutine. It sleeps while nothing is held;
-// otherwise it renews every held key each renew interval, and sooner (after a
-// jittered retry delay) when a round failed. It never decides that a lock is
+// otherwise it renews every held key each renew interval, on a schedule that
+// a round's duration does not shift, and sooner (after a jittered retry
+// delay) when a round failed. It never decides that a lock is
 // lost by itself except on a "not owner" reply: deadlines are timer-driven.
 func (s *Session) heartbeat(ctx context.Context) {
 	defer close(s.hbDone)
@@ -20,14 +21,18 @@ func (s *Session) heartbeat(ctx context.Context) {
 	}
 	defer t.Stop()
 	armed, checked := false, false
+	var due time.Time // when the armed round is due
+	arm := func(at time.Time) {
+		due, armed = at, true
+		t.Reset(time.Until(at))
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.kick:
 			if !armed {
-				t.Reset(s.cfg.renewInterval)
-				armed = true
+				arm(time.Now().Add(s.cfg.renewInterval))
 			}
 			if !checked { // the first time the session holds something
 				checked = true
@@ -41,7 +46,15 @@ func (s *Session) heartbeat(ctx context.Context) {
 		held, failures := s.renewRound(ctx)
 		s.cfg.hooks.round(start, held, failures)
 		failed := failures > 0
-		next := time.Now().Add(s.cfg.renewInterval)
+		// Due an interval after this round was due, not after it ended: a
+		// schedule that drifts by each round's duration has a waiter, which
+		// sleeps until the lease it saw can have expired, arrive just
+		// before the renewal due then, and try again two thirds of a TTL
+		// later.
+		next := due.Add(s.cfg.renewInterval)
+		if now := time.Now(); next.Before(now) {
+			next = now
+		}
 		if !failed { // not while Redis misbehaves: never delay a renewal retry
 			s.cleanStale(ctx, next) // nor the next round: the TTL rules do not count it
 		}
@@ -50,11 +63,9 @@ func (s *Session) heartbeat(ctx context.Context) {
 		}
 		switch {
 		case failed:
-			t.Reset(min(s.cfg.renewInterval, s.retryDelay()))
-			armed = true
+			arm(time.Now().Add(min(s.cfg.renewInterval, s.retryDelay())))
 		case held > 0 || !s.goIdle():
-			t.Reset(time.Until(next))
-			armed = true
+			arm(next)
 		}
 	}
 }

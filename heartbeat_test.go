@@ -3,6 +3,7 @@ package redisleader
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -182,7 +183,7 @@ func TestDeadlineWhileRedisPaused(t *testing.T) {
 func TestStaleCleanupNeverDelaysRenewals(t *testing.T) {
 	ctx := context.Background()
 	_, c := newMini(t)
-	c.AddHook(hangScript{releaseScript})
+	c.AddHook(hangScript{sc: releaseScript})
 	const interval, callTimeout = 300 * time.Millisecond, 500 * time.Millisecond
 	type round struct {
 		end   time.Time
@@ -216,19 +217,48 @@ func TestStaleCleanupNeverDelaysRenewals(t *testing.T) {
 	assert.True(t, held.Held(), "%v", held.Err())
 }
 
+// Renewal rounds keep their schedule: a round is due a renew interval after
+// the last one was due, however long that round took. Timed from its end
+// instead, the schedule drifts by a round's duration each interval, and a
+// waiter that sleeps until the lease it saw can have expired then arrives
+// just before the renewal that was due at that moment, and tries half as
+// often again as it needs to (scenario S30).
+func TestRenewalRoundsKeepTheirSchedule(t *testing.T) {
+	_, c := newMini(t)
+	const interval, slow, n = 200 * time.Millisecond, 60 * time.Millisecond, 4
+	c.AddHook(hangScript{sc: renewScript, d: slow})
+	ends := make(chan time.Time, 64)
+	s := newSession(t, c, WithTTL(3*time.Second), WithRenewInterval(interval),
+		withRoundHook(func(int, bool) { ends <- time.Now() }))
+	_, err := s.TryLock(context.Background(), "held")
+	require.NoError(t, err)
+	first, last := <-ends, time.Time{}
+	for range n {
+		last = <-ends
+	}
+	took := last.Sub(first)
+	assert.Less(t, took, n*interval+interval/2,
+		"%d rounds took %v for an interval of %v, each round slowed by %v: the schedule drifts", n, took, interval, slow)
+	assert.Greater(t, took, n*interval/2, "%d rounds took %v for an interval of %v: rounds came early", n, took, interval)
+}
+
 // hangScript makes every call of sc (alone or in a pipeline) wait for its
 // context to end, as a read from a server that took the request and never
-// answers does.
-type hangScript struct{ sc *script }
+// answers does; or, with d set, for d first (a slow server).
+type hangScript struct {
+	sc *script
+	d  time.Duration
+}
 
 func (h hangScript) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h hangScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if h.hangs(cmd) {
-			<-ctx.Done()
-			cmd.SetErr(ctx.Err())
-			return ctx.Err()
+			if err := h.wait(ctx); err != nil {
+				cmd.SetErr(err)
+				return err
+			}
 		}
 		return next(ctx, cmd)
 	}
@@ -236,16 +266,31 @@ func (h hangScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h hangScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			if h.hangs(cmd) {
-				<-ctx.Done()
+		if slices.ContainsFunc(cmds, h.hangs) {
+			if err := h.wait(ctx); err != nil {
 				for _, cmd := range cmds {
-					cmd.SetErr(ctx.Err())
+					cmd.SetErr(err)
 				}
-				return ctx.Err()
+				return err
 			}
 		}
 		return next(ctx, cmds)
+	}
+}
+
+// wait returns nil after h.d, or the context's error once it ends.
+func (h hangScript) wait(ctx context.Context) error {
+	var after <-chan time.Time
+	if h.d > 0 {
+		t := time.NewTimer(h.d)
+		defer t.Stop()
+		after = t.C
+	}
+	select {
+	case <-after:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"go/parser"
 	"go/token"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -51,6 +52,7 @@ func TestScenario(t *testing.T) {
 		{"S19", s19Herd("S19")},
 		{"S19-fair", s19Herd("S19-fair", redisleader.WithFairness())},
 		{"S20", s20CancelCloseForeign},
+		{"S30", s30SlowLeader},
 	} {
 		t.Run(s.id, s.f)
 	}
@@ -417,6 +419,53 @@ func s10Latency(t *testing.T) {
 	h.note("acquisitions_by_one_way_delay", "%s", strings.Join(per, ","))
 	h.note("losses", "%d", lostEvents(h))
 	h.finish(false)
+}
+
+// S30: every request of the leader is delayed 5ms each way (a slow link).
+// Its renewals still land on their schedule, so each candidate waiting
+// behind it tries once per TTL: it sleeps until the lease it saw can have
+// expired, and the renewal due then has landed. On a schedule that drifted
+// by each round's duration the candidates arrived just before it and tried
+// half as often again (bench/'s 200 candidates: 1.34 attempts per waiting
+// candidate per TTL).
+func s30SlowLeader(t *testing.T) {
+	h := newHarness(t, "S30")
+	c0 := h.candidate("g0", nil)
+	l := c0.mustLead(5 * time.Second)
+	c0.proxy.Delay(faultproxy.Both, 5*time.Millisecond, 0)
+	h.fault("delay-leader-5ms", true)
+	waiters := []*candidate{h.candidate("g1", nil), h.candidate("g2", nil), h.candidate("g3", nil)}
+	stop := h.lead(waiters...)
+	defer stop()
+	attempts := func() int64 { // acquire scripts: every script but the leader's renewals (one PEXPIRE each)
+		info, err := h.admin.Info(context.Background(), "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return calls(info, "evalsha") + calls(info, "eval") - calls(info, "pexpire")
+	}
+	const skip, window = 2, 8 // TTLs: the waiters' subscriptions are confirmed after skip
+	<-time.After(skip * ttl)
+	before := attempts()
+	<-time.After(window * ttl)
+	per := float64(attempts()-before) / float64(len(waiters)*window)
+	stop()
+	h.fault("delay-leader-5ms", false)
+	h.note("attempts_per_waiter_per_ttl", "%.2f", per)
+	h.check(l.Held(), "the leader lost its lease: %v", l.Err())
+	h.check(per <= 1.2, "%.2f attempts per waiting candidate per TTL, want about 1", per)
+	h.finish(false)
+}
+
+// calls is the number of calls of cmd in an INFO commandstats reply.
+func calls(info, cmd string) int64 {
+	_, rest, ok := strings.Cut(info, "cmdstat_"+cmd+":calls=")
+	if !ok {
+		return 0
+	}
+	n, _, _ := strings.Cut(rest, ",")
+	v, _ := strconv.ParseInt(n, 10, 64)
+	return v
 }
 
 // S11: the leader's requests are held for 1.5 T and then delivered: the
