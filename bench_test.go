@@ -559,13 +559,21 @@ func alternate(b *testing.B, raw, lib, scripts func()) (_, _, _ timings) {
 }
 
 // BenchmarkLockContended compares, on one key tried by 16 goroutines at
-// once (a try acquires and, when it succeeds, releases at once), three
+// once (a try acquires and, when it succeeds, releases at once), four
 // windows that alternate, 300 ms each, on the same redis-server: raw (SET NX
-// PX, then rawRelease), lib (TryLock, then Release) and scripts (the
-// library's acquire and release scripts by EVALSHA, with no library). It
-// reports, for lib and scripts, the median over iterations of acquisitions/s
-// and failed tries/s divided by raw's in the same iteration: scripts/raw is
-// what these scripts allow with the floor's own concurrency.
+// PX, then rawRelease), lib (TryLock, then Release), scripts (the library's
+// acquire and release scripts by EVALSHA, with no library) and chain. It
+// reports, for lib, scripts and chain, the median over iterations of
+// acquisitions/s and (but chain) failed tries/s divided by raw's in the same
+// iteration: scripts/raw is what these scripts allow with the floor's own
+// concurrency.
+//
+// chain is the ceiling of any coalescing for acquisitions on one key: one
+// goroutine sends the release of the last acquisition and the next acquire
+// in one pipeline, round trip after round trip, so that every round trip
+// acquires. No client can do better with these scripts: an acquisition
+// needs the last one's release to have landed, which its holder sends only
+// once it has learnt, a round trip after sending its acquire, that it holds.
 //
 //	go test -run '^$' -bench LockContended -benchtime 10x .
 func BenchmarkLockContended(b *testing.B) {
@@ -609,7 +617,28 @@ func BenchmarkLockContended(b *testing.B) {
 			return true, err
 		}},
 	}
-	acq, failed := make([][]float64, len(windows)), make([][]float64, len(windows))
+	ck, held := newKeys("contended-chain"), ""
+	chainPipe := c.Pipeline()
+	chain := func() error {
+		var rel *redis.Cmd
+		if held != "" {
+			rel = chainPipe.EvalSha(ctx, releaseScript.sha.(string), []string{ck.lock}, held)
+		}
+		token := benchToken()
+		acq := chainPipe.EvalSha(ctx, acquireScript.sha.(string), []string{ck.lock, ck.fence}, token, "10000", "")
+		if _, err := chainPipe.Exec(ctx); err != nil {
+			return err
+		}
+		if rel != nil {
+			if n, err := rel.Int(); err != nil || n != 1 {
+				return fmt.Errorf("release of %s: %d %v, want 1", ck.lock, n, err)
+			}
+		}
+		held = token
+		_, err := acquiredFence(acq, ck.lock, 0)
+		return err
+	}
+	acq, failed := make([][]float64, len(windows)+1), make([][]float64, len(windows))
 	for b.Loop() {
 		for w, win := range windows {
 			got, not, took := hammer(b, goroutines, window, func(int) (int, error) {
@@ -622,6 +651,8 @@ func BenchmarkLockContended(b *testing.B) {
 			acq[w] = append(acq[w], float64(got)/took.Seconds())
 			failed[w] = append(failed[w], float64(not)/took.Seconds())
 		}
+		got, _, took := hammer(b, 1, window, func(int) (int, error) { return 1, chain() })
+		acq[len(windows)] = append(acq[len(windows)], float64(got)/took.Seconds())
 	}
 	ratio := func(xs, base []float64) float64 {
 		rs := make([]float64, len(xs))
@@ -635,6 +666,7 @@ func BenchmarkLockContended(b *testing.B) {
 		b.ReportMetric(ratio(acq[w+1], acq[0]), win.name+"/raw-acq")
 		b.ReportMetric(ratio(failed[w+1], failed[0]), win.name+"/raw-failed")
 	}
+	b.ReportMetric(ratio(acq[len(windows)], acq[0]), "chain/raw-acq")
 }
 
 // hammer runs try(i) in goroutine i of n, over and over, until d has
