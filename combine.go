@@ -20,7 +20,12 @@ import (
 // the slot over and sends what is queued as one pipeline, batch after batch,
 // until the queue is empty. So a lone caller pays nothing, and concurrent
 // callers pay one round trip and one read and write system call per batch
-// instead of per command.
+// instead of per command. A release or give-back sent while a call on its
+// key is queued takes the oldest such call along in a pipeline of two, sent
+// at once in an extra slot: on one name tried by many of the session's
+// goroutines, each round trip then hands the name on (an acquisition needs
+// the last release to have landed, and its holder releases only once it has
+// learnt that it holds).
 //
 // What stays exactly as without coalescing:
 //   - Each caller waits for its own reply until its own context or call
@@ -94,10 +99,11 @@ func (s *Session) call(ctx context.Context, deadline time.Time, sc *script, argv
 }
 
 // callNow runs a script that frees a name (a release or a give-back) as
-// call does, but at once on the caller's goroutine, never queued behind
-// other calls and not counted on the wire: the sessions waiting for the name
-// (and this one's own contenders, whose tries fill the queue) should not
-// wait for it longer than one round trip.
+// call does, but at once, never queued behind other calls and not counted on
+// the wire: on the caller's goroutine, or with the oldest queued call on its
+// key in a pipeline of two (see Coalescing). The sessions waiting for the
+// name (and this one's own contenders, whose tries fill the queue) should
+// not wait for it longer than one round trip.
 func (s *Session) callNow(ctx context.Context, deadline time.Time, sc *script, argv []any) *redis.Cmd {
 	return s.send(ctx, deadline, sc, argv, false)
 }
@@ -112,7 +118,11 @@ func (s *Session) send(ctx context.Context, deadline time.Time, sc *script, argv
 		c.mu.Unlock()
 		return errCmd(ctx, argv, err)
 	}
-	if !coalesce || c.closed || (c.onWire < maxOnWire && len(c.queue) == 0) {
+	along := -1 // a release's key: its oldest queued call
+	if !coalesce && !c.closed {
+		along = slices.IndexFunc(c.queue, func(q *pending) bool { return q.argv[3] == argv[3] })
+	}
+	if c.closed || (coalesce && c.onWire < maxOnWire && len(c.queue) == 0) || (!coalesce && along < 0) {
 		if coalesce && !c.closed {
 			c.onWire++
 			defer s.handOver() // also when a hook on the client panics
@@ -123,8 +133,22 @@ func (s *Session) send(ctx context.Context, deadline time.Time, sc *script, argv
 	p := c.getLocked()
 	p.s, p.argv = sc, append(p.argv[:0], argv...)
 	p.until, _ = callCtx.Deadline() // bound's result always has one
-	c.queue = append(c.queue, p)
-	c.mu.Unlock()
+	if coalesce {
+		c.queue = append(c.queue, p)
+		c.mu.Unlock()
+	} else {
+		// The queued call (the session's own contender's next try) lands
+		// right behind the release, a round trip sooner than from the queue.
+		q := c.queue[along]
+		c.queue = slices.Delete(c.queue, along, along+1)
+		p.sent, q.sent = true, true
+		c.onWire++
+		c.mu.Unlock()
+		go func() {
+			s.sendBatch([]*pending{p, q}, nil)
+			s.handOver() // calls may have queued while it took a slot
+		}()
+	}
 
 	select {
 	case <-p.done:
@@ -199,11 +223,12 @@ func errCmd(ctx context.Context, argv []any, err error) *redis.Cmd {
 }
 
 // handOver frees the slot of a call that returned: to a flusher when calls
-// are queued, else for the next caller.
+// are queued, else for the next caller. A slot above maxOnWire (a release's
+// pipeline of two) is freed in any case: the others on the wire hand over.
 func (s *Session) handOver() {
 	c := &s.combine
 	c.mu.Lock()
-	if len(c.queue) == 0 {
+	if len(c.queue) == 0 || c.onWire > maxOnWire {
 		c.freeSlotLocked()
 		c.mu.Unlock()
 		return
@@ -236,34 +261,42 @@ func (s *Session) flush() {
 			p.sent = true
 		}
 		c.mu.Unlock()
-
-		var until time.Time
-		calls = calls[:0]
-		for _, p := range batch {
-			if p.until.After(until) {
-				until = p.until
-			}
-			calls = append(calls, call{p.s, p.argv})
-		}
-		ctx := &boundCtx{Context: context.Background(), deadline: until, states: &s.dones}
-		cmds, _ := runCalls(ctx, s.client, calls, replicaAcks{})
-		unbind(ctx)
-		c.mu.Lock()
-		for i, p := range batch {
-			p.cmd = cmds[i]
-			if p.settled != nil {
-				if c.unsettled[p.argv[3]] == p {
-					delete(c.unsettled, p.argv[3])
-				}
-				close(p.settled)
-				continue
-			}
-			p.delivered = true
-			p.done <- struct{}{}
-		}
-		c.mu.Unlock()
+		calls = s.sendBatch(batch, calls)
 		clear(batch)
 	}
+}
+
+// sendBatch sends batch, taken from the queue, as one pipeline bounded by
+// its latest deadline, and delivers each reply (or settles the call whose
+// caller gave up); it returns calls (scratch space) for reuse.
+func (s *Session) sendBatch(batch []*pending, calls []call) []call {
+	c := &s.combine
+	var until time.Time
+	calls = calls[:0]
+	for _, p := range batch {
+		if p.until.After(until) {
+			until = p.until
+		}
+		calls = append(calls, call{p.s, p.argv})
+	}
+	ctx := &boundCtx{Context: context.Background(), deadline: until, states: &s.dones}
+	cmds, _ := runCalls(ctx, s.client, calls, replicaAcks{})
+	unbind(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, p := range batch {
+		p.cmd = cmds[i]
+		if p.settled != nil {
+			if c.unsettled[p.argv[3]] == p {
+				delete(c.unsettled, p.argv[3])
+			}
+			close(p.settled)
+			continue
+		}
+		p.delivered = true
+		p.done <- struct{}{}
+	}
+	return calls
 }
 
 // closeCombiner makes later calls go straight to Redis and waits until no

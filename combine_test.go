@@ -307,30 +307,28 @@ func TestCancelledCallerInABatch(t *testing.T) {
 // A Release is sent at once, never queued behind the session's other calls
 // (here tries by the session's own contenders, waiting for a batch while the
 // wire is full): a holder frees its name within one round trip, so those
-// who wait for the name do not wait for the queue as well.
+// who wait for the name do not wait for the queue as well. A queued call of
+// the session on the same name goes along, right behind the release in one
+// pipeline: here a Leader read (a try by one of the session's goroutines
+// does the same, when it queues between the release's start and its send),
+// which finds the name free while the wire is still full.
 func TestReleaseIsNotQueued(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
-		h := &holdHook{}
-		b.client.AddHook(h)
-		s := newSession(t, b.client, WithCallTimeout(2*time.Second))
-		held, err := s.TryLock(context.Background(), "release-now")
-		require.NoError(t, err)
-		wire, wired := holdWire(t, s, h, "release-now")
-		free := freeing(t, wire[:]...)
+		s, _, locks, freeWire := fullWire(t, b, "release-now")
 		names := []string{"release-now-a", "release-now-b", "release-now-c"}
 		tries := tryAll(background(len(names)), s, names)
-		waitQueued(t, s, len(names))
+		reads := leaderAll(t, s, "release-now")
+		waitQueued(t, s, len(names)+1)
 
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		require.NoError(t, held.Release(ctx), "Release while the wire is full")
+		require.NoError(t, locks[0].Release(ctx), "Release while the wire is full")
 		assert.Empty(t, b.get(newKeys("release-now").lock), "the released name is still taken")
-		assert.Equal(t, len(names), s.queued(), "the queued tries went before the wire was free")
+		err := recvWithin(t, reads[0], 5*time.Second, "the queued Leader read of the released name, with the wire full")
+		require.ErrorIs(t, err, ErrNoLeader, "read right behind the release")
+		assert.Equal(t, len(names), s.queued(), "the queued tries on other names went before the wire was free")
 
-		free()
-		for range maxOnWire {
-			require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
-		}
+		freeWire()
 		for i, ch := range tries {
 			r := recvWithin(t, ch, 5*time.Second, names[i])
 			require.NoError(t, r.err, "%s, tried after the name was released", names[i])
@@ -338,6 +336,108 @@ func TestReleaseIsNotQueued(t *testing.T) {
 		require.NoError(t, s.Close(context.Background()))
 		checkNoLeaks(t)
 	})
+}
+
+// A Release whose pipeline of two (TestReleaseIsNotQueued) is still on the wire when its
+// context ends returns that error, as any call given up on the wire does;
+// the call taken along still gets its own reply, and a later call on the
+// name waits for the pipeline to end, so it never overtakes the release.
+func TestReleasePipelineGivenUp(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		s, h, locks, freeWire := fullWire(t, b, "given-up")
+		reads := leaderAll(t, s, "given-up")
+		waitQueued(t, s, 1)
+		pipe := h.rule(locks[0].keys.lock, true)
+		freePipe := freeing(t, pipe)
+
+		rctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		assert.ErrorIs(t, locks[0].Release(rctx), context.DeadlineExceeded, "the pipeline is held on the wire")
+		waitClosed(t, pipe.reached, 5*time.Second, "the release's pipeline on the wire")
+		next := tryAll(background(1), s, []string{"given-up"})
+		freeWire()
+		freePipe()
+		require.ErrorIs(t, recvWithin(t, reads[0], 5*time.Second, "the read taken along"), ErrNoLeader)
+		r := recvWithin(t, next[0], 5*time.Second, "the try after the release")
+		require.NoError(t, r.err, "the try landed before the release it was made after")
+		require.NoError(t, s.Close(ctx))
+		checkNoLeaks(t)
+	})
+}
+
+// A call that queues while only releases' pipelines of two (above) take
+// the session's slots is sent when they end, not left in the queue until
+// its deadline.
+func TestQueueBehindReleasePipelines(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		names := []string{"behind-a", "behind-b"}
+		s, h, locks, freeWire := fullWire(t, b, names...)
+		reads := leaderAll(t, s, names...)
+		waitQueued(t, s, len(names))
+		var pipes []*holdRule
+		released := make(chan error, len(locks))
+		for _, l := range locks {
+			pipes = append(pipes, h.rule(l.keys.lock, true))
+			go func() { released <- l.Release(ctx) }()
+			waitClosed(t, pipes[len(pipes)-1].reached, 5*time.Second, "the release's pipeline on the wire")
+		}
+		freePipes := freeing(t, pipes...)
+		freeWire()
+
+		late := tryAll(background(1), s, []string{"behind-c"})
+		waitQueued(t, s, 1)
+		start := time.Now()
+		freePipes()
+		for i := range locks {
+			require.NoError(t, recvWithin(t, released, 5*time.Second, "a Release"))
+			require.ErrorIs(t, recvWithin(t, reads[i], 5*time.Second, "a read taken along"), ErrNoLeader)
+		}
+		r := recvWithin(t, late[0], 5*time.Second, "the call queued behind the pipelines")
+		require.NoError(t, r.err, "after %v", time.Since(start))
+		require.NoError(t, s.Close(ctx))
+		checkNoLeaks(t)
+	})
+}
+
+// fullWire returns a session on b (call timeout 2s) with a holdHook, the
+// locks of names, held by it, and its wire filled by two calls held there;
+// freeWire lets those through and waits for them to return.
+func fullWire(t *testing.T, b *backend, names ...string) (s *Session, h *holdHook, locks []*Lock, freeWire func()) {
+	t.Helper()
+	h = &holdHook{}
+	b.client.AddHook(h)
+	s = newSession(t, b.client, WithCallTimeout(2*time.Second))
+	for _, name := range names {
+		l, err := s.TryLock(context.Background(), name)
+		require.NoError(t, err)
+		locks = append(locks, l)
+	}
+	wire, wired := holdWire(t, s, h, names[0])
+	free := freeing(t, wire[:]...)
+	return s, h, locks, func() {
+		free()
+		for range maxOnWire {
+			require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
+		}
+	}
+}
+
+// leaderAll starts a Leader read of each name's election on s.
+func leaderAll(t *testing.T, s *Session, names ...string) []chan error {
+	t.Helper()
+	out := make([]chan error, len(names))
+	for i, name := range names {
+		e, err := s.Election(name)
+		require.NoError(t, err)
+		out[i] = make(chan error, 1)
+		go func() {
+			_, err := e.Leader(context.Background())
+			out[i] <- err
+		}()
+	}
+	return out
 }
 
 // A batch whose replies are lost: every batched acquire ends with an
