@@ -208,28 +208,9 @@ func BenchmarkLockParallel(b *testing.B) {
 	const idealGoroutines = 2
 	c, s := benchServer(b)
 	ctx := context.Background()
-	// run runs pair(i) in goroutine i of n until the window ends and returns
-	// the number of pairs done; pair returns how many it did.
 	run := func(n int, pair func(i int) (int, error)) int64 {
 		done, _, _ := hammer(b, n, window, pair)
 		return done
-	}
-	type sample struct{ pairsPerSec, redisµs, clientµs float64 }
-	// measure runs one window and measures its rate and CPU costs.
-	measure := func(window func() int64) sample {
-		r0, c0 := redisCPU(ctx, b, c), clientCPU(b)
-		start := time.Now()
-		pairs := window()
-		elapsed := time.Since(start)
-		r1, c1 := redisCPU(ctx, b, c), clientCPU(b)
-		if pairs == 0 {
-			b.Fatal("no pair done in a window")
-		}
-		return sample{
-			pairsPerSec: float64(pairs) / elapsed.Seconds(),
-			redisµs:     float64((r1 - r0).Microseconds()) / float64(pairs),
-			clientµs:    float64((c1 - c0).Microseconds()) / float64(pairs),
-		}
 	}
 	rawKeys, libKeys := make([]string, goroutines), make([]string, goroutines)
 	idealKeys := make([]keys, goroutines)
@@ -313,21 +294,10 @@ func BenchmarkLockParallel(b *testing.B) {
 			return per, nil
 		}
 	}
-	// pipelined is an ideal window: goroutine g repeats round(g)'s rounds,
-	// each one a pipeline of acquires, then one of releases.
 	pipelined := func(round func(g int) func() (int, error)) func() int64 {
-		return func() int64 {
-			rounds := make([]func() (int, error), idealGoroutines)
-			for g := range rounds {
-				rounds[g] = round(g)
-			}
-			return run(idealGoroutines, func(g int) (int, error) { return rounds[g]() })
-		}
+		return pipelinedWindow(b, window, idealGoroutines, round)
 	}
-	windows := []struct {
-		name string
-		run  func() int64
-	}{
+	windows := []parWindow{
 		{"raw", func() int64 {
 			return run(goroutines, func(i int) (int, error) {
 				return 1, rawPairOn(ctx, c, rawKeys[i])
@@ -344,6 +314,44 @@ func BenchmarkLockParallel(b *testing.B) {
 		}},
 		{"ideal-scripts", pipelined(idealScripts)},
 		{"ideal-raw", pipelined(idealRaw)},
+	}
+	compareWindows(ctx, b, []*redis.Client{c}, windows)
+}
+
+// parWindow is one window of a throughput benchmark: run does pairs for the
+// window's length and returns how many.
+type parWindow struct {
+	name string
+	run  func() int64
+}
+
+// compareWindows runs the windows in turn once per b.Loop iteration and
+// reports, as medians over iterations, each window's pairs/s, the CPU time
+// per pair of the redis-servers behind cs (INFO cpu) and of this process
+// (getrusage, Go runtime included), and each window's pairs/s over the
+// first window's in the same iteration (named after it).
+func compareWindows(ctx context.Context, b *testing.B, cs []*redis.Client, windows []parWindow) {
+	type sample struct{ pairsPerSec, redisµs, clientµs float64 }
+	servers := func() (d time.Duration) {
+		for _, c := range cs {
+			d += redisCPU(ctx, b, c)
+		}
+		return d
+	}
+	measure := func(window func() int64) sample {
+		r0, c0 := servers(), clientCPU(b)
+		start := time.Now()
+		pairs := window()
+		elapsed := time.Since(start)
+		r1, c1 := servers(), clientCPU(b)
+		if pairs == 0 {
+			b.Fatal("no pair done in a window")
+		}
+		return sample{
+			pairsPerSec: float64(pairs) / elapsed.Seconds(),
+			redisµs:     float64((r1 - r0).Microseconds()) / float64(pairs),
+			clientµs:    float64((c1 - c0).Microseconds()) / float64(pairs),
+		}
 	}
 	samples := make([][]sample, len(windows))
 	for b.Loop() {
@@ -372,8 +380,22 @@ func BenchmarkLockParallel(b *testing.B) {
 			for i := range ss {
 				ratios[i] = ss[i].pairsPerSec / samples[0][i].pairsPerSec
 			}
-			b.ReportMetric(median(ratios), win.name+"/raw")
+			b.ReportMetric(median(ratios), win.name+"/"+windows[0].name)
 		}
+	}
+}
+
+// pipelinedWindow is an ideal window of length d: goroutine g of n repeats
+// round(g)'s rounds (each a pipeline of acquires, then one of releases,
+// returning the pairs done), built once per window.
+func pipelinedWindow(b *testing.B, d time.Duration, n int, round func(g int) func() (int, error)) func() int64 {
+	return func() int64 {
+		rounds := make([]func() (int, error), n)
+		for g := range rounds {
+			rounds[g] = round(g)
+		}
+		done, _, _ := hammer(b, n, d, func(g int) (int, error) { return rounds[g]() })
+		return done
 	}
 }
 
@@ -471,22 +493,20 @@ func onAll(cs []*redis.Client, f func(i int, c *redis.Client)) {
 // raw3Pair is redsync's protocol over three servers with no library: SET
 // key token NX PX on every server at once, then rawRelease on every server
 // at once, each round waiting for every server. Every reply is checked.
-func raw3Pair(ctx context.Context, b *testing.B, cs []*redis.Client) {
+func raw3Pair(ctx context.Context, cs []*redis.Client, key string) error {
 	token := benchToken()
 	errs := make([]error, len(cs))
 	onAll(cs, func(i int, c *redis.Client) {
-		if ok, err := c.SetNX(ctx, "raw3-key", token, 10*time.Second).Result(); err != nil || !ok {
+		if ok, err := c.SetNX(ctx, key, token, 10*time.Second).Result(); err != nil || !ok {
 			errs[i] = fmt.Errorf("SET NX on node %d: %v %v", i, ok, err)
 		}
 	})
 	onAll(cs, func(i int, c *redis.Client) {
-		if n, err := rawRelease.Run(ctx, c, []string{"raw3-key"}, token).Int(); err != nil || n != 1 {
+		if n, err := rawRelease.Run(ctx, c, []string{key}, token).Int(); err != nil || n != 1 {
 			errs[i] = cmp.Or(errs[i], fmt.Errorf("release on node %d: %d %v", i, n, err))
 		}
 	})
-	if err := errors.Join(errs...); err != nil {
-		b.Fatal(err)
-	}
+	return errors.Join(errs...)
 }
 
 // scripts3Pair is the library's Redlock pair without the library: the
@@ -526,13 +546,102 @@ func BenchmarkRedlockPairRatio(b *testing.B) {
 	k := newKeys("scripts3-key")
 	fences := make([]int64, len(rcs))
 	r, l, sp := alternate(b,
-		func() { raw3Pair(ctx, b, rcs) },
+		func() {
+			if err := raw3Pair(ctx, rcs, "raw3-key"); err != nil {
+				b.Fatal(err)
+			}
+		},
 		func() { libPair(ctx, b, s) },
 		func() { scripts3Pair(ctx, b, rcs, k, fences) })
 	b.ReportMetric(float64(r.p50().Nanoseconds())/1e3, "raw3-p50-µs")
 	b.ReportMetric(float64(l.p50().Nanoseconds())/1e3, "lib-p50-µs")
 	b.ReportMetric(float64(l.p50())/float64(r.p50()), "lib/raw3-p50")
 	b.ReportMetric(float64(sp.p50())/float64(r.p50()), "scripts3/raw3-p50")
+}
+
+// BenchmarkRedlockParallel compares, on the work of 16 goroutines each on
+// its own name doing acquire+release pairs over three redis-servers, three
+// windows that alternate (as BenchmarkLockParallel does on one server):
+//
+//   - raw3: redsync's protocol with no library (raw3Pair), 16 goroutines;
+//   - lib: TryLock + Release on a Redlock session, 16 goroutines;
+//   - ideal-scripts3: our acquire and Redlock release scripts with perfect
+//     pipelining and no library: 2 goroutines, each sending the acquires of
+//     its 8 names as one pipeline to every server at once, then their
+//     releases (with each name's largest fence) the same way. It is the
+//     ceiling of any client with these scripts.
+//
+// It reports what BenchmarkLockParallel does, ratios to raw3:
+//
+//	go test -run '^$' -bench RedlockParallel -benchtime 5x .
+func BenchmarkRedlockParallel(b *testing.B) {
+	const goroutines, window, idealGoroutines = 16, 300 * time.Millisecond, 2
+	s, rcs := redlockServers(b)
+	ctx := context.Background()
+	per := goroutines / idealGoroutines
+	ideal := func(g int) func() (int, error) {
+		names := make([]keys, per)
+		for j := range names {
+			names[j] = newKeys(fmt.Sprintf("ideal3-par-%d-%d", g, j))
+		}
+		tokens := make([]string, per)
+		fences := make([][]int64, len(rcs)) // per node, per name
+		pipes := make([]redis.Pipeliner, len(rcs))
+		for i, c := range rcs {
+			fences[i], pipes[i] = make([]int64, per), c.Pipeline()
+		}
+		errs := make([]error, len(rcs))
+		return func() (int, error) {
+			for j := range names {
+				tokens[j] = benchToken()
+			}
+			onAll(rcs, func(i int, _ *redis.Client) {
+				acq := make([]*redis.Cmd, per)
+				for j, k := range names {
+					acq[j] = pipes[i].EvalSha(ctx, acquireScript.sha.(string), []string{k.lock, k.fence}, tokens[j], "10000", "")
+				}
+				if _, errs[i] = pipes[i].Exec(ctx); errs[i] != nil {
+					return
+				}
+				for j, cmd := range acq {
+					if fences[i][j], errs[i] = acquiredFence(cmd, names[j].lock, fences[i][j]); errs[i] != nil {
+						return
+					}
+				}
+			})
+			if err := errors.Join(errs...); err != nil {
+				return 0, err
+			}
+			onAll(rcs, func(i int, _ *redis.Client) {
+				rel := make([]*redis.Cmd, per)
+				for j, k := range names {
+					fence := max(fences[0][j], fences[1][j], fences[2][j])
+					rel[j] = pipes[i].EvalSha(ctx, redlockReleaseScript.sha.(string), []string{k.lock, k.fence}, tokens[j], fence)
+				}
+				if _, errs[i] = pipes[i].Exec(ctx); errs[i] != nil {
+					return
+				}
+				for j, cmd := range rel {
+					if n, err := cmd.Int64(); err != nil || n != 1 {
+						errs[i] = fmt.Errorf("release %s on node %d: %d %v, want 1", names[j].lock, i, n, err)
+						return
+					}
+				}
+			})
+			return per, errors.Join(errs...)
+		}
+	}
+	each := func(pair func(i int) error) func() int64 {
+		return func() int64 {
+			done, _, _ := hammer(b, goroutines, window, func(i int) (int, error) { return 1, pair(i) })
+			return done
+		}
+	}
+	compareWindows(ctx, b, rcs, []parWindow{
+		{"raw3", each(func(i int) error { return raw3Pair(ctx, rcs, fmt.Sprint("raw3-par-", i)) })},
+		{"lib", each(func(i int) error { return pairOn(ctx, s, fmt.Sprint("lib3-par-", i)) })},
+		{"ideal-scripts3", pipelinedWindow(b, window, idealGoroutines, ideal)},
+	})
 }
 
 // timings are one window's times, sorted.
