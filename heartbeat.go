@@ -50,10 +50,12 @@ func (s *Session) heartbeat(ctx context.Context) {
 		// schedule that drifts by each round's duration has a waiter, which
 		// sleeps until the lease it saw can have expired, arrive just
 		// before the renewal due then, and try again two thirds of a TTL
-		// later.
+		// later. A round that overran the interval puts the schedule an
+		// interval after its end, as the TTL rules count, so that the
+		// clean-up still gets its time.
 		next := due.Add(s.cfg.renewInterval)
 		if now := time.Now(); next.Before(now) {
-			next = now
+			next = now.Add(s.cfg.renewInterval)
 		}
 		if !failed { // not while Redis misbehaves: never delay a renewal retry
 			s.cleanStale(ctx, next) // nor the next round: the TTL rules do not count it

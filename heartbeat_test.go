@@ -2,9 +2,11 @@ package redisleader
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -240,6 +242,57 @@ func TestRenewalRoundsKeepTheirSchedule(t *testing.T) {
 	assert.Less(t, took, n*interval+interval/2,
 		"%d rounds took %v for an interval of %v, each round slowed by %v: the schedule drifts", n, took, interval, slow)
 	assert.Greater(t, took, n*interval/2, "%d rounds took %v for an interval of %v: rounds came early", n, took, interval)
+}
+
+// Stale tokens are still deleted while renewal rounds take longer than the
+// renew interval (a slow but answering server: the call timeout may exceed
+// the interval). (Found by review: the round schedule left the clean-up a
+// deadline already passed, for as long as rounds overran.)
+func TestStaleCleanupRunsWhenRoundsOverrun(t *testing.T) {
+	ctx := context.Background()
+	m, c := newMini(t)
+	const interval, callTimeout, slow = 200 * time.Millisecond, 500 * time.Millisecond, 250 * time.Millisecond
+	require.NoError(t, c.ScriptLoad(ctx, renewScript.src.(string)).Err()) // one EVALSHA per renewal, no NOSCRIPT re-send
+	c.AddHook(hangScript{sc: renewScript, d: slow})
+	c.AddHook(failFirst{sc: releaseScript, done: new(atomic.Bool)})
+	s := newSession(t, c, WithTTL(3*time.Second), WithRenewInterval(interval), WithCallTimeout(callTimeout))
+	held, err := s.TryLock(ctx, "held")
+	require.NoError(t, err)
+	ended, err := s.TryLock(ctx, "ended")
+	require.NoError(t, err)
+	require.Error(t, ended.Release(ctx), "the first delete fails: it is left to the heartbeat")
+
+	key := newKeys("ended").lock
+	deadline := time.Now().Add(2 * time.Second) // 8 rounds; miniredis never expires the key by itself
+	for m.Exists(key) && time.Now().Before(deadline) {
+		runtimeYield()
+	}
+	assert.False(t, m.Exists(key), "the stale token is still there after 2s of rounds (interval %v, rounds take %v)", interval, slow)
+	assert.True(t, held.Held(), "%v", held.Err())
+}
+
+// failFirst fails the first single call of sc (a delete whose outcome is
+// unknown) and lets every later call through.
+type failFirst struct {
+	sc   *script
+	done *atomic.Bool
+}
+
+func (f failFirst) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f failFirst) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if (hangScript{sc: f.sc}).hangs(cmd) && f.done.CompareAndSwap(false, true) {
+			err := errors.New("reply lost (test)")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (f failFirst) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // hangScript makes every call of sc (alone or in a pipeline) wait for its
