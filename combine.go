@@ -22,10 +22,13 @@ import (
 // callers pay one round trip and one read and write system call per batch
 // instead of per command. A release or give-back sent while a call on its
 // key is queued takes the oldest such call along in a pipeline of two, sent
-// at once in an extra slot: on one name tried by many of the session's
-// goroutines, each round trip then hands the name on (an acquisition needs
-// the last release to have landed, and its holder releases only once it has
-// learnt that it holds).
+// at once and, like a release alone, not counted on the wire: on one name
+// tried by many of the session's goroutines, each round trip then hands the
+// name on (an acquisition needs the last release to have landed, and its
+// holder releases only once it has learnt that it holds). Should the
+// release meet a server without its script, its re-send runs after the call
+// taken along, which then finds the name still held, as it would have just
+// before: that call was made first.
 //
 // What stays exactly as without coalescing:
 //   - Each caller waits for its own reply until its own context or call
@@ -42,14 +45,16 @@ import (
 //     lock key (the acquisition's next attempt or give-back, a Proclaim, a
 //     delete by Close or the stale-token cleanup) waits for it, bounded by
 //     its own deadline. A session's calls on one key reach Redis in the
-//     order its callers made them.
+//     order its callers made them, except that a release or give-back goes
+//     ahead of calls still queued.
 //   - Replies are matched to commands one by one; runCalls re-sends a
 //     command that met a server without its script (NOSCRIPT) as EVAL, and
 //     rewrites denied commands, per command. On a Cluster, go-redis splits a
 //     pipeline by slot and follows redirections per command.
 //
-// What changes: a batched command runs on a context without its caller's
-// values (hooks on the user's client see the batch's context), and a
+// What changes: a batched command (a release in a pipeline of two too)
+// runs on a context without its caller's values (hooks on the user's client
+// see the batch's context, on a goroutine of the session), and a
 // server that stops answering holds up the session's queued calls, each
 // until its own deadline, once maxOnWire calls are stuck on it.
 //
@@ -67,6 +72,7 @@ const (
 type combiner struct {
 	mu      sync.Mutex
 	onWire  int        // calls and flushers on the wire, at most maxOnWire
+	pairs   int        // releases' pipelines of two on the wire (not counted in onWire)
 	closed  bool       // after Close: calls go straight to Redis, uncounted
 	queue   []*pending // waiting to be sent, oldest first
 	idle    []*pending // pendings for reuse
@@ -142,11 +148,14 @@ func (s *Session) send(ctx context.Context, deadline time.Time, sc *script, argv
 		q := c.queue[along]
 		c.queue = slices.Delete(c.queue, along, along+1)
 		p.sent, q.sent = true, true
-		c.onWire++
+		c.pairs++
 		c.mu.Unlock()
 		go func() {
 			s.sendBatch([]*pending{p, q}, nil)
-			s.handOver() // calls may have queued while it took a slot
+			c.mu.Lock()
+			c.pairs--
+			c.drainedLocked()
+			c.mu.Unlock()
 		}()
 	}
 
@@ -223,12 +232,11 @@ func errCmd(ctx context.Context, argv []any, err error) *redis.Cmd {
 }
 
 // handOver frees the slot of a call that returned: to a flusher when calls
-// are queued, else for the next caller. A slot above maxOnWire (a release's
-// pipeline of two) is freed in any case: the others on the wire hand over.
+// are queued, else for the next caller.
 func (s *Session) handOver() {
 	c := &s.combine
 	c.mu.Lock()
-	if len(c.queue) == 0 || c.onWire > maxOnWire {
+	if len(c.queue) == 0 {
 		c.freeSlotLocked()
 		c.mu.Unlock()
 		return
@@ -305,7 +313,7 @@ func (s *Session) closeCombiner() {
 	c := &s.combine
 	c.mu.Lock()
 	c.closed = true
-	for c.onWire > 0 {
+	for c.onWire > 0 || c.pairs > 0 {
 		c.drained.Wait()
 	}
 	c.mu.Unlock()
@@ -315,7 +323,12 @@ func (s *Session) closeCombiner() {
 // once the last one is free.
 func (c *combiner) freeSlotLocked() {
 	c.onWire--
-	if c.onWire == 0 && c.closed {
+	c.drainedLocked()
+}
+
+// drainedLocked tells a waiting Close when nothing is left on the wire.
+func (c *combiner) drainedLocked() {
+	if c.onWire == 0 && c.pairs == 0 && c.closed {
 		c.drained.Broadcast()
 	}
 }

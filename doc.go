@@ -237,7 +237,8 @@
 // release, an attempt's give-back): those waiting for the name never wait
 // for the queue as well, and the session's oldest queued call on the name
 // goes right behind it, in a pipeline of two, so that the session's own
-// contenders try as the name is freed. Each call still ends with its own context and call
+// contenders try as the name is freed (without WithFairness, ahead of other
+// sessions' waiters, whom the release wakes). Each call still ends with its own context and call
 // timeout, and one caller's cancellation or timeout never fails another's
 // command; a call cancelled before it was sent never reaches Redis, and one
 // given up while on its way is never overtaken by a later call of the
