@@ -353,7 +353,10 @@ func TestACLReplicated(t *testing.T) {
 	t.Run("WithReplicaAcks", func(t *testing.T) {
 		setUser(t, admin, "redisleader", aclRule, aclOptional)
 		require.NoError(t, admin.Do(ctx, "acl", "log", "reset").Err())
-		s := newSession(t, userClient(t, primary, "redisleader"), WithTTL(3*time.Second), WithReplicaAcks(1, 200*time.Millisecond))
+		// Call timeout 1s: a first call also dials and authenticates, and
+		// under the race detector on a busy machine that, the script and
+		// WAIT's 200ms took longer than 500ms (the default for TTL 3s).
+		s := newSession(t, userClient(t, primary, "redisleader"), WithTTL(6*time.Second), WithReplicaAcks(1, 200*time.Millisecond))
 		l, err := s.TryLock(ctx, "acked")
 		require.NoError(t, err)
 		require.NoError(t, l.Release(ctx))
