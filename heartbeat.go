@@ -10,8 +10,8 @@ import (
 
 // heartbeat is the session's one goroutine. It sleeps while nothing is held;
 // otherwise it renews every held key each renew interval, on a schedule that
-// a round's duration does not shift, and sooner (after a jittered retry
-// delay) when a round failed. It never decides that a lock is
+// a round's duration does not shift (see below), and sooner (after a
+// jittered retry delay) when a round failed. It never decides that a lock is
 // lost by itself except on a "not owner" reply: deadlines are timer-driven.
 func (s *Session) heartbeat(ctx context.Context) {
 	defer close(s.hbDone)
@@ -50,11 +50,11 @@ func (s *Session) heartbeat(ctx context.Context) {
 		// schedule that drifts by each round's duration has a waiter, which
 		// sleeps until the lease it saw can have expired, arrive just
 		// before the renewal due then, and try again two thirds of a TTL
-		// later. A round that overran the interval puts the schedule an
-		// interval after its end, as the TTL rules count, so that the
-		// clean-up still gets its time.
+		// later. But an interval after its end (as the TTL rules count)
+		// when the round overran the interval, or when stale tokens wait
+		// for the clean-up, which then gets a whole interval.
 		next := due.Add(s.cfg.renewInterval)
-		if now := time.Now(); next.Before(now) {
+		if now := time.Now(); next.Before(now) || s.hasStale() {
 			next = now.Add(s.cfg.renewInterval)
 		}
 		if !failed { // not while Redis misbehaves: never delay a renewal retry
@@ -162,6 +162,13 @@ func (s *Session) markStale(l *Lock, repeat bool) {
 		s.stale[l] = staleness{until: until, repeat: repeat || prev.repeat}
 		s.wakeLocked()
 	}
+}
+
+// hasStale reports whether ended locks' tokens wait for cleanStale.
+func (s *Session) hasStale() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.stale) > 0
 }
 
 // cleanStale deletes the keys of ended locks if they still hold their

@@ -245,30 +245,47 @@ func TestRenewalRoundsKeepTheirSchedule(t *testing.T) {
 }
 
 // Stale tokens are still deleted while renewal rounds take longer than the
-// renew interval (a slow but answering server: the call timeout may exceed
-// the interval). (Found by review: the round schedule left the clean-up a
-// deadline already passed, for as long as rounds overran.)
-func TestStaleCleanupRunsWhenRoundsOverrun(t *testing.T) {
-	ctx := context.Background()
-	m, c := newMini(t)
-	const interval, callTimeout, slow = 200 * time.Millisecond, 500 * time.Millisecond, 250 * time.Millisecond
-	require.NoError(t, c.ScriptLoad(ctx, renewScript.src.(string)).Err()) // one EVALSHA per renewal, no NOSCRIPT re-send
-	c.AddHook(hangScript{sc: renewScript, d: slow})
-	c.AddHook(failFirst{sc: releaseScript, done: new(atomic.Bool)})
-	s := newSession(t, c, WithTTL(3*time.Second), WithRenewInterval(interval), WithCallTimeout(callTimeout))
-	held, err := s.TryLock(ctx, "held")
-	require.NoError(t, err)
-	ended, err := s.TryLock(ctx, "ended")
-	require.NoError(t, err)
-	require.Error(t, ended.Release(ctx), "the first delete fails: it is left to the heartbeat")
+// renew interval, or most of it (a slow but answering server: the call
+// timeout may exceed the interval). (Found by two reviews: the fixed round
+// schedule left the clean-up a deadline already passed, or too close for
+// one delete, for as long as rounds were that slow.)
+func TestStaleCleanupRunsWhenRoundsAreSlow(t *testing.T) {
+	const interval, callTimeout = 200 * time.Millisecond, 500 * time.Millisecond
+	for _, tc := range []struct {
+		name           string
+		renew, release time.Duration
+	}{
+		{"rounds overrun", 250 * time.Millisecond, 0},
+		{"rounds take most of the interval", 150 * time.Millisecond, 150 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			m, c := newMini(t)
+			for _, sc := range []*script{renewScript, releaseScript} { // one EVALSHA each, no NOSCRIPT re-send
+				require.NoError(t, c.ScriptLoad(ctx, sc.src.(string)).Err())
+			}
+			c.AddHook(failFirst{sc: releaseScript, done: new(atomic.Bool)})
+			c.AddHook(hangScript{sc: renewScript, d: tc.renew})
+			if tc.release > 0 {
+				c.AddHook(hangScript{sc: releaseScript, d: tc.release})
+			}
+			s := newSession(t, c, WithTTL(3*time.Second), WithRenewInterval(interval), WithCallTimeout(callTimeout))
+			held, err := s.TryLock(ctx, "held")
+			require.NoError(t, err)
+			ended, err := s.TryLock(ctx, "ended")
+			require.NoError(t, err)
+			require.Error(t, ended.Release(ctx), "the first delete fails: it is left to the heartbeat")
 
-	key := newKeys("ended").lock
-	deadline := time.Now().Add(2 * time.Second) // 8 rounds; miniredis never expires the key by itself
-	for m.Exists(key) && time.Now().Before(deadline) {
-		runtimeYield()
+			key := newKeys("ended").lock
+			deadline := time.Now().Add(2 * time.Second) // 8+ rounds; miniredis never expires the key by itself
+			for m.Exists(key) && time.Now().Before(deadline) {
+				runtimeYield()
+			}
+			assert.False(t, m.Exists(key), "the stale token is still there after 2s of rounds (interval %v, renewals take %v, deletes %v)",
+				interval, tc.renew, tc.release)
+			assert.True(t, held.Held(), "%v", held.Err())
+		})
 	}
-	assert.False(t, m.Exists(key), "the stale token is still there after 2s of rounds (interval %v, rounds take %v)", interval, slow)
-	assert.True(t, held.Held(), "%v", held.Err())
 }
 
 // failFirst fails the first single call of sc (a delete whose outcome is
