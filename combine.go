@@ -2,6 +2,7 @@ package redisleader
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -62,7 +63,8 @@ import (
 // waits until nothing is on the wire.
 
 // maxOnWire is how many calls or batches of one session may be on the wire
-// at once; maxBatch bounds the commands in one batch.
+// at once, besides releases (alone or in a pipeline of two); maxBatch bounds
+// the commands in one batch.
 const (
 	maxOnWire = 2
 	maxBatch  = 128
@@ -76,7 +78,7 @@ type combiner struct {
 	closed  bool       // after Close: calls go straight to Redis, uncounted
 	queue   []*pending // waiting to be sent, oldest first
 	idle    []*pending // pendings for reuse
-	drained sync.Cond  // signalled when onWire drops to 0 after closed
+	drained sync.Cond  // signalled when onWire and pairs drop to 0 after closed
 	// unsettled holds, per lock key, a call whose caller gave up while its
 	// batch was on the wire, until that batch has ended: the command may
 	// still reach Redis, and no later call on the key may overtake it.
@@ -92,6 +94,7 @@ type pending struct {
 	delivered bool      // cmd is set and done signalled; under combiner.mu
 	cmd       *redis.Cmd
 	done      chan struct{} // capacity 1: cmd is set
+	panicked  any           // a release's pipeline of two: what a hook on the client panicked with
 	settled   chan struct{} // non-nil once its caller gave up on the wire (under combiner.mu); closed when the batch has ended
 }
 
@@ -125,7 +128,7 @@ func (s *Session) send(ctx context.Context, deadline time.Time, sc *script, argv
 		return errCmd(ctx, argv, err)
 	}
 	along := -1 // a release's key: its oldest queued call
-	if !coalesce && !c.closed {
+	if !coalesce && !c.closed && callCtx.Err() == nil {
 		along = slices.IndexFunc(c.queue, func(q *pending) bool { return q.argv[3] == argv[3] })
 	}
 	if c.closed || (coalesce && c.onWire < maxOnWire && len(c.queue) == 0) || (!coalesce && along < 0) {
@@ -151,11 +154,21 @@ func (s *Session) send(ctx context.Context, deadline time.Time, sc *script, argv
 		c.pairs++
 		c.mu.Unlock()
 		go func() {
+			defer func() {
+				v := recover() // a hook on the client: for the releasing caller to re-panic with
+				c.mu.Lock()
+				if v != nil {
+					err := fmt.Errorf("redisleader: a hook on the client panicked: %v", v)
+					p.panicked = v
+					for _, p := range []*pending{p, q} {
+						c.deliverLocked(p, errCmd(context.Background(), p.argv, err))
+					}
+				}
+				c.pairs--
+				c.drainedLocked()
+				c.mu.Unlock()
+			}()
 			s.sendBatch([]*pending{p, q}, nil)
-			c.mu.Lock()
-			c.pairs--
-			c.drainedLocked()
-			c.mu.Unlock()
 		}()
 	}
 
@@ -176,8 +189,8 @@ func (s *Session) send(ctx context.Context, deadline time.Time, sc *script, argv
 		<-p.done
 		return c.collect(p)
 	default:
-		// On the wire: the flusher owns p, and holds its key until the
-		// batch has ended.
+		// On the wire: the flusher (or the release's pipeline of two) owns
+		// p, and holds its key until the batch has ended.
 		p.settled = make(chan struct{})
 		if c.unsettled == nil {
 			c.unsettled = make(map[any]*pending)
@@ -215,12 +228,16 @@ func (c *combiner) await(ctx context.Context, key any) error {
 }
 
 // collect returns the reply of p, whose done signal its caller has
-// received, and p to the idle list.
+// received, and p to the idle list; it re-panics, on the caller's
+// goroutine, with what a hook panicked with while p was sent.
 func (c *combiner) collect(p *pending) *redis.Cmd {
-	cmd := p.cmd
+	cmd, v := p.cmd, p.panicked
 	c.mu.Lock()
 	c.putLocked(p)
 	c.mu.Unlock()
+	if v != nil {
+		panic(v)
+	}
 	return cmd
 }
 
@@ -293,18 +310,24 @@ func (s *Session) sendBatch(batch []*pending, calls []call) []call {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, p := range batch {
-		p.cmd = cmds[i]
-		if p.settled != nil {
-			if c.unsettled[p.argv[3]] == p {
-				delete(c.unsettled, p.argv[3])
-			}
-			close(p.settled)
-			continue
-		}
-		p.delivered = true
-		p.done <- struct{}{}
+		c.deliverLocked(p, cmds[i])
 	}
 	return calls
+}
+
+// deliverLocked hands cmd to p's caller, or, if it gave up while p was on
+// the wire, frees p's key for the session's later calls.
+func (c *combiner) deliverLocked(p *pending, cmd *redis.Cmd) {
+	p.cmd = cmd
+	if p.settled != nil {
+		if c.unsettled[p.argv[3]] == p {
+			delete(c.unsettled, p.argv[3])
+		}
+		close(p.settled)
+		return
+	}
+	p.delivered = true
+	p.done <- struct{}{}
 }
 
 // closeCombiner makes later calls go straight to Redis and waits until no
@@ -345,7 +368,7 @@ func (c *combiner) getLocked() *pending {
 
 func (c *combiner) putLocked(p *pending) {
 	clear(p.argv) // tokens and values
-	p.s, p.cmd, p.sent, p.delivered = nil, nil, false, false
+	p.s, p.cmd, p.sent, p.delivered, p.panicked = nil, nil, false, false, nil
 	if len(c.idle) < maxBatch {
 		c.idle = append(c.idle, p)
 	}

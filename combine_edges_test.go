@@ -32,9 +32,24 @@ type holdRule struct {
 type holdHook struct {
 	mu    sync.Mutex
 	rules []*holdRule
-	// panicOn: a single script call carrying one of these arguments panics
-	// in the hook (a user hook that panics, recovered by the caller).
+	// panicOn: a script call or pipeline carrying one of these arguments
+	// panics in the hook (a user hook that panics, recovered by the caller).
 	panicOn map[string]bool
+}
+
+// boom panics if a command of cmds carries an argument in h.panicOn.
+func (h *holdHook) boom(cmds ...redis.Cmder) {
+	h.mu.Lock()
+	boom := false
+	for _, cmd := range cmds {
+		for _, a := range cmd.Args() {
+			boom = boom || h.panicOn[fmt.Sprint(a)]
+		}
+	}
+	h.mu.Unlock()
+	if boom {
+		panic("user hook panics (test)")
+	}
 }
 
 func (h *holdHook) rule(match string, once bool) *holdRule {
@@ -73,15 +88,7 @@ func (h *holdHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *holdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if isScript(cmd) {
-			h.mu.Lock()
-			boom := false
-			for _, a := range cmd.Args() {
-				boom = boom || h.panicOn[fmt.Sprint(a)]
-			}
-			h.mu.Unlock()
-			if boom {
-				panic("user hook panics (test)")
-			}
+			h.boom(cmd)
 		}
 		if r := h.holding(cmd); r != nil {
 			<-r.release
@@ -92,6 +99,7 @@ func (h *holdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h *holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.boom(cmds...)
 		if r := h.holding(cmds...); r != nil {
 			<-r.release
 		}
@@ -369,6 +377,33 @@ func TestRecoveredHookPanicFreesTheSlot(t *testing.T) {
 		if errors.Is(err, context.DeadlineExceeded) {
 			t.Log("Close never finished: its stopped goroutine waits in closeCombiner forever")
 		}
+	})
+}
+
+// A hook's panic during a Release that took a queued call along (a pipeline
+// of two, sent on a goroutine of the session) reaches Release's caller, as
+// on a release sent alone; the call taken along gets an error, and the
+// session still works and closes. (Found by review: the panic ended the
+// process.)
+func TestRecoveredHookPanicInAReleasePipeline(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		s, h, locks, freeWire := fullWire(t, b, "pair-boom")
+		reads := leaderAll(t, s, "pair-boom")
+		waitQueued(t, s, 1)
+		h.mu.Lock()
+		h.panicOn = map[string]bool{locks[0].keys.lock: true}
+		h.mu.Unlock()
+		func() {
+			defer func() { assert.NotNil(t, recover(), "the hook panicked") }()
+			_ = locks[0].Release(context.Background())
+		}()
+		assert.ErrorContains(t, recvWithin(t, reads[0], 5*time.Second, "the read taken along"), "a hook on the client panicked")
+		h.mu.Lock()
+		h.panicOn = nil
+		h.mu.Unlock()
+		freeWire()
+		require.NoError(t, s.Close(context.Background()))
+		checkNoLeaks(t)
 	})
 }
 

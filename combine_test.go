@@ -366,6 +366,24 @@ func TestReleasePipelineGivenUp(t *testing.T) {
 	})
 }
 
+// A Release whose context has already ended takes no queued call along and
+// sends nothing, as any call cancelled before it was sent. (Found by review:
+// the pipeline of two, on a context of its own, was sent anyway.)
+func TestCancelledReleaseTakesNothingAlong(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		s, _, locks, freeWire := fullWire(t, b, "cancelled-release")
+		reads := leaderAll(t, s, "cancelled-release")
+		waitQueued(t, s, 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		assert.ErrorIs(t, locks[0].Release(ctx), context.Canceled)
+		assert.Equal(t, 1, s.queued(), "the read was taken along")
+		assert.Contains(t, b.get(locks[0].keys.lock), locks[0].token, "the cancelled release reached Redis")
+		freeWire()
+		require.NoError(t, recvWithin(t, reads[0], 5*time.Second, "the queued read"), "the name is still held")
+	})
+}
+
 // A release's pipeline of two (TestReleaseIsNotQueued) takes no slot on
 // the wire: when one of the two calls there returns, the call queued behind
 // them is sent, though the pipeline and the other call are still on the

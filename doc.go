@@ -243,8 +243,10 @@
 // command; a call cancelled before it was sent never reaches Redis, and one
 // given up while on its way is never overtaken by a later call of the
 // session on the same name. Renewals are already one pipeline per round. What changes
-// for hooks on the client: a shared pipeline is one ProcessPipelineHook
-// call, on a context without the callers' values. A server that stops
+// for hooks on the client: a shared pipeline (a release and the call it
+// takes along too) is one ProcessPipelineHook call, on a context without the
+// callers' values, run by a goroutine of the session; a release's caller
+// gets a hook's panic back. A server that stops
 // answering holds up the calls queued behind the two on the wire, each
 // until its own deadline (the call timeout): with Redis Cluster, a
 // session's calls for a name on a healthy node can wait behind a node that
