@@ -32,7 +32,7 @@ func (s *Session) heartbeat(ctx context.Context) {
 			return
 		case <-s.kick:
 			if !armed {
-				arm(time.Now().Add(s.cfg.renewInterval))
+				arm(s.leasesFrom().Add(s.cfg.renewInterval))
 			}
 			if !checked { // the first time the session holds something
 				checked = true
@@ -70,6 +70,22 @@ func (s *Session) heartbeat(ctx context.Context) {
 			arm(next)
 		}
 	}
+}
+
+// leasesFrom is when the earliest lease of the held locks was last sent
+// (their acquire, on a heartbeat woken from idle), or now if none is held:
+// the schedule starts there, not when the heartbeat woke, so that the
+// renewal due as a lease would expire lands before its waiters try.
+func (s *Session) leasesFrom() time.Time {
+	from := time.Now()
+	for _, l := range s.held() {
+		l.mu.Lock()
+		if l.renewed.Before(from) {
+			from = l.renewed
+		}
+		l.mu.Unlock()
+	}
+	return from
 }
 
 // goIdle marks the heartbeat idle if the session has nothing to renew or
