@@ -387,9 +387,7 @@ func TestRecoveredHookPanicFreesTheSlot(t *testing.T) {
 // process.)
 func TestRecoveredHookPanicInAReleasePipeline(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
-		s, h, locks, freeWire := fullWire(t, b, "pair-boom")
-		reads := leaderAll(t, s, "pair-boom")
-		waitQueued(t, s, 1)
+		s, h, locks, read, freeWire := fullWire(t, b, "pair-boom")
 		h.mu.Lock()
 		h.panicOn = map[string]bool{locks[0].keys.lock: true}
 		h.mu.Unlock()
@@ -397,7 +395,7 @@ func TestRecoveredHookPanicInAReleasePipeline(t *testing.T) {
 			defer func() { assert.NotNil(t, recover(), "the hook panicked") }()
 			_ = locks[0].Release(context.Background())
 		}()
-		assert.ErrorContains(t, recvWithin(t, reads[0], 5*time.Second, "the read taken along"), "a hook on the client panicked")
+		assert.ErrorContains(t, recvWithin(t, read, 5*time.Second, "the read taken along"), "a hook on the client panicked")
 		h.mu.Lock()
 		h.panicOn = nil
 		h.mu.Unlock()

@@ -314,17 +314,16 @@ func TestCancelledCallerInABatch(t *testing.T) {
 // which finds the name free while the wire is still full.
 func TestReleaseIsNotQueued(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
-		s, _, locks, freeWire := fullWire(t, b, "release-now")
+		s, _, locks, read, freeWire := fullWire(t, b, "release-now")
 		names := []string{"release-now-a", "release-now-b", "release-now-c"}
 		tries := tryAll(background(len(names)), s, names)
-		reads := leaderAll(t, s, "release-now")
 		waitQueued(t, s, len(names)+1)
 
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		require.NoError(t, locks[0].Release(ctx), "Release while the wire is full")
 		assert.Empty(t, b.get(newKeys("release-now").lock), "the released name is still taken")
-		err := recvWithin(t, reads[0], 5*time.Second, "the queued Leader read of the released name, with the wire full")
+		err := recvWithin(t, read, 5*time.Second, "the queued Leader read of the released name, with the wire full")
 		require.ErrorIs(t, err, ErrNoLeader, "read right behind the release")
 		assert.Equal(t, len(names), s.queued(), "the queued tries on other names went before the wire was free")
 
@@ -345,9 +344,7 @@ func TestReleaseIsNotQueued(t *testing.T) {
 func TestReleasePipelineGivenUp(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
-		s, h, locks, freeWire := fullWire(t, b, "given-up")
-		reads := leaderAll(t, s, "given-up")
-		waitQueued(t, s, 1)
+		s, h, locks, read, freeWire := fullWire(t, b, "given-up")
 		pipe := h.rule(locks[0].keys.lock, true)
 		freePipe := freeing(t, pipe)
 
@@ -358,7 +355,7 @@ func TestReleasePipelineGivenUp(t *testing.T) {
 		next := tryAll(background(1), s, []string{"given-up"})
 		freeWire()
 		freePipe()
-		require.ErrorIs(t, recvWithin(t, reads[0], 5*time.Second, "the read taken along"), ErrNoLeader)
+		require.ErrorIs(t, recvWithin(t, read, 5*time.Second, "the read taken along"), ErrNoLeader)
 		r := recvWithin(t, next[0], 5*time.Second, "the try after the release")
 		require.NoError(t, r.err, "the try landed before the release it was made after")
 		require.NoError(t, s.Close(ctx))
@@ -371,16 +368,14 @@ func TestReleasePipelineGivenUp(t *testing.T) {
 // the pipeline of two, on a context of its own, was sent anyway.)
 func TestCancelledReleaseTakesNothingAlong(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
-		s, _, locks, freeWire := fullWire(t, b, "cancelled-release")
-		reads := leaderAll(t, s, "cancelled-release")
-		waitQueued(t, s, 1)
+		s, _, locks, read, freeWire := fullWire(t, b, "cancelled-release")
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		assert.ErrorIs(t, locks[0].Release(ctx), context.Canceled)
 		assert.Equal(t, 1, s.queued(), "the read was taken along")
 		assert.Contains(t, b.get(locks[0].keys.lock), locks[0].token, "the cancelled release reached Redis")
 		freeWire()
-		require.NoError(t, recvWithin(t, reads[0], 5*time.Second, "the queued read"), "the name is still held")
+		require.NoError(t, recvWithin(t, read, 5*time.Second, "the queued read"), "the name is still held")
 	})
 }
 
@@ -429,9 +424,7 @@ func TestQueuedCallSentWhenASlotFrees(t *testing.T) {
 func TestCloseWaitsForAReleasePipeline(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
-		s, h, locks, freeWire := fullWire(t, b, "close-pipe")
-		reads := leaderAll(t, s, "close-pipe")
-		waitQueued(t, s, 1)
+		s, h, locks, read, freeWire := fullWire(t, b, "close-pipe")
 		pipe := h.rule(locks[0].keys.lock, true)
 		freePipe := freeing(t, pipe)
 		released := make(chan error, 1)
@@ -452,15 +445,16 @@ func TestCloseWaitsForAReleasePipeline(t *testing.T) {
 		s.combine.mu.Unlock()
 		assert.Zero(t, pairs, "pipelines of two on the wire after Close")
 		require.NoError(t, recvWithin(t, released, 5*time.Second, "Release"))
-		require.ErrorIs(t, recvWithin(t, reads[0], 5*time.Second, "the read taken along"), ErrNoLeader)
+		require.ErrorIs(t, recvWithin(t, read, 5*time.Second, "the read taken along"), ErrNoLeader)
 		checkNoLeaks(t)
 	})
 }
 
 // fullWire returns a session on b (call timeout 2s) with a holdHook, the
-// locks of names, held by it, and its wire filled by two calls held there;
-// freeWire lets those through and waits for them to return.
-func fullWire(t *testing.T, b *backend, names ...string) (s *Session, h *holdHook, locks []*Lock, freeWire func()) {
+// locks of names, held by it, its wire filled by two calls held there, and
+// the result of a Leader read of names[0] queued behind them; freeWire lets
+// the two through and waits for them to return.
+func fullWire(t *testing.T, b *backend, names ...string) (s *Session, h *holdHook, locks []*Lock, read <-chan error, freeWire func()) {
 	t.Helper()
 	h = &holdHook{}
 	b.client.AddHook(h)
@@ -472,7 +466,9 @@ func fullWire(t *testing.T, b *backend, names ...string) (s *Session, h *holdHoo
 	}
 	wire, wired := holdWire(t, s, h, names[0])
 	free := freeing(t, wire[:]...)
-	return s, h, locks, func() {
+	read = leaderAll(t, s, names[0])[0]
+	waitQueued(t, s, 1)
+	return s, h, locks, read, func() {
 		free()
 		for range maxOnWire {
 			require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
