@@ -238,20 +238,20 @@
 // for the queue as well, and the session's oldest queued call on the name
 // goes right behind it, in a pipeline of two, so that the session's own
 // contenders try as the name is freed (without WithFairness, ahead of other
-// sessions' waiters, whom the release wakes). Each call still ends with its own context and call
-// timeout, and one caller's cancellation or timeout never fails another's
-// command; a call cancelled before it was sent never reaches Redis, and one
-// given up while on its way is never overtaken by a later call of the
-// session on the same name. Renewals are already one pipeline per round. What changes
-// for hooks on the client: a shared pipeline (a release and the call it
-// takes along too) is one ProcessPipelineHook call, on a context without the
-// callers' values, run by a goroutine of the session; a release's caller
-// gets a hook's panic back. A server that stops
-// answering holds up the calls queued behind the two on the wire, each
-// until its own deadline (the call timeout): with Redis Cluster, a
-// session's calls for a name on a healthy node can wait behind a node that
-// stopped answering. Redlock sessions, and acquires with WithReplicaAcks
-// (each followed by its WAIT), do not coalesce.
+// sessions' waiters, whom the release wakes). Each call still ends with its
+// own context and call timeout, and one caller's cancellation or timeout
+// never fails another's command; a call cancelled before it was sent never
+// reaches Redis, and one given up while on its way is never overtaken by a
+// later call of the session on the same name. Renewals are already one
+// pipeline per round. What changes for hooks on the client: a shared
+// pipeline (a release and the call it takes along too) is one
+// ProcessPipelineHook call, on a context without the callers' values, run
+// by a goroutine of the session; a release's caller gets a hook's panic
+// back. A server that stops answering holds up the calls queued behind the
+// two on the wire, each until its own deadline (the call timeout): with
+// Redis Cluster, a session's calls for a name on a healthy node can wait
+// behind a node that stopped answering. Redlock sessions, and acquires with
+// WithReplicaAcks (each followed by its WAIT), do not coalesce.
 //
 // # Fencing tokens
 //
