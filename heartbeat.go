@@ -53,12 +53,13 @@ func (s *Session) heartbeat(ctx context.Context) {
 		// later. But an interval after its end (as the TTL rules count)
 		// when the round overran the interval, or when stale tokens wait
 		// for the clean-up, which then gets a whole interval.
+		stale := s.staleLocks()
 		next := due.Add(s.cfg.renewInterval)
-		if now := time.Now(); next.Before(now) || s.hasStale() {
+		if now := time.Now(); next.Before(now) || len(stale) > 0 {
 			next = now.Add(s.cfg.renewInterval)
 		}
 		if !failed { // not while Redis misbehaves: never delay a renewal retry
-			s.cleanStale(ctx, next) // nor the next round: the TTL rules do not count it
+			s.cleanStale(ctx, stale, next) // nor the next round: the TTL rules do not count it
 		}
 		if s.cfg.test.round != nil {
 			s.cfg.test.round(held, failed)
@@ -180,21 +181,18 @@ func (s *Session) markStale(l *Lock, repeat bool) {
 	}
 }
 
-// hasStale reports whether ended locks' tokens wait for cleanStale.
-func (s *Session) hasStale() bool {
+// staleLocks returns the ended locks whose tokens wait for cleanStale.
+func (s *Session) staleLocks() []*Lock {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.stale) > 0
+	return slices.Collect(maps.Keys(s.stale))
 }
 
-// cleanStale deletes the keys of ended locks if they still hold their
-// tokens (compare-and-delete, so it never touches anyone else's), giving up
-// at deadline. A lock is forgotten once the delete succeeded, or once its
-// token must have expired on the server anyway.
-func (s *Session) cleanStale(ctx context.Context, deadline time.Time) {
-	s.mu.Lock()
-	locks := slices.Collect(maps.Keys(s.stale))
-	s.mu.Unlock()
+// cleanStale deletes the keys of locks, ended (staleLocks), if they still
+// hold their tokens (compare-and-delete, so it never touches anyone
+// else's), giving up at deadline. A lock is forgotten once the delete
+// succeeded, or once its token must have expired on the server anyway.
+func (s *Session) cleanStale(ctx context.Context, locks []*Lock, deadline time.Time) {
 	if len(locks) == 0 {
 		return
 	}
