@@ -84,7 +84,9 @@ func (s *Session) acquire(ctx context.Context, name, value string, block, term b
 		if err := cmp.Or(s.Err(), ctx.Err()); err != nil {
 			return nil, a.abandon(ctx, a.lastErr, err)
 		}
+		tried := time.Now()
 		r := a.l.attempt(ctx)
+		took := time.Since(tried)
 		err := r.err
 		if s.cfg.test.attempt != nil {
 			s.cfg.test.attempt(name, err)
@@ -122,7 +124,7 @@ func (s *Session) acquire(ctx context.Context, name, value string, block, term b
 			}
 			a.newLock()
 		}
-		d, follow := a.delay(r, err, locked)
+		d, follow := a.delay(r, err, locked, took)
 		wake := a.sub
 		if !follow {
 			wake = nil
@@ -147,6 +149,7 @@ type acquisition struct {
 	queued   bool          // fair mode: we may have a place, which the heartbeat renews
 	lastErr  error         // of the last attempt, if it failed with a Redis error
 	unsure   bool          // an attempt's outcome is unknown: our token may be, or get, in Redis
+	splits   int           // Redlock split votes in a row (backoff)
 	loggedAt time.Time     // errors are logged at most once per TTL
 }
 
@@ -194,20 +197,24 @@ func (a *acquisition) queue(acquired bool) {
 	}
 }
 
-// delay is how long to wait after a failed attempt r, and whether a release
-// event ends the wait sooner (follow). When the name is held: until the
-// holder's lease can have expired (in fair mode, behind the head waiter:
-// until the holder's or the head's lease can have, whichever comes first,
-// since we may be the head by then), or a release. Otherwise, and after a
-// Redlock split vote, the random retry delay alone: only that keeps
-// contenders that failed together from trying together again, and a
-// release event (the other side's give-back) would wake them all at once.
-// A failure other than "held" is logged at most once per TTL.
-func (a *acquisition) delay(r acquired, err error, locked bool) (d time.Duration, follow bool) {
+// delay is how long to wait after a failed attempt r, which took took, and
+// whether a release event ends the wait sooner (follow). When the name is
+// held: until the holder's lease can have expired (in fair mode, behind the
+// head waiter: until the holder's or the head's lease can have, whichever
+// comes first, since we may be the head by then), or a release. Otherwise
+// the random retry delay alone, after a Redlock split vote a growing one
+// (backoff): only that keeps contenders that failed together from trying
+// together again, and a release event (the other side's give-back) would
+// wake them all at once. A failure other than "held" is logged at most
+// once per TTL.
+func (a *acquisition) delay(r acquired, err error, locked bool, took time.Duration) (d time.Duration, follow bool) {
+	if !r.split {
+		a.splits = 0
+	}
 	if locked {
 		a.lastErr = nil
 		if r.split {
-			return a.s.retryDelay(), false
+			return a.backoff(took), false
 		}
 		if r.ahead > 0 {
 			wait := r.headLeft
@@ -226,7 +233,24 @@ func (a *acquisition) delay(r acquired, err error, locked bool) (d time.Duration
 		a.loggedAt = time.Now()
 		a.s.cfg.logger.Warn("redisleader: acquire failed; retrying", "name", a.keys.name, "err", err)
 	}
+	if r.split {
+		return a.backoff(took), false
+	}
 	return a.s.retryDelay(), false
+}
+
+// backoff is the wait after a Redlock split vote by an attempt that took
+// took, from its first send to its give-back: the random retry delay, plus
+// a random part of a window that starts at two such attempts and doubles
+// with each split in a row, up to a TTL (binary exponential backoff). The
+// contenders of a split each held their nodes for about took, so they split
+// again unless their next attempts start further apart than that; the retry
+// jitter alone does not part them when attempts are long, as when a node
+// that never answers holds each one to the call timeout (S21-hung).
+func (a *acquisition) backoff(took time.Duration) time.Duration {
+	a.splits = min(a.splits+1, 16)
+	window := min(took<<a.splits, a.s.cfg.ttl)
+	return a.s.retryDelay() + mrand.N(max(window, 0)+1)
 }
 
 // abandon gives the acquisition up with err (see Lock.abandon).

@@ -46,8 +46,9 @@ type acquired struct {
 	// giveBack: the attempt does not count, but may have left our token
 	// in Redis; the caller deletes it.
 	giveBack bool
-	// split, with ErrLocked (Redlock): we took nodes too, so contenders
-	// split them; a blocking acquisition retries after its random delay.
+	// split (Redlock): we took nodes, and other owners held nodes too, so
+	// contenders split them; a blocking acquisition retries after a random
+	// delay (acquisition.backoff).
 	split bool
 	// Fair mode, ErrLocked: at most how many live waiters are ahead of us
 	// (0: we are the head; -1: not fair mode), and how long the head's

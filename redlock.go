@@ -240,7 +240,7 @@ func (q *quorum) acquire(ctx context.Context, l *Lock, deadline time.Time) acqui
 	if lastErr != nil {
 		err = fmt.Errorf("%w; last error: %w", err, lastErr)
 	}
-	return acquired{err: err, giveBack: true}
+	return acquired{err: err, giveBack: true, split: won > 0 && locked > 0}
 }
 
 // fenceSafe reports whether fence can stay unwritten until the renewals

@@ -114,10 +114,12 @@ func fenceKey(t *testing.T, m *miniredis.Miniredis, name string) int64 {
 	return f
 }
 
-// scriptCounter counts the calls of one script through a client.
+// scriptCounter counts the calls of one script through a client and, with
+// sent set, sends the time of each.
 type scriptCounter struct {
-	sc *script
-	n  *atomic.Int64
+	sc   *script
+	n    *atomic.Int64
+	sent chan<- time.Time
 }
 
 func (h scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -126,6 +128,9 @@ func (h scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if args := cmd.Args(); len(args) > 1 && args[1] == h.sc.sha { // not the EVAL after NOSCRIPT
 			h.n.Add(1)
+			if h.sent != nil {
+				h.sent <- time.Now()
+			}
 		}
 		return next(ctx, cmd)
 	}
@@ -150,7 +155,7 @@ func TestRedlockAcquireWriteBack(t *testing.T) {
 	ms, cs := redlockNodes(t, 3)
 	var raises atomic.Int64
 	for _, c := range cs {
-		c.(*redis.Client).AddHook(scriptCounter{redlockRenewScript, &raises})
+		c.(*redis.Client).AddHook(scriptCounter{sc: redlockRenewScript, n: &raises})
 	}
 	s := newRedlock(t, cs, slowOpts()...)
 	l1, err := s.TryLock(ctx, "wb")
@@ -752,6 +757,50 @@ func TestRedlockThreeWaySplitRetriesAfterTheRandomDelay(t *testing.T) {
 	assert.NoError(t, recvWithin(t, attempts, 2*time.Second, "the next attempt"))
 	assert.GreaterOrEqual(t, time.Since(start)-splitAt, retry*9/10, "retried on a release event after a split vote")
 	assert.NoError(t, <-done)
+}
+
+// Split votes in a row part their contenders by more and more: after each,
+// a blocking acquisition waits the random retry delay plus a random part of
+// a window that doubles, from two attempts' length. Here node 0 is held by
+// another owner, node 2 never answers (each attempt waits for it until the
+// call timeout), and we take node 1 each time: a split, again and again.
+// With the retry delay alone, contenders whose attempts last that long
+// kept meeting, and no one led for seconds (S21-hung).
+func TestRedlockSplitVotesBackOff(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ms, cs := redlockNodes(t, 3)
+	var proxy *faultproxy.Proxy
+	cs[2], proxy = behindProxy(t, ms[2])
+	proxy.Blackhole(faultproxy.Both)
+	k := newKeys("backoff")
+	ms[0].Set(k.lock, "other\n1\n")
+	ms[0].SetTTL(k.lock, time.Minute)
+	const splits, retry = 6, 20 * time.Millisecond
+	sent := make(chan time.Time, 64)
+	cs[1].(*redis.Client).AddHook(scriptCounter{sc: acquireScript, n: new(atomic.Int64), sent: sent})
+	ended := make(chan time.Time, 64)
+	s := newRedlock(t, cs, WithTTL(10*time.Second), WithCallTimeout(50*time.Millisecond),
+		WithRetryInterval(retry), WithRetryJitter(0),
+		withAttemptHook(func(_ string, err error) {
+			if !errors.Is(err, errNoQuorum) {
+				t.Errorf("attempt: %v, want a split vote", err)
+			}
+			ended <- time.Now()
+		}))
+	done := lockAndRelease(ctx, s, "backoff")
+	var waited time.Duration // from each attempt's end to the next one's first send
+	recvWithin(t, sent, 2*time.Second, "the first attempt")
+	for i := range splits - 1 {
+		end := recvWithin(t, ended, 2*time.Second, fmt.Sprintf("split %d", i+1))
+		waited += recvWithin(t, sent, 10*time.Second, fmt.Sprintf("attempt %d", i+2)).Sub(end)
+	}
+	// The retry delays alone add up to 100ms; the backoff's random parts
+	// (windows of at least 2, 4, 8, 16 and 32 attempts of 50ms or more) to
+	// less than 200ms in fewer than 2 runs in 10,000.
+	assert.Greater(t, waited, (splits-1)*retry+200*time.Millisecond, "the waits after %d split votes in a row", splits-1)
+	cancel()
+	assert.ErrorIs(t, <-done, context.Canceled)
 }
 
 // lateScript sends the first call of sc through it (once armed) to the

@@ -95,7 +95,10 @@ func s21NodeDown(t *testing.T) {
 // S21-hung: Redlock over 3 nodes, one of which takes every request and never
 // answers (every candidate's link to it blackholed), while candidates
 // contend. No operation waits for that node once a quorum has answered, so
-// a handover takes milliseconds, not a call timeout (150ms) per call.
+// a handover takes milliseconds, not a call timeout (150ms) per call; and
+// candidates that split the two live nodes back off until one of them
+// leads (every attempt that cannot settle lasts the call timeout, and the
+// retry delay alone let them split again for seconds).
 func s21NodeHangs(t *testing.T) {
 	h := newHarness(t, "S21-hung")
 	srvs := h.nodes(3)
@@ -112,7 +115,7 @@ func s21NodeHangs(t *testing.T) {
 	h.note("gap_p50_ms", "%.2f", rep.P50GapMs)
 	h.note("gap_p99_ms", "%.1f", rep.P99GapMs)
 	callTimeout := ms(ttl * 15 / 100)
-	h.check(rep.Intervals >= 5, "only %d leaderships in %v", rep.Intervals, d)
+	h.check(rep.Intervals >= 8, "only %d leaderships in %v", rep.Intervals, d)
 	h.check(rep.P50GapMs < callTimeout/2, "median handover gap %.1fms with a hanging node (call timeout %.0fms)", rep.P50GapMs, callTimeout)
 	h.finish(false)
 }
