@@ -10,10 +10,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Coalescing (flat combining). A session's single script calls on its one
+// Coalescing (flat combining). A session's single script calls on one
 // server (acquire attempts, inspections, proclamations, a waiter leaving its
-// queue) share pipelines when they overlap; a release or give-back is never
-// queued (callNow). While fewer than
+// queue, a Redlock fence write-back) share pipelines when they overlap, in
+// that server's combiner (a Redlock session has one per node); a release or
+// give-back is never queued (callNow). While fewer than
 // maxOnWire calls or batches of the session are on the wire, a caller sends
 // its own command at once, on its own goroutine and context, as it would
 // without coalescing. A call that arrives when maxOnWire are on the wire
@@ -70,8 +71,12 @@ const (
 	maxBatch  = 128
 )
 
-// combiner is a session's queue of calls waiting for a batch.
+// combiner is the queue of a session's calls to one server waiting for a
+// batch: the session's own client's (Session.combine), and in Redlock mode
+// each node's.
 type combiner struct {
+	s       *Session
+	client  Client
 	mu      sync.Mutex
 	onWire  int        // calls and flushers on the wire, at most maxOnWire
 	pairs   int        // releases' pipelines of two on the wire (not counted in onWire)
@@ -98,13 +103,22 @@ type pending struct {
 	settled   chan struct{} // non-nil once its caller gave up on the wire (under combiner.mu); closed when the batch has ended
 }
 
-// call runs one script on the session's server (its only one: not for
-// Redlock), bounded as bound says: at once on the caller's goroutine, or in
-// a batch with other calls of the session (see Coalescing above). It first
-// waits until no earlier call on the same key, given up while its batch was
-// on the wire, can still reach Redis.
-func (s *Session) call(ctx context.Context, deadline time.Time, sc *script, argv []any) *redis.Cmd {
-	return s.send(ctx, deadline, sc, argv, true)
+// newCombiner makes the combiner of s's calls through client; Close waits
+// for it (Session.closeCombiners).
+func (s *Session) newCombiner(c *combiner, client Client) *combiner {
+	c.s, c.client = s, client
+	c.drained.L = &c.mu
+	s.combiners = append(s.combiners, c)
+	return c
+}
+
+// call runs one script on the combiner's server, bounded as Session.bound
+// says: at once on the caller's goroutine, or in a batch with other calls
+// of the session (see Coalescing above). It first waits until no earlier
+// call on the same key, given up while its batch was on the wire, can still
+// reach Redis.
+func (c *combiner) call(ctx context.Context, deadline time.Time, sc *script, argv []any) *redis.Cmd {
+	return c.send(ctx, deadline, sc, argv, true)
 }
 
 // callNow runs a script that frees a name (a release or a give-back) as
@@ -113,15 +127,14 @@ func (s *Session) call(ctx context.Context, deadline time.Time, sc *script, argv
 // key in a pipeline of two (see Coalescing). The sessions waiting for the
 // name (and this one's own contenders, whose tries fill the queue) should
 // not wait for it longer than one round trip.
-func (s *Session) callNow(ctx context.Context, deadline time.Time, sc *script, argv []any) *redis.Cmd {
-	return s.send(ctx, deadline, sc, argv, false)
+func (c *combiner) callNow(ctx context.Context, deadline time.Time, sc *script, argv []any) *redis.Cmd {
+	return c.send(ctx, deadline, sc, argv, false)
 }
 
 // send is call, or with coalesce false callNow.
-func (s *Session) send(ctx context.Context, deadline time.Time, sc *script, argv []any, coalesce bool) *redis.Cmd {
-	callCtx := s.bound(ctx, deadline)
+func (c *combiner) send(ctx context.Context, deadline time.Time, sc *script, argv []any, coalesce bool) *redis.Cmd {
+	callCtx := c.s.bound(ctx, deadline)
 	defer unbind(callCtx)
-	c := &s.combine
 	c.mu.Lock()
 	if err := c.awaitLocked(callCtx, argv[3]); err != nil {
 		c.mu.Unlock()
@@ -134,10 +147,10 @@ func (s *Session) send(ctx context.Context, deadline time.Time, sc *script, argv
 	if c.closed || (coalesce && c.onWire < maxOnWire && len(c.queue) == 0) || (!coalesce && along < 0) {
 		if coalesce && !c.closed {
 			c.onWire++
-			defer s.handOver() // also when a hook on the client panics
+			defer c.handOver() // also when a hook on the client panics
 		}
 		c.mu.Unlock()
-		return sc.run(callCtx, s.client, argv)
+		return sc.run(callCtx, c.client, argv)
 	}
 	p := c.getLocked()
 	p.s, p.argv = sc, append(p.argv[:0], argv...)
@@ -168,7 +181,7 @@ func (s *Session) send(ctx context.Context, deadline time.Time, sc *script, argv
 				c.drainedLocked()
 				c.mu.Unlock()
 			}()
-			s.sendBatch([]*pending{p, q}, nil)
+			c.sendBatch([]*pending{p, q}, nil)
 		}()
 	}
 
@@ -250,8 +263,7 @@ func errCmd(ctx context.Context, argv []any, err error) *redis.Cmd {
 
 // handOver frees the slot of a call that returned: to a flusher when calls
 // are queued, else for the next caller.
-func (s *Session) handOver() {
-	c := &s.combine
+func (c *combiner) handOver() {
 	c.mu.Lock()
 	if len(c.queue) == 0 {
 		c.freeSlotLocked()
@@ -259,17 +271,16 @@ func (s *Session) handOver() {
 		return
 	}
 	c.mu.Unlock()
-	go s.flush()
+	go c.flush()
 }
 
 // flush sends what is queued, a batch at a time, until the queue is empty;
 // it holds one slot meanwhile.
-func (s *Session) flush() {
+func (c *combiner) flush() {
 	var (
 		batch []*pending
 		calls []call
 	)
-	c := &s.combine
 	for {
 		c.mu.Lock()
 		n := min(len(c.queue), maxBatch)
@@ -286,7 +297,7 @@ func (s *Session) flush() {
 			p.sent = true
 		}
 		c.mu.Unlock()
-		calls = s.sendBatch(batch, calls)
+		calls = c.sendBatch(batch, calls)
 		clear(batch)
 	}
 }
@@ -294,8 +305,7 @@ func (s *Session) flush() {
 // sendBatch sends batch, taken from the queue, as one pipeline bounded by
 // its latest deadline, and delivers each reply (or settles the call whose
 // caller gave up); it returns calls (scratch space) for reuse.
-func (s *Session) sendBatch(batch []*pending, calls []call) []call {
-	c := &s.combine
+func (c *combiner) sendBatch(batch []*pending, calls []call) []call {
 	var until time.Time
 	calls = calls[:0]
 	for _, p := range batch {
@@ -304,8 +314,8 @@ func (s *Session) sendBatch(batch []*pending, calls []call) []call {
 		}
 		calls = append(calls, call{p.s, p.argv})
 	}
-	ctx := &boundCtx{Context: context.Background(), deadline: until, states: &s.dones}
-	cmds, _ := runCalls(ctx, s.client, calls, replicaAcks{})
+	ctx := &boundCtx{Context: context.Background(), deadline: until, states: &c.s.dones}
+	cmds, _ := runCalls(ctx, c.client, calls, replicaAcks{})
 	unbind(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -330,16 +340,17 @@ func (c *combiner) deliverLocked(p *pending, cmd *redis.Cmd) {
 	p.done <- struct{}{}
 }
 
-// closeCombiner makes later calls go straight to Redis and waits until no
+// closeCombiners makes later calls go straight to Redis and waits until no
 // call or batch of the session is on the wire (each ends by its deadline).
-func (s *Session) closeCombiner() {
-	c := &s.combine
-	c.mu.Lock()
-	c.closed = true
-	for c.onWire > 0 || c.pairs > 0 {
-		c.drained.Wait()
+func (s *Session) closeCombiners() {
+	for _, c := range s.combiners {
+		c.mu.Lock()
+		c.closed = true
+		for c.onWire > 0 || c.pairs > 0 {
+			c.drained.Wait()
+		}
+		c.mu.Unlock()
 	}
-	c.mu.Unlock()
 }
 
 // freeSlotLocked gives a slot on the wire back, and tells a waiting Close

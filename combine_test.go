@@ -16,11 +16,15 @@ import (
 	"github.com/redisleader/redisleader/internal/redisserver"
 )
 
+// queued reports how many calls of the session's own client wait for a
+// batch.
+func (s *Session) queued() int { return s.combine.queued() }
+
 // queued reports how many calls wait for a batch.
-func (s *Session) queued() int {
-	s.combine.mu.Lock()
-	defer s.combine.mu.Unlock()
-	return len(s.combine.queue)
+func (c *combiner) queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queue)
 }
 
 // wireGate holds script calls sent on their own (every one while armed) on
@@ -145,10 +149,16 @@ func (g *wireGate) recorded() [][]string {
 // waitQueued waits until n calls of s wait for a batch.
 func waitQueued(t *testing.T, s *Session, n int) {
 	t.Helper()
+	waitQueuedOn(t, &s.combine, n)
+}
+
+// waitQueuedOn waits until n calls wait for a batch in c.
+func waitQueuedOn(t *testing.T, c *combiner, n int) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for s.queued() < n {
+	for c.queued() < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d calls queued, want %d", s.queued(), n)
+			t.Fatalf("%d calls queued, want %d", c.queued(), n)
 		}
 		runtimeYield()
 	}

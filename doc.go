@@ -233,8 +233,9 @@
 //
 // # Coalescing
 //
-// A session's calls on one server (NewSession) share pipelines when they
-// overlap: while two of its calls are waiting for Redis, the next ones
+// A session's calls on one server (with NewRedlockSession, on each node)
+// share pipelines when they overlap: while two of its calls are waiting for
+// that server, the next ones
 // (acquire attempts, Leader reads, Proclaim) queue and go together in the
 // next pipeline, one round trip for all. A lone call is sent at once, as it
 // would be without coalescing, and so is every call that frees a name (a
@@ -254,8 +255,10 @@
 // back. A server that stops answering holds up the calls queued behind the
 // two on the wire, each until its own deadline (the call timeout): with
 // Redis Cluster, a session's calls for a name on a healthy node can wait
-// behind a node that stopped answering. Redlock sessions, and acquires with
-// WithReplicaAcks (each followed by its WAIT), do not coalesce.
+// behind a node that stopped answering; a Redlock node that stops
+// answering holds up only its own queue, which no operation waits for once
+// a quorum has answered. Acquires with WithReplicaAcks (each followed by its
+// WAIT) do not coalesce.
 //
 // # Fencing tokens
 //

@@ -118,7 +118,7 @@ func (a *acquisition) leave(ctx context.Context) {
 	s, w := a.s, a.w
 	s.unwait(w)
 	del := func(ctx context.Context) {
-		_ = s.call(ctx, time.Time{}, leaveScript, []any{nil, nil, 3, w.keys.lock, w.keys.queue(), w.keys.leases(), w.id, s.ttlArg})
+		_ = s.combine.call(ctx, time.Time{}, leaveScript, []any{nil, nil, 3, w.keys.lock, w.keys.queue(), w.keys.leases(), w.id, s.ttlArg})
 	}
 	if ctx.Err() == nil {
 		del(ctx)

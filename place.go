@@ -218,7 +218,7 @@ func (n *node) acquire(ctx context.Context, l *Lock, deadline time.Time) acquire
 		sc, argv = fairAcquireScript, l.w.argv[:]
 	}
 	if acks := n.s.cfg.acks; acks.n == 0 {
-		cmd = n.s.call(ctx, deadline, sc, argv) // the hot path: no slice of commands
+		cmd = n.s.combine.call(ctx, deadline, sc, argv) // the hot path: no slice of commands
 	} else {
 		callCtx := n.s.bound(ctx, deadline)
 		if err := n.s.combine.await(callCtx, argv[3]); err != nil {
@@ -263,7 +263,7 @@ func (n *node) renew(ctx context.Context, locks []*Lock, waiters []*waiter, dead
 
 func (n *node) release(ctx context.Context, l *Lock) deleted {
 	c := releaseCall(l)
-	return deleteReply(n.s.callNow(ctx, time.Time{}, c.s, c.argv))
+	return deleteReply(n.s.combine.callNow(ctx, time.Time{}, c.s, c.argv))
 }
 
 // releaseAll first waits until no acquire of these locks that a caller
@@ -290,7 +290,7 @@ func (n *node) releaseAll(ctx context.Context, locks []*Lock, deadline time.Time
 }
 
 func (n *node) inspect(ctx context.Context, k keys) (Leader, bool, error) {
-	h, ttl, present, ok, err := holderReply(n.s.call(ctx, time.Time{}, inspectScript, []any{nil, nil, 1, k.lock}))
+	h, ttl, present, ok, err := holderReply(n.s.combine.call(ctx, time.Time{}, inspectScript, []any{nil, nil, 1, k.lock}))
 	switch {
 	case err != nil:
 		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.name, err)
@@ -303,7 +303,7 @@ func (n *node) inspect(ctx context.Context, k keys) (Leader, bool, error) {
 }
 
 func (n *node) proclaim(ctx context.Context, l *Lock, value string, deadline time.Time) (bool, error) {
-	res, err := n.s.call(ctx, deadline, proclaimScript, []any{nil, nil, 1, l.lockArg, l.tokenArg, value}).Int()
+	res, err := n.s.combine.call(ctx, deadline, proclaimScript, []any{nil, nil, 1, l.lockArg, l.tokenArg, value}).Int()
 	return res == 1, err
 }
 

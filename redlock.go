@@ -59,7 +59,11 @@ func NewRedlockSession(clients []Client, opts ...Option) (*Session, error) {
 	}
 	nodes := slices.Clone(clients)
 	return startSession(nodes[0], cfg, func(s *Session) place {
-		return &quorum{s: s, nodes: nodes, need: len(nodes)/2 + 1}
+		q := &quorum{s: s, nodes: nodes, need: len(nodes)/2 + 1, combs: []*combiner{&s.combine}}
+		for _, c := range nodes[1:] {
+			q.combs = append(q.combs, s.newCombiner(new(combiner), c))
+		}
+		return q
 	}), nil
 }
 
@@ -69,7 +73,8 @@ func NewRedlockSession(clients []Client, opts ...Option) (*Session, error) {
 type quorum struct {
 	s     *Session
 	nodes []Client
-	need  int // len(nodes)/2 + 1
+	combs []*combiner // per node: its single script calls (nodes[0]'s is the session's)
+	need  int         // len(nodes)/2 + 1
 }
 
 // spare is how many nodes can fail (or refuse) with a quorum still possible.
@@ -280,8 +285,8 @@ func (q *quorum) acquireAll(ctx context.Context, l *Lock, deadline time.Time) []
 		replies[i].r.err = errNoAnswer
 	}
 	var taken, refused int
-	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, i int, c Client) acquired {
-		return l.acquireReply(acquireScript.run(ctx, c, replies[i].argv[:]).Slice())
+	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, i int, _ Client) acquired {
+		return l.acquireReply(q.combs[i].call(ctx, time.Time{}, acquireScript, replies[i].argv[:]).Slice())
 	}, func(i int, r acquired) bool {
 		replies[i].r = r
 		if r.err == nil {
@@ -304,11 +309,11 @@ func (q *quorum) raiseFence(ctx context.Context, cancel context.CancelFunc, l *L
 			failed++ // a node we do not hold cannot store it
 		}
 	}
-	onNodesUntil(q, ctx, cancel, func(ctx context.Context, i int, c Client) (r renewal) {
+	onNodesUntil(q, ctx, cancel, func(ctx context.Context, i int, _ Client) (r renewal) {
 		if replies[i].r.err != nil {
 			return r // counted above
 		}
-		return renewReply(redlockRenewScript.run(ctx, c, q.renewArgs(l, fence)))
+		return renewReply(q.combs[i].call(ctx, time.Time{}, redlockRenewScript, q.renewArgs(l, fence)))
 	}, func(i int, r renewal) bool {
 		switch {
 		case replies[i].r.err != nil:
@@ -377,8 +382,8 @@ func (q *quorum) release(ctx context.Context, l *Lock) deleted {
 	defer cancel()
 	argvs := make([][7]any, len(q.nodes))
 	var d quorumDeleted
-	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, i int, c Client) deleted {
-		return deleteReply(redlockReleaseScript.run(ctx, c, l.redlockReleaseArgs(&argvs[i])))
+	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, i int, _ Client) deleted {
+		return deleteReply(q.combs[i].callNow(ctx, time.Time{}, redlockReleaseScript, l.redlockReleaseArgs(&argvs[i])))
 	}, func(_ int, r deleted) bool {
 		return d.add(r) >= q.need
 	})
@@ -401,7 +406,9 @@ func (l *Lock) redlockReleaseArgs(argv *[7]any) []any {
 }
 
 // releaseAll deletes every lock's token on every node, at once, raising
-// each node's fence key to the lock's fence first (redlockReleaseScript). A
+// each node's fence key to the lock's fence first (redlockReleaseScript),
+// each after any acquire of these locks given up while its batch was on the
+// wire to that node can no longer reach it (as node.releaseAll). A
 // delete fails if it failed on a quorum of nodes, and is retried if it
 // failed or went unanswered on any: a delete cut short can leave the token
 // on a healthy node, where it keeps the next owner from a quorum while
@@ -410,10 +417,15 @@ func (q *quorum) releaseAll(ctx context.Context, locks []*Lock, deadline time.Ti
 	ds := make([]quorumDeleted, len(locks))
 	callCtx, cancel := q.bound(ctx, deadline)
 	defer cancel()
-	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, _ int, c Client) []*redis.Cmd {
+	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, n int, c Client) []*redis.Cmd {
 		argvs := make([][]any, len(locks))
 		for i, l := range locks {
 			argvs[i] = l.redlockReleaseArgs(new([7]any))
+		}
+		for _, l := range locks {
+			if q.combs[n].await(ctx, l.lockArg) != nil {
+				break // the deletes fail with the context's error
+			}
 		}
 		cmds, _ := redlockReleaseScript.runAll(ctx, c, argvs, replicaAcks{})
 		return cmds
@@ -532,8 +544,8 @@ func (q *quorum) readHolders(ctx context.Context, k keys) []nodeHolder {
 	replies := make([]nodeHolder, len(q.nodes))
 	callCtx, cancel := q.bound(ctx, time.Time{})
 	defer cancel()
-	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, _ int, c Client) (r nodeHolder) {
-		r.h, r.ttl, _, r.ok, r.err = holderReply(inspectScript.run(ctx, c, []any{nil, nil, 1, k.lock}))
+	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, i int, _ Client) (r nodeHolder) {
+		r.h, r.ttl, _, r.ok, r.err = holderReply(q.combs[i].call(ctx, time.Time{}, inspectScript, []any{nil, nil, 1, k.lock}))
 		return r
 	}, func(i int, r nodeHolder) bool {
 		replies[i] = r

@@ -803,6 +803,70 @@ func TestRedlockSplitVotesBackOff(t *testing.T) {
 	assert.ErrorIs(t, <-done, context.Canceled)
 }
 
+// A Redlock session coalesces per node: acquires that arrive while two of
+// its calls are on the wire to each node ride in one pipeline to every node,
+// each with its own reply. Once a quorum answered they return, whatever the
+// third node's batch still does; Close waits for that batch, and no
+// goroutine outlives it.
+func TestRedlockCallsShareAPipelinePerNode(t *testing.T) {
+	ctx := context.Background()
+	ms, cs := redlockNodes(t, 3)
+	gates := make([]*wireGate, len(cs))
+	for i, c := range cs {
+		gates[i] = newWireGate()
+		c.(*redis.Client).AddHook(gates[i])
+	}
+	s, err := NewRedlockSession(cs, WithTTL(10*time.Second), WithCallTimeout(2*time.Second))
+	require.NoError(t, err)
+	first := fillWire(t, s, gates[0])
+	for _, g := range gates[1:] {
+		g.heldOnWire(t, maxOnWire)
+	}
+	names := []string{"rl-batch-a", "rl-batch-b", "rl-batch-c"}
+	results := tryAll(background(len(names)), s, names)
+	q := s.place.(*quorum)
+	for _, c := range q.combs {
+		waitQueuedOn(t, c, len(names))
+	}
+	gates[0].open()
+	gates[1].open()
+	hold := gates[2].sendHeld(t) // node 2's batch stays on the wire
+	for range maxOnWire {
+		require.NoError(t, recvWithin(t, first, 5*time.Second, "a call held on the wire"))
+	}
+	for i, r := range results {
+		res := recvWithin(t, r, 5*time.Second, names[i])
+		require.NoError(t, res.err, names[i])
+		for n, m := range ms[:2] {
+			v, err := m.Get(res.l.Key())
+			require.NoError(t, err, "%s on node %d", names[i], n)
+			h, ok := parseHolder(v)
+			require.True(t, ok, "%s on node %d", names[i], n)
+			assert.Equal(t, res.l.token, h.token, "%s holds its own token on node %d", names[i], n)
+		}
+		require.NoError(t, res.l.Release(ctx))
+	}
+	for i, g := range gates {
+		t.Run(fmt.Sprint("node ", i), func(t *testing.T) { sentTogether(t, g, names...) })
+	}
+
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close(ctx) }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) with node 2's batch on the wire", err)
+	case <-time.After(200 * time.Millisecond): // a negative check: Close must still be waiting
+	}
+	close(hold)
+	require.NoError(t, recvWithin(t, closed, 5*time.Second, "Close"))
+	for i, c := range q.combs {
+		c.mu.Lock()
+		assert.Zero(t, c.onWire, "node %d: calls on the wire after Close", i)
+		c.mu.Unlock()
+	}
+	checkNoLeaks(t)
+}
+
 // lateScript sends the first call of sc through it (once armed) to the
 // server only when open is closed: a request delayed on its way. The
 // caller meanwhile waits for it, or, with fail set, sees fail at once (a

@@ -71,8 +71,9 @@ type Session struct {
 	// some (under mu).
 	detached   sync.WaitGroup
 	leftBehind bool
-	dones      doneStates // idle timers for the contexts of bound
-	combine    combiner   // calls waiting to share a pipeline (combine.go)
+	dones      doneStates  // idle timers for the contexts of bound
+	combine    combiner    // calls through client waiting to share a pipeline (combine.go)
+	combiners  []*combiner // combine and, in Redlock mode, the other nodes'; Close waits for them
 	// id names the session's wake-up channels and waiters (fair mode)
 	id        string
 	waiterSeq atomic.Uint64 // numbers the session's waiters
@@ -125,7 +126,7 @@ func startSession(client Client, cfg config, newPlace func(*Session) place) *Ses
 		hbDone: make(chan struct{}),
 	}
 	s.waiting = make(map[*waiter]struct{})
-	s.combine.drained.L = &s.combine.mu
+	s.newCombiner(&s.combine, client)
 	s.place = newPlace(s)
 	s.watch = &watcher{s: s, chans: make(map[string]*channelSubs)}
 	s.place.each(func(c Client) { warnRiskyClient(c, cfg) })
@@ -271,7 +272,7 @@ func (s *Session) stopped(terms map[*Lock]*term, chain *terms, again []*Lock) <-
 		if len(again) > 0 {
 			_ = s.releaseAll(context.Background(), again) // bounded by the call timeout
 		}
-		s.closeCombiner()
+		s.closeCombiners()
 		s.watch.close()
 		for l, t := range terms {
 			if !chain.has(l) {
