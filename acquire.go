@@ -201,20 +201,18 @@ func (a *acquisition) queue(acquired bool) {
 // whether a release event ends the wait sooner (follow). When the name is
 // held: until the holder's lease can have expired (in fair mode, behind the
 // head waiter: until the holder's or the head's lease can have, whichever
-// comes first, since we may be the head by then), or a release. Otherwise
-// the random retry delay alone, after a Redlock split vote a growing one
-// (backoff): only that keeps contenders that failed together from trying
-// together again, and a release event (the other side's give-back) would
-// wake them all at once. A failure other than "held" is logged at most
-// once per TTL.
+// comes first, since we may be the head by then), or a release. Otherwise,
+// and after a Redlock split vote, the random retry delay alone, or a
+// growing one after a split that left the outcome to nodes that did not
+// answer (backoff): only that keeps contenders that failed together from
+// trying together again, and a release event (the other side's give-back)
+// would wake them all at once. A failure other than "held" is logged at
+// most once per TTL.
 func (a *acquisition) delay(r acquired, err error, locked bool, took time.Duration) (d time.Duration, follow bool) {
-	if !r.split {
-		a.splits = 0
-	}
 	if locked {
-		a.lastErr = nil
+		a.lastErr, a.splits = nil, 0
 		if r.split {
-			return a.backoff(took), false
+			return a.s.retryDelay(), false
 		}
 		if r.ahead > 0 {
 			wait := r.headLeft
@@ -236,11 +234,14 @@ func (a *acquisition) delay(r acquired, err error, locked bool, took time.Durati
 	if r.split {
 		return a.backoff(took), false
 	}
+	a.splits = 0
 	return a.s.retryDelay(), false
 }
 
-// backoff is the wait after a Redlock split vote by an attempt that took
-// took, from its first send to its give-back: the random retry delay, plus
+// backoff is the wait after a Redlock split vote short of ErrLocked (the
+// nodes that did not answer could have made a quorum either way) by an
+// attempt that took took, from its first send to its give-back: the random
+// retry delay, plus
 // a random part of a window that starts at two such attempts and doubles
 // with each split in a row, up to a TTL (binary exponential backoff). The
 // contenders of a split each held their nodes for about took, so they split

@@ -93,10 +93,11 @@ type combiner struct {
 // pending is one queued call.
 type pending struct {
 	s         *script
-	argv      []any     // a copy of the caller's arguments: the caller may reuse its own after it gives up
-	until     time.Time // when its caller stops waiting
-	sent      bool      // taken into a batch; under combiner.mu
-	delivered bool      // cmd is set and done signalled; under combiner.mu
+	argv      []any           // a copy of the caller's arguments: the caller may reuse its own after it gives up
+	until     time.Time       // when its caller stops waiting
+	ctx       context.Context // its caller's (bound): once it has ended, the call is never sent
+	sent      bool            // taken into a batch; under combiner.mu
+	delivered bool            // cmd is set and done signalled; under combiner.mu
 	cmd       *redis.Cmd
 	done      chan struct{} // capacity 1: cmd is set
 	panicked  any           // a release's pipeline of two: what a hook on the client panicked with
@@ -142,6 +143,7 @@ func (c *combiner) send(ctx context.Context, deadline time.Time, sc *script, arg
 	}
 	along := -1 // a release's key: its oldest queued call
 	if !coalesce && !c.closed && callCtx.Err() == nil {
+		c.pruneLocked()
 		along = slices.IndexFunc(c.queue, func(q *pending) bool { return q.argv[3] == argv[3] })
 	}
 	if c.closed || (coalesce && c.onWire < maxOnWire && len(c.queue) == 0) || (!coalesce && along < 0) {
@@ -155,6 +157,7 @@ func (c *combiner) send(ctx context.Context, deadline time.Time, sc *script, arg
 	p := c.getLocked()
 	p.s, p.argv = sc, append(p.argv[:0], argv...)
 	p.until, _ = callCtx.Deadline() // bound's result always has one
+	p.ctx = callCtx
 	if coalesce {
 		c.queue = append(c.queue, p)
 		c.mu.Unlock()
@@ -283,6 +286,7 @@ func (c *combiner) flush() {
 	)
 	for {
 		c.mu.Lock()
+		c.pruneLocked()
 		n := min(len(c.queue), maxBatch)
 		if n == 0 {
 			c.freeSlotLocked()
@@ -300,6 +304,14 @@ func (c *combiner) flush() {
 		calls = c.sendBatch(batch, calls)
 		clear(batch)
 	}
+}
+
+// pruneLocked takes the calls whose callers have given up (their contexts
+// ended) but not yet taken them out themselves out of the queue: they are
+// never sent, though a batch leaves meanwhile (as a Redlock give-back can,
+// right after the grace period cancelled its attempt's calls).
+func (c *combiner) pruneLocked() {
+	c.queue = slices.DeleteFunc(c.queue, func(p *pending) bool { return p.ctx.Err() != nil })
 }
 
 // sendBatch sends batch, taken from the queue, as one pipeline bounded by
@@ -379,7 +391,7 @@ func (c *combiner) getLocked() *pending {
 
 func (c *combiner) putLocked(p *pending) {
 	clear(p.argv) // tokens and values
-	p.s, p.cmd, p.sent, p.delivered, p.panicked = nil, nil, false, false, nil
+	p.s, p.ctx, p.cmd, p.sent, p.delivered, p.panicked = nil, nil, nil, false, false, nil
 	if len(c.idle) < maxBatch {
 		c.idle = append(c.idle, p)
 	}

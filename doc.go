@@ -129,13 +129,14 @@
 //     deadline, which is measured from before the first send, as always (see
 //     Timing). Otherwise the key is released on every node and the acquire
 //     fails: ErrLocked if enough nodes are held by others that no quorum is
-//     possible, else an error. Blocking acquisitions retry an error after
-//     the random retry delay. After a split vote (the attempt took nodes
-//     while others held nodes too) they add a random part of a window that
-//     starts at two attempts' length and doubles with each split in a row,
-//     up to a TTL: contenders whose attempts are long, as when a node never
-//     answers and each attempt waits for it until the call timeout, split
-//     again and again under the retry delay alone.
+//     possible, else an error. Blocking acquisitions retry an error, and an
+//     ErrLocked where the attempt had taken nodes too (a split vote), after
+//     the random retry delay. After a split vote that left the outcome to
+//     nodes that did not answer, they add a random part of a window that
+//     starts at two attempts' length and doubles with each such split in a
+//     row, up to a TTL: such attempts last until the call timeout when a
+//     node never answers, and contenders split again and again under the
+//     retry delay alone.
 //   - Renewal rounds run on every node in parallel and extend the deadline
 //     when a quorum renewed. When so many nodes answer "not owner" that no
 //     quorum is possible, the lock ends at once with ErrNotOwner; errors are

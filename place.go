@@ -47,8 +47,8 @@ type acquired struct {
 	// in Redis; the caller deletes it.
 	giveBack bool
 	// split (Redlock): we took nodes, and other owners held nodes too, so
-	// contenders split them; a blocking acquisition retries after a random
-	// delay (acquisition.backoff).
+	// contenders split them; a blocking acquisition retries after its random
+	// delay, or, short of ErrLocked, a growing one (acquisition.backoff).
 	split bool
 	// Fair mode, ErrLocked: at most how many live waiters are ahead of us
 	// (0: we are the head; -1: not fair mode), and how long the head's

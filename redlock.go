@@ -407,8 +407,12 @@ func (l *Lock) redlockReleaseArgs(argv *[7]any) []any {
 
 // releaseAll deletes every lock's token on every node, at once, raising
 // each node's fence key to the lock's fence first (redlockReleaseScript),
-// each after any acquire of these locks given up while its batch was on the
-// wire to that node can no longer reach it (as node.releaseAll). A
+// at once: unlike node.releaseAll, it does not wait for acquires of these
+// locks given up while their batch was on the wire to a node (that wait
+// would end with the grace period, and the delete with it); such an acquire
+// marked its lock leftover, and its token is deleted again until it must
+// have expired (the stale-token clean-up, or Close once every batch has
+// ended). A
 // delete fails if it failed on a quorum of nodes, and is retried if it
 // failed or went unanswered on any: a delete cut short can leave the token
 // on a healthy node, where it keeps the next owner from a quorum while
@@ -417,15 +421,10 @@ func (q *quorum) releaseAll(ctx context.Context, locks []*Lock, deadline time.Ti
 	ds := make([]quorumDeleted, len(locks))
 	callCtx, cancel := q.bound(ctx, deadline)
 	defer cancel()
-	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, n int, c Client) []*redis.Cmd {
+	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, _ int, c Client) []*redis.Cmd {
 		argvs := make([][]any, len(locks))
 		for i, l := range locks {
 			argvs[i] = l.redlockReleaseArgs(new([7]any))
-		}
-		for _, l := range locks {
-			if q.combs[n].await(ctx, l.lockArg) != nil {
-				break // the deletes fail with the context's error
-			}
 		}
 		cmds, _ := redlockReleaseScript.runAll(ctx, c, argvs, replicaAcks{})
 		return cmds

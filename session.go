@@ -269,10 +269,10 @@ func (s *Session) stopped(terms map[*Lock]*term, chain *terms, again []*Lock) <-
 		<-s.hbDone
 		s.work.Wait()
 		s.detached.Wait()
+		s.closeCombiners() // batches too may hold calls left behind
 		if len(again) > 0 {
 			_ = s.releaseAll(context.Background(), again) // bounded by the call timeout
 		}
-		s.closeCombiners()
 		s.watch.close()
 		for l, t := range terms {
 			if !chain.has(l) {
