@@ -188,3 +188,26 @@ func TestClusterFair(t *testing.T) {
 	t.Logf("%d handovers in %v", n, time.Since(start))
 	assert.Less(t, time.Since(start), time.Second, "woken, not polling (TTL 3s)")
 }
+
+// On Redis Cluster a release takes along only the oldest queued call on its
+// own name, in its own slot: calls for other names, which another master
+// may hold up, would hold the release up with them.
+func TestClusterReleaseTakesOnlyItsNameAlong(t *testing.T) {
+	cluster := redisserver.StartCluster(t, 3)
+	cc := clusterClient(t, cluster)
+	ctx := context.Background()
+	b := &backend{name: "cluster", client: cc, get: func(k string) string { v, _ := cc.Get(ctx, k).Result(); return v }}
+	s, _, locks, read, freeWire := fullWire(t, b, "cl-release")
+	names := []string{"cl-other-a", "cl-other-b"}
+	tries := tryAll(background(len(names)), s, names)
+	waitQueued(t, s, len(names)+1)
+	require.NoError(t, locks[0].Release(ctx), "Release while the wire is full")
+	require.ErrorIs(t, recvWithin(t, read, 5*time.Second, "the queued read of the released name"), ErrNoLeader)
+	assert.Equal(t, len(names), s.queued(), "a release took calls for other names along")
+	freeWire()
+	for i, ch := range tries {
+		require.NoError(t, recvWithin(t, ch, 5*time.Second, names[i]).err, names[i])
+	}
+	require.NoError(t, s.Close(ctx))
+	checkNoLeaks(t)
+}

@@ -10,27 +10,29 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Coalescing (flat combining). A session's single script calls on one
-// server (acquire attempts, inspections, proclamations, a waiter leaving its
-// queue, a Redlock fence write-back) share pipelines when they overlap, in
-// that server's combiner (a Redlock session has one per node); a release or
-// give-back is never queued (callNow). While fewer than
-// maxOnWire calls or batches of the session are on the wire, a caller sends
-// its own command at once, on its own goroutine and context, as it would
-// without coalescing. A call that arrives when maxOnWire are on the wire
-// joins a queue instead; when one of them returns, a flusher goroutine takes
-// the slot over and sends what is queued as one pipeline, batch after batch,
-// until the queue is empty. So a lone caller pays nothing, and concurrent
-// callers pay one round trip and one read and write system call per batch
-// instead of per command. A release or give-back sent while a call on its
-// key is queued takes the oldest such call along in a pipeline of two, sent
-// at once and, like a release alone, not counted on the wire: on one name
-// tried by many of the session's goroutines, each round trip then hands the
-// name on (an acquisition needs the last release to have landed, and its
-// holder releases only once it has learnt that it holds). Should the
-// release meet a server without its script, its re-send runs after the call
-// taken along, which then finds the name still held, as it would have just
-// before: that call was made first.
+// Coalescing (flat combining). A session's single script calls on one server
+// (acquire attempts, inspections, proclamations, a waiter leaving its queue,
+// a Redlock fence write-back) share pipelines when they overlap, in that
+// server's combiner (a Redlock session has one per node); a release or
+// give-back is never queued (callNow). While fewer than maxOnWire calls or
+// batches of the session are on the wire, a caller sends its own command at
+// once, on its own goroutine and context, as it would without coalescing. A
+// call that arrives when maxOnWire are on the wire joins a queue instead;
+// when one of them returns, a flusher goroutine takes the slot over and
+// sends what is queued as one pipeline, batch after batch, until the queue
+// is empty. So a lone caller pays nothing, and concurrent callers pay one
+// round trip and one read and write system call per batch instead of per
+// command. A release or give-back sent while calls are queued takes them
+// along (up to maxBatch in all; on a Cluster, whose other nodes could hold
+// the release up, only the oldest call on its own name), right behind itself
+// in one pipeline, sent at once and, like a release alone, not counted on
+// the wire: the queue leaves a round trip sooner, with no slot to wait for,
+// and on one name tried by many of the session's goroutines each round trip
+// hands the name on (an acquisition needs the last release to have landed,
+// and its holder releases only once it has learnt that it holds). Should the
+// release meet a server without its script, its re-send runs after the calls
+// taken along, of which one on its name then finds the name still held, as
+// it would have just before: that call was made first.
 //
 // What stays exactly as without coalescing:
 //   - Each caller waits for its own reply until its own context or call
@@ -54,7 +56,7 @@ import (
 //     rewrites denied commands, per command. On a Cluster, go-redis splits a
 //     pipeline by slot and follows redirections per command.
 //
-// What changes: a batched command (a release in a pipeline of two too)
+// What changes: a batched command (a release with calls taken along too)
 // runs on a context without its caller's values (hooks on the user's client
 // see the batch's context, on a goroutine of the session), and a
 // server that stops answering holds up the session's queued calls, each
@@ -64,8 +66,8 @@ import (
 // waits until nothing is on the wire.
 
 // maxOnWire is how many calls or batches of one session may be on the wire
-// at once, besides releases (alone or in a pipeline of two); maxBatch bounds
-// the commands in one batch.
+// at once, besides releases (alone or with the calls they take along);
+// maxBatch bounds the commands in one batch.
 const (
 	maxOnWire = 2
 	maxBatch  = 128
@@ -77,13 +79,14 @@ const (
 type combiner struct {
 	s       *Session
 	client  Client
+	cluster bool // client is a Cluster's: a release takes only a call on its own name along
 	mu      sync.Mutex
 	onWire  int        // calls and flushers on the wire, at most maxOnWire
-	pairs   int        // releases' pipelines of two on the wire (not counted in onWire)
+	carried int        // releases' pipelines with calls taken along, on the wire (not counted in onWire)
 	closed  bool       // after Close: calls go straight to Redis, uncounted
 	queue   []*pending // waiting to be sent, oldest first
 	idle    []*pending // pendings for reuse
-	drained sync.Cond  // signalled when onWire and pairs drop to 0 after closed
+	drained sync.Cond  // signalled when onWire and carried drop to 0 after closed
 	// unsettled holds, per lock key, a call whose caller gave up while its
 	// batch was on the wire, until that batch has ended: the command may
 	// still reach Redis, and no later call on the key may overtake it.
@@ -100,14 +103,14 @@ type pending struct {
 	delivered bool            // cmd is set and done signalled; under combiner.mu
 	cmd       *redis.Cmd
 	done      chan struct{} // capacity 1: cmd is set
-	panicked  any           // a release's pipeline of two: what a hook on the client panicked with
+	panicked  any           // a release's pipeline: what a hook on the client panicked with
 	settled   chan struct{} // non-nil once its caller gave up on the wire (under combiner.mu); closed when the batch has ended
 }
 
 // newCombiner makes the combiner of s's calls through client; Close waits
 // for it (Session.closeCombiners).
 func (s *Session) newCombiner(c *combiner, client Client) *combiner {
-	c.s, c.client = s, client
+	c.s, c.client, c.cluster = s, client, kindOf(client) == kindCluster
 	c.drained.L = &c.mu
 	s.combiners = append(s.combiners, c)
 	return c
@@ -124,8 +127,8 @@ func (c *combiner) call(ctx context.Context, deadline time.Time, sc *script, arg
 
 // callNow runs a script that frees a name (a release or a give-back) as
 // call does, but at once, never queued behind other calls and not counted on
-// the wire: on the caller's goroutine, or with the oldest queued call on its
-// key in a pipeline of two (see Coalescing). The sessions waiting for the
+// the wire: on the caller's goroutine, or ahead of the queued calls, which it
+// takes along in its pipeline (see Coalescing). The sessions waiting for the
 // name (and this one's own contenders, whose tries fill the queue) should
 // not wait for it longer than one round trip.
 func (c *combiner) callNow(ctx context.Context, deadline time.Time, sc *script, argv []any) *redis.Cmd {
@@ -141,12 +144,19 @@ func (c *combiner) send(ctx context.Context, deadline time.Time, sc *script, arg
 		c.mu.Unlock()
 		return errCmd(ctx, argv, err)
 	}
-	along := -1 // a release's key: its oldest queued call
+	along, key := 0, any(nil) // a release's: how many queued calls it takes along, and on which key (nil: any)
 	if !coalesce && !c.closed && callCtx.Err() == nil {
 		c.pruneLocked()
-		along = slices.IndexFunc(c.queue, func(q *pending) bool { return q.argv[3] == argv[3] })
+		if along = min(len(c.queue), maxBatch-1); c.cluster {
+			// Only the oldest call on its own name, in its slot: a call for
+			// another node could hold the release up with it.
+			key, along = argv[3], 0
+			if slices.ContainsFunc(c.queue, func(q *pending) bool { return q.argv[3] == key }) {
+				along = 1
+			}
+		}
 	}
-	if c.closed || (coalesce && c.onWire < maxOnWire && len(c.queue) == 0) || (!coalesce && along < 0) {
+	if c.closed || (coalesce && c.onWire < maxOnWire && len(c.queue) == 0) || (!coalesce && along == 0) {
 		if coalesce && !c.closed {
 			c.onWire++
 			defer c.handOver() // also when a hook on the client panics
@@ -162,12 +172,11 @@ func (c *combiner) send(ctx context.Context, deadline time.Time, sc *script, arg
 		c.queue = append(c.queue, p)
 		c.mu.Unlock()
 	} else {
-		// The queued call (the session's own contender's next try) lands
-		// right behind the release, a round trip sooner than from the queue.
-		q := c.queue[along]
-		c.queue = slices.Delete(c.queue, along, along+1)
-		p.sent, q.sent = true, true
-		c.pairs++
+		// The queued calls (on the release's name, the session's own
+		// contenders' next tries) land right behind the release, a round
+		// trip sooner than from the queue.
+		batch := c.takeLocked(append(make([]*pending, 0, along+1), p), along, key)
+		c.carried++
 		c.mu.Unlock()
 		go func() {
 			defer func() {
@@ -176,15 +185,15 @@ func (c *combiner) send(ctx context.Context, deadline time.Time, sc *script, arg
 				if v != nil {
 					err := fmt.Errorf("redisleader: a hook on the client panicked: %v", v)
 					p.panicked = v
-					for _, p := range []*pending{p, q} {
+					for _, p := range batch {
 						c.deliverLocked(p, errCmd(context.Background(), p.argv, err))
 					}
 				}
-				c.pairs--
+				c.carried--
 				c.drainedLocked()
 				c.mu.Unlock()
 			}()
-			c.sendBatch([]*pending{p, q}, nil)
+			c.sendBatch(batch, nil)
 		}()
 	}
 
@@ -205,7 +214,7 @@ func (c *combiner) send(ctx context.Context, deadline time.Time, sc *script, arg
 		<-p.done
 		return c.collect(p)
 	default:
-		// On the wire: the flusher (or the release's pipeline of two) owns
+		// On the wire: the flusher (or the release's pipeline) owns
 		// p, and holds its key until the batch has ended.
 		p.settled = make(chan struct{})
 		if c.unsettled == nil {
@@ -293,13 +302,7 @@ func (c *combiner) flush() {
 			c.mu.Unlock()
 			return
 		}
-		batch = append(batch[:0], c.queue[:n]...)
-		rest := copy(c.queue, c.queue[n:])
-		clear(c.queue[rest:])
-		c.queue = c.queue[:rest]
-		for _, p := range batch {
-			p.sent = true
-		}
+		batch = c.takeLocked(batch[:0], n, nil)
 		c.mu.Unlock()
 		calls = c.sendBatch(batch, calls)
 		clear(batch)
@@ -312,6 +315,26 @@ func (c *combiner) flush() {
 // right after the grace period cancelled its attempt's calls).
 func (c *combiner) pruneLocked() {
 	c.queue = slices.DeleteFunc(c.queue, func(p *pending) bool { return p.ctx.Err() != nil })
+}
+
+// takeLocked appends the n oldest queued calls (with key not nil, on that
+// key) to batch, takes them out of the queue and marks every call of batch
+// sent.
+func (c *combiner) takeLocked(batch []*pending, n int, key any) []*pending {
+	kept := c.queue[:0]
+	for _, q := range c.queue {
+		if n > 0 && (key == nil || q.argv[3] == key) {
+			batch, n = append(batch, q), n-1
+		} else {
+			kept = append(kept, q)
+		}
+	}
+	clear(c.queue[len(kept):])
+	c.queue = kept
+	for _, p := range batch {
+		p.sent = true
+	}
+	return batch
 }
 
 // sendBatch sends batch, taken from the queue, as one pipeline bounded by
@@ -358,7 +381,7 @@ func (s *Session) closeCombiners() {
 	for _, c := range s.combiners {
 		c.mu.Lock()
 		c.closed = true
-		for c.onWire > 0 || c.pairs > 0 {
+		for c.onWire > 0 || c.carried > 0 {
 			c.drained.Wait()
 		}
 		c.mu.Unlock()
@@ -374,7 +397,7 @@ func (c *combiner) freeSlotLocked() {
 
 // drainedLocked tells a waiting Close when nothing is left on the wire.
 func (c *combiner) drainedLocked() {
-	if c.onWire == 0 && c.pairs == 0 && c.closed {
+	if c.onWire == 0 && c.carried == 0 && c.closed {
 		c.drained.Broadcast()
 	}
 }

@@ -236,30 +236,30 @@
 //
 // A session's calls on one server (with NewRedlockSession, on each node)
 // share pipelines when they overlap: while two of its calls are waiting for
-// that server, the next ones
-// (acquire attempts, Leader reads, Proclaim) queue and go together in the
-// next pipeline, one round trip for all. A lone call is sent at once, as it
-// would be without coalescing, and so is every call that frees a name (a
-// release, an attempt's give-back): those waiting for the name never wait
-// for the queue as well, and the session's oldest queued call on the name
-// goes right behind it, in a pipeline of two, so that the session's own
-// contenders try as the name is freed (without WithFairness, ahead of other
-// sessions' waiters, whom the release wakes). Each call still ends with its
-// own context and call timeout, and one caller's cancellation or timeout
-// never fails another's command; a call cancelled before it was sent never
-// reaches Redis, and one given up while on its way is never overtaken by a
-// later call of the session on the same name. Renewals are already one
-// pipeline per round. What changes for hooks on the client: a shared
-// pipeline (a release and the call it takes along too) is one
-// ProcessPipelineHook call, on a context without the callers' values, run
-// by a goroutine of the session; a release's caller gets a hook's panic
-// back. A server that stops answering holds up the calls queued behind the
-// two on the wire, each until its own deadline (the call timeout): with
-// Redis Cluster, a session's calls for a name on a healthy node can wait
-// behind a node that stopped answering; a Redlock node that stops
-// answering holds up only its own queue, which no operation waits for once
-// a quorum has answered. Acquires with WithReplicaAcks (each followed by its
-// WAIT) do not coalesce.
+// that server, the next ones (acquire attempts, Leader reads, Proclaim)
+// queue and go together in the next pipeline, one round trip for all. A lone
+// call is sent at once, as it would be without coalescing, and so is every
+// call that frees a name (a release, an attempt's give-back): those waiting
+// for the name never wait for the queue as well, and the session's queued
+// calls (on Redis Cluster, the oldest on its name) go right behind it, in
+// its pipeline, so that the queue leaves a round trip sooner and the
+// session's own contenders try as the name is freed (without WithFairness,
+// ahead of other sessions' waiters, whom the release wakes). Each call still
+// ends with its own context and call timeout, and one caller's cancellation
+// or timeout never fails another's command; a call cancelled before it was
+// sent never reaches Redis, and one given up while on its way is never
+// overtaken by a later call of the session on the same name. Renewals are
+// already one pipeline per round. What changes for hooks on the client: a
+// shared pipeline (a release and the calls it takes along too) is one
+// ProcessPipelineHook call, on a context without the callers' values, run by
+// a goroutine of the session; a release's caller gets a hook's panic back. A
+// server that stops answering holds up the calls queued behind the two on
+// the wire, each until its own deadline (the call timeout): with Redis
+// Cluster, a session's calls for a name on a healthy node can wait behind a
+// node that stopped answering; a Redlock node that stops answering holds up
+// only its own queue, which no operation waits for once a quorum has
+// answered. Acquires with WithReplicaAcks (each followed by its WAIT) do not
+// coalesce.
 //
 // # Fencing tokens
 //

@@ -64,7 +64,7 @@ func newSession(t testing.TB, c Client, opts ...Option) *Session {
 type backend struct {
 	name   string
 	addr   string
-	client *redis.Client
+	client redis.UniversalClient
 	// get reads a key directly ("" when missing).
 	get func(key string) string
 	// del and set steal the key behind the library's back.
