@@ -60,7 +60,13 @@ import (
 // runs on a context without its caller's values (hooks on the user's client
 // see the batch's context, on a goroutine of the session), and a
 // server that stops answering holds up the session's queued calls, each
-// until its own deadline, once maxOnWire calls are stuck on it.
+// until its own deadline, once maxOnWire calls are stuck on it. A release
+// that took calls along runs first in Redis, but its caller has its reply
+// only with the whole pipeline's (go-redis reads them all), and shares the
+// fate of a hook on the client that panics on any of them: its context can
+// end first (Release then reports an error, and the delete, already done,
+// is retried in the background), and it gets the panic (the delete was
+// then never sent, and is retried too).
 //
 // No goroutine is left: a flusher ends when the queue is empty, and Close
 // waits until nothing is on the wire.

@@ -545,3 +545,40 @@ func TestBatchedCallsGetThePipelineHooksError(t *testing.T) {
 		checkNoLeaks(t)
 	})
 }
+
+// A hook's panic in the pipeline a Release rode in (here on a queued Leader
+// read of another name, which the release took along) reaches Release's
+// caller, and the delete, which never reached Redis, is retried in the
+// background: the name is freed by the heartbeat, not left taken until its
+// TTL. (Found by review: the panic left Lock.del before it marked the token
+// for the retry, as it also did for a release sent alone.)
+func TestReleaseRetriedAfterAHookPanic(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		s, h, locks, read, freeWire := fullWire(t, b, "carry-boom")
+		other := leaderAll(t, s, "carry-boom-other")[0]
+		waitQueued(t, s, 2)
+		h.mu.Lock()
+		h.panicOn = map[string]bool{newKeys("carry-boom-other").lock: true}
+		h.mu.Unlock()
+		var panicked any
+		func() {
+			defer func() { panicked = recover() }()
+			_ = locks[0].Release(context.Background())
+		}()
+		require.NotNil(t, panicked, "the pipeline the release rode in panicked")
+		h.mu.Lock()
+		h.panicOn = nil
+		h.mu.Unlock()
+		freeWire()
+		assert.Error(t, recvWithin(t, read, 5*time.Second, "the read taken along"), "it rode in the pipeline that panicked")
+		assert.Error(t, recvWithin(t, other, 5*time.Second, "the other read"), "it rode in the pipeline that panicked")
+		start := time.Now()
+		for b.get(locks[0].keys.lock) != "" {
+			require.Less(t, time.Since(start), 10*time.Second, "the released name is still taken")
+			runtimeYield()
+		}
+		t.Logf("freed %v after the panic", time.Since(start))
+		require.NoError(t, s.Close(context.Background()))
+		checkNoLeaks(t)
+	})
+}

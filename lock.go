@@ -197,12 +197,17 @@ func (l *Lock) release(ctx context.Context, wait bool) error {
 // the key was deleted or expired behind our back just before. If the delete
 // fails, its outcome is unknown (the request may never have run: a NOSCRIPT
 // reply lost on the way, say), so the session's heartbeat retries it until
-// it succeeds or the token has expired.
+// it succeeds or the token has expired; so it does if a hook on the client
+// panics (the panic goes on to del's caller).
 func (l *Lock) del(ctx context.Context) error {
-	d := l.s.place.release(ctx, l)
-	if d.retry || l.leftover {
-		l.s.markStale(l, l.leftover)
-	}
+	var d deleted
+	d.retry = true // until the release returns
+	defer func() {
+		if d.retry || l.leftover {
+			l.s.markStale(l, l.leftover)
+		}
+	}()
+	d = l.s.place.release(ctx, l)
 	switch {
 	case d.err != nil:
 		return fmt.Errorf("redisleader: release %q (retried in the background; the key expires within the TTL at the latest): %w", l.keys.name, d.err)
