@@ -241,13 +241,13 @@ func (a *acquisition) delay(r acquired, err error, locked bool, took time.Durati
 // backoff is the wait after a Redlock split vote short of ErrLocked (the
 // nodes that did not answer could have made a quorum either way) by an
 // attempt that took took, from its first send to its give-back: the random
-// retry delay, plus
-// a random part of a window that starts at two such attempts and doubles
-// with each split in a row, up to a TTL (binary exponential backoff). The
-// contenders of a split each held their nodes for about took, so they split
-// again unless their next attempts start further apart than that; the retry
-// jitter alone does not part them when attempts are long, as when a node
-// that never answers holds each one to the call timeout (S21-hung).
+// retry delay, plus a random part of a window that starts at two such
+// attempts and doubles with each split in a row, up to a TTL (binary
+// exponential backoff). The contenders of a split each held their nodes for
+// about took, so they split again unless their next attempts start further
+// apart than that; the retry jitter alone does not part them when attempts
+// are long, as when a node that never answers holds each one to the call
+// timeout (S21-hung).
 func (a *acquisition) backoff(took time.Duration) time.Duration {
 	a.splits = min(a.splits+1, 16)
 	window := min(took<<a.splits, a.s.cfg.ttl)

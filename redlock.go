@@ -405,18 +405,17 @@ func (l *Lock) redlockReleaseArgs(argv *[7]any) []any {
 	return argv[:]
 }
 
-// releaseAll deletes every lock's token on every node, at once, raising
-// each node's fence key to the lock's fence first (redlockReleaseScript),
-// at once: unlike node.releaseAll, it does not wait for acquires of these
-// locks given up while their batch was on the wire to a node (that wait
-// would end with the grace period, and the delete with it); such an acquire
-// marked its lock leftover, and its token is deleted again until it must
-// have expired (the stale-token clean-up, or Close once every batch has
-// ended). A
-// delete fails if it failed on a quorum of nodes, and is retried if it
-// failed or went unanswered on any: a delete cut short can leave the token
-// on a healthy node, where it keeps the next owner from a quorum while
-// another node is down.
+// releaseAll deletes every lock's token on every node, raising each node's
+// fence key to the lock's fence first (redlockReleaseScript), at once:
+// unlike node.releaseAll, it does not wait for acquires of these locks given
+// up while their batch was on the wire to a node (that wait would end with
+// the grace period, and the delete with it); such an acquire marked its lock
+// leftover, and its token is deleted again until it must have expired (the
+// stale-token clean-up, or Close once every batch has ended). A delete fails
+// if it failed on a quorum of nodes, and is retried if it failed or went
+// unanswered on any: a delete cut short can leave the token on a healthy
+// node, where it keeps the next owner from a quorum while another node is
+// down.
 func (q *quorum) releaseAll(ctx context.Context, locks []*Lock, deadline time.Time) []deleted {
 	ds := make([]quorumDeleted, len(locks))
 	callCtx, cancel := q.bound(ctx, deadline)
