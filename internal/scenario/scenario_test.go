@@ -191,15 +191,18 @@ func s4FrozenHeartbeat(t *testing.T) {
 // stallScenario holds leadership on c0 while stall() stops Redis for longer
 // than the lease: the leader must step down at D, calls stay bounded, and
 // nobody leads during the stall.
-func stallScenario(t *testing.T, id string, stall func(h *harness, resumed chan<- struct{})) {
+// stall runs the fault: it closes begun once the fault is in effect, and
+// resumed once it is over.
+func stallScenario(t *testing.T, id string, stall func(h *harness, begun, resumed chan<- struct{})) {
 	h := newHarness(t, id)
 	c0, c1 := h.candidate("g0", nil), h.candidate("g1", nil)
 	l := c0.mustLead(5 * time.Second)
 	lost := h.expect(endedBy("g0"))
-	resumed := make(chan struct{})
+	begun, resumed := make(chan struct{}), make(chan struct{})
 	h.fault(id, true)
 	start := history.Now()
-	go stall(h, resumed)
+	go stall(h, begun, resumed)
+	<-begun
 	// A call during the stall returns within the call timeout.
 	callStart := time.Now()
 	_, err := c1.election().Leader(context.Background())
@@ -230,8 +233,9 @@ func stallScenario(t *testing.T, id string, stall func(h *harness, resumed chan<
 
 // S5: redis-server stopped (SIGSTOP) for 1.5 T.
 func s5RedisStalled(t *testing.T) {
-	stallScenario(t, "S5", func(h *harness, resumed chan<- struct{}) {
+	stallScenario(t, "S5", func(h *harness, begun, resumed chan<- struct{}) {
 		h.srv.Pause(h.t)
+		close(begun)
 		<-time.After(3 * ttl / 2) // the fault's duration, not synchronisation
 		h.srv.Resume(h.t)
 		close(resumed)
@@ -264,8 +268,9 @@ func s5bShortStall(t *testing.T) {
 // while readers see the expired key as missing; nobody may take that for a
 // handover.
 func s6InBandStall(t *testing.T) {
-	stallScenario(t, "S6", func(h *harness, resumed chan<- struct{}) {
+	stallScenario(t, "S6", func(h *harness, begun, resumed chan<- struct{}) {
 		h.srv.Do(h.t, "CLIENT", "PAUSE", 1500, "WRITE")
+		close(begun)
 		<-time.After(1500 * time.Millisecond) // the pause's length
 		close(resumed)
 	})
@@ -273,10 +278,26 @@ func s6InBandStall(t *testing.T) {
 
 // S6b: the other in-band stall, DEBUG SLEEP 1.5 (the whole server sleeps).
 func s6bDebugSleep(t *testing.T) {
-	stallScenario(t, "S6b", func(h *harness, resumed chan<- struct{}) {
-		h.srv.Do(h.t, "DEBUG", "SLEEP", "1.5")
+	stallScenario(t, "S6b", func(h *harness, begun, resumed chan<- struct{}) {
+		slept := make(chan struct{})
+		go func() {
+			h.srv.Do(h.t, "DEBUG", "SLEEP", "1.5")
+			close(slept)
+		}()
+		h.untilUnresponsive()
+		close(begun)
+		<-slept
 		close(resumed)
 	})
+}
+
+// untilUnresponsive returns once a PING to the harness's server goes
+// unanswered for 20ms: the server is asleep.
+func (h *harness) untilUnresponsive() {
+	c := redis.NewClient(&redis.Options{Addr: h.srv.Addr(), MaxRetries: -1, PoolSize: 1, ReadTimeout: 20 * time.Millisecond})
+	defer c.Close()
+	for c.Ping(context.Background()).Err() == nil {
+	}
 }
 
 // S7: the leader is partitioned both ways: it steps down at D, before
