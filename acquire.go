@@ -84,9 +84,7 @@ func (s *Session) acquire(ctx context.Context, name, value string, block, term b
 		if err := cmp.Or(s.Err(), ctx.Err()); err != nil {
 			return nil, a.abandon(ctx, a.lastErr, err)
 		}
-		tried := time.Now()
 		r := a.l.attempt(ctx)
-		took := time.Since(tried)
 		err := r.err
 		if s.cfg.test.attempt != nil {
 			s.cfg.test.attempt(name, err)
@@ -124,7 +122,7 @@ func (s *Session) acquire(ctx context.Context, name, value string, block, term b
 			}
 			a.newLock()
 		}
-		d, follow := a.delay(r, err, locked, took)
+		d, follow := a.delay(r, err, locked)
 		wake := a.sub
 		if !follow {
 			wake = nil
@@ -197,18 +195,17 @@ func (a *acquisition) queue(acquired bool) {
 	}
 }
 
-// delay is how long to wait after a failed attempt r, which took took, and
-// whether a release event ends the wait sooner (follow). When the name is
-// held: until the holder's lease can have expired (in fair mode, behind the
-// head waiter: until the holder's or the head's lease can have, whichever
-// comes first, since we may be the head by then), or a release. Otherwise,
-// and after a Redlock split vote, the random retry delay alone, or a
-// growing one after a split that left the outcome to nodes that did not
-// answer (backoff): only that keeps contenders that failed together from
-// trying together again, and a release event (the other side's give-back)
-// would wake them all at once. A failure other than "held" is logged at
-// most once per TTL.
-func (a *acquisition) delay(r acquired, err error, locked bool, took time.Duration) (d time.Duration, follow bool) {
+// delay is how long to wait after a failed attempt r, and whether a release
+// event ends the wait sooner (follow). When the name is held: until the
+// holder's lease can have expired (in fair mode, behind the head waiter:
+// until the holder's or the head's lease can have, whichever comes first,
+// since we may be the head by then), or a release. Otherwise, and after a
+// Redlock split vote, the random retry delay alone, or a growing one after a
+// split that left the outcome to nodes that did not answer (backoff): only
+// that keeps contenders that failed together from trying together again, and
+// a release event (the other side's give-back) would wake them all at once.
+// A failure other than "held" is logged at most once per TTL.
+func (a *acquisition) delay(r acquired, err error, locked bool) (d time.Duration, follow bool) {
 	if locked {
 		a.lastErr, a.splits = nil, 0
 		if r.split {
@@ -232,7 +229,7 @@ func (a *acquisition) delay(r acquired, err error, locked bool, took time.Durati
 		a.s.cfg.logger.Warn("redisleader: acquire failed; retrying", "name", a.keys.name, "err", err)
 	}
 	if r.split {
-		return a.backoff(took), false
+		return a.backoff(r.took), false
 	}
 	a.splits = 0
 	return a.s.retryDelay(), false
@@ -320,6 +317,9 @@ func (l *Lock) attempt(ctx context.Context) acquired {
 	r := l.s.place.acquire(ctx, l, deadline)
 	if r.giveBack {
 		l.giveBack(ctx) // within ctx: what fails is left to abandon
+	}
+	if r.split {
+		r.took = time.Since(sent) // only then: no clock read on the hot path
 	}
 	if r.err == nil {
 		r.err = l.arm(sent, deadline, r.fence)

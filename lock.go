@@ -200,8 +200,7 @@ func (l *Lock) release(ctx context.Context, wait bool) error {
 // it succeeds or the token has expired; so it does if a hook on the client
 // panics (the panic goes on to del's caller).
 func (l *Lock) del(ctx context.Context) error {
-	var d deleted
-	d.retry = true // until the release returns
+	d := deleted{retry: true} // until the release returns: a hook's panic leaves it to the heartbeat
 	defer func() {
 		if d.retry || l.leftover {
 			l.s.markStale(l, l.leftover)

@@ -50,6 +50,9 @@ type acquired struct {
 	// contenders split them; a blocking acquisition retries after its random
 	// delay, or, short of ErrLocked, a growing one (acquisition.backoff).
 	split bool
+	// took, with split: from the attempt's first send to its give-back's
+	// end (Lock.attempt), the unit of acquisition.backoff.
+	took time.Duration
 	// Fair mode, ErrLocked: at most how many live waiters are ahead of us
 	// (0: we are the head; -1: not fair mode), and how long the head's
 	// lease has left.
