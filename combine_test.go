@@ -446,13 +446,7 @@ func TestCloseWaitsForAReleasePipeline(t *testing.T) {
 		go func() { released <- locks[0].Release(ctx) }()
 		waitClosed(t, pipe.reached, 5*time.Second, "the release's pipeline on the wire")
 		freeWire()
-		closed := make(chan error, 1)
-		go func() { closed <- s.Close(ctx) }()
-		select {
-		case err := <-closed:
-			t.Fatalf("Close returned (%v) with the release's pipeline on the wire", err)
-		case <-time.After(200 * time.Millisecond): // a negative check: Close must still be waiting
-		}
+		closed := closeStillWaiting(t, s, "with the release's pipeline on the wire")
 		freePipe()
 		require.NoError(t, recvWithin(t, closed, 5*time.Second, "Close"))
 		s.combine.mu.Lock()
@@ -463,6 +457,21 @@ func TestCloseWaitsForAReleasePipeline(t *testing.T) {
 		require.ErrorIs(t, recvWithin(t, read, 5*time.Second, "the read taken along"), ErrNoLeader)
 		checkNoLeaks(t)
 	})
+}
+
+// closeStillWaiting starts s.Close and checks that it has not returned
+// 200ms later (what names what it must wait for); Close's result arrives on
+// the returned channel.
+func closeStillWaiting(t *testing.T, s *Session, what string) <-chan error {
+	t.Helper()
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close(context.Background()) }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) %s", err, what)
+	case <-time.After(200 * time.Millisecond): // a negative check: Close must still be waiting
+	}
+	return closed
 }
 
 // fullWire returns a session on b (call timeout 2s) with a holdHook, the
