@@ -187,9 +187,15 @@ func BenchmarkLockPairRatio(b *testing.B) {
 //   - ideal-raw: raw's commands (SET NX PX, then the rawRelease EVALSHA)
 //     pipelined the same way: the best any pipelining could do with the
 //     cheapest commands.
+//   - ideal-handoff: our exact scripts, coalesced for 16 goroutines that
+//     each wait for their own reply, as the library's callers do, with no
+//     library around them (handoffWindow). It is the ceiling of coalescing
+//     for blocking callers: the ideal windows above have no caller to hand
+//     a reply to, and every reply handed over wakes a goroutine.
 //
 // It reports each window's pairs/s (median), each window's pairs/s over
-// raw's in the same iteration (median of the ratios), and, per pair, the
+// raw's in the same iteration (median of the ratios; for lib also over
+// ideal-handoff's), and, per pair, the
 // CPU time redis-server spent (INFO cpu: used_cpu_sys + used_cpu_user, read
 // before and after the window) and the CPU time this process spent
 // (getrusage RUSAGE_SELF, all goroutines, Go runtime included):
@@ -314,8 +320,9 @@ func BenchmarkLockParallel(b *testing.B) {
 		}},
 		{"ideal-scripts", pipelined(idealScripts)},
 		{"ideal-raw", pipelined(idealRaw)},
+		{"ideal-handoff", func() int64 { return handoffWindow(b, c, window, idealKeys, idealGoroutines) }},
 	}
-	compareWindows(ctx, b, []*redis.Client{c}, windows)
+	compareWindows(ctx, b, []*redis.Client{c}, windows, [2]string{"lib", "ideal-handoff"})
 }
 
 // parWindow is one window of a throughput benchmark: run does pairs for the
@@ -329,8 +336,9 @@ type parWindow struct {
 // reports, as medians over iterations, each window's pairs/s, the CPU time
 // per pair of the redis-servers behind cs (INFO cpu) and of this process
 // (getrusage, Go runtime included), and each window's pairs/s over the
-// first window's in the same iteration (named after it).
-func compareWindows(ctx context.Context, b *testing.B, cs []*redis.Client, windows []parWindow) {
+// first window's in the same iteration (named after it); and so for each
+// pair of window names in over, the first's over the second's.
+func compareWindows(ctx context.Context, b *testing.B, cs []*redis.Client, windows []parWindow, over ...[2]string) {
 	type sample struct{ pairsPerSec, redisµs, clientµs float64 }
 	servers := func() (d time.Duration) {
 		for _, c := range cs {
@@ -376,13 +384,97 @@ func compareWindows(ctx context.Context, b *testing.B, cs []*redis.Client, windo
 		b.ReportMetric(median(pick(ss, func(x sample) float64 { return x.redisµs })), win.name+"-redis-µs/pair")
 		b.ReportMetric(median(pick(ss, func(x sample) float64 { return x.clientµs })), win.name+"-client-µs/pair")
 		if w > 0 {
-			ratios := make([]float64, len(ss))
-			for i := range ss {
-				ratios[i] = ss[i].pairsPerSec / samples[0][i].pairsPerSec
-			}
-			b.ReportMetric(median(ratios), win.name+"/"+windows[0].name)
+			over = append(over, [2]string{win.name, windows[0].name})
 		}
 	}
+	index := func(name string) int {
+		return slices.IndexFunc(windows, func(w parWindow) bool { return w.name == name })
+	}
+	for _, o := range over {
+		a, z := samples[index(o[0])], samples[index(o[1])]
+		ratios := make([]float64, len(a))
+		for i := range a {
+			ratios[i] = a[i].pairsPerSec / z[i].pairsPerSec
+		}
+		b.ReportMetric(median(ratios), o[0]+"/"+o[1])
+	}
+}
+
+// handoffWindow runs, for d, one goroutine per name doing acquire+release
+// pairs with our scripts (fresh token, every reply checked, as idealScripts
+// does), each call handed over a channel to one of n pipeliners, which send
+// whatever has arrived as one pipeline and hand each reply back on its
+// caller's own channel: the least a coalescer serving blocking callers does,
+// a goroutine hop each way and no more. It returns the pairs done.
+func handoffWindow(b *testing.B, c *redis.Client, d time.Duration, names []keys, n int) int64 {
+	ctx := context.Background()
+	acquireSHA, releaseSHA := acquireScript.sha.(string), releaseScript.sha.(string)
+	type call struct {
+		sha  string
+		keys []string
+		args []any
+		done chan *redis.Cmd
+	}
+	calls, stop := make(chan *call, len(names)), make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wgGo(&wg, func() {
+			pipe := c.Pipeline()
+			var batch []*call
+			var cmds []*redis.Cmd
+			for {
+				select {
+				case r := <-calls:
+					batch = append(batch, r)
+				case <-stop:
+					return
+				}
+			more:
+				for {
+					select {
+					case r := <-calls:
+						batch = append(batch, r)
+					default:
+						break more
+					}
+				}
+				for _, r := range batch {
+					cmds = append(cmds, pipe.EvalSha(ctx, r.sha, r.keys, r.args...))
+				}
+				_, _ = pipe.Exec(ctx) // each reply is checked by its caller
+				for i, r := range batch {
+					r.done <- cmds[i]
+				}
+				clear(batch)
+				clear(cmds)
+				batch, cmds = batch[:0], cmds[:0]
+			}
+		})
+	}
+	mine, fences := make([]call, len(names)), make([]int64, len(names))
+	for i := range mine {
+		mine[i].done = make(chan *redis.Cmd, 1)
+	}
+	done, _, _ := hammer(b, len(names), d, func(i int) (int, error) {
+		r, k := &mine[i], names[i]
+		token := benchToken()
+		r.sha, r.keys, r.args = acquireSHA, []string{k.lock, k.fence}, []any{token, "10000", ""}
+		calls <- r
+		f, err := acquiredFence(<-r.done, k.lock, fences[i])
+		if err != nil {
+			return 0, err
+		}
+		fences[i] = f
+		r.sha, r.keys, r.args = releaseSHA, []string{k.lock}, []any{token}
+		calls <- r
+		if v, err := (<-r.done).Int64(); err != nil || v != 1 {
+			return 0, fmt.Errorf("release %s: %d %v, want 1", k.lock, v, err)
+		}
+		return 1, nil
+	})
+	close(stop)
+	wg.Wait()
+	return done
 }
 
 // pipelinedWindow is an ideal window of length d: goroutine g of n repeats
