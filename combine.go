@@ -62,11 +62,13 @@ import (
 // server that stops answering holds up the session's queued calls, each
 // until its own deadline, once maxOnWire calls are stuck on it. A release
 // that took calls along runs first in Redis, but its caller has its reply
-// only with the whole pipeline's (go-redis reads them all), and shares the
-// fate of a hook on the client that panics on any of them: its context can
+// only with the whole pipeline's (go-redis reads them all): its context can
 // end first (Release then reports an error, and the delete, already done,
-// is retried in the background), and it gets the panic (the delete was
-// then never sent, and is retried too).
+// is retried in the background). A hook on the client that panics while a
+// pipeline is sent panics, on its own goroutine, the first of the
+// pipeline's callers still waiting (a release heads the pipeline it took
+// calls along in; its delete was then never sent, and is retried), and the
+// others get an error naming the panic (panickedLocked).
 //
 // No goroutine is left: a flusher ends when the queue is empty, and Close
 // waits until nothing is on the wire.
@@ -109,7 +111,7 @@ type pending struct {
 	delivered bool            // cmd is set and done signalled; under combiner.mu
 	cmd       *redis.Cmd
 	done      chan struct{} // capacity 1: cmd is set
-	panicked  any           // a release's pipeline: what a hook on the client panicked with
+	panicked  any           // what a hook on the client panicked with, for its caller to panic with (panickedLocked)
 	settled   chan struct{} // non-nil once its caller gave up on the wire (under combiner.mu); closed when the batch has ended
 }
 
@@ -185,21 +187,11 @@ func (c *combiner) send(ctx context.Context, deadline time.Time, sc *script, arg
 		c.carried++
 		c.mu.Unlock()
 		go func() {
-			defer func() {
-				v := recover() // a hook on the client: for the releasing caller to re-panic with
-				c.mu.Lock()
-				if v != nil {
-					err := fmt.Errorf("redisleader: a hook on the client panicked: %v", v)
-					p.panicked = v
-					for _, p := range batch {
-						c.deliverLocked(p, errCmd(context.Background(), p.argv, err))
-					}
-				}
-				c.carried--
-				c.drainedLocked()
-				c.mu.Unlock()
-			}()
 			c.sendBatch(batch, nil)
+			c.mu.Lock()
+			c.carried--
+			c.drainedLocked()
+			c.mu.Unlock()
 		}()
 	}
 
@@ -356,14 +348,49 @@ func (c *combiner) sendBatch(batch []*pending, calls []call) []call {
 		calls = append(calls, call{p.s, p.argv})
 	}
 	ctx := &boundCtx{Context: context.Background(), deadline: until, states: &c.s.dones}
-	cmds, _ := runCalls(ctx, c.client, calls, replicaAcks{})
+	cmds, panicked := runBatch(ctx, c.client, calls)
 	unbind(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if panicked != nil {
+		c.panickedLocked(batch, panicked)
+		return calls
+	}
 	for i, p := range batch {
 		c.deliverLocked(p, cmds[i])
 	}
 	return calls
+}
+
+// runBatch runs calls as one pipeline, and returns, if a hook on the client
+// panicked, what it panicked with.
+func runBatch(ctx context.Context, client Client, calls []call) (cmds []*redis.Cmd, panicked any) {
+	defer func() {
+		if v := recover(); v != nil {
+			panicked = v
+		}
+	}()
+	cmds, _ = runCalls(ctx, client, calls, replicaAcks{})
+	return cmds, nil
+}
+
+// panickedLocked ends the calls of a batch during which a hook on the client
+// panicked with v: the first caller still waiting (a release heads the
+// pipeline it took calls along in) gets the panic back on its own goroutine,
+// as it would have sending its call alone, and the others an error naming it.
+// If no caller is waiting, the panic is logged.
+func (c *combiner) panickedLocked(batch []*pending, v any) {
+	err := fmt.Errorf("redisleader: a hook on the client panicked: %v", v)
+	head := true
+	for _, p := range batch {
+		if head && p.settled == nil {
+			p.panicked, head = v, false
+		}
+		c.deliverLocked(p, errCmd(context.Background(), p.argv, err))
+	}
+	if head {
+		c.s.cfg.logger.Warn("redisleader: a hook on the client panicked while a batch of calls was sent, whose callers had all given up", "err", err)
+	}
 }
 
 // deliverLocked hands cmd to p's caller, or, if it gave up while p was on

@@ -380,6 +380,49 @@ func TestRecoveredHookPanicFreesTheSlot(t *testing.T) {
 	})
 }
 
+// A hook's panic while a flusher sends a batch (here on the second of two
+// queued calls) reaches the caller whose call heads the batch, on its own
+// goroutine, as it would have on a call sent alone; the other caller gets an
+// error naming it, and the session still works and closes. (The panic, on
+// the flusher's goroutine, ended the process.)
+func TestRecoveredHookPanicInABatch(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		s, h := holdSession(t, b)
+		wire, wired := holdWire(t, s, h, "batch-boom")
+		free := freeing(t, wire[:]...)
+		e, err := s.Election("batch-boom-head")
+		require.NoError(t, err)
+		head := make(chan any, 1)
+		go func() {
+			defer func() { head <- recover() }()
+			_, err := e.Leader(ctx)
+			t.Errorf("the head of the batch returned (%v) instead of panicking", err)
+		}()
+		waitQueued(t, s, 1)
+		h.mu.Lock()
+		h.panicOn = map[string]bool{newKeys("batch-boom-other").lock: true}
+		h.mu.Unlock()
+		other := leaderAll(t, s, "batch-boom-other")[0]
+		waitQueued(t, s, 2)
+		free()
+		assert.Equal(t, "user hook panics (test)", recvWithin(t, head, 5*time.Second, "the head of the batch"))
+		err = recvWithin(t, other, 5*time.Second, "the other call of the batch")
+		assert.ErrorContains(t, err, "a hook on the client panicked", "the other call of the batch")
+		h.mu.Lock()
+		h.panicOn = nil
+		h.mu.Unlock()
+		for range maxOnWire {
+			require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
+		}
+		l, err := s.TryLock(ctx, "batch-boom-after")
+		require.NoError(t, err, "a TryLock after the panic")
+		require.NoError(t, l.Release(ctx))
+		require.NoError(t, s.Close(ctx))
+		checkNoLeaks(t)
+	})
+}
+
 // A hook's panic during a Release that took a queued call along (a pipeline
 // of two, sent on a goroutine of the session) reaches Release's caller, as
 // on a release sent alone; the call taken along gets an error, and the

@@ -403,9 +403,7 @@ func TestCancelledReleaseTakesNothingAlong(t *testing.T) {
 func TestQueuedCallSentWhenASlotFrees(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
-		h := &holdHook{}
-		b.client.AddHook(h)
-		s := newSession(t, b.client, WithCallTimeout(2*time.Second))
+		s, h := holdSession(t, b)
 		l, err := s.TryLock(ctx, "slot")
 		require.NoError(t, err)
 		wire, wired := holdWire(t, s, h, "slot")
@@ -480,9 +478,7 @@ func closeStillWaiting(t *testing.T, s *Session, what string) <-chan error {
 // the two through and waits for them to return.
 func fullWire(t *testing.T, b *backend, names ...string) (s *Session, h *holdHook, locks []*Lock, read <-chan error, freeWire func()) {
 	t.Helper()
-	h = &holdHook{}
-	b.client.AddHook(h)
-	s = newSession(t, b.client, WithCallTimeout(2*time.Second))
+	s, h = holdSession(t, b)
 	for _, name := range names {
 		l, err := s.TryLock(context.Background(), name)
 		require.NoError(t, err)
@@ -498,6 +494,14 @@ func fullWire(t *testing.T, b *backend, names ...string) (s *Session, h *holdHoo
 			require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
 		}
 	}
+}
+
+// holdSession returns a session on b (call timeout 2s) whose client has a
+// holdHook.
+func holdSession(t *testing.T, b *backend) (*Session, *holdHook) {
+	h := &holdHook{}
+	b.client.AddHook(h)
+	return newSession(t, b.client, WithCallTimeout(2*time.Second)), h
 }
 
 // leaderAll starts a Leader read of each name's election on s.
