@@ -95,10 +95,11 @@ type combiner struct {
 	queue   []*pending // waiting to be sent, oldest first
 	idle    []*pending // pendings for reuse
 	drained sync.Cond  // signalled when onWire and carried drop to 0 after closed
-	// unsettled holds, per lock key, a call whose caller gave up while its
-	// batch was on the wire, until that batch has ended: the command may
-	// still reach Redis, and no later call on the key may overtake it.
-	unsettled map[any]*pending
+	// unsettled holds, per lock key, the calls whose callers gave up while
+	// their batches were on the wire, each until its batch has ended: the
+	// command may still reach Redis, and no later call on the key may
+	// overtake it.
+	unsettled map[any][]*pending
 }
 
 // pending is one queued call.
@@ -216,9 +217,9 @@ func (c *combiner) send(ctx context.Context, deadline time.Time, sc *script, arg
 		// p, and holds its key until the batch has ended.
 		p.settled = make(chan struct{})
 		if c.unsettled == nil {
-			c.unsettled = make(map[any]*pending)
+			c.unsettled = make(map[any][]*pending)
 		}
-		c.unsettled[p.argv[3]] = p
+		c.unsettled[p.argv[3]] = append(c.unsettled[p.argv[3]], p)
 	}
 	c.mu.Unlock()
 	return errCmd(ctx, argv, err)
@@ -228,10 +229,11 @@ func (c *combiner) send(ctx context.Context, deadline time.Time, sc *script, arg
 // call on key that a caller gave up on can still reach Redis, or ctx ends.
 func (c *combiner) awaitLocked(ctx context.Context, key any) error {
 	for {
-		u := c.unsettled[key]
-		if u == nil {
+		us := c.unsettled[key]
+		if len(us) == 0 {
 			return nil
 		}
+		u := us[0]
 		c.mu.Unlock()
 		select {
 		case <-u.settled:
@@ -398,8 +400,11 @@ func (c *combiner) panickedLocked(batch []*pending, v any) {
 func (c *combiner) deliverLocked(p *pending, cmd *redis.Cmd) {
 	p.cmd = cmd
 	if p.settled != nil {
-		if c.unsettled[p.argv[3]] == p {
-			delete(c.unsettled, p.argv[3])
+		key := p.argv[3]
+		if us := slices.DeleteFunc(c.unsettled[key], func(u *pending) bool { return u == p }); len(us) > 0 {
+			c.unsettled[key] = us
+		} else {
+			delete(c.unsettled, key)
 		}
 		close(p.settled)
 		return

@@ -380,6 +380,63 @@ func TestRecoveredHookPanicFreesTheSlot(t *testing.T) {
 	})
 }
 
+// Every call given up while its batch is on the wire holds its key until
+// that batch has ended, however many are given up on one key: here two
+// acquires of one name, each in a batch of its own, given up in turn, the
+// later one's batch ending first. No later call of the session on the key
+// (a Leader read, the give-backs of the two attempts) reaches Redis until
+// the earlier batch has ended too. (Noticed in review: the key kept only the
+// last call given up on it, so the later batch's end freed it.)
+func TestEveryGivenUpCallHoldsItsKey(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		s, h := holdSession(t, b)
+		key := newKeys("settle").lock
+		firstBatch, secondBatch := h.rule(key, true), h.rule(key, true)
+		freeFirst, freeSecond := freeing(t, firstBatch), freeing(t, secondBatch)
+		wire, wired := holdWire(t, s, h, "settle")
+		freeWire := []func(){freeing(t, wire[0]), freeing(t, wire[1])}
+		tries := make([]chan tryResult, 2)
+		cancels := make([]context.CancelFunc, 2)
+		for i, batch := range []*holdRule{firstBatch, secondBatch} {
+			var tctx context.Context
+			tctx, cancels[i] = context.WithCancel(ctx)
+			defer cancels[i]()
+			tries[i] = tryAll([]context.Context{tctx}, s, []string{"settle"})[0]
+			waitQueued(t, s, 1)
+			freeWire[i]() // its slot goes to a flusher, which sends the try alone
+			waitClosed(t, batch.reached, 5*time.Second, fmt.Sprintf("try %d's batch on the wire", i))
+		}
+		for i := range tries {
+			cancels[i]()
+			assert.ErrorIs(t, recvWithin(t, tries[i], 5*time.Second, fmt.Sprintf("try %d", i)).err, context.Canceled)
+		}
+		later := h.rule(key, true)
+		freeLater := freeing(t, later)
+		read := leaderAll(t, s, "settle")[0]
+		freeSecond()
+		select {
+		case <-later.reached:
+			t.Fatal("a later call on the key reached Redis while the first given-up try was still on the wire")
+		case <-time.After(200 * time.Millisecond):
+		}
+		freeFirst()
+		waitClosed(t, later.reached, 5*time.Second, "a later call on the key, once both batches ended")
+		freeLater()
+		_ = recvWithin(t, read, 5*time.Second, "the Leader read") // either try's token may hold the name by then
+		for range maxOnWire {
+			require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
+		}
+		start := time.Now()
+		for b.get(key) != "" {
+			require.Less(t, time.Since(start), 10*time.Second, "a given-up try's token stayed in Redis")
+			runtimeYield()
+		}
+		require.NoError(t, s.Close(ctx))
+		checkNoLeaks(t)
+	})
+}
+
 // A hook's panic while a flusher sends a batch (here on the second of two
 // queued calls) reaches the caller whose call heads the batch, on its own
 // goroutine, as it would have on a call sent alone; the other caller gets an
