@@ -2,7 +2,9 @@ package redisleader
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -64,11 +66,12 @@ import (
 // that took calls along runs first in Redis, but its caller has its reply
 // only with the whole pipeline's (go-redis reads them all): its context can
 // end first (Release then reports an error, and the delete, already done,
-// is retried in the background). A hook on the client that panics while a
-// pipeline is sent panics, on its own goroutine, the first of the
-// pipeline's callers still waiting (a release heads the pipeline it took
-// calls along in; its delete was then never sent, and is retried), and the
-// others get an error naming the panic (panickedLocked).
+// is retried in the background). A hook on the client that panics (or ends
+// its goroutine) while a shared pipeline is sent fails every call in it
+// with an error naming the panic, which is logged with its stack: no caller
+// panics, since some run on the session's own goroutines (an Observe read,
+// a background delete, Redlock's node calls), where a panic would end the
+// process (runBatch). A release failed so is retried in the background.
 //
 // No goroutine is left: a flusher ends when the queue is empty, and Close
 // waits until nothing is on the wire.
@@ -112,7 +115,6 @@ type pending struct {
 	delivered bool            // cmd is set and done signalled; under combiner.mu
 	cmd       *redis.Cmd
 	done      chan struct{} // capacity 1: cmd is set
-	panicked  any           // what a hook on the client panicked with, for its caller to panic with (panickedLocked)
 	settled   chan struct{} // non-nil once its caller gave up on the wire (under combiner.mu); closed when the batch has ended
 }
 
@@ -188,11 +190,13 @@ func (c *combiner) send(ctx context.Context, deadline time.Time, sc *script, arg
 		c.carried++
 		c.mu.Unlock()
 		go func() {
+			defer func() { // also when a hook ends the goroutine
+				c.mu.Lock()
+				c.carried--
+				c.drainedLocked()
+				c.mu.Unlock()
+			}()
 			c.sendBatch(batch, nil)
-			c.mu.Lock()
-			c.carried--
-			c.drainedLocked()
-			c.mu.Unlock()
 		}()
 	}
 
@@ -253,16 +257,12 @@ func (c *combiner) await(ctx context.Context, key any) error {
 }
 
 // collect returns the reply of p, whose done signal its caller has
-// received, and p to the idle list; it re-panics, on the caller's
-// goroutine, with what a hook panicked with while p was sent.
+// received, and p to the idle list.
 func (c *combiner) collect(p *pending) *redis.Cmd {
-	cmd, v := p.cmd, p.panicked
+	cmd := p.cmd
 	c.mu.Lock()
 	c.putLocked(p)
 	c.mu.Unlock()
-	if v != nil {
-		panic(v)
-	}
 	return cmd
 }
 
@@ -292,7 +292,13 @@ func (c *combiner) flush() {
 	var (
 		batch []*pending
 		calls []call
+		ended bool
 	)
+	defer func() {
+		if !ended { // a hook ended the goroutine: the next flusher takes the slot over
+			c.handOver()
+		}
+	}()
 	for {
 		c.mu.Lock()
 		c.pruneLocked()
@@ -300,6 +306,7 @@ func (c *combiner) flush() {
 		if n == 0 {
 			c.freeSlotLocked()
 			c.mu.Unlock()
+			ended = true
 			return
 		}
 		batch = c.takeLocked(batch[:0], n, nil)
@@ -350,49 +357,45 @@ func (c *combiner) sendBatch(batch []*pending, calls []call) []call {
 		calls = append(calls, call{p.s, p.argv})
 	}
 	ctx := &boundCtx{Context: context.Background(), deadline: until, states: &c.s.dones}
-	cmds, panicked := runBatch(ctx, c.client, calls)
-	unbind(ctx)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if panicked != nil {
-		c.panickedLocked(batch, panicked)
-		return calls
-	}
-	for i, p := range batch {
-		c.deliverLocked(p, cmds[i])
-	}
+	var cmds []*redis.Cmd
+	failed := errHookGoexit // until runBatch returns: a hook may end the goroutine
+	defer func() {
+		unbind(ctx)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if failed != nil {
+			if failed == errHookGoexit {
+				c.s.cfg.logger.Error(failed.Error())
+			}
+			for _, p := range batch {
+				c.deliverLocked(p, errCmd(context.Background(), p.argv, failed))
+			}
+			return
+		}
+		for i, p := range batch {
+			c.deliverLocked(p, cmds[i])
+		}
+	}()
+	cmds, failed = c.runBatch(ctx, calls)
 	return calls
 }
 
-// runBatch runs calls as one pipeline, and returns, if a hook on the client
-// panicked, what it panicked with.
-func runBatch(ctx context.Context, client Client, calls []call) (cmds []*redis.Cmd, panicked any) {
+// errHookGoexit fails the calls of a pipeline whose goroutine a hook on the
+// client ended (runtime.Goexit) while it was sent.
+var errHookGoexit = errors.New("redisleader: a hook on the client ended the goroutine sending a pipeline (runtime.Goexit)")
+
+// runBatch runs calls as one pipeline; if a hook on the client panics, it
+// logs the panic with its stack and returns an error naming it instead.
+func (c *combiner) runBatch(ctx context.Context, calls []call) (cmds []*redis.Cmd, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			panicked = v
+			err = fmt.Errorf("redisleader: a hook on the client panicked: %v", v)
+			c.s.cfg.logger.Error("redisleader: a hook on the client panicked while a shared pipeline was sent; its calls fail with an error",
+				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 		}
 	}()
-	cmds, _ = runCalls(ctx, client, calls, replicaAcks{})
+	cmds, _ = runCalls(ctx, c.client, calls, replicaAcks{})
 	return cmds, nil
-}
-
-// panickedLocked ends the calls of a batch during which a hook on the client
-// panicked with v: the first caller still waiting (a release heads the
-// pipeline it took calls along in) gets the panic back on its own goroutine,
-// as it would have sending its call alone, and the others an error naming it.
-// If no caller is waiting, the panic is logged.
-func (c *combiner) panickedLocked(batch []*pending, v any) {
-	err := fmt.Errorf("redisleader: a hook on the client panicked: %v", v)
-	head := true
-	for _, p := range batch {
-		if head && p.settled == nil {
-			p.panicked, head = v, false
-		}
-		c.deliverLocked(p, errCmd(context.Background(), p.argv, err))
-	}
-	if head {
-		c.s.cfg.logger.Warn("redisleader: a hook on the client panicked while a batch of calls was sent, whose callers had all given up", "err", err)
-	}
 }
 
 // deliverLocked hands cmd to p's caller, or, if it gave up while p was on
@@ -452,7 +455,7 @@ func (c *combiner) getLocked() *pending {
 
 func (c *combiner) putLocked(p *pending) {
 	clear(p.argv) // tokens and values
-	p.s, p.ctx, p.cmd, p.sent, p.delivered, p.panicked = nil, nil, nil, false, false, nil
+	p.s, p.ctx, p.cmd, p.sent, p.delivered = nil, nil, nil, false, false
 	if len(c.idle) < maxBatch {
 		c.idle = append(c.idle, p)
 	}

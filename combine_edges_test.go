@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -35,6 +36,31 @@ type holdHook struct {
 	// panicOn: a script call or pipeline carrying one of these arguments
 	// panics in the hook (a user hook that panics, recovered by the caller).
 	panicOn map[string]bool
+}
+
+// panicking makes h panic on any call or pipeline carrying one of args (with
+// none, on nothing).
+func (h *holdHook) panicking(args ...string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.panicOn = nil
+	for _, a := range args {
+		if h.panicOn == nil {
+			h.panicOn = map[string]bool{}
+		}
+		h.panicOn[a] = true
+	}
+}
+
+// waitFreed waits up to 10s for get(key) to return "" (what says what
+// stayed otherwise).
+func waitFreed(t *testing.T, get func(key string) string, key, what string) {
+	t.Helper()
+	start := time.Now()
+	for get(key) != "" {
+		require.Less(t, time.Since(start), 10*time.Second, what)
+		runtimeYield()
+	}
 }
 
 // boom panics if a command of cmds carries an argument in h.panicOn.
@@ -427,21 +453,19 @@ func TestEveryGivenUpCallHoldsItsKey(t *testing.T) {
 		for range maxOnWire {
 			require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
 		}
-		start := time.Now()
-		for b.get(key) != "" {
-			require.Less(t, time.Since(start), 10*time.Second, "a given-up try's token stayed in Redis")
-			runtimeYield()
-		}
+		waitFreed(t, b.get, key, "a given-up try's token stayed in Redis")
 		require.NoError(t, s.Close(ctx))
 		checkNoLeaks(t)
 	})
 }
 
 // A hook's panic while a flusher sends a batch (here on the second of two
-// queued calls) reaches the caller whose call heads the batch, on its own
-// goroutine, as it would have on a call sent alone; the other caller gets an
-// error naming it, and the session still works and closes. (The panic, on
-// the flusher's goroutine, ended the process.)
+// queued calls) fails every call of the batch with an error naming it, and
+// reaches no caller as a panic: the first caller of a batch can be a
+// goroutine of the session (here an Observe reader), where a panic would end
+// the process. The session still works and closes. (The panic, on the
+// flusher's goroutine, ended the process; then, handed to the first caller,
+// it ended it through the Observe reader: found by review.)
 func TestRecoveredHookPanicInABatch(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
@@ -450,55 +474,53 @@ func TestRecoveredHookPanicInABatch(t *testing.T) {
 		free := freeing(t, wire[:]...)
 		e, err := s.Election("batch-boom-head")
 		require.NoError(t, err)
-		head := make(chan any, 1)
-		go func() {
-			defer func() { head <- recover() }()
-			_, err := e.Leader(ctx)
-			t.Errorf("the head of the batch returned (%v) instead of panicking", err)
-		}()
+		obsCtx, stopObserving := context.WithCancel(ctx)
+		defer stopObserving()
+		changes := e.Observe(obsCtx) // its first read heads the queue
 		waitQueued(t, s, 1)
-		h.mu.Lock()
-		h.panicOn = map[string]bool{newKeys("batch-boom-other").lock: true}
-		h.mu.Unlock()
+		h.panicking(newKeys("batch-boom-other").lock)
+		head := leaderAll(t, s, "batch-boom-head")[0]
 		other := leaderAll(t, s, "batch-boom-other")[0]
-		waitQueued(t, s, 2)
+		waitQueued(t, s, 3)
 		free()
-		assert.Equal(t, "user hook panics (test)", recvWithin(t, head, 5*time.Second, "the head of the batch"))
-		err = recvWithin(t, other, 5*time.Second, "the other call of the batch")
-		assert.ErrorContains(t, err, "a hook on the client panicked", "the other call of the batch")
-		h.mu.Lock()
-		h.panicOn = nil
-		h.mu.Unlock()
+		for _, ch := range []chan error{head, other} {
+			err := recvWithin(t, ch, 5*time.Second, "a call of the batch")
+			assert.ErrorContains(t, err, "a hook on the client panicked", "a call of the batch")
+		}
+		h.panicking()
 		for range maxOnWire {
 			require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
 		}
-		l, err := s.TryLock(ctx, "batch-boom-after")
+		l, err := s.TryLock(ctx, "batch-boom-head")
 		require.NoError(t, err, "a TryLock after the panic")
+		deadline := time.After(5 * time.Second)
+		for seen := false; !seen; { // the reader lived on, and reads again
+			select {
+			case c, ok := <-changes:
+				require.True(t, ok, "the Observe channel closed")
+				seen = c.Fence == l.Fence()
+			case <-deadline:
+				t.Fatal("the Observe reader never reported the new leader")
+			}
+		}
 		require.NoError(t, l.Release(ctx))
+		stopObserving()
 		require.NoError(t, s.Close(ctx))
 		checkNoLeaks(t)
 	})
 }
 
 // A hook's panic during a Release that took a queued call along (a pipeline
-// of two, sent on a goroutine of the session) reaches Release's caller, as
-// on a release sent alone; the call taken along gets an error, and the
-// session still works and closes. (Found by review: the panic ended the
-// process.)
+// of two, sent on a goroutine of the session) fails both calls with an error
+// naming it, and the session still works and closes. (Found by review: the
+// panic ended the process.)
 func TestRecoveredHookPanicInAReleasePipeline(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		s, h, locks, read, freeWire := fullWire(t, b, "pair-boom")
-		h.mu.Lock()
-		h.panicOn = map[string]bool{locks[0].keys.lock: true}
-		h.mu.Unlock()
-		func() {
-			defer func() { assert.NotNil(t, recover(), "the hook panicked") }()
-			_ = locks[0].Release(context.Background())
-		}()
+		h.panicking(locks[0].keys.lock)
+		assert.ErrorContains(t, locks[0].Release(context.Background()), "a hook on the client panicked")
 		assert.ErrorContains(t, recvWithin(t, read, 5*time.Second, "the read taken along"), "a hook on the client panicked")
-		h.mu.Lock()
-		h.panicOn = nil
-		h.mu.Unlock()
+		h.panicking()
 		freeWire()
 		require.NoError(t, s.Close(context.Background()))
 		checkNoLeaks(t)
@@ -647,38 +669,148 @@ func TestBatchedCallsGetThePipelineHooksError(t *testing.T) {
 }
 
 // A hook's panic in the pipeline a Release rode in (here on a queued Leader
-// read of another name, which the release took along) reaches Release's
-// caller, and the delete, which never reached Redis, is retried in the
-// background: the name is freed by the heartbeat, not left taken until its
-// TTL. (Found by review: the panic left Lock.del before it marked the token
-// for the retry, as it also did for a release sent alone.)
+// read of another name, which the release took along) fails the release, and
+// the delete, which never reached Redis, is retried in the background: the
+// name is freed by the heartbeat, not left taken until its TTL. (Found by
+// review: the panic, then given to Release's caller, left Lock.del before it
+// marked the token for the retry, as it still would for a release sent alone
+// (TestReleaseRetriedAfterAHookPanicAlone).)
 func TestReleaseRetriedAfterAHookPanic(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		s, h, locks, read, freeWire := fullWire(t, b, "carry-boom")
 		other := leaderAll(t, s, "carry-boom-other")[0]
 		waitQueued(t, s, 2)
-		h.mu.Lock()
-		h.panicOn = map[string]bool{newKeys("carry-boom-other").lock: true}
-		h.mu.Unlock()
-		var panicked any
-		func() {
-			defer func() { panicked = recover() }()
-			_ = locks[0].Release(context.Background())
-		}()
-		require.NotNil(t, panicked, "the pipeline the release rode in panicked")
-		h.mu.Lock()
-		h.panicOn = nil
-		h.mu.Unlock()
+		h.panicking(newKeys("carry-boom-other").lock)
+		require.ErrorContains(t, locks[0].Release(context.Background()), "a hook on the client panicked")
+		h.panicking()
 		freeWire()
 		assert.Error(t, recvWithin(t, read, 5*time.Second, "the read taken along"), "it rode in the pipeline that panicked")
 		assert.Error(t, recvWithin(t, other, 5*time.Second, "the other read"), "it rode in the pipeline that panicked")
 		start := time.Now()
-		for b.get(locks[0].keys.lock) != "" {
-			require.Less(t, time.Since(start), 10*time.Second, "the released name is still taken")
-			runtimeYield()
-		}
+		waitFreed(t, b.get, locks[0].keys.lock, "the released name is still taken")
 		t.Logf("freed %v after the panic", time.Since(start))
 		require.NoError(t, s.Close(context.Background()))
+		checkNoLeaks(t)
+	})
+}
+
+// A hook's panic on a release sent alone reaches Release's caller, on its
+// own goroutine, and the delete, which never reached Redis, is retried in the
+// background: the heartbeat frees the name.
+func TestReleaseRetriedAfterAHookPanicAlone(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		h := &holdHook{}
+		b.client.AddHook(h)
+		s := newSession(t, b.client, WithTTL(3*time.Second))
+		l, err := s.TryLock(context.Background(), "alone-boom")
+		require.NoError(t, err)
+		h.panicking(l.keys.lock)
+		func() {
+			defer func() { assert.NotNil(t, recover(), "the hook's panic reached Release's caller") }()
+			_ = l.Release(context.Background())
+		}()
+		h.panicking()
+		waitFreed(t, b.get, l.keys.lock, "the released name is still taken")
+		require.NoError(t, s.Close(context.Background()))
+		checkNoLeaks(t)
+	})
+}
+
+// WithReplicaAcks: a hook's panic on the give-back of an attempt the
+// replicas did not acknowledge (sent alone, on the caller's goroutine)
+// reaches TryLock's caller; the token the attempt left on the primary is
+// deleted by the stale-token cleanup, not left holding the name for a TTL.
+// (Found by review: unlike Lock.del, giveBack marked nothing, and the panic
+// unwound the acquisition past abandon.)
+func TestGiveBackRetriedAfterAHookPanic(t *testing.T) {
+	primary, _, link := replicated(t)
+	c := primary.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	h := &holdHook{panicOn: map[string]bool{fmt.Sprint(releaseScript.sha): true}}
+	c.AddHook(h)
+	s := newSession(t, c, WithTTL(30*time.Second), WithRenewInterval(300*time.Millisecond), WithCallTimeout(2*time.Second),
+		WithRetryInterval(20*time.Millisecond), WithReplicaAcks(1, 200*time.Millisecond))
+	link.Blackhole(faultproxy.Both) // the attempt is not acknowledged
+	func() {
+		defer func() { assert.NotNil(t, recover(), "the hook's panic reached TryLock's caller") }()
+		_, _ = s.TryLock(context.Background(), "gb-boom")
+	}()
+	link.Heal()
+	h.panicking()
+	waitFreed(t, func(k string) string { return c.Get(context.Background(), k).Val() }, newKeys("gb-boom").lock,
+		"the unacknowledged attempt's token still holds the name (TTL 30s)")
+	require.NoError(t, s.Close(context.Background()))
+	checkNoLeaks(t)
+}
+
+// goexitHook ends the goroutine that sends a pipeline carrying match (a
+// hook calling runtime.Goexit, as t.FailNow does).
+type goexitHook struct {
+	mu    sync.Mutex
+	match string
+}
+
+func (g *goexitHook) set(match string) {
+	g.mu.Lock()
+	g.match = match
+	g.mu.Unlock()
+}
+
+func (g *goexitHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (g *goexitHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (g *goexitHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		g.mu.Lock()
+		m := g.match
+		g.mu.Unlock()
+		for _, cmd := range cmds {
+			for _, a := range cmd.Args() {
+				if m != "" && fmt.Sprint(a) == m {
+					runtime.Goexit()
+				}
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A hook that ends the goroutine sending a shared pipeline (runtime.Goexit,
+// which recover does not see) fails the pipeline's calls with an error
+// saying so, and gives its place on the wire back: here a release's pipeline,
+// then a flusher's batch. The session still works, and Close returns. (Found
+// by review: the release's pipeline stayed counted on the wire, and Close
+// waited for it forever.)
+func TestHookGoexitInASharedPipeline(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		g := &goexitHook{}
+		b.client.AddHook(g)
+		s, h, locks, read, freeWire := fullWire(t, b, "goexit")
+		g.set(locks[0].keys.lock)
+		assert.ErrorIs(t, locks[0].Release(ctx), errHookGoexit, "the release, which heads its pipeline")
+		assert.ErrorIs(t, recvWithin(t, read, 5*time.Second, "the read taken along"), errHookGoexit)
+		g.set("")
+		freeWire()
+		assert.Zero(t, s.onWireNow(), "calls counted on the wire")
+
+		wire, wired := holdWire(t, s, h, "goexit-batch")
+		free := freeing(t, wire[:]...)
+		reads := leaderAll(t, s, "goexit-batch-a", "goexit-batch-b")
+		waitQueued(t, s, 2)
+		g.set(newKeys("goexit-batch-a").lock)
+		free()
+		for _, ch := range reads {
+			assert.ErrorIs(t, recvWithin(t, ch, 5*time.Second, "a read of the flusher's batch"), errHookGoexit)
+		}
+		g.set("")
+		for range maxOnWire {
+			require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
+		}
+		l, err := s.TryLock(ctx, "goexit-after")
+		require.NoError(t, err, "a TryLock after the goroutines ended")
+		require.NoError(t, l.Release(ctx))
+		closed := make(chan error, 1)
+		go func() { closed <- s.Close(ctx) }()
+		require.NoError(t, recvWithin(t, closed, 5*time.Second, "Close"))
 		checkNoLeaks(t)
 	})
 }
