@@ -251,18 +251,17 @@
 // overtaken by a later call of the session on the same name. Renewals are
 // already one pipeline per round. What changes for hooks on the client: a
 // shared pipeline (a release and the calls it takes along too) is one
-// ProcessPipelineHook call, on a context without the callers' values, run by
-// a goroutine of the session; a hook's panic there reaches the first caller
-// of the pipeline still waiting (a release heads its own), on its own
-// goroutine, and the others get an error. A release's caller waits for the
-// replies of the calls its pipeline took along (the release runs first, so
-// the name is free and its waiters are woken before that). A server that stops answering holds up the calls queued behind the
-// two on the wire, each until its own deadline (the call timeout): with
-// Redis Cluster, a session's calls for a name on a healthy node can wait
-// behind a node that stopped answering; a Redlock node that stops answering
-// holds up only its own queue, which no operation waits for once a quorum
-// has answered. Acquires with WithReplicaAcks (each followed by its WAIT) do
-// not coalesce.
+// ProcessPipelineHook call, on a context without the callers' values, run by a
+// goroutine of the session; a hook's panic there fails each of its calls with
+// an error naming the panic, which is logged. A release's caller waits for the
+// replies of the calls its pipeline took along (the release runs first, so the
+// name is free and its waiters are woken before that). A server that stops
+// answering holds up the calls queued behind the two on the wire, each until
+// its own deadline (the call timeout): with Redis Cluster, a session's calls
+// for a name on a healthy node can wait behind a node that stopped answering;
+// a Redlock node that stops answering holds up only its own queue, which no
+// operation waits for once a quorum has answered. Acquires with
+// WithReplicaAcks (each followed by its WAIT) do not coalesce.
 //
 // # Fencing tokens
 //
