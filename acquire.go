@@ -363,21 +363,11 @@ func (l *Lock) arm(sent, deadline time.Time, fence int64) error {
 // count, best effort. Its request may still reach Redis later, even after a
 // later attempt with this token took the key, so a blocking acquisition goes
 // on with a new token (Session.acquire); if the delete failed somewhere
-// (leftover), the stale-token cleanup, or abandon, deletes this one. If a
-// hook on the client panics on the delete, which then never reached Redis,
-// the panic goes on to the acquisition's caller and the stale-token cleanup
-// deletes the token until it must have expired.
+// (leftover), the stale-token cleanup, or abandon, deletes this one.
 func (l *Lock) giveBack(ctx context.Context) {
-	returned := false
-	defer func() {
-		if !returned {
-			l.s.markStale(l, true)
-		}
-	}()
 	if l.s.place.release(ctx, l).retry {
 		l.leftover = true
 	}
-	returned = true
 }
 
 // takeover waits out the takeover delay (WithTakeoverDelay) of a fresh

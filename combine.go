@@ -3,8 +3,6 @@ package redisleader
 import (
 	"context"
 	"errors"
-	"fmt"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -66,12 +64,9 @@ import (
 // that took calls along runs first in Redis, but its caller has its reply
 // only with the whole pipeline's (go-redis reads them all): its context can
 // end first (Release then reports an error, and the delete, already done,
-// is retried in the background). A hook on the client that panics (or ends
-// its goroutine) while a shared pipeline is sent fails every call in it
-// with an error naming the panic, which is logged with its stack: no caller
-// panics, since some run on the session's own goroutines (an Observe read,
-// a background delete, Redlock's node calls), where a panic would end the
-// process (runBatch). A release failed so is retried in the background.
+// is retried in the background). A hook on the client that panics while a
+// shared pipeline is sent fails every call in it (hookPanicError), and so
+// does one that ends the goroutine (runtime.Goexit, errHookGoexit).
 //
 // No goroutine is left: a flusher ends when the queue is empty, and Close
 // waits until nothing is on the wire.
@@ -358,7 +353,7 @@ func (c *combiner) sendBatch(batch []*pending, calls []call) []call {
 	}
 	ctx := &boundCtx{Context: context.Background(), deadline: until, states: &c.s.dones}
 	var cmds []*redis.Cmd
-	failed := errHookGoexit // until runBatch returns: a hook may end the goroutine
+	failed := errHookGoexit // until runCalls returns: a hook may end the goroutine
 	defer func() {
 		unbind(ctx)
 		c.mu.Lock()
@@ -376,27 +371,13 @@ func (c *combiner) sendBatch(batch []*pending, calls []call) []call {
 			c.deliverLocked(p, cmds[i])
 		}
 	}()
-	cmds, failed = c.runBatch(ctx, calls)
+	cmds, failed = runCalls(ctx, c.client, calls, replicaAcks{})
 	return calls
 }
 
 // errHookGoexit fails the calls of a pipeline whose goroutine a hook on the
 // client ended (runtime.Goexit) while it was sent.
 var errHookGoexit = errors.New("redisleader: a hook on the client ended the goroutine sending a pipeline (runtime.Goexit)")
-
-// runBatch runs calls as one pipeline; if a hook on the client panics, it
-// logs the panic with its stack and returns an error naming it instead.
-func (c *combiner) runBatch(ctx context.Context, calls []call) (cmds []*redis.Cmd, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("redisleader: a hook on the client panicked: %v", v)
-			c.s.cfg.logger.Error("redisleader: a hook on the client panicked while a shared pipeline was sent; its calls fail with an error",
-				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-		}
-	}()
-	cmds, _ = runCalls(ctx, c.client, calls, replicaAcks{})
-	return cmds, nil
-}
 
 // deliverLocked hands cmd to p's caller, or, if it gave up while p was on
 // the wire, frees p's key for the session's later calls.

@@ -371,8 +371,8 @@ func TestCloseWaitsForAGivenUpBatchedAcquire(t *testing.T) {
 	})
 }
 
-// A panic in a hook on the user's client, recovered by the caller (as
-// net/http recovers a handler's), frees the call's slot on the wire: the
+// A panic in a hook on the user's client, on a call sent alone, fails the
+// call with an error naming it and frees the call's slot on the wire: the
 // session stays usable and Close finishes.
 func TestRecoveredHookPanicFreesTheSlot(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
@@ -385,12 +385,11 @@ func TestRecoveredHookPanicFreesTheSlot(t *testing.T) {
 			h.mu.Lock()
 			h.panicOn[key] = true
 			h.mu.Unlock()
-			func() {
-				defer func() { assert.NotNil(t, recover(), "the hook panicked") }()
-				_, _ = s.TryLock(context.Background(), fmt.Sprintf("review-boom-%d", i))
-			}()
+			_, err := s.TryLock(context.Background(), fmt.Sprintf("review-boom-%d", i))
+			assert.ErrorContains(t, err, "a hook on the client panicked")
 		}
-		assert.Zero(t, s.onWireNow(), "slots still counted after the calls returned (by panicking)")
+		assert.Zero(t, s.onWireNow(), "slots still counted after the calls returned")
+		h.panicking() // the tokens' deletes (their outcome was unknown) go through now
 
 		l, err := s.TryLock(context.Background(), "review-after-boom")
 		if assert.NoError(t, err, "a TryLock after two recovered panics") {
@@ -694,8 +693,8 @@ func TestReleaseRetriedAfterAHookPanic(t *testing.T) {
 	})
 }
 
-// A hook's panic on a release sent alone reaches Release's caller, on its
-// own goroutine, and the delete, which never reached Redis, is retried in the
+// A hook's panic on a release sent alone fails Release with an error naming
+// it, and the delete, which never reached Redis, is retried in the
 // background: the heartbeat frees the name.
 func TestReleaseRetriedAfterAHookPanicAlone(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
@@ -705,10 +704,7 @@ func TestReleaseRetriedAfterAHookPanicAlone(t *testing.T) {
 		l, err := s.TryLock(context.Background(), "alone-boom")
 		require.NoError(t, err)
 		h.panicking(l.keys.lock)
-		func() {
-			defer func() { assert.NotNil(t, recover(), "the hook's panic reached Release's caller") }()
-			_ = l.Release(context.Background())
-		}()
+		assert.ErrorContains(t, l.Release(context.Background()), "a hook on the client panicked")
 		h.panicking()
 		waitFreed(t, b.get, l.keys.lock, "the released name is still taken")
 		require.NoError(t, s.Close(context.Background()))
@@ -717,11 +713,10 @@ func TestReleaseRetriedAfterAHookPanicAlone(t *testing.T) {
 }
 
 // WithReplicaAcks: a hook's panic on the give-back of an attempt the
-// replicas did not acknowledge (sent alone, on the caller's goroutine)
-// reaches TryLock's caller; the token the attempt left on the primary is
-// deleted by the stale-token cleanup, not left holding the name for a TTL.
-// (Found by review: unlike Lock.del, giveBack marked nothing, and the panic
-// unwound the acquisition past abandon.)
+// replicas did not acknowledge (sent alone, on the caller's goroutine) fails
+// the give-back, and the token the attempt left on the primary is deleted,
+// not left holding the name for a TTL. (Found by review: the panic unwound
+// the acquisition past its clean-up.)
 func TestGiveBackRetriedAfterAHookPanic(t *testing.T) {
 	primary, _, link := replicated(t)
 	c := primary.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
@@ -730,10 +725,8 @@ func TestGiveBackRetriedAfterAHookPanic(t *testing.T) {
 	s := newSession(t, c, WithTTL(30*time.Second), WithRenewInterval(300*time.Millisecond), WithCallTimeout(2*time.Second),
 		WithRetryInterval(20*time.Millisecond), WithReplicaAcks(1, 200*time.Millisecond))
 	link.Blackhole(faultproxy.Both) // the attempt is not acknowledged
-	func() {
-		defer func() { assert.NotNil(t, recover(), "the hook's panic reached TryLock's caller") }()
-		_, _ = s.TryLock(context.Background(), "gb-boom")
-	}()
+	_, err := s.TryLock(context.Background(), "gb-boom")
+	assert.Error(t, err, "TryLock of an unacknowledged attempt")
 	link.Heal()
 	h.panicking()
 	waitFreed(t, func(k string) string { return c.Get(context.Background(), k).Val() }, newKeys("gb-boom").lock,
@@ -742,34 +735,62 @@ func TestGiveBackRetriedAfterAHookPanic(t *testing.T) {
 	checkNoLeaks(t)
 }
 
-// goexitHook ends the goroutine that sends a pipeline carrying match (a
-// hook calling runtime.Goexit, as t.FailNow does).
-type goexitHook struct {
-	mu    sync.Mutex
-	match string
+// faultHook, once set, panics, or with goexit ends its goroutine
+// (runtime.Goexit, as t.FailNow does), on every script call or pipeline
+// carrying match (anyScript: every script call), before it is sent or, with
+// after, once it has run.
+type faultHook struct {
+	mu            sync.Mutex
+	match         string
+	goexit, after bool
 }
 
-func (g *goexitHook) set(match string) {
-	g.mu.Lock()
-	g.match = match
-	g.mu.Unlock()
+const anyScript = "*"
+
+func (f *faultHook) set(match string, goexit, after bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.match, f.goexit, f.after = match, goexit, after
 }
 
-func (g *goexitHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (g *goexitHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (g *goexitHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		g.mu.Lock()
-		m := g.match
-		g.mu.Unlock()
+// fire faults if a command of cmds carries the match and when (after or
+// before sending) is when the hook faults.
+func (f *faultHook) fire(after bool, cmds ...redis.Cmder) {
+	f.mu.Lock()
+	match, goexit, hit := f.match, f.goexit, false
+	if f.after == after && match != "" {
 		for _, cmd := range cmds {
 			for _, a := range cmd.Args() {
-				if m != "" && fmt.Sprint(a) == m {
-					runtime.Goexit()
-				}
+				hit = hit || (match == anyScript && isScript(cmd)) || fmt.Sprint(a) == match
 			}
 		}
-		return next(ctx, cmds)
+	}
+	f.mu.Unlock()
+	switch {
+	case hit && goexit:
+		runtime.Goexit()
+	case hit:
+		panic("user hook panics (test)")
+	}
+}
+
+func (f *faultHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		f.fire(false, cmd)
+		err := next(ctx, cmd)
+		f.fire(true, cmd)
+		return err
+	}
+}
+
+func (f *faultHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		f.fire(false, cmds...)
+		err := next(ctx, cmds)
+		f.fire(true, cmds...)
+		return err
 	}
 }
 
@@ -782,13 +803,13 @@ func (g *goexitHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 func TestHookGoexitInASharedPipeline(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
-		g := &goexitHook{}
+		g := &faultHook{}
 		b.client.AddHook(g)
 		s, h, locks, read, freeWire := fullWire(t, b, "goexit")
-		g.set(locks[0].keys.lock)
+		g.set(locks[0].keys.lock, true, false)
 		assert.ErrorIs(t, locks[0].Release(ctx), errHookGoexit, "the release, which heads its pipeline")
 		assert.ErrorIs(t, recvWithin(t, read, 5*time.Second, "the read taken along"), errHookGoexit)
-		g.set("")
+		g.set("", false, false)
 		freeWire()
 		assert.Zero(t, s.onWireNow(), "calls counted on the wire")
 
@@ -796,12 +817,12 @@ func TestHookGoexitInASharedPipeline(t *testing.T) {
 		free := freeing(t, wire[:]...)
 		reads := leaderAll(t, s, "goexit-batch-a", "goexit-batch-b")
 		waitQueued(t, s, 2)
-		g.set(newKeys("goexit-batch-a").lock)
+		g.set(newKeys("goexit-batch-a").lock, true, false)
 		free()
 		for _, ch := range reads {
 			assert.ErrorIs(t, recvWithin(t, ch, 5*time.Second, "a read of the flusher's batch"), errHookGoexit)
 		}
-		g.set("")
+		g.set("", false, false)
 		for range maxOnWire {
 			require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
 		}
@@ -813,4 +834,73 @@ func TestHookGoexitInASharedPipeline(t *testing.T) {
 		require.NoError(t, recvWithin(t, closed, 5*time.Second, "Close"))
 		checkNoLeaks(t)
 	})
+}
+
+// A hook that panics after a lone acquire ran in Redis (a tracing hook
+// failing on the reply, say) fails the attempt with an error naming the
+// panic: its outcome is unknown to the caller, and the token it left is
+// deleted, not left holding the name for a TTL. (Found by review: the
+// panic unwound TryLock past its clean-up.)
+func TestHookPanicAfterALoneAcquireRan(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		key := newKeys("after-boom").lock
+		f := &faultHook{}
+		f.set(key, false, true)
+		b.client.AddHook(f)
+		s := newSession(t, b.client, WithTTL(30*time.Second), WithRenewInterval(300*time.Millisecond))
+		_, err := s.TryLock(context.Background(), "after-boom")
+		assert.ErrorContains(t, err, "a hook on the client panicked")
+		f.set("", false, false)
+		waitFreed(t, b.get, key, "the token of the attempt whose hook panicked still holds the name (TTL 30s)")
+		require.NoError(t, s.Close(context.Background()))
+		checkNoLeaks(t)
+	})
+}
+
+// A hook that panics on one Redlock node's calls, sent on goroutines of the
+// session, fails that node's answers; the quorum of the other two takes the
+// lock. (Found by review: the panic ended the process.)
+func TestRedlockNodeHookPanic(t *testing.T) {
+	s, _ := faultyRedlock(t, 1, false)
+	l, err := s.TryLock(context.Background(), "node-boom")
+	require.NoError(t, err, "a quorum of two")
+	require.NoError(t, l.Release(context.Background()))
+	require.NoError(t, s.Close(context.Background()))
+	checkNoLeaks(t)
+}
+
+// A hook that ends the goroutines of a Redlock acquire's node calls
+// (runtime.Goexit) leaves the acquire without answers: TryLock ends with its
+// context, and Close returns. (Found by review: TryLock waited for the
+// answers forever.)
+func TestRedlockNodeHookGoexit(t *testing.T) {
+	s, f := faultyRedlock(t, 3, true)
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		_, err := s.TryLock(ctx, "node-goexit")
+		done <- err
+	}()
+	assert.Error(t, recvWithin(t, done, 5*time.Second, "TryLock, its node calls ended by a hook's Goexit"))
+	f.set("", false, false)
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close(context.Background()) }()
+	require.NoError(t, recvWithin(t, closed, 5*time.Second, "Close"))
+	checkNoLeaks(t)
+}
+
+// faultyRedlock returns a Redlock session on three nodes whose first faulty
+// clients have a faultHook, set to fault (with goexit, by runtime.Goexit) on
+// every script call.
+func faultyRedlock(t *testing.T, faulty int, goexit bool) (*Session, *faultHook) {
+	_, cs := redlockNodes(t, 3)
+	f := &faultHook{}
+	f.set(anyScript, goexit, false)
+	for _, c := range cs[:faulty] {
+		c.(*redis.Client).AddHook(f)
+	}
+	s, err := NewRedlockSession(cs, fastOpts()...)
+	require.NoError(t, err)
+	return s, f
 }

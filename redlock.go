@@ -116,7 +116,14 @@ func onNodesUntil[T any](q *quorum, ctx context.Context, cancel context.CancelFu
 	for i, c := range q.nodes {
 		go func() {
 			defer wg.Done()
+			answered := false
+			defer func() {
+				if !answered { // a hook on the client ended the goroutine (runtime.Goexit)
+					r.unanswered()
+				}
+			}()
 			answer := call(ctx, i, c)
+			answered = true
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			if r.finished {
@@ -153,6 +160,18 @@ type nodesRound struct {
 	done     chan struct{} // closed when onNodesUntil may stop waiting
 	finished bool          // done is closed: record no more
 	grace    *time.Timer   // started once the outcome is known
+}
+
+// unanswered counts a node whose call ended without an answer as done, like
+// one left behind.
+func (r *nodesRound) unanswered() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.finished {
+		if r.left--; r.left == 0 {
+			r.finishLocked()
+		}
+	}
 }
 
 // endGrace ends the grace period: it cancels the calls still waiting and,

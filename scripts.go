@@ -522,9 +522,14 @@ func newScript(sha, src string) *script {
 
 // run executes the script once. argv is {_, _, numkeys, keys..., args...};
 // run fills the first two slots.
-func (s *script) run(ctx context.Context, c processor, argv []any) *redis.Cmd {
+func (s *script) run(ctx context.Context, c processor, argv []any) (cmd *redis.Cmd) {
 	argv[0], argv[1] = "evalsha", s.sha
-	cmd := redis.NewCmd(ctx, argv...)
+	cmd = redis.NewCmd(ctx, argv...)
+	defer func() {
+		if v := recover(); v != nil {
+			cmd.SetErr(&hookPanicError{v})
+		}
+	}()
 	_ = c.Process(ctx, cmd)
 	// HasErrorPrefix allocates even for a nil error: test for nil first.
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
@@ -610,7 +615,10 @@ func runCalls(ctx context.Context, c Client, calls []call, acks replicaAcks) ([]
 	failUnsent(cmds, execPipeline(ctx, pipe))
 	// Scan every reply: Exec reports only the first error, and on Cluster
 	// one node may have lost the script while another timed out.
-	var retry redis.Pipeliner
+	var (
+		retry   redis.Pipeliner
+		retried []*redis.Cmd
+	)
 	for i, cl := range calls {
 		if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			if retry == nil {
@@ -619,12 +627,13 @@ func runCalls(ctx context.Context, c Client, calls []call, acks replicaAcks) ([]
 			cl.argv[0], cl.argv[1] = "eval", cl.s.src
 			cmds[i] = redis.NewCmd(ctx, cl.argv...)
 			_ = retry.Process(ctx, cmds[i])
+			retried = append(retried, cmds[i])
 		}
 	}
 	var wait2 *redis.IntCmd
 	if retry != nil {
 		wait2 = acks.queue(ctx, retry)
-		failUnsent(cmds, execPipeline(ctx, retry))
+		failUnsent(retried, execPipeline(ctx, retry))
 	}
 	for i, cl := range calls {
 		denied(cmds[i], cl.argv)
@@ -634,21 +643,40 @@ func runCalls(ctx context.Context, c Client, calls []call, acks replicaAcks) ([]
 
 // execPipeline runs a pipeline and returns its error: that of its first failed
 // command, or one that kept every command from running (a hook on the
-// client that refused the pipeline, say).
-func execPipeline(ctx context.Context, pipe redis.Pipeliner) error {
-	_, err := pipe.Exec(ctx)
+// client that refused the pipeline, say), or a *hookPanicError.
+func execPipeline(ctx context.Context, pipe redis.Pipeliner) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &hookPanicError{v}
+		}
+	}()
+	_, err = pipe.Exec(ctx)
 	return err
 }
 
-// failUnsent gives err to every command that got neither a reply nor an
-// error: one that a pipeline which failed as a whole never ran.
+// failUnsent gives err, the error of the pipeline that ran cmds, to every
+// command that got neither a reply nor an error: one that a pipeline which
+// failed as a whole never ran; and a hook's panic to every command.
 func failUnsent(cmds []*redis.Cmd, err error) {
 	if err == nil {
 		return
 	}
+	_, panicked := err.(*hookPanicError)
 	for _, cmd := range cmds {
-		if cmd.Err() == nil && cmd.Val() == nil {
+		if panicked || (cmd.Err() == nil && cmd.Val() == nil) {
 			cmd.SetErr(err)
 		}
 	}
+}
+
+// hookPanicError is the error of each command that a hook on the user's
+// client panicked while running, before or after the command reached Redis.
+// The panic goes no further: the library sends commands on its own
+// goroutines too (Observe's reads, renewals, background deletes, Redlock's
+// node calls), where it would end the process. For an acquire, the outcome
+// is then unknown, and its token is deleted as after any lost reply.
+type hookPanicError struct{ v any }
+
+func (e *hookPanicError) Error() string {
+	return fmt.Sprintf("redisleader: a hook on the client panicked: %v", e.v)
 }
