@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader/internal/faultproxy"
+	"github.com/redisleader/redisleader/internal/redisserver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -743,6 +744,7 @@ type faultHook struct {
 	mu            sync.Mutex
 	match         string
 	goexit, after bool
+	fired         chan struct{} // closed at the first fault after set
 }
 
 const anyScript = "*"
@@ -750,7 +752,7 @@ const anyScript = "*"
 func (f *faultHook) set(match string, goexit, after bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.match, f.goexit, f.after = match, goexit, after
+	f.match, f.goexit, f.after, f.fired = match, goexit, after, make(chan struct{})
 }
 
 // fire faults if a command of cmds carries the match and when (after or
@@ -763,6 +765,13 @@ func (f *faultHook) fire(after bool, cmds ...redis.Cmder) {
 			for _, a := range cmd.Args() {
 				hit = hit || (match == anyScript && isScript(cmd)) || fmt.Sprint(a) == match
 			}
+		}
+	}
+	if hit {
+		select {
+		case <-f.fired:
+		default:
+			close(f.fired)
 		}
 	}
 	f.mu.Unlock()
@@ -903,4 +912,34 @@ func faultyRedlock(t *testing.T, faulty int, goexit bool) (*Session, *faultHook)
 	s, err := NewRedlockSession(cs, fastOpts()...)
 	require.NoError(t, err)
 	return s, f
+}
+
+// A hook that ends the heartbeat's goroutine in a renewal round
+// (runtime.Goexit) does not leave the session without renewals: a lock
+// held then is renewed again once the hook stops. (Found by review: the
+// heartbeat never came back, and every lock of the session expired on a
+// healthy Redis.)
+func TestHeartbeatSurvivesAHookGoexit(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	f := &faultHook{}
+	c.AddHook(f)
+	s := newSession(t, c, fastOpts()...)
+	ctx := context.Background()
+	f.set(fmt.Sprint(renewScript.sha), true, false)
+	fired := f.fired
+	l, err := s.TryLock(ctx, "hb-goexit")
+	require.NoError(t, err)
+	waitClosed(t, fired, 5*time.Second, "the hook ended the heartbeat in a renewal")
+	f.set("", false, false)
+	before := l.Deadline()
+	start := time.Now()
+	for !l.Deadline().After(before) {
+		require.NoError(t, l.Err(), "the lock ended on a healthy Redis")
+		require.Less(t, time.Since(start), 5*time.Second, "no renewal after the hook stopped (TTL 600ms)")
+		runtimeYield()
+	}
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, s.Close(ctx))
+	checkNoLeaks(t)
 }

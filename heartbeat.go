@@ -14,7 +14,20 @@ import (
 // jittered retry delay) when a round failed. It never decides that a lock is
 // lost by itself except on a "not owner" reply: deadlines are timer-driven.
 func (s *Session) heartbeat(ctx context.Context) {
-	defer close(s.hbDone)
+	returned := false
+	defer func() {
+		if !returned && ctx.Err() == nil {
+			// A hook on the client ended this goroutine (runtime.Goexit) in
+			// a round: the session must not go on without renewals.
+			go s.heartbeat(ctx)
+			select {
+			case s.kick <- struct{}{}: // arm a round at once
+			default:
+			}
+			return
+		}
+		close(s.hbDone)
+	}()
 	t := time.NewTimer(0)
 	if !t.Stop() {
 		<-t.C
@@ -29,6 +42,7 @@ func (s *Session) heartbeat(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			returned = true
 			return
 		case <-s.kick:
 			if !armed {
