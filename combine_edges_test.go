@@ -745,6 +745,7 @@ type faultHook struct {
 	match         string
 	goexit, after bool
 	fired         chan struct{} // closed at the first fault after set
+	said          string        // the arguments the first panic after set quoted
 }
 
 const anyScript = "*"
@@ -752,7 +753,7 @@ const anyScript = "*"
 func (f *faultHook) set(match string, goexit, after bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.match, f.goexit, f.after, f.fired = match, goexit, after, make(chan struct{})
+	f.match, f.goexit, f.after, f.fired, f.said = match, goexit, after, make(chan struct{}), ""
 }
 
 // fire faults if a command of cmds carries the match and when (after or
@@ -760,12 +761,18 @@ func (f *faultHook) set(match string, goexit, after bool) {
 func (f *faultHook) fire(after bool, cmds ...redis.Cmder) {
 	f.mu.Lock()
 	match, goexit, hit := f.match, f.goexit, false
+	var args []any
 	if f.after == after && match != "" {
 		for _, cmd := range cmds {
+			args = append(args, cmd.Args()...)
 			for _, a := range cmd.Args() {
 				hit = hit || (match == anyScript && isScript(cmd)) || fmt.Sprint(a) == match
 			}
 		}
+	}
+	said := fmt.Sprint(args)
+	if hit && !goexit && f.said == "" {
+		f.said = said
 	}
 	if hit {
 		select {
@@ -779,7 +786,7 @@ func (f *faultHook) fire(after bool, cmds ...redis.Cmder) {
 	case hit && goexit:
 		runtime.Goexit()
 	case hit:
-		panic("user hook panics (test)")
+		panic("user hook panics (test) on " + said) // as a logging hook might, quoting tokens
 	}
 }
 
@@ -859,6 +866,11 @@ func TestHookPanicAfterALoneAcquireRan(t *testing.T) {
 		s := newSession(t, b.client, WithTTL(30*time.Second), WithRenewInterval(300*time.Millisecond))
 		_, err := s.TryLock(context.Background(), "after-boom")
 		assert.ErrorContains(t, err, "a hook on the client panicked")
+		f.mu.Lock()
+		said := f.said
+		f.mu.Unlock()
+		require.NotEmpty(t, said)
+		assert.NotContains(t, err.Error(), said, "the error quotes what the panic said: the acquire's arguments, its token among them")
 		f.set("", false, false)
 		waitFreed(t, b.get, key, "the token of the attempt whose hook panicked still holds the name (TTL 30s)")
 		require.NoError(t, s.Close(context.Background()))

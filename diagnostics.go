@@ -47,10 +47,9 @@ func (s *Session) checkNode(ctx context.Context, c Client) []error {
 	aof := pipe.ConfigGet(ctx, "appendonly")
 	save := pipe.ConfigGet(ctx, "save")
 	repl := pipe.Info(ctx, "replication")
-	if err := execPipeline(ctx, pipe); err != nil { // errors are per command, but for a hook's panic
-		if _, panicked := err.(*hookPanicError); panicked {
-			return []error{err}
-		}
+	// Errors are per command, but for a hook's panic.
+	if err, panicked := execPipeline(ctx, pipe).(*hookPanicError); panicked {
+		return []error{err}
 	}
 	var unchecked []error
 	if err := cmp.Or(policy.Err(), aof.Err(), save.Err()); err != nil {

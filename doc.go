@@ -254,19 +254,20 @@
 // ProcessPipelineHook call, on a context without the callers' values, run by a
 // goroutine of the session. Shared or not, a hook that panics while this
 // package sends a command fails the command, and every other command of its
-// pipeline, with an error naming the panic: the package sends commands on
-// goroutines of its own too, where a panic would end the process. (Not on the
-// pub/sub connection that wakes waiters: go-redis leaves it locked after a
-// hook's panic or runtime.Goexit in its dial or handshake, so such a hook still
-// ends the process there, or hangs Close.) A release's caller waits for the
-// replies of the calls its pipeline took along (the release runs first, so the
-// name is free and its waiters are woken before that). A server that stops
-// answering holds up the calls queued behind the two on the wire, each until
-// its own deadline (the call timeout): with Redis Cluster, a session's calls
-// for a name on a healthy node can wait behind a node that stopped answering; a
-// Redlock node that stops answering holds up only its own queue, which no
-// operation waits for once a quorum has answered. Acquires with WithReplicaAcks
-// (each followed by its WAIT) do not coalesce.
+// pipeline, with an error that says so (not the panic value, which can quote
+// tokens): the package sends commands on goroutines of its own too, where a
+// panic would end the process. (Not on the pub/sub connection that wakes
+// waiters: go-redis leaves it locked after a hook's panic or runtime.Goexit in
+// its dial or handshake, so such a hook still ends the process there, or hangs
+// Close.) A release's caller waits for the replies of the calls its pipeline
+// took along (the release runs first, so the name is free and its waiters are
+// woken before that). A server that stops answering holds up the calls queued
+// behind the two on the wire, each until its own deadline (the call timeout):
+// with Redis Cluster, a session's calls for a name on a healthy node can wait
+// behind a node that stopped answering; a Redlock node that stops answering
+// holds up only its own queue, which no operation waits for once a quorum has
+// answered. Acquires with WithReplicaAcks (each followed by its WAIT) do not
+// coalesce.
 //
 // # Fencing tokens
 //

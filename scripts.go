@@ -677,6 +677,14 @@ func failUnsent(cmds []*redis.Cmd, err error) {
 // is then unknown, and its token is deleted as after any lost reply.
 type hookPanicError struct{ v any }
 
+// Error names the panic value's type, not the value, which can quote a
+// command or its reply (tokens, the holder's among them).
 func (e *hookPanicError) Error() string {
-	return fmt.Sprintf("redisleader: a hook on the client panicked: %v", e.v)
+	return fmt.Sprintf("redisleader: a hook on the client panicked (with a %T value, not shown: it can quote tokens)", e.v)
+}
+
+// Unwrap returns the panic value if it is an error, for errors.Is and As.
+func (e *hookPanicError) Unwrap() error {
+	err, _ := e.v.(error)
+	return err
 }
