@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -211,8 +212,9 @@ func chaosRun(t *testing.T, h *harness, seed uint64, rng *rand.Rand, cs []*candi
 	ctx, cancel := context.WithTimeout(context.Background(), *chaosDuration)
 	defer cancel()
 	var wg sync.WaitGroup
+	crash := newCrashes(0.02, math.MaxInt64)
 	for _, c := range cs {
-		wgGo(&wg, func() { c.contend(ctx, 20*time.Millisecond, 150*time.Millisecond, 0.02) })
+		wgGo(&wg, func() { c.contend(ctx, 20*time.Millisecond, 150*time.Millisecond, crash) })
 	}
 	heal := func(d time.Duration) bool {
 		select {

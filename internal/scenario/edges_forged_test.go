@@ -83,7 +83,7 @@ func s28Forged(t *testing.T) {
 			}
 		}
 	}()
-	contendAll(3*time.Second, 50*time.Millisecond, 150*time.Millisecond, 0, cs...)
+	contendAll(3*time.Second, 50*time.Millisecond, 150*time.Millisecond, nil, cs...)
 	stopForging()
 	<-forging
 	h.fault("forged-publish", false)

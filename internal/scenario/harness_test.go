@@ -456,7 +456,7 @@ func (h *harness) lead(cs ...*candidate) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, c := range cs {
-		wgGo(&wg, func() { c.contend(ctx, time.Hour, time.Hour+1, 0) })
+		wgGo(&wg, func() { c.contend(ctx, time.Hour, time.Hour+1, nil) })
 	}
 	return func() { cancel(); wg.Wait() }
 }
@@ -478,10 +478,33 @@ func (c *candidate) abandon() {
 	c.newSession()
 }
 
+// crashes decides which leaderships end as a crash would: each with
+// probability p, at most left of them in the run. A nil *crashes crashes
+// none.
+type crashes struct {
+	p    float64
+	left atomic.Int64
+}
+
+func newCrashes(p float64, most int64) *crashes {
+	c := &crashes{p: p}
+	c.left.Store(most)
+	return c
+}
+
+// next reports whether the leadership that just ended crashes; it is safe
+// for concurrent use.
+func (c *crashes) next() bool {
+	if c == nil || rand.Float64() >= c.p {
+		return false
+	}
+	return c.left.Add(-1) >= 0
+}
+
 // contend campaigns in a loop until ctx ends: lead for a random hold in
-// [holdMin, holdMax), writing to the resource, then resign (or, with
-// probability abandonP, abandon).
-func (c *candidate) contend(ctx context.Context, holdMin, holdMax time.Duration, abandonP float64) {
+// [holdMin, holdMax), writing to the resource, then resign (or, when crash
+// says so, abandon).
+func (c *candidate) contend(ctx context.Context, holdMin, holdMax time.Duration, crash *crashes) {
 	for ctx.Err() == nil {
 		l, err := c.campaign(ctx)
 		if err != nil {
@@ -491,7 +514,7 @@ func (c *candidate) contend(ctx context.Context, holdMin, holdMax time.Duration,
 			continue // the session was abandoned meanwhile, or a permanent error
 		}
 		c.work(ctx, l, holdMin+rand.N(holdMax-holdMin))
-		if rand.Float64() < abandonP && ctx.Err() == nil {
+		if ctx.Err() == nil && crash.next() {
 			c.abandon()
 			continue
 		}

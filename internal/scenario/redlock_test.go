@@ -66,7 +66,7 @@ func s21NodeDown(t *testing.T) {
 	cs := contenders(h, srvs, 3)
 	phase := func(d time.Duration) int {
 		start := history.Now()
-		contendAll(d, 50*time.Millisecond, 200*time.Millisecond, 0, cs...)
+		contendAll(d, 50*time.Millisecond, 200*time.Millisecond, nil, cs...)
 		return acquisitions(h, start)
 	}
 	healthy := phase(2 * time.Second)
@@ -108,7 +108,7 @@ func s21NodeHangs(t *testing.T) {
 		c.proxies[1].Blackhole(faultproxy.Both)
 	}
 	const d = 3 * time.Second
-	contendAll(d, 50*time.Millisecond, 200*time.Millisecond, 0, cs...)
+	contendAll(d, 50*time.Millisecond, 200*time.Millisecond, nil, cs...)
 	h.fault("node-1-hangs", false)
 	rep := history.Check(h.rec.Events())
 	h.note("handovers_per_s", "%.1f", float64(rep.Intervals)/d.Seconds())
