@@ -955,3 +955,57 @@ func TestHeartbeatSurvivesAHookGoexit(t *testing.T) {
 	require.NoError(t, s.Close(ctx))
 	checkNoLeaks(t)
 }
+
+// A hook that ends the heartbeat's goroutine (runtime.Goexit) in the
+// once-per-session server check (CONFIG GET, INFO) does not make the new
+// heartbeat check again before any renewal: the check is cut short once,
+// and the lock is renewed on a healthy Redis. (A heartbeat that forgot it
+// had checked restarted in a tight loop and never renewed.)
+func TestHeartbeatGoexitInTheServerCheck(t *testing.T) {
+	_, c := newMini(t)
+	count := &countingHook{match: "maxmemory-policy"}
+	f := &faultHook{}
+	f.set("maxmemory-policy", true, false)
+	c.AddHook(count) // outermost: sees every check
+	c.AddHook(f)
+	s := newSession(t, c, fastOpts()...) // TTL 600ms, renewals every 100ms
+	ctx := context.Background()
+	l, err := s.TryLock(ctx, "hb-check-goexit")
+	require.NoError(t, err)
+	waitClosed(t, f.fired, 5*time.Second, "the server check")
+	before := l.Deadline()
+	start := time.Now()
+	for !l.Deadline().After(before) {
+		require.NoError(t, l.Err(), "the lock ended on a healthy Redis (server checks run: %d)", count.n.Load())
+		require.Less(t, time.Since(start), 5*time.Second, "no renewal after the check was cut short (TTL 600ms)")
+		runtimeYield()
+	}
+	assert.Equal(t, int64(1), count.n.Load(), "server checks run")
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, s.Close(ctx))
+	checkNoLeaks(t)
+}
+
+// A hook that ends the heartbeat's goroutine (runtime.Goexit) after each
+// renewal has run in Redis makes every round fail: the new heartbeat
+// retries after the retry delay, as after any failed round, not at once
+// (it armed at the earliest lease's last renewal plus the interval, long
+// past, and sent renewals back to back until the lock's deadline).
+func TestHeartbeatGoexitRetriesAfterTheRetryDelay(t *testing.T) {
+	_, c := newMini(t)
+	count := &countingHook{match: fmt.Sprint(renewScript.sha)}
+	f := &faultHook{}
+	c.AddHook(count) // outermost: counts what is sent
+	c.AddHook(f)
+	s := newSession(t, c, fastOpts()...) // TTL 600ms, renew every 100ms, retry 20ms + jitter
+	ctx := context.Background()
+	l, err := s.TryLock(ctx, "hb-goexit-flood")
+	require.NoError(t, err)
+	f.set(fmt.Sprint(renewScript.sha), true, true) // after the renewal ran
+	waitClosed(t, l.Done(), 5*time.Second, "the lock's end (its renewals' replies never reach the heartbeat)")
+	f.set("", false, false)
+	// At most a TTL of retries every 20ms or more: 30, and a margin.
+	assert.Less(t, count.n.Load(), int64(60), "renewals sent while the hook ended the heartbeat after each")
+	require.NoError(t, s.Close(ctx))
+	checkNoLeaks(t)
+}

@@ -13,17 +13,16 @@ import (
 // a round's duration does not shift (see below), and sooner (after a
 // jittered retry delay) when a round failed. It never decides that a lock is
 // lost by itself except on a "not owner" reply: deadlines are timer-driven.
-func (s *Session) heartbeat(ctx context.Context) {
+//
+// A hook on the client that ends the goroutine (runtime.Goexit) in a round
+// or in the server check gets a new heartbeat, which takes what was cut short
+// for a failed round: it retries after the retry delay, and checks the server
+// once per session all the same.
+func (s *Session) heartbeat(ctx context.Context, checked *bool, retry bool) {
 	returned := false
 	defer func() {
 		if !returned && ctx.Err() == nil {
-			// A hook on the client ended this goroutine (runtime.Goexit) in
-			// a round: the session must not go on without renewals.
-			go s.heartbeat(ctx)
-			select {
-			case s.kick <- struct{}{}: // arm a round at once
-			default:
-			}
+			go s.heartbeat(ctx, checked, true)
 			return
 		}
 		close(s.hbDone)
@@ -33,11 +32,14 @@ func (s *Session) heartbeat(ctx context.Context) {
 		<-t.C
 	}
 	defer t.Stop()
-	armed, checked := false, false
+	armed := false
 	var due time.Time // when the armed round is due
 	arm := func(at time.Time) {
 		due, armed = at, true
 		t.Reset(time.Until(at))
+	}
+	if retry {
+		arm(time.Now().Add(min(s.cfg.renewInterval, s.retryDelay())))
 	}
 	for {
 		select {
@@ -48,8 +50,8 @@ func (s *Session) heartbeat(ctx context.Context) {
 			if !armed {
 				arm(s.leasesFrom().Add(s.cfg.renewInterval))
 			}
-			if !checked { // the first time the session holds something
-				checked = true
+			if !*checked { // the first time the session holds something
+				*checked = true
 				s.checkServer(ctx)
 			}
 			continue

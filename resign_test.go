@@ -2,6 +2,8 @@ package redisleader
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,13 +20,14 @@ import (
 type countingHook struct {
 	n           atomic.Int64
 	scriptsOnly bool
+	match       string // if set, only commands with an argument equal to it count
 }
 
 func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *countingHook) count(cmds ...redis.Cmder) {
 	for _, cmd := range cmds {
-		if !h.scriptsOnly || isScript(cmd) {
+		if (!h.scriptsOnly || isScript(cmd)) && (h.match == "" || slices.ContainsFunc(cmd.Args(), func(a any) bool { return fmt.Sprint(a) == h.match })) {
 			h.n.Add(1)
 		}
 	}

@@ -130,7 +130,7 @@ func startSession(client Client, cfg config, newPlace func(*Session) place) *Ses
 	s.place = newPlace(s)
 	s.watch = &watcher{s: s, chans: make(map[string]*channelSubs)}
 	s.place.each(func(c Client) { warnRiskyClient(c, cfg) })
-	go s.heartbeat(ctx)
+	go s.heartbeat(ctx, new(bool), false)
 	return s
 }
 
