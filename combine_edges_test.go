@@ -1009,3 +1009,28 @@ func TestHeartbeatGoexitRetriesAfterTheRetryDelay(t *testing.T) {
 	require.NoError(t, s.Close(ctx))
 	checkNoLeaks(t)
 }
+
+// A Redlock read whose goroutine a hook ends (runtime.Goexit) on two of
+// three nodes is a failure there, not "nobody holds the key": Leader
+// reports that no quorum answered, never ErrNoLeader while the leader holds
+// every node.
+func TestRedlockLeaderWithGoexitNodes(t *testing.T) {
+	s, f := faultyRedlock(t, 2, true)
+	f.set("", false, false)
+	ctx := context.Background()
+	l, err := s.TryLock(ctx, "rl-leader-goexit")
+	require.NoError(t, err)
+	e, err := s.Election("rl-leader-goexit")
+	require.NoError(t, err)
+	f.set(fmt.Sprint(inspectScript.sha), true, false)
+	_, err = e.Leader(ctx)
+	f.set("", false, false)
+	require.Error(t, err, "two of three nodes did not answer")
+	assert.NotErrorIs(t, err, ErrNoLeader)
+	ldr, err := e.Leader(ctx)
+	require.NoError(t, err, "once the hook is healthy")
+	assert.Equal(t, l.Fence(), ldr.Fence)
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, s.Close(ctx))
+	checkNoLeaks(t)
+}

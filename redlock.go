@@ -556,9 +556,13 @@ type nodeHolder struct {
 
 // readHolders reads k's lock key on every node and waits for every answer
 // (up to the call timeout), not just a quorum's: until the holder's first
-// renewal only the node that issued its fence may hold it.
+// renewal only the node that issued its fence may hold it. A node that never
+// answers (its goroutine ended by a hook) counts as failed, never as free.
 func (q *quorum) readHolders(ctx context.Context, k keys) []nodeHolder {
 	replies := make([]nodeHolder, len(q.nodes))
+	for i := range replies {
+		replies[i].err = errNoAnswer
+	}
 	callCtx, cancel := q.bound(ctx, time.Time{})
 	defer cancel()
 	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, i int, _ Client) (r nodeHolder) {
