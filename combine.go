@@ -377,7 +377,7 @@ func (c *combiner) sendBatch(batch []*pending, calls []call) []call {
 
 // errHookGoexit fails the calls of a pipeline whose goroutine a hook on the
 // client ended (runtime.Goexit) while it was sent.
-var errHookGoexit = errors.New("redisleader: a hook on the client ended the goroutine sending a pipeline (runtime.Goexit)")
+var errHookGoexit = errors.New("redisleader: a hook on the client ended the goroutine sending a command (runtime.Goexit)")
 
 // deliverLocked hands cmd to p's caller, or, if it gave up while p was on
 // the wire, frees p's key for the session's later calls.

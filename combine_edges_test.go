@@ -1034,3 +1034,124 @@ func TestRedlockLeaderWithGoexitNodes(t *testing.T) {
 	require.NoError(t, s.Close(ctx))
 	checkNoLeaks(t)
 }
+
+// goexits runs f on a goroutine and reports whether a hook ended that
+// goroutine (runtime.Goexit) before f returned.
+func goexits(t *testing.T, f func()) bool {
+	t.Helper()
+	exited := make(chan bool, 1)
+	go func() {
+		returned := false
+		defer func() { exited <- returned }()
+		f()
+		returned = true
+	}()
+	return !recvWithin(t, exited, 5*time.Second, "the goroutine")
+}
+
+// A hook that ends Close's goroutine (runtime.Goexit) while Close deletes
+// the session's keys does not leave the session half closed: its
+// goroutines stop, and a later Close returns once they have.
+func TestHookGoexitInClose(t *testing.T) {
+	_, c := newMini(t)
+	f := &faultHook{}
+	c.AddHook(f)
+	s, err := NewSession(c, fastOpts()...)
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = s.TryLock(ctx, "close-goexit")
+	require.NoError(t, err)
+	f.set(fmt.Sprint(releaseScript.sha), true, false)
+	require.True(t, goexits(t, func() { _ = s.Close(ctx) }), "Close returned: the hook did not end its goroutine")
+	f.set("", false, false)
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	assert.NoError(t, s.Close(cctx), "a second Close")
+	checkNoLeaks(t)
+}
+
+// A hook that ends Run's goroutine (runtime.Goexit) while Run deletes its
+// term's key, once onElected has returned, still ends the term: Close does
+// not wait for it.
+func TestHookGoexitInRunsRelease(t *testing.T) {
+	_, c := newMini(t)
+	f := &faultHook{}
+	c.AddHook(f)
+	s, err := NewSession(c, fastOpts()...)
+	require.NoError(t, err)
+	e, err := s.Election("run-goexit")
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.True(t, goexits(t, func() {
+		_ = e.Run(ctx, "v", func(context.Context, *Lock) error {
+			f.set(fmt.Sprint(releaseScript.sha), true, false) // Run's delete of the term, next
+			return errors.New("done leading (test)")
+		})
+	}), "Run returned: the hook did not end its goroutine")
+	f.set("", false, false)
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	assert.NoError(t, s.Close(cctx))
+	checkNoLeaks(t)
+}
+
+// A hook that ends the caller's goroutine (runtime.Goexit) after a lone
+// acquire ran in Redis (a test's t.FailNow in a tracing hook, say) leaves
+// the token to the heartbeat, which deletes it, as after a hook's panic
+// (TestHookPanicAfterALoneAcquireRan): the name is not held for the TTL.
+func TestHookGoexitAfterALoneAcquireRan(t *testing.T) {
+	m, c := newMini(t)
+	key := newKeys("after-goexit").lock
+	f := &faultHook{}
+	c.AddHook(f)
+	s := newSession(t, c, WithTTL(30*time.Second), WithRenewInterval(300*time.Millisecond))
+	warm, err := s.TryLock(context.Background(), "goexit-warm") // the script is cached: the next acquire is one EVALSHA
+	require.NoError(t, err)
+	require.NoError(t, warm.Release(context.Background()))
+	f.set(key, true, true)
+	require.True(t, goexits(t, func() { _, _ = s.TryLock(context.Background(), "after-goexit") }),
+		"TryLock returned: the hook did not end its goroutine")
+	f.set("", false, false)
+	require.NotEmpty(t, func() string { v, _ := m.Get(key); return v }(), "the acquire did not run")
+	waitFreed(t, func(k string) string { v, _ := m.Get(k); return v }, key,
+		"the token of the attempt whose hook ended the goroutine still holds the name (TTL 30s)")
+	require.NoError(t, s.Close(context.Background()))
+	checkNoLeaks(t)
+}
+
+// A hook that ends an Observe reader's goroutine (runtime.Goexit) in a
+// read does not close the channel, which closes only when its ctx ends or
+// the session closes: the observer goes on and reports the next leader.
+func TestObserveSurvivesAHookGoexit(t *testing.T) {
+	_, c := newMini(t)
+	f := &faultHook{}
+	c.AddHook(f)
+	s := newSession(t, c, fastOpts()...)
+	e, err := s.Election("observe-goexit")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f.set(fmt.Sprint(inspectScript.sha), true, false)
+	fired := f.fired
+	changes := e.Observe(ctx)
+	waitClosed(t, fired, 5*time.Second, "the Observe read")
+	f.set("", false, false)
+	l, err := s.TryLock(ctx, "observe-goexit")
+	require.NoError(t, err)
+	deadline := time.After(5 * time.Second)
+	for seen := false; !seen; {
+		select {
+		case ch, ok := <-changes:
+			require.True(t, ok, "the Observe channel closed while its ctx and the session were open")
+			seen = ch.Fence == l.Fence()
+		case <-deadline:
+			t.Fatal("the Observe reader never reported the new leader")
+		}
+	}
+	require.NoError(t, l.Release(ctx))
+	cancel()
+	for range changes { // closed once ctx has ended
+	}
+	require.NoError(t, s.Close(context.Background()))
+	checkNoLeaks(t)
+}

@@ -26,11 +26,7 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 		close(out)
 		return out
 	}
-	go func() {
-		defer e.s.work.Done()
-		defer close(out)
-		e.observe(ctx, out)
-	}()
+	go (&observer{e: e, out: out}).run(ctx, 0)
 	return out
 }
 
@@ -48,15 +44,32 @@ type observer struct {
 	sent bool
 }
 
-func (e *Election) observe(ctx context.Context, out chan Leader) {
+// run reads and reports until ctx ends or the session closes, the first
+// read after first. A hook on the client that ends its goroutine
+// (runtime.Goexit) in a read gets a new one, which goes on after the retry
+// delay, as after a failed read: the channel closes only as Observe says.
+func (o *observer) run(ctx context.Context, first time.Duration) {
+	returned := false
+	defer func() {
+		if !returned {
+			go o.run(ctx, o.e.s.retryDelay())
+			return
+		}
+		close(o.out)
+		o.e.s.work.Done()
+	}()
+	o.observe(ctx, first)
+	returned = true
+}
+
+func (o *observer) observe(ctx context.Context, next time.Duration) {
+	e := o.e
 	sub, err := e.s.watch.subscribe(ctx, e.keys.channel())
 	if err != nil {
 		return
 	}
 	defer sub.Close()
-	o := observer{e: e, out: out}
 	// Subscribed before the first read, so no change after it goes unheard.
-	next := time.Duration(0)
 	for {
 		t := time.NewTimer(next)
 		select {

@@ -65,12 +65,16 @@ func (e *Election) lead(ctx context.Context, lead *Lock, onElected func(context.
 	}
 	leaderCtx, cancel := context.WithCancelCause(withTerm(ctx, lead))
 	stop := lead.onEnd(func() { cancel(lead.Err()) })
+	// Deferred on its own, so that the term ends even if a hook on the
+	// client ends this goroutine (runtime.Goexit) in the release, whose
+	// outcome is then unknown (the session deletes the key again).
+	t.err = errHookGoexit
+	defer e.s.endTerm(lead, t)
 	defer func() {
 		stop()
 		cancel(ErrReleased)
 		// A fresh context: the release must happen even when ctx has ended.
 		t.err = lead.releaseTerm(context.WithoutCancel(ctx))
-		e.s.endTerm(lead, t)
 	}()
 	if lead.Err() != nil {
 		return nil // resigned or closed before onElected could start

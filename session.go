@@ -200,9 +200,19 @@ func (s *Session) Close(ctx context.Context) error {
 	terms := maps.Clone(s.terms)
 	s.mu.Unlock()
 
+	var stopped <-chan struct{}
+	defer func() {
+		if stopped == nil {
+			// A hook on the client ended this goroutine (runtime.Goexit)
+			// in the deletes: the session stops all the same, and the keys
+			// not deleted expire.
+			s.cancel()
+			s.stopped(terms, chain, again)
+		}
+	}()
 	relErr := s.releaseAll(ctx, append(s.endAll(held, terms), stale...))
 	s.cancel()
-	stopped := s.stopped(terms, chain, again)
+	stopped = s.stopped(terms, chain, again)
 	select {
 	case <-stopped:
 		return relErr
