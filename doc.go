@@ -256,12 +256,20 @@
 // package sends a command fails the command, and every other command of its
 // pipeline, with an error that says so (not the panic value, which can quote
 // tokens): the package sends commands on goroutines of its own too, where a
-// panic would end the process. (Not on the pub/sub connection that wakes
-// waiters: go-redis leaves it locked after a hook's panic or runtime.Goexit in
-// its dial or handshake, so such a hook still ends the process there, or hangs
-// Close.) A release's caller waits for the replies of the calls its pipeline
-// took along (the release runs first, so the name is free and its waiters are
-// woken before that). A server that stops answering holds up the calls queued
+// panic would end the process. A hook that ends the goroutine instead
+// (runtime.Goexit) fails a shared pipeline's calls the same way; the
+// heartbeat and an Observe reader go on on a new goroutine after the retry
+// delay; and a caller's goroutine so ended (in TryLock, Release, Close, Run)
+// leaves nothing behind that the heartbeat does not delete or the TTL does
+// not end. What go-redis runs on goroutines of its own is out of reach: a
+// panic in a hook of a Cluster node's client (ClusterClient.OnNewNode), run
+// on go-redis's goroutine for that node, ends the process; a panic or Goexit
+// in a dial or connection handshake costs the client's pool a connection for
+// good (go-redis keeps the pool turn), and on the pub/sub connection that
+// wakes waiters leaves go-redis's PubSub locked, so such a hook ends the
+// process there, or hangs Close. A release's caller waits for the replies of
+// the calls its pipeline took along (the release runs first, so the name is
+// free and its waiters are woken before that). A server that stops answering holds up the calls queued
 // behind the two on the wire, each until its own deadline (the call timeout):
 // with Redis Cluster, a session's calls for a name on a healthy node can wait
 // behind a node that stopped answering; a Redlock node that stops answering
