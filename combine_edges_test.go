@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1153,5 +1154,59 @@ func TestObserveSurvivesAHookGoexit(t *testing.T) {
 	for range changes { // closed once ctx has ended
 	}
 	require.NoError(t, s.Close(context.Background()))
+	checkNoLeaks(t)
+}
+
+// replyLike is a panic value that looks like a reply from Redis.
+type replyLike string
+
+func (e replyLike) Error() string { return string(e) }
+func (replyLike) RedisError()     {}
+
+// panicOnce panics with v on the first script call once armed.
+type panicOnce struct {
+	armed atomic.Bool
+	v     any
+}
+
+func (h *panicOnce) fire(cmds ...redis.Cmder) {
+	for _, cmd := range cmds {
+		if isScript(cmd) && h.armed.CompareAndSwap(true, false) {
+			panic(h.v)
+		}
+	}
+}
+
+func (h *panicOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *panicOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.fire(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (h *panicOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.fire(cmds...)
+		return next(ctx, cmds)
+	}
+}
+
+// A hook's panic is never taken for Redis's reply, whatever its value
+// says: a blocking Lock whose attempt a hook panicked in with a value that
+// reads as WRONGTYPE retries, as after any failure to hear Redis, instead of
+// giving up on an error Redis never sent.
+func TestHookPanicIsNotARedisReply(t *testing.T) {
+	_, c := newMini(t)
+	h := &panicOnce{v: replyLike("WRONGTYPE Operation against a key holding the wrong kind of value")}
+	c.AddHook(h)
+	s := newSession(t, c, fastOpts()...)
+	h.armed.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	l, err := s.Lock(ctx, "reply-like")
+	require.NoError(t, err, "a blocking Lock after a hook's panic")
+	require.False(t, h.armed.Load(), "the hook did not panic")
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, s.Close(ctx))
 	checkNoLeaks(t)
 }

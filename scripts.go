@@ -674,17 +674,13 @@ func failUnsent(cmds []*redis.Cmd, err error) {
 // The panic goes no further: the library sends commands on its own
 // goroutines too (Observe's reads, renewals, background deletes, Redlock's
 // node calls), where it would end the process. For an acquire, the outcome
-// is then unknown, and its token is deleted as after any lost reply.
+// is then unknown, and its token is deleted as after any lost reply. It does
+// not unwrap to the panic value: a value that reads as a Redis error (say
+// WRONGTYPE) is not Redis's reply, and must not be classified as one.
 type hookPanicError struct{ v any }
 
 // Error names the panic value's type, not the value, which can quote a
 // command or its reply (tokens, the holder's among them).
 func (e *hookPanicError) Error() string {
 	return fmt.Sprintf("redisleader: a hook on the client panicked (with a %T value, not shown: it can quote tokens)", e.v)
-}
-
-// Unwrap returns the panic value if it is an error, for errors.Is and As.
-func (e *hookPanicError) Unwrap() error {
-	err, _ := e.v.(error)
-	return err
 }
