@@ -356,12 +356,12 @@ func (c *combiner) sendBatch(batch []*pending, calls []call) []call {
 	failed := errHookGoexit // until runCalls returns: a hook may end the goroutine
 	defer func() {
 		unbind(ctx)
+		if failed == errHookGoexit { // not under c.mu: the user's logger may take its time
+			c.s.cfg.logger.Error(failed.Error())
+		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if failed != nil {
-			if failed == errHookGoexit {
-				c.s.cfg.logger.Error(failed.Error())
-			}
 			for _, p := range batch {
 				c.deliverLocked(p, errCmd(context.Background(), p.argv, failed))
 			}
