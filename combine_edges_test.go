@@ -1072,13 +1072,13 @@ func TestHookGoexitInClose(t *testing.T) {
 }
 
 // A hook that ends Run's goroutine (runtime.Goexit) while Run deletes its
-// term's key, once onElected has returned, still ends the term: Close does
-// not wait for it.
+// term's key, once onElected has returned, still ends the term: the
+// heartbeat deletes the key (TTL 30s), and Close does not wait for the term.
 func TestHookGoexitInRunsRelease(t *testing.T) {
-	_, c := newMini(t)
+	m, c := newMini(t)
 	f := &faultHook{}
 	c.AddHook(f)
-	s, err := NewSession(c, fastOpts()...)
+	s, err := NewSession(c, WithTTL(30*time.Second), WithRenewInterval(200*time.Millisecond), WithRetryInterval(20*time.Millisecond))
 	require.NoError(t, err)
 	e, err := s.Election("run-goexit")
 	require.NoError(t, err)
@@ -1090,6 +1090,8 @@ func TestHookGoexitInRunsRelease(t *testing.T) {
 		})
 	}), "Run returned: the hook did not end its goroutine")
 	f.set("", false, false)
+	waitFreed(t, func(k string) string { v, _ := m.Get(k); return v }, newKeys("run-goexit").lock,
+		"the term's key stayed (TTL 30s)")
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	assert.NoError(t, s.Close(cctx))
