@@ -494,16 +494,7 @@ func TestRecoveredHookPanicInABatch(t *testing.T) {
 		}
 		l, err := s.TryLock(ctx, "batch-boom-head")
 		require.NoError(t, err, "a TryLock after the panic")
-		deadline := time.After(5 * time.Second)
-		for seen := false; !seen; { // the reader lived on, and reads again
-			select {
-			case c, ok := <-changes:
-				require.True(t, ok, "the Observe channel closed")
-				seen = c.Fence == l.Fence()
-			case <-deadline:
-				t.Fatal("the Observe reader never reported the new leader")
-			}
-		}
+		awaitObserved(t, changes, l.Fence()) // the reader lived on, and reads again
 		require.NoError(t, l.Release(ctx))
 		stopObserving()
 		require.NoError(t, s.Close(ctx))
@@ -1141,16 +1132,7 @@ func TestObserveSurvivesAHookGoexit(t *testing.T) {
 	f.set("", false, false)
 	l, err := s.TryLock(ctx, "observe-goexit")
 	require.NoError(t, err)
-	deadline := time.After(5 * time.Second)
-	for seen := false; !seen; {
-		select {
-		case ch, ok := <-changes:
-			require.True(t, ok, "the Observe channel closed while its ctx and the session were open")
-			seen = ch.Fence == l.Fence()
-		case <-deadline:
-			t.Fatal("the Observe reader never reported the new leader")
-		}
-	}
+	awaitObserved(t, changes, l.Fence())
 	require.NoError(t, l.Release(ctx))
 	cancel()
 	for range changes { // closed once ctx has ended
@@ -1211,4 +1193,22 @@ func TestHookPanicIsNotARedisReply(t *testing.T) {
 	require.NoError(t, l.Release(ctx))
 	require.NoError(t, s.Close(ctx))
 	checkNoLeaks(t)
+}
+
+// awaitObserved reads changes until a leader with fence arrives; the
+// channel must stay open meanwhile.
+func awaitObserved(t *testing.T, changes <-chan Leader, fence int64) {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case ch, ok := <-changes:
+			require.True(t, ok, "the Observe channel closed while its ctx and the session were open")
+			if ch.Fence == fence {
+				return
+			}
+		case <-deadline:
+			t.Fatal("the Observe reader never reported the new leader")
+		}
+	}
 }
