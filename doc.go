@@ -269,13 +269,13 @@
 // wakes waiters leaves go-redis's PubSub locked, so such a hook ends the
 // process there, or hangs Close. A release's caller waits for the replies of
 // the calls its pipeline took along (the release runs first, so the name is
-// free and its waiters are woken before that). A server that stops answering holds up the calls queued
-// behind the two on the wire, each until its own deadline (the call timeout):
-// with Redis Cluster, a session's calls for a name on a healthy node can wait
-// behind a node that stopped answering; a Redlock node that stops answering
-// holds up only its own queue, which no operation waits for once a quorum has
-// answered. Acquires with WithReplicaAcks (each followed by its WAIT) do not
-// coalesce.
+// free and its waiters are woken before that). A server that stops answering
+// holds up the calls queued behind the two on the wire, each until its own
+// deadline (the call timeout): with Redis Cluster, a session's calls for a
+// name on a healthy node can wait behind a node that stopped answering; a
+// Redlock node that stops answering holds up only its own queue, which no
+// operation waits for once a quorum has answered. Acquires with
+// WithReplicaAcks (each followed by its WAIT) do not coalesce.
 //
 // # Fencing tokens
 //
