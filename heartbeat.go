@@ -18,11 +18,11 @@ import (
 // or in the server check gets a new heartbeat, which takes what was cut short
 // for a failed round: it retries after the retry delay, and checks the server
 // once per session all the same.
-func (s *Session) heartbeat(ctx context.Context, checked *bool, retry bool) {
+func (s *Session) heartbeat(ctx context.Context, retry bool) {
 	returned := false
 	defer func() {
 		if !returned && ctx.Err() == nil {
-			go s.heartbeat(ctx, checked, true)
+			go s.heartbeat(ctx, true)
 			return
 		}
 		close(s.hbDone)
@@ -50,8 +50,8 @@ func (s *Session) heartbeat(ctx context.Context, checked *bool, retry bool) {
 			if !armed {
 				arm(s.leasesFrom().Add(s.cfg.renewInterval))
 			}
-			if !*checked { // the first time the session holds something
-				*checked = true
+			if !s.checked { // the first time the session holds something
+				s.checked = true
 				s.checkServer(ctx)
 			}
 			continue

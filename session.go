@@ -64,6 +64,7 @@ type Session struct {
 	kick    chan struct{} // capacity 1: work was added while idle
 	cancel  context.CancelFunc
 	hbDone  chan struct{}  // closed when the heartbeat goroutine has returned
+	checked bool           // the server check has run; the heartbeat's alone
 	watch   *watcher       // the session's pub/sub connection, started on first use
 	work    sync.WaitGroup // acquisitions in flight and Observe goroutines
 	// detached counts Redlock calls that their operation stopped waiting
@@ -130,7 +131,7 @@ func startSession(client Client, cfg config, newPlace func(*Session) place) *Ses
 	s.place = newPlace(s)
 	s.watch = &watcher{s: s, chans: make(map[string]*channelSubs)}
 	s.place.each(func(c Client) { warnRiskyClient(c, cfg) })
-	go s.heartbeat(ctx, new(bool), false)
+	go s.heartbeat(ctx, false)
 	return s
 }
 
@@ -200,19 +201,15 @@ func (s *Session) Close(ctx context.Context) error {
 	terms := maps.Clone(s.terms)
 	s.mu.Unlock()
 
+	var relErr error
 	var stopped <-chan struct{}
-	defer func() {
-		if stopped == nil {
-			// A hook on the client ended this goroutine (runtime.Goexit)
-			// in the deletes: the session stops all the same, and the keys
-			// not deleted expire.
-			s.cancel()
-			s.stopped(terms, chain, again)
-		}
+	func() {
+		// Deferred, so that the session stops even if a hook on the client
+		// ends this goroutine (runtime.Goexit) in the deletes (the keys not
+		// deleted then expire).
+		defer func() { s.cancel(); stopped = s.stopped(terms, chain, again) }()
+		relErr = s.releaseAll(ctx, append(s.endAll(held, terms), stale...))
 	}()
-	relErr := s.releaseAll(ctx, append(s.endAll(held, terms), stale...))
-	s.cancel()
-	stopped = s.stopped(terms, chain, again)
 	select {
 	case <-stopped:
 		return relErr
