@@ -1147,7 +1147,8 @@ type replyLike string
 func (e replyLike) Error() string { return string(e) }
 func (replyLike) RedisError()     {}
 
-// panicOnce panics with v on the first script call once armed.
+// panicOnce panics with v on the first script call once armed (fire, as a
+// beforeHook).
 type panicOnce struct {
 	armed atomic.Bool
 	v     any
@@ -1161,20 +1162,6 @@ func (h *panicOnce) fire(cmds ...redis.Cmder) {
 	}
 }
 
-func (h *panicOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *panicOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.fire(cmd)
-		return next(ctx, cmd)
-	}
-}
-func (h *panicOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.fire(cmds...)
-		return next(ctx, cmds)
-	}
-}
-
 // A hook's panic is never taken for Redis's reply, whatever its value
 // says: a blocking Lock whose attempt a hook panicked in with a value that
 // reads as WRONGTYPE retries, as after any failure to hear Redis, instead of
@@ -1182,7 +1169,7 @@ func (h *panicOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func TestHookPanicIsNotARedisReply(t *testing.T) {
 	_, c := newMini(t)
 	h := &panicOnce{v: replyLike("WRONGTYPE Operation against a key holding the wrong kind of value")}
-	c.AddHook(h)
+	c.AddHook(beforeHook(h.fire))
 	s := newSession(t, c, fastOpts()...)
 	h.armed.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

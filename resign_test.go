@@ -23,8 +23,6 @@ type countingHook struct {
 	match       string // if set, only commands with an argument equal to it count
 }
 
-func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
 func (h *countingHook) count(cmds ...redis.Cmder) {
 	for _, cmd := range cmds {
 		if (!h.scriptsOnly || isScript(cmd)) && (h.match == "" || slices.ContainsFunc(cmd.Args(), func(a any) bool { return fmt.Sprint(a) == h.match })) {
@@ -33,16 +31,28 @@ func (h *countingHook) count(cmds ...redis.Cmder) {
 	}
 }
 
+func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return beforeHook(h.count).ProcessHook(next)
+}
+func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return beforeHook(h.count).ProcessPipelineHook(next)
+}
+
+// beforeHook is a hook that calls itself with the commands of each call,
+// single or pipelined, before sending them.
+type beforeHook func(cmds ...redis.Cmder)
+
+func (f beforeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (f beforeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count(cmd)
+		f(cmd)
 		return next(ctx, cmd)
 	}
 }
-
-func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (f beforeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.count(cmds...)
+		f(cmds...)
 		return next(ctx, cmds)
 	}
 }
