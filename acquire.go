@@ -56,33 +56,28 @@ func (s *Session) acquire(ctx context.Context, name, value string, block, term b
 		return nil, err
 	}
 	defer s.work.Done()
-	if s.holds(name) {
-		return nil, &heldError{name}
-	}
 	a.keys = newKeys(name)
+	if s.cfg.fair {
+		a.w = s.newWaiter(a.keys, value, block)
+		defer a.leave(ctx) // our place, if we have one, when we give up
+	}
 	if block {
 		// Subscribe before the first attempt, so a release between a failed
-		// attempt and the wait is never missed. In fair mode a release
-		// wakes the head waiter only, on its session's own channel.
-		channel := a.keys.channel()
-		if s.cfg.fair {
-			channel = a.keys.wakeChannel(s.id)
-		}
-		sub, err := s.watch.subscribe(ctx, channel)
+		// attempt and the wait is never missed.
+		sub, err := s.watch.subscribe(ctx, s.waitChannel(a.keys), a.w.address())
 		if err != nil {
 			return nil, err
 		}
 		defer sub.Close()
 		a.sub, a.block = sub, true
 	}
-	if s.cfg.fair {
-		a.w = s.newWaiter(a.keys, value, block)
-		defer a.leave(ctx) // our place, if we have one, when we give up
-	}
 	a.newLock()
 	for {
 		if err := cmp.Or(s.Err(), ctx.Err()); err != nil {
 			return nil, a.abandon(ctx, a.lastErr, err)
+		}
+		if s.holds(name) { // a session never waits for itself
+			return nil, a.abandon(ctx, nil, &heldError{name})
 		}
 		r := a.l.attempt(ctx)
 		err := r.err
@@ -122,12 +117,7 @@ func (s *Session) acquire(ctx context.Context, name, value string, block, term b
 			}
 			a.newLock()
 		}
-		d, follow := a.delay(r, err, locked)
-		wake := a.sub
-		if !follow {
-			wake = nil
-		}
-		if err := s.wait(ctx, wake, d); err != nil {
+		if err := a.wait(ctx, r, err, locked); err != nil {
 			return nil, a.abandon(ctx, a.lastErr, err)
 		}
 	}
@@ -195,8 +185,25 @@ func (a *acquisition) queue(acquired bool) {
 	}
 }
 
+// wait sleeps after a failed attempt r as delay says: until a message if
+// delay follows them, and in any case until this session takes the name
+// (Session.add nudges its waiters), since a session never waits for itself.
+func (a *acquisition) wait(ctx context.Context, r acquired, err error, locked bool) error {
+	d, follow := a.delay(r, err, locked)
+	if follow {
+		return a.s.wait(ctx, a.sub, d)
+	}
+	for end := time.Now().Add(d); ; {
+		err := a.s.wait(ctx, a.sub, time.Until(end))
+		if err != nil || !time.Now().Before(end) || a.s.holds(a.keys.name) {
+			return err
+		}
+	}
+}
+
 // delay is how long to wait after a failed attempt r, and whether a release
-// event ends the wait sooner (follow). When the name is held: until the
+// event, or a wake-up addressed to our fair waiter, ends the wait sooner
+// (follow). When the name is held: until the
 // holder's lease can have expired (in fair mode, behind the head waiter:
 // until the holder's or the head's lease can have, whichever comes first,
 // since we may be the head by then), or a release. Otherwise, and after a
@@ -232,7 +239,9 @@ func (a *acquisition) delay(r acquired, err error, locked bool) (d time.Duration
 		return a.backoff(r.took), false
 	}
 	a.splits = 0
-	return a.s.retryDelay(), false
+	// A queued fair waiter keeps listening: it may be the head, which the
+	// name waits for, and its wake-ups are addressed to it alone.
+	return a.s.retryDelay(), a.queued
 }
 
 // backoff is the wait after a Redlock split vote short of ErrLocked (the

@@ -48,7 +48,8 @@
 //
 // Locks are not reentrant, and a session never waits for itself: Lock,
 // TryLock and Campaign on a name the session holds return at once an error
-// matching ErrLocked. Use one session per independent contender.
+// matching ErrLocked, and so does one already waiting when the session
+// takes the name. Use one session per independent contender.
 //
 // # Waiting
 //
@@ -62,7 +63,8 @@
 // the retry interval instead while their subscription is not confirmed or
 // the key has no TTL, and after an attempt that failed for another reason
 // than the name being held (an error, a Redlock split vote) they wait the
-// random retry delay, whatever is released meanwhile.
+// random retry delay, whatever is released meanwhile (a queued fair waiter
+// still hears its wake-up).
 //
 // A pub/sub message is only ever a hint to read Redis: what Leader and
 // Observe report, and what a waiter acts on, is read from the lock key, so
@@ -75,8 +77,8 @@
 // often the session that just released. With WithFairness, blocking
 // acquisitions (Lock, Campaign, Run) are served first come, first served,
 // in the order Redis saw their first attempts, and a release wakes only the
-// first waiter, on its session's own channel: one attempt per handover
-// instead of one per waiter. TryLock then succeeds only if the name is free
+// first waiter (a message addressed to it, on its session's channel): one
+// attempt per handover instead of one per waiter. TryLock then succeeds only if the name is free
 // and nobody waits for it. In Run, a resigned leader campaigns again at the
 // back of the queue, so leadership passes around rather than back.
 //
@@ -85,7 +87,8 @@
 // (in the same pipelined round trip as the session's locks). Every script
 // that reads the queue skips and prunes waiters whose leases have passed,
 // so a waiter that dies, pauses, is cut off from Redis or whose context
-// ends holds the others up for at most one TTL; one whose context ends
+// ends holds the others up for at most one TTL (its own session's, where
+// sessions of different TTLs share a name); one whose context ends
 // also takes its place out at once (best effort), leaving a tombstone for
 // a TTL so that an attempt of its still on its way cannot queue it again.
 // A waiter that lost its place (it paused past its TTL, say) joins again,
@@ -100,8 +103,10 @@
 // ignores the queue, so use one mode per name. It is not available with
 // NewRedlockSession: independent nodes would each keep a queue, and no
 // order of arrival across them is defined. It costs a few more commands
-// inside each script (the queue's sorted sets) and two keys per name with
-// waiters, which expire with the last waiter's lease.
+// inside each script (the queue's sorted sets), two keys per name with
+// waiters, which expire with the last waiter's lease, and about four
+// commands per waiter per TTL instead of one: its place is renewed every
+// renew interval (TTL/3 by default), besides its re-check.
 //
 // # Topologies
 //

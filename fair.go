@@ -29,9 +29,11 @@ import (
 // An acquire takes the lock only if it is free and no waiter with a live
 // lease arrived earlier; otherwise a blocking one (Lock, Campaign, Run)
 // joins the queue, idempotently (one place per acquisition, whatever its
-// attempts), and TryLock fails. A release wakes the head waiter only, on
-// its session's own channel (lock key + ":w:" + session id), not every
-// waiter on the name's channel. Wake-ups are hints: the head waiter also
+// attempts), and TryLock fails. A release wakes the head waiter only: the
+// message is its member id, on its session's channel (lock key + ":w:" +
+// session id), and the watcher hands it to that waiter alone, so the
+// session's other waiters sleep on (a forged one costs an attempt), and the
+// head hears it even while it waits out an error. Wake-ups are hints: the head waiter also
 // tries again when the holder's lease can have expired, and every other
 // waiter when the holder's or the head's lease can have (either may have
 // died, and the waiter may be the head by then); an
@@ -78,6 +80,25 @@ func (s *Session) newWaiter(k keys, value string, join bool) *waiter {
 	w.argv = [12]any{nil, nil, 4, k.lock, k.fence, q, l, nil, s.ttlArg, value, w.id, j}
 	w.keepArgv = [7]any{nil, nil, 2, q, l, w.id, s.ttlArg}
 	return w
+}
+
+// waitChannel is the channel on which the session's blocking acquisitions
+// of k wait: in fair mode the session's wake-up channel for the name (a
+// release wakes the head waiter only), else the name's channel.
+func (s *Session) waitChannel(k keys) string {
+	if s.cfg.fair {
+		return k.wakeChannel(s.id)
+	}
+	return k.channel()
+}
+
+// address is what the wake-ups for w carry (its member id), or "" without
+// a waiter (default mode: every message on the name's channel counts).
+func (w *waiter) address() string {
+	if w == nil {
+		return ""
+	}
+	return w.id
 }
 
 // await registers w with the heartbeat, which renews its place from now on.

@@ -6,9 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -421,4 +424,144 @@ func othersQueued(queued <-chan string, who string, d time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// errNetTimeout is a transient error a test hook fails a call with.
+var errNetTimeout = &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+
+// TestFairWaiterBehindItsOwnSessionsHeadSleeps: a waiter queued behind a
+// head of its own session whose caller gave up, and whose leave failed (so
+// its place lasts up to a TTL), used to wake itself on every attempt once
+// the name was free: wake-ups went to the session, and each attempt woke
+// the head's session again. Wake-ups are now addressed to one waiter, so it
+// sleeps until the head's lease can have passed, then takes the name.
+func TestFairWaiterBehindItsOwnSessionsHeadSleeps(t *testing.T) {
+	const ttl = 2 * time.Second
+	srv := redisserver.Start(t)
+	ctx := context.Background()
+	timeouts := func(o *redis.Options) { o.ContextTimeoutEnabled = true }
+	holder, err := newSession(t, srv.Client(t, timeouts), WithFairness(), WithTTL(ttl)).Lock(ctx, "own-head")
+	require.NoError(t, err)
+
+	var acquires atomic.Int64
+	var failLeave atomic.Bool
+	left := make(chan struct{})
+	c := srv.Client(t, timeouts)
+	c.AddHook(cmdHook(func(cmd redis.Cmder) error {
+		if isCall(cmd, fairAcquireScript) {
+			acquires.Add(1)
+		}
+		if isCall(cmd, leaveScript) && failLeave.CompareAndSwap(true, false) {
+			close(left)
+			return errNetTimeout
+		}
+		return nil
+	}))
+	hook, locked := queued()
+	s := newSession(t, c, WithFairness(), WithTTL(ttl), hook)
+	ctx1, cancel1 := context.WithCancel(ctx)
+	defer cancel1()
+	go func() { _, _ = s.Lock(ctx1, "own-head") }() // W1, the head
+	recvWithin(t, locked, 5*time.Second, "W1 queued")
+	got := make(chan error, 1)
+	go func() { _, err := s.Lock(ctx, "own-head"); got <- err }() // W2, behind it
+	recvWithin(t, locked, 5*time.Second, "W2 queued")
+
+	failLeave.Store(true)
+	cancel1()
+	recvWithin(t, left, 5*time.Second, "W1's leave failed")
+	before, start := acquires.Load(), time.Now()
+	require.NoError(t, holder.Release(ctx))
+	require.NoError(t, recvWithin(t, got, 2*ttl, "W2 leads"))
+	took, n := time.Since(start), acquires.Load()-before
+	t.Logf("name free and unserved for %v; W2 sent %d fair acquires meanwhile", took.Round(time.Millisecond), n)
+	assert.LessOrEqual(t, n, int64(4), "W2 spun against Redis while its own session's head held its place")
+	assert.Less(t, took, ttl+500*time.Millisecond, "the name stayed free longer than the head's lease")
+}
+
+// TestFairHeadInRetryDelayHearsItsWakeUp: a head waiter whose attempt met
+// a transient error used to sleep its retry delay (up to 2 TTL with the
+// options below) deaf to wake-ups, while its heartbeat kept its place at
+// the head: the name stayed free and unserved for that long after a
+// release. A queued waiter now listens through its retry delay.
+func TestFairHeadInRetryDelayHearsItsWakeUp(t *testing.T) {
+	const ttl = time.Second
+	srv := redisserver.Start(t)
+	ctx := context.Background()
+	timeouts := func(o *redis.Options) { o.ContextTimeoutEnabled = true }
+	holder, err := newSession(t, srv.Client(t, timeouts), WithFairness(), WithTTL(ttl)).Lock(ctx, "deaf-head")
+	require.NoError(t, err)
+
+	var failNext atomic.Bool
+	failed := make(chan struct{}, 1)
+	c := srv.Client(t, timeouts)
+	c.AddHook(cmdHook(func(cmd redis.Cmder) error {
+		if isCall(cmd, fairAcquireScript) && failNext.CompareAndSwap(true, false) {
+			failed <- struct{}{}
+			return errNetTimeout
+		}
+		return nil
+	}))
+	hookA, lockedA := queued()
+	a := newSession(t, c, WithFairness(), WithTTL(ttl), WithRetryInterval(time.Second),
+		WithRetryJitter(time.Second), WithCallTimeout(50*time.Millisecond), hookA)
+	hookB, lockedB := queued()
+	b := newSession(t, srv.Client(t, timeouts), WithFairness(), WithTTL(ttl), hookB)
+	led := make(chan string, 2)
+	for _, w := range []struct {
+		who    string
+		s      *Session
+		locked <-chan string
+	}{{"head", a, lockedA}, {"behind", b, lockedB}} {
+		go func() {
+			if l, err := w.s.Lock(ctx, "deaf-head"); err == nil {
+				led <- w.who
+				_ = l.Release(ctx)
+			}
+		}()
+		recvWithin(t, w.locked, 5*time.Second, w.who+" queued")
+	}
+
+	failNext.Store(true)
+	recvWithin(t, failed, 5*time.Second, "the head's attempt failed") // it is in its retry delay now
+	start := time.Now()
+	require.NoError(t, holder.Release(ctx))
+	assert.Equal(t, "head", recvWithin(t, led, 3*ttl, "someone leads"), "fair order")
+	took := time.Since(start)
+	t.Logf("name free and unserved for %v", took.Round(time.Millisecond))
+	assert.Less(t, took, ttl/2, "the head slept through its wake-up")
+}
+
+// TestFairOwnWaiterEndsWhenItsSessionTakesTheName: a session never waits
+// for itself. A waiter queued behind a waiter of its own session used to
+// learn that its session took the name from an attempt of its own: at once
+// when a wake-up for the session happened to rouse it, else on its next
+// timer, up to a TTL later. The session now tells it, with no attempt.
+func TestFairOwnWaiterEndsWhenItsSessionTakesTheName(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		name, holder := fairHeld(t, b, "own-taken")
+		hook, locked := queued()
+		s := newSession(t, b.client, WithFairness(), WithTTL(3*time.Second), hook)
+		first := make(chan *Lock, 1)
+		go func() {
+			l, err := s.Lock(ctx, name)
+			assert.NoError(t, err)
+			first <- l
+		}()
+		recvWithin(t, locked, 5*time.Second, "W1 queued")
+		second := make(chan error, 1)
+		go func() { _, err := s.Lock(ctx, name); second <- err }()
+		recvWithin(t, locked, 5*time.Second, "W2 queued")
+
+		require.NoError(t, holder.Release(ctx))
+		l := recvWithin(t, first, 5*time.Second, "W1 leads")
+		require.NotNil(t, l)
+		start := time.Now()
+		err := recvWithin(t, second, 5*time.Second, "W2 ends")
+		require.ErrorIs(t, err, ErrLocked)
+		assert.Less(t, time.Since(start), time.Second, "W2 learnt late that its own session holds the name")
+		assert.Empty(t, locked, "W2 needed an attempt to learn that its own session holds the name")
+		require.NoError(t, l.Release(ctx))
+	})
 }

@@ -239,3 +239,47 @@ func lockAndRelease(ctx context.Context, s *Session, name string) <-chan error {
 	}()
 	return done
 }
+
+// isCall reports whether cmd runs sc (as EVALSHA or EVAL).
+func isCall(cmd redis.Cmder, sc *script) bool {
+	args := cmd.Args()
+	if len(args) < 2 {
+		return false
+	}
+	switch cmd.Name() {
+	case "evalsha":
+		return args[1] == sc.sha
+	case "eval":
+		return args[1] == sc.src
+	}
+	return false
+}
+
+// cmdHook is a client hook that calls itself with each command before it
+// is sent, single or pipelined; an error it returns fails the command (in a
+// pipeline, the whole pipeline) without sending it.
+type cmdHook func(cmd redis.Cmder) error
+
+func (f cmdHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (f cmdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := f(cmd); err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+func (f cmdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if err := f(cmd); err != nil {
+				for _, c := range cmds {
+					c.SetErr(err)
+				}
+				return err
+			}
+		}
+		return next(ctx, cmds)
+	}
+}

@@ -64,7 +64,7 @@ func (o *observer) run(ctx context.Context, first time.Duration) {
 
 func (o *observer) observe(ctx context.Context, next time.Duration) {
 	e := o.e
-	sub, err := e.s.watch.subscribe(ctx, e.keys.channel())
+	sub, err := e.s.watch.subscribe(ctx, e.keys.channel(), "")
 	if err != nil {
 		return
 	}

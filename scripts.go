@@ -368,12 +368,13 @@ end
 // (tombstone, head, passed leases and tombstones, the latest lease), then (taking) GET and validate the
 // fence key, PUBLISH "A" on the name's channel, SET the fence, SET the lock
 // NX PX, ZREM us and the waiters whose leases passed; or (not taking, the
-// lock free) PUBLISH "W" on the head's wake-up channel (it may have missed
-// its wake-up, or just become the head because the one before it died),
+// lock free) PUBLISH the head's member id, its wake-up, on its session's
+// wake-up channel (it may have missed its wake-up, or just become the head
+// because the one before it died),
 // then (join) ZREM the dead, ZADD our place (kept if we have a live one) and
 // lease, and PEXPIREAT both queue keys to the latest lease end, so that no
 // queue key outlives its last waiter's lease.
-var fairAcquireScript = newScript("cd5010d652952756da6400a83437ac96e40757f5", guarded(luaFence+luaTake+luaQueue+`
+var fairAcquireScript = newScript("de65db4a46c36572da66e99fc3ae43187635e331", guarded(luaFence+luaTake+luaQueue+`
 local cur = call('GET', KEYS[1])
 local placed = call('ZSCORE', KEYS[3], ARGV[4])
 if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
@@ -407,7 +408,7 @@ if head and head ~= ARGV[4] then
   ahead = math.max(1, ahead - #dead)
 end
 local keep = keepUntil(KEYS[4], now + ttl)
-if not cur and head then call('PUBLISH', wakeChannel(KEYS[1], head), 'W') end
+if not cur and head then call('PUBLISH', wakeChannel(KEYS[1], head), head) end
 if ARGV[5] == '1' then
   zremAll(KEYS[3], dead)
   zremAll(KEYS[4], dead)
@@ -447,16 +448,16 @@ return 1
 //	ARGV[1] waiter (member), ARGV[2] TTL in ms
 //
 // Replies 1 if the waiter was queued, else 0. Order: ZSCORE, EXISTS, the
-// queue reads, PUBLISH "W" on the head's wake-up channel, ZREM from the
+// queue reads, PUBLISH the head's wake-up (as fairAcquireScript), ZREM from the
 // queue, ZADD the tombstone, PEXPIREAT the leases (to the latest lease or
 // tombstone end).
-var leaveScript = newScript("516c521984474cfe9fe9de8271594cadfae3571a", guarded(luaQueue+`
+var leaveScript = newScript("64b3aa50b8c9596df7eabe2e1ce02d7462990d6d", guarded(luaQueue+`
 local placed = call('ZSCORE', KEYS[2], ARGV[1])
 local ends = now + tonumber(ARGV[2])
 local keep = keepUntil(KEYS[3], ends)
 if call('EXISTS', KEYS[1]) == 0 then
   local head = headOf(KEYS[2], KEYS[3], ARGV[1])
-  if head then call('PUBLISH', wakeChannel(KEYS[1], head), 'W') end
+  if head then call('PUBLISH', wakeChannel(KEYS[1], head), head) end
 end
 call('ZREM', KEYS[2], ARGV[1])
 call('ZADD', KEYS[3], string.format('%.0f', -ends), ARGV[1])
@@ -474,13 +475,14 @@ return 0
 //
 // Replies 1 if deleted, 0 if the key is missing or holds another token
 // (then it writes nothing). Order: GET, the queue reads, PUBLISH "R",
-// PUBLISH "W", DEL. It leaves the queue as it is: the next acquire prunes it.
-var fairReleaseScript = newScript("05ceab485b682024ba5abb9f61f604c09a5be6de", guarded(luaQueue+`
+// PUBLISH the head's wake-up (as fairAcquireScript), DEL. It leaves the
+// queue as it is: the next acquire prunes it.
+var fairReleaseScript = newScript("3d0b5d67b200f426ec201e2e3a769bb87996c105", guarded(luaQueue+`
 local cur = call('GET', KEYS[1])
 if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
   local head = headOf(KEYS[2], KEYS[3], nil)
   call('PUBLISH', KEYS[1] .. ':ch', 'R')
-  if head then call('PUBLISH', wakeChannel(KEYS[1], head), 'W') end
+  if head then call('PUBLISH', wakeChannel(KEYS[1], head), head) end
   call('DEL', KEYS[1])
   return 1
 end

@@ -306,17 +306,21 @@ func (s *Session) detach(n int) bool {
 	return true
 }
 
-// add registers an acquired lock with the heartbeat. It fails when the
-// session was closed meanwhile; the caller then releases the key.
+// add registers an acquired lock with the heartbeat and wakes the session's
+// fair waiters for its name, which end with ErrLocked (a session never waits
+// for itself; default-mode waiters hear the acquire's own message). It fails
+// when the session was closed meanwhile; the caller then releases the key.
 func (s *Session) add(l *Lock) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.err != nil {
+		s.mu.Unlock()
 		return s.err
 	}
 	s.locks[l] = struct{}{}
 	s.names[l.keys.name] = l
 	s.wakeLocked()
+	s.mu.Unlock()
+	s.watch.nudge(l.keys.wakeChannel(s.id))
 	return nil
 }
 

@@ -81,10 +81,13 @@ type channelSubs struct {
 	idleSince time.Time
 }
 
-// A subscription is one waiter's interest in one channel.
+// A subscription is one waiter's interest in one channel: in every message,
+// or (to set) only in those whose payload is to, a wake-up addressed to one
+// fair waiter (fair.go).
 type subscription struct {
 	w      *watcher
 	cs     *channelSubs
+	to     string        // "": every message
 	notify chan struct{} // capacity 1: something arrived
 
 	mu   sync.Mutex // protects msgs and gap
@@ -92,12 +95,13 @@ type subscription struct {
 	gap  bool       // messages may have been lost since the last take
 }
 
-// subscribe registers interest in channel and waits, up to the call timeout
-// or ctx, until the server has confirmed the subscription, so that a release
-// published after subscribe returns is seen. If confirmation does not come
-// in time the subscription still works but reports a gap, and the waiter
-// falls back to reading the state.
-func (w *watcher) subscribe(ctx context.Context, channel string) (*subscription, error) {
+// subscribe registers interest in channel (with to set, in the messages
+// addressed to to) and waits, up to the call timeout or ctx, until the
+// server has confirmed the subscription, so that a release published after
+// subscribe returns is seen. If confirmation does not come in time the
+// subscription still works but reports a gap, and the waiter falls back to
+// reading the state.
+func (w *watcher) subscribe(ctx context.Context, channel, to string) (*subscription, error) {
 	w.mu.Lock()
 	if w.ending() {
 		w.mu.Unlock()
@@ -114,7 +118,7 @@ func (w *watcher) subscribe(ctx context.Context, channel string) (*subscription,
 		w.idle.Remove(cs.idle)
 		cs.idle = nil
 	}
-	sub := &subscription{w: w, cs: cs, notify: make(chan struct{}, 1)}
+	sub := &subscription{w: w, cs: cs, to: to, notify: make(chan struct{}, 1)}
 	cs.subs[sub] = struct{}{}
 	if !cs.confirmed { // (re)send SUBSCRIBE until the server confirms it
 		w.requestLocked(cs)
@@ -371,7 +375,7 @@ func (w *watcher) handle(msg any) {
 			w.unsubscribed(m.Channel)
 		}
 	case *redis.Message:
-		w.deliver(m.Channel)
+		w.deliver(m.Channel, m.Payload, false)
 	}
 }
 
@@ -450,15 +454,24 @@ func (w *watcher) unsubscribed(channel string) {
 	}
 }
 
-func (w *watcher) deliver(channel string) {
+// deliver hands a message on channel to the subscribers it is for: those
+// that take every message and the one it is addressed to, or with all,
+// every one.
+func (w *watcher) deliver(channel, payload string, all bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if cs := w.chans[channel]; cs != nil {
 		for sub := range cs.subs {
-			sub.deliver()
+			if all || sub.to == "" || sub.to == payload {
+				sub.deliver()
+			}
 		}
 	}
 }
+
+// nudge wakes every subscriber of channel in this process, as a message
+// would, with no I/O (see Session.add).
+func (w *watcher) nudge(channel string) { w.deliver(channel, "", true) }
 
 // ping queues a PING.
 func (w *watcher) ping() {

@@ -134,7 +134,7 @@ func TestWatcherHungServerCloseWhileWaiting(t *testing.T) {
 		errc <- err
 	}()
 	// Start the watcher, in case Lock has not yet.
-	sub, err := s.watch.subscribe(context.Background(), "redisleader:{other}:ch")
+	sub, err := s.watch.subscribe(context.Background(), "redisleader:{other}:ch", "")
 	require.NoError(t, err)
 	sub.Close()
 
@@ -179,7 +179,7 @@ func TestWatcherConfirmedOnlyWhileSubscribed(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close() })
 		s := newSession(t, c, fastOpts()...)
 		ch := "redisleader:{" + t.Name() + "}:ch"
-		sub, err := s.watch.subscribe(ctx, ch)
+		sub, err := s.watch.subscribe(ctx, ch, "")
 		require.NoError(t, err)
 		t.Cleanup(sub.Close)
 		require.True(t, sub.confirmed())
@@ -327,7 +327,7 @@ func TestWatcherSendWaitsForFirstReceive(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close() })
 		s := newSession(t, c)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		sub, err := s.watch.subscribe(ctx, fmt.Sprintf("first-receive-%d", i))
+		sub, err := s.watch.subscribe(ctx, fmt.Sprintf("first-receive-%d", i), "")
 		cancel()
 		require.NoError(t, err)
 		require.Eventually(t, sub.confirmed, 5*time.Second, time.Millisecond, "the channel is never confirmed")
@@ -361,7 +361,7 @@ func TestWatcherResubscribesAfterRacingUnsubscribe(t *testing.T) {
 	s := newSession(t, c)
 	ctx := context.Background()
 	const ch = "redisleader:{race}:ch"
-	sub, err := s.watch.subscribe(ctx, ch)
+	sub, err := s.watch.subscribe(ctx, ch, "")
 	require.NoError(t, err)
 	defer sub.Close()
 	require.True(t, sub.confirmed())

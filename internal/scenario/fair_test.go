@@ -7,13 +7,18 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader"
 	"github.com/redisleader/redisleader/internal/faultproxy"
+	"github.com/redisleader/redisleader/internal/history"
 )
 
 // TestScenarioFair runs the wedge scenarios of fair mode (issue 16): a queue
@@ -29,6 +34,8 @@ func TestScenarioFair(t *testing.T) {
 	t.Run("F5-restart-50", func(t *testing.T) { fairFifty(t, "F5-restart-50", true) })
 	t.Run("F6-short-waits", fairShortWaits)
 	t.Run("F7-crashed-among-100", fairCrashedAmong)
+	t.Run("F8-own-head-gone", fairOwnHeadGone)
+	t.Run("F9-head-error", fairHeadError)
 }
 
 // fair is the option of every candidate in these scenarios.
@@ -435,5 +442,157 @@ func fairCrashedAmong(t *testing.T) {
 	h.check(took <= h.ttl+fairSlack+time.Duration(waiters-crashed)*20*time.Millisecond,
 		"the queue took %v to drain; want within TTL + %v + 80 × 20ms", took, fairSlack)
 	h.queueKeys(true)
+	h.finish(false)
+}
+
+// scriptHook counts a client's script calls and, once armed, fails the next
+// one with numKeys keys (without sending it), as a lost connection would.
+type scriptHook struct {
+	calls   atomic.Int64
+	numKeys atomic.Int64 // armed while > 0
+	fired   chan struct{}
+}
+
+func newScriptHook() *scriptHook { return &scriptHook{fired: make(chan struct{})} }
+
+var errInjected = &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+
+func (f *scriptHook) check(cmd redis.Cmder) error {
+	args := cmd.Args()
+	if (cmd.Name() != "evalsha" && cmd.Name() != "eval") || len(args) < 3 {
+		return nil
+	}
+	f.calls.Add(1)
+	if n := f.numKeys.Load(); n > 0 && fmt.Sprint(args[2]) == fmt.Sprint(n) && f.numKeys.CompareAndSwap(n, 0) {
+		close(f.fired)
+		return errInjected
+	}
+	return nil
+}
+
+func (f *scriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (f *scriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := f.check(cmd); err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+func (f *scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if err := f.check(cmd); err != nil {
+				for _, c := range cmds {
+					c.SetErr(err)
+				}
+				return err
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// unserved records how long the name stayed free after the holder's
+// release, and the waiter's script calls per TTL meanwhile.
+func (h *harness) unserved(since time.Time, calls int64) {
+	h.t.Helper()
+	took := time.Since(since)
+	h.note("unserved_ms", "%d", took.Milliseconds())
+	perTTL := float64(calls) / max(took.Seconds()/h.ttl.Seconds(), 1)
+	h.note("scripts_per_waiter_per_ttl", "%.1f", perTTL)
+	h.check(took <= h.ttl+fairSlack, "the name stayed free and unserved %v; want within TTL + %v", took, fairSlack)
+	h.check(perTTL <= 10, "the waiter sent %.0f scripts per TTL while the name was free: it spins", perTTL)
+}
+
+// fairOwnHeadGone: c0 leads; session s queues a head waiter, then a second
+// waiter behind it. The head's caller gives up and its leave fails, so its
+// place lasts up to a TTL. c0 resigns: the second waiter must lead within
+// that TTL, sending a few scripts, not one per wake-up of its own (a
+// wake-up is addressed to one waiter, not to its session).
+func fairOwnHeadGone(t *testing.T) {
+	h, _, l0 := fairHeld(t, "F8-own-head-gone")
+	s := h.candidate("s", nil, fair)
+	hook := newScriptHook()
+	s.clients[0].AddHook(hook)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	headCtx, giveUp := context.WithCancel(ctx)
+	go func() { _, _ = s.campaign(headCtx) }()
+	h.until(func() bool { return h.queueLen() == 1 }, 5*time.Second, "s's head queued")
+	got := h.expect(acquiredBy("s"))
+	res := make(chan *redisleader.Lock, 1)
+	go func() {
+		l, _ := s.campaign(ctx)
+		res <- l
+	}()
+	h.until(func() bool { return h.queueLen() == 2 }, 5*time.Second, "s's second waiter queued")
+
+	h.fault("head-gave-up-leave-lost", true)
+	hook.numKeys.Store(3) // the leave
+	giveUp()
+	select {
+	case <-hook.fired:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the head's leave was never sent")
+	}
+	before, released := hook.calls.Load(), time.Now()
+	if err := l0.Release(context.Background()); err != nil {
+		t.Fatalf("c0: release: %v", err)
+	}
+	h.wait(got, 3*h.ttl, "s's second waiter leads")
+	h.unserved(released, hook.calls.Load()-before)
+	h.fault("head-gave-up-leave-lost", false)
+	if l := <-res; l != nil {
+		_ = l.Release(context.Background())
+	}
+	h.finish(false)
+}
+
+// fairHeadError: c0 leads; a (retry interval and jitter a TTL each, so an
+// error costs it 1–2 TTL) queues at the head, b behind it. a's next attempt
+// fails with a network error; c0 resigns while a is in its retry delay: a
+// must still lead, at once (it listens for its wake-up while it waits), and
+// before b.
+func fairHeadError(t *testing.T) {
+	h, _, l0 := fairHeld(t, "F9-head-error")
+	a := h.candidate("a", nil, fair, redisleader.WithRetryInterval(h.ttl), redisleader.WithRetryJitter(h.ttl),
+		redisleader.WithCallTimeout(50*time.Millisecond))
+	hook := newScriptHook()
+	a.clients[0].AddHook(hook)
+	b := h.candidate("b", nil, fair)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := h.expect(kind(history.Acquired))
+	res := make(chan *redisleader.Lock, 2)
+	for i, c := range []*candidate{a, b} {
+		go func() {
+			l, _ := c.campaign(ctx)
+			res <- l
+		}()
+		h.until(func() bool { return h.queueLen() == int64(i+1) }, 5*time.Second, c.who+" queued")
+	}
+
+	h.fault("head-attempt-failed", true)
+	hook.numKeys.Store(4) // a's next fair acquire
+	select {
+	case <-hook.fired:
+	case <-time.After(3 * h.ttl):
+		t.Fatal("a made no attempt")
+	}
+	before, released := hook.calls.Load(), time.Now()
+	if err := l0.Release(context.Background()); err != nil {
+		t.Fatalf("c0: release: %v", err)
+	}
+	first := h.wait(got, 3*h.ttl, "a waiter leads")
+	h.unserved(released, hook.calls.Load()-before)
+	h.check(first.Who == "a", "%s led first; a was the head", first.Who)
+	h.fault("head-attempt-failed", false)
+	for range 2 {
+		if l := <-res; l != nil {
+			_ = l.Release(context.Background())
+		}
+	}
 	h.finish(false)
 }
