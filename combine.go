@@ -44,13 +44,19 @@ import (
 //     the queue: it never reaches Redis. One that gives up after gets its
 //     context's error, which for an acquire is "unknown outcome", never
 //     "held by another": the attempt's token is given back as always. Its
-//     command may still reach Redis until the batch ends, so until then it
-//     holds its key (unsettled): every later call of the session on that
-//     lock key (the acquisition's next attempt or give-back, a Proclaim, a
-//     delete by Close or the stale-token cleanup) waits for it, bounded by
-//     its own deadline. A session's calls on one key reach Redis in the
-//     order its callers made them, except that a release or give-back goes
-//     ahead of calls still queued.
+//     command may still reach Redis, surely until the batch ends, so until
+//     then it holds its key (unsettled): every later call of the session on
+//     that lock key (the acquisition's next attempt or give-back, a
+//     Proclaim, a delete by Close or the stale-token cleanup) waits for it,
+//     bounded by its own deadline. So a session's calls on one key are sent
+//     in the order its callers made them, except that a release or give-back
+//     goes ahead of calls still queued; but that is all the client can
+//     order. A batch that ends at its deadline, without replies, can still
+//     reach Redis after the next call, as can a call sent at once whose
+//     caller gave up (it holds nothing). What such a late command could
+//     undo is guarded where Redis runs it: an acquire's token is deleted
+//     until it must have expired, and a Proclaim carries its term's sequence
+//     number (proclaimScript).
 //   - Replies are matched to commands one by one; runCalls re-sends a
 //     command that met a server without its script (NOSCRIPT) as EVAL, and
 //     rewrites denied commands, per command. On a Cluster, go-redis splits a
@@ -95,8 +101,8 @@ type combiner struct {
 	drained sync.Cond  // signalled when onWire and carried drop to 0 after closed
 	// unsettled holds, per lock key, the calls whose callers gave up while
 	// their batches were on the wire, each until its batch has ended: the
-	// command may still reach Redis, and no later call on the key may
-	// overtake it.
+	// command may still reach Redis, and no later call on the key is sent
+	// before then.
 	unsettled map[any][]*pending
 }
 

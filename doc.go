@@ -252,9 +252,15 @@
 // ahead of other sessions' waiters, whom the release wakes). Each call still
 // ends with its own context and call timeout, and one caller's cancellation
 // or timeout never fails another's command; a call cancelled before it was
-// sent never reaches Redis, and one given up while on its way is never
-// overtaken by a later call of the session on the same name. Renewals are
-// already one pipeline per round. What changes for hooks on the client: a
+// sent never reaches Redis. One given up while on its way can still reach
+// Redis after a later call of the session on the same name: that call waits
+// only until the batch of the given-up one has ended (with its replies, or
+// at its deadline without them), and a call sent at once holds nothing up.
+// What such a late request could undo is guarded in Redis instead: an
+// acquire attempt's token is deleted until it must have expired (see
+// Timing), and a Proclaim never overwrites a later Proclaim's value (see
+// Election.Proclaim). Renewals are already one pipeline per round. What
+// changes for hooks on the client: a
 // shared pipeline (a release and the calls it takes along too) is one
 // ProcessPipelineHook call, on a context without the callers' values, run by a
 // goroutine of the session. Shared or not, a hook that panics while this
@@ -327,7 +333,9 @@
 // # Keys
 //
 // A name maps to redisleader:{name} (the lock, with a TTL),
-// redisleader:{name}:fence (the last fence, no TTL) and the pub/sub channel
+// redisleader:{name}:fence (the last fence, no TTL), once a leader has
+// called Election.Proclaim redisleader:{name}:seq (its term's token and the
+// sequence number of its last Proclaim, no TTL), and the pub/sub channel
 // redisleader:{name}:ch; in fair mode also redisleader:{name}:queue and
 // redisleader:{name}:leases (sorted sets of waiters, which expire with the
 // last waiter's lease) and the channels redisleader:{name}:w:<session>.

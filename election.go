@@ -2,6 +2,7 @@ package redisleader
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -103,10 +104,19 @@ func (e *Election) Resign(ctx context.Context) error {
 // ErrNotLeader, writing nothing, when this session does not lead the
 // election. When Redis says the key no longer holds this leadership's token,
 // the leadership ends with ErrNotOwner and the error matches both
-// ErrNotLeader and ErrNotOwner. After a Redis error the stored value may be
-// either; Proclaim again. The call is bounded by ctx, the call timeout and
-// the leadership's local deadline. Proclaim does not wait for replicas
+// ErrNotLeader and ErrNotOwner. The call is bounded by ctx, the call timeout
+// and the leadership's local deadline. Proclaim does not wait for replicas
 // (WithReplicaAcks): after a failover the former value may come back.
+//
+// After any other error (a Redis error, or ctx ending while the request was
+// on its way) the stored value may be the former one or this one, even
+// later (the request can still reach Redis), and Lock.Value keeps the
+// former, the last one a Proclaim returned nil for; Proclaim again. Once a
+// Proclaim has returned nil, no earlier Proclaim of the leadership
+// overwrites its value: calls on one leadership run one at a time, each
+// carries the next number of the term's sequence, which Redis keeps (in the
+// key redisleader:{name}:seq), and a request that reaches Redis after a
+// later one's writes nothing.
 func (e *Election) Proclaim(ctx context.Context, value string) error {
 	if err := checkValue(value); err != nil {
 		return err
@@ -142,8 +152,11 @@ func (l *Lock) proclaim(ctx context.Context, value string) error {
 	if !ok {
 		return fmt.Errorf("redisleader: proclaim %q: %w", l.keys.name, ErrNotLeader)
 	}
-	stored, err := l.s.place.proclaim(ctx, l, value, deadline)
+	l.proclaimed++
+	stored, err := l.s.place.proclaim(ctx, l, l.proclaimed, value, deadline)
 	switch {
+	case errors.Is(err, errSuperseded):
+		return fmt.Errorf("redisleader: proclaim %q: %w", l.keys.name, err)
 	case err != nil:
 		return fmt.Errorf("redisleader: proclaim %q (the stored value may be the former one or the new one): %w", l.keys.name, err)
 	case !stored:
@@ -155,6 +168,13 @@ func (l *Lock) proclaim(ctx context.Context, value string) error {
 	l.mu.Unlock()
 	return nil
 }
+
+// errSuperseded: Redis holds a later Proclaim of the leadership than this
+// one, which wrote nothing. Calls run one at a time, so only a request that
+// reached Redis after its caller gave up finds that, and its reply goes
+// nowhere; a live caller gets it only if something else wrote the term's
+// sequence.
+var errSuperseded = errors.New("redisleader: a later Proclaim of this leadership is stored already; this one wrote nothing")
 
 // leading returns the session's leadership of name (its delivered, held
 // lock of the name), or nil.

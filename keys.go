@@ -14,6 +14,7 @@ import (
 //
 //	redisleader:{name}        the lock: "<token>\n<fence>\n<value>", with a PX TTL
 //	redisleader:{name}:fence  the last fence handed out (no TTL)
+//	redisleader:{name}:seq    the last Proclaim's "<token>\n<sequence>" (no TTL; see proclaimScript)
 //	redisleader:{name}:ch     channel: "A" on every acquire and proclaim, "R" on every release
 //	redisleader:{name}:queue  fair mode: waiters (ZSET member → arrival, server µs)
 //	redisleader:{name}:leases fair mode: waiters' leases (ZSET member → end, server ms)
@@ -25,6 +26,7 @@ type keys struct {
 const (
 	keyPrefix     = "redisleader:{"
 	fenceSuffix   = ":fence"
+	seqSuffix     = ":seq"
 	channelSuffix = ":ch" // appended to the lock key in the scripts too
 	queueSuffix   = ":queue"
 	leasesSuffix  = ":leases"
@@ -40,6 +42,9 @@ func newKeys(name string) keys {
 
 // channel is the pub/sub channel of the name's changes.
 func (k keys) channel() string { return k.lock + channelSuffix }
+
+// seq is the key of the sequence number of the name's last Proclaim.
+func (k keys) seq() string { return k.lock + seqSuffix }
 
 // queue and leases are the keys of the name's waiters in fair mode.
 func (k keys) queue() string  { return k.lock + queueSuffix }

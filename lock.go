@@ -45,6 +45,9 @@ type Lock struct {
 	// proclaiming serialises Election.Proclaim calls, so that the value
 	// kept here is the last one stored in Redis.
 	proclaiming chan struct{} // capacity 1, made by the first Proclaim under mu
+	// proclaimed is the sequence number of the term's last Proclaim sent
+	// (proclaimScript); only the holder of the proclaiming turn uses it.
+	proclaimed int64
 	// leftover: a give-back failed somewhere, or an attempt went unanswered
 	// on a Redlock node, so this token may be, or get, in Redis after a
 	// delete: every delete is then repeated until the token must have
@@ -66,7 +69,7 @@ func (l *Lock) Name() string {
 
 // Value returns the value published with the lock: the candidate's value for
 // an election (see Election.Campaign), or the last one Election.Proclaim
-// stored; empty for a plain lock.
+// stored and returned nil for; empty for a plain lock.
 func (l *Lock) Value() string {
 	if l == nil {
 		return ""

@@ -31,9 +31,10 @@ type place interface {
 	releaseAll(ctx context.Context, locks []*Lock, deadline time.Time) []deleted
 	// inspect reads who holds k and the TTL left.
 	inspect(ctx context.Context, k keys) (Leader, bool, error)
-	// proclaim stores value as l's value, keeping token, fence and TTL; it
-	// reports whether the key still held l's token.
-	proclaim(ctx context.Context, l *Lock, value string, deadline time.Time) (bool, error)
+	// proclaim stores value as l's value, keeping token, fence and TTL,
+	// as the seq'th Proclaim of l's term; it reports whether the key still
+	// held l's token, and errSuperseded when a later one is stored already.
+	proclaim(ctx context.Context, l *Lock, seq int64, value string, deadline time.Time) (bool, error)
 	// each runs f for every server at once and waits for all of them.
 	each(f func(c Client))
 }
@@ -191,6 +192,12 @@ func releaseCall(l *Lock) call {
 	return call{releaseScript, releaseArgs(l)}
 }
 
+// proclaimArgs returns the proclaim script's arguments for the seq'th
+// Proclaim of l's term, of value.
+func proclaimArgs(l *Lock, seq int64, value string) []any {
+	return []any{nil, nil, 2, l.lockArg, l.keys.seq(), l.tokenArg, seq, value}
+}
+
 // renewArgs returns the renew script's arguments for every lock.
 func (s *Session) renewArgs(locks []*Lock) [][]any {
 	argvs := make([][]any, len(locks))
@@ -305,8 +312,11 @@ func (n *node) inspect(ctx context.Context, k keys) (Leader, bool, error) {
 	return Leader{Value: h.value, Fence: h.fence, TTL: ttl}, true, nil
 }
 
-func (n *node) proclaim(ctx context.Context, l *Lock, value string, deadline time.Time) (bool, error) {
-	res, err := n.s.combine.call(ctx, deadline, proclaimScript, []any{nil, nil, 1, l.lockArg, l.tokenArg, value}).Int()
+func (n *node) proclaim(ctx context.Context, l *Lock, seq int64, value string, deadline time.Time) (bool, error) {
+	res, err := n.s.combine.call(ctx, deadline, proclaimScript, proclaimArgs(l, seq, value)).Int()
+	if res == 2 {
+		return true, errSuperseded
+	}
 	return res == 1, err
 }
 

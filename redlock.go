@@ -578,6 +578,6 @@ func (q *quorum) readHolders(ctx context.Context, k keys) []nodeHolder {
 // errRedlockProclaim refuses Election.Proclaim on a Redlock session.
 var errRedlockProclaim = invalidf("Proclaim is not available on a Redlock session")
 
-func (q *quorum) proclaim(context.Context, *Lock, string, time.Time) (bool, error) {
+func (q *quorum) proclaim(context.Context, *Lock, int64, string, time.Time) (bool, error) {
 	return false, errRedlockProclaim
 }
