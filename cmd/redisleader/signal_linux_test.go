@@ -3,10 +3,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -22,15 +22,48 @@ import (
 // a handler), from /proc/PID/status.
 func signalsPending(t *testing.T, pid int) bool {
 	t.Helper()
+	return strings.Trim(procStatus(t, pid, "SigPnd")+procStatus(t, pid, "ShdPnd"), "0") != ""
+}
+
+// procStatus returns the field key of /proc/PID/status, or "" if pid has
+// been reaped.
+func procStatus(t *testing.T, pid int, key string) string {
+	t.Helper()
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if errors.Is(err, os.ErrNotExist) {
+		return ""
+	}
 	require.NoError(t, err)
 	for _, l := range strings.Split(string(data), "\n") {
-		k, v, ok := strings.Cut(l, ":")
-		if ok && (k == "SigPnd" || k == "ShdPnd") && strings.Trim(strings.TrimSpace(v), "0") != "" {
-			return true
+		if k, v, ok := strings.Cut(l, ":"); ok && k == key {
+			return strings.TrimSpace(v)
 		}
 	}
-	return false
+	t.Fatalf("no %s in /proc/%d/status", key, pid)
+	return ""
+}
+
+// openFIFO opens fifo for writing, which returns once another process has
+// opened it for reading (what), or fails the test after cliTimeout.
+func openFIFO(t *testing.T, fifo, what string) *os.File {
+	t.Helper()
+	opened := make(chan *os.File, 1)
+	go func() {
+		w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			close(opened)
+			return
+		}
+		opened <- w
+	}()
+	select {
+	case w := <-opened:
+		require.NotNil(t, w, "open %s", fifo)
+		return w
+	case <-time.After(cliTimeout):
+		t.Fatalf("timed out after %v waiting for %s", cliTimeout, what)
+		return nil
+	}
 }
 
 // A SIGTERM that arrives before run campaigns (here while it reads
@@ -48,22 +81,7 @@ func TestRunEarlySignalStopsBeforeCampaign(t *testing.T) {
 	p := startCLI(t, "run", []string{"MARKER=" + marker},
 		"run", "--redis", "redis://"+srv.Addr(), "--password-file", fifo, "--name", "job", "--",
 		"sh", "-c", `echo ran > "$MARKER"`)
-	opened := make(chan *os.File, 1)
-	go func() {
-		w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
-		if err != nil {
-			close(opened)
-			return
-		}
-		opened <- w
-	}()
-	var w *os.File
-	select {
-	case w = <-opened:
-	case <-time.After(cliTimeout):
-		t.Fatal("run did not open --password-file")
-	}
-	require.NotNil(t, w)
+	w := openFIFO(t, fifo, "run to open --password-file")
 	p.signal(t, syscall.SIGTERM)
 	pollUntil(t, cliTimeout, "the SIGTERM to be taken by run's handler", func() bool { return !signalsPending(t, p.cmd.Process.Pid) })
 	_, err := w.WriteString("pw\n")
@@ -143,20 +161,8 @@ func TestRunNohupIgnoredSIGHUP(t *testing.T) {
 	marker := filepath.Join(dir, "marker")
 	goFile := filepath.Join(dir, "go")
 	job := `echo "x $$ start" >> "$MARKER"; while [ ! -e "$GOFILE" ]; do sleep 0.05; done; echo "x $$ done" >> "$MARKER"`
-	args := []string{"-c", `trap "" HUP; exec "$0" "$@"`, cliBinary(t),
-		"run", "--redis", "redis://" + srv.Addr(), "--name", "job", "--", "sh", "-c", job}
-	p := &cliProc{name: "nohup run", cmd: exec.Command("sh", args...), stdout: newSyncBuffer(), stderr: newSyncBuffer(), done: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), "MARKER="+marker, "GOFILE="+goFile)
-	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
-	p.cmd.SysProcAttr = childProcAttr(false)
-	require.NoError(t, p.cmd.Start())
-	go func() { _ = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		if p.running() {
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	})
+	p := startShellCLI(t, "nohup run", `trap "" HUP; exec "$@"`, []string{"MARKER=" + marker, "GOFILE=" + goFile},
+		"run", "--redis", "redis://"+srv.Addr(), "--name", "job", "--", "sh", "-c", job)
 	waitMarker(t, marker, 1)
 	p.signal(t, syscall.SIGHUP)
 	pollUntil(t, cliTimeout, "the SIGHUP to be taken", func() bool { return !p.running() || !signalsPending(t, p.cmd.Process.Pid) })
