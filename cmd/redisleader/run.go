@@ -74,8 +74,8 @@ A job that cron starts on every host, to run once per tick:
   redisleader run --name nightly-report --try --hold 1m -- ./report.sh
 
   - --try gives up at once, with status 75 and no output, when another
-    process leads; --wait D waits at most D.
-    Without either, run waits until it leads.
+    process leads; --wait D waits at most D, also for Redis's first reply
+    (none within D: status 1). Without either, run waits until it leads.
   - --hold D keeps leadership (renewed) for D after COMMAND exits, so that a
     host whose timer fires a little later finds NAME led and skips the tick.
     Make it longer than the spread of the hosts' clocks and shorter than the
@@ -149,7 +149,7 @@ func newRunFlags() (*flag.FlagSet, *runFlags) {
 	fs.DurationVar(&f.grace, "grace", defaultGrace, "time `D` that COMMAND has to exit after a SIGTERM (leadership lost) or a forwarded signal, before SIGKILL")
 	fs.DurationVar(&f.takeoverDelay, "takeover-delay", 0, "after winning, wait `D` before starting COMMAND, so that a former leader that\nRedis forgot (a restart without persistence) notices its loss first; 0: off")
 	fs.BoolVar(&f.try, "try", false, "do not wait: if another process leads NAME, exit 75 at once, silently")
-	fs.DurationVar(&f.wait, "wait", 0, "wait at most `D` to lead, then exit 75; 0: wait until leading")
+	fs.DurationVar(&f.wait, "wait", 0, "wait at most `D` to lead, then exit 75 (at most D for Redis's first reply too); 0: wait until leading")
 	fs.DurationVar(&f.hold, "hold", 0, "keep leading `D` after COMMAND exits, so that late hosts skip this tick")
 	fs.BoolVar(&f.again, "again", false, "campaign again after COMMAND exits (default: exit after the first term)")
 	fs.BoolVar(&f.noProcessGroup, "no-process-group", false, "run COMMAND in redisleader's process group and signal its process only (on Linux,\nonly that process is killed if redisleader dies, not what it started)")
@@ -247,6 +247,7 @@ type runner struct {
 	stdout    io.Writer
 	stderr    io.Writer
 	forwarded chan struct{} // signalled when a signal was forwarded to the command
+	waitUntil time.Time     // with --wait: when run gives up; zero otherwise
 
 	mu     sync.Mutex         // protects sig, proc and cancel
 	sig    syscall.Signal     // the first stop signal received; 0 before
@@ -306,22 +307,12 @@ var errBusy = errors.New("another process leads")
 // run connects, then campaigns and runs the command once per term, and
 // returns the exit status.
 func (r *runner) run(target *endpoint, opts []redisleader.Option) int {
-	ctx, cancel := context.WithCancel(context.Background())
-	if !r.waiting(cancel) {
-		cancel()
-		return 128 + int(r.signalled())
+	if r.f.wait > 0 {
+		r.waitUntil = time.Now().Add(r.f.wait)
 	}
-	quietRedis()
-	client, err := connect(ctx, target)
-	r.waiting(nil)
-	cancel()
-	if err != nil {
-		if sig := r.signalled(); sig != 0 {
-			r.log.infof("received %s while connecting to Redis; stopped", signalName(sig))
-			return 128 + int(sig)
-		}
-		r.log.errorf("%v", err)
-		return exitError
+	client, code := r.connect(target)
+	if client == nil {
+		return code
 	}
 	defer client.Close()
 	session, err := redisleader.NewSession(client, opts...)
@@ -353,23 +344,7 @@ func (r *runner) run(target *endpoint, opts []redisleader.Option) int {
 		r.waiting(nil)
 		cancel()
 		if err != nil {
-			if sig := r.signalled(); sig != 0 {
-				r.log.infof("received %s while not leading %s; stopped campaigning", signalName(sig), r.f.name)
-				return 128 + int(sig)
-			}
-			if errors.Is(err, errBusy) {
-				if r.f.try {
-					r.log.infof("%s is led by another process; not running %s (--try)", r.f.name, r.display)
-				} else {
-					r.log.infof("%s was still led by another process after --wait %v; not running %s", r.f.name, r.f.wait, r.display)
-				}
-				return exitBusy
-			}
-			r.log.errorf("campaign for %s: %v", r.f.name, trimPrefix(err))
-			if errors.Is(err, redisleader.ErrInvalid) {
-				return exitUsage
-			}
-			return exitError
+			return r.campaignFailed(err)
 		}
 		next = time.Now().Add(minTermInterval)
 		code, done := r.term(lead)
@@ -377,6 +352,51 @@ func (r *runner) run(target *endpoint, opts []redisleader.Option) int {
 			return code
 		}
 	}
+}
+
+// connect connects to Redis, waiting for its first reply no longer than
+// --wait, if given, allows. On failure it returns a nil client and the exit
+// status.
+func (r *runner) connect(target *endpoint) (redis.UniversalClient, int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if !r.waiting(cancel) {
+		return nil, 128 + int(r.signalled())
+	}
+	quietRedis()
+	client, err := connectWithin(ctx, target, r.f.wait) // the first step: all of --wait is left
+	r.waiting(nil)
+	if err != nil {
+		if sig := r.signalled(); sig != 0 {
+			r.log.infof("received %s while connecting to Redis; stopped", signalName(sig))
+			return nil, 128 + int(sig)
+		}
+		r.log.errorf("%v", err)
+		return nil, exitError
+	}
+	return client, exitOK
+}
+
+// campaignFailed says why the campaign ended without leading and returns
+// the exit status.
+func (r *runner) campaignFailed(err error) int {
+	if sig := r.signalled(); sig != 0 {
+		r.log.infof("received %s while not leading %s; stopped campaigning", signalName(sig), r.f.name)
+		return 128 + int(sig)
+	}
+	if errors.Is(err, errBusy) {
+		if r.f.try {
+			r.log.infof("%s is led by another process; not running %s (--try)", r.f.name, r.display)
+		} else {
+			r.log.infof("%s was still led by another process after --wait %v; not running %s", r.f.name, r.f.wait, r.display)
+		}
+		return exitBusy
+	}
+	r.log.errorf("campaign for %s: %v", r.f.name, trimPrefix(err))
+	if errors.Is(err, redisleader.ErrInvalid) {
+		return exitUsage
+	}
+	return exitError
 }
 
 // campaign waits until notBefore (--again spacing), then campaigns until
@@ -402,7 +422,7 @@ func (r *runner) campaignOnce(ctx context.Context, e *redisleader.Election) (*re
 	defer cancel(nil)
 	switch {
 	case r.f.wait > 0:
-		t := time.AfterFunc(r.f.wait, func() { cancel(errBusy) })
+		t := time.AfterFunc(time.Until(r.waitUntil), func() { cancel(errBusy) })
 		defer t.Stop()
 	case r.f.try:
 		lead, err := e.TryCampaign(ctx, r.f.value)
