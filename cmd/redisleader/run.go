@@ -88,6 +88,10 @@ A job that cron starts on every host, to run once per tick:
   - SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to redisleader are forwarded to
     COMMAND, which gets --grace to exit before SIGKILL; redisleader exits
     after COMMAND does and resigns. While not leading they end the campaign.
+  - A signal ignored when redisleader starts stays ignored, by redisleader
+    and COMMAND: SIGHUP under nohup(1), SIGINT and SIGQUIT under a script's
+    "&". SIGQUIT goes with SIGINT (a Go program cannot see SIGQUIT ignored
+    on its own). SIGTERM is always acted on.
   - If leadership is lost (the lease expired because Redis was unreachable,
     or the key was deleted or taken), COMMAND gets SIGTERM, then SIGKILL after
     --grace. The next leader may start meanwhile: keep --grace short, or have

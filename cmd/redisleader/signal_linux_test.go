@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -170,4 +171,34 @@ func TestRunNohupIgnoredSIGHUP(t *testing.T) {
 	assert.Equal(t, 0, p.wait(t), "run started under nohup acted on SIGHUP; stderr: %s", p.stderr.String())
 	lines := readMarker(t, marker)
 	assert.Len(t, lines, 2, "the job did not run to its end: %v", lines)
+}
+
+// ignores reports whether pid ignores sig, from SigIgn in /proc/PID/status.
+func ignores(t *testing.T, pid int, sig syscall.Signal) bool {
+	t.Helper()
+	mask, err := strconv.ParseUint(procStatus(t, pid, "SigIgn"), 16, 64)
+	require.NoError(t, err, "SigIgn of %d", pid)
+	return mask&(1<<(sig-1)) != 0
+}
+
+// A script's "run ... &" starts run with SIGINT and SIGQUIT ignored (POSIX,
+// without job control), so that ^C and ^\ on the terminal spare it. Both
+// stay ignored, for run and for the job, as SIGHUP does under nohup: a
+// SIGQUIT neither stops the job nor run, which exits with the job's status.
+func TestRunBackgroundedIgnoresSIGQUIT(t *testing.T) {
+	t.Parallel()
+	srv := quietRedisServer(t)
+	dir := t.TempDir()
+	runPIDFile, jobPIDFile, goFile := filepath.Join(dir, "run"), filepath.Join(dir, "job"), filepath.Join(dir, "go")
+	p := startShellCLI(t, "run &", `"$@" & echo $! > "$RUNPID"; wait $!`,
+		[]string{"RUNPID=" + runPIDFile, "PIDFILE=" + jobPIDFile, "GOFILE=" + goFile},
+		"run", "--redis", "redis://"+srv.Addr(), "--name", "job", "--", "sh", "-c",
+		`echo $$ > "$PIDFILE"; while [ ! -e "$GOFILE" ]; do sleep 0.05; done`)
+	run, job := readPID(t, runPIDFile), readPID(t, jobPIDFile)
+	assert.True(t, ignores(t, job, syscall.SIGINT), "the job does not ignore SIGINT")
+	assert.True(t, ignores(t, job, syscall.SIGQUIT), "the job does not ignore SIGQUIT")
+	require.NoError(t, syscall.Kill(run, syscall.SIGQUIT))
+	pollUntil(t, cliTimeout, "the SIGQUIT to be taken", func() bool { return !signalsPending(t, run) })
+	require.NoError(t, os.WriteFile(goFile, nil, 0o600))
+	assert.Equal(t, 0, p.wait(t), "run started by \"&\" acted on SIGQUIT; stderr: %s", p.stderr.String())
 }

@@ -76,9 +76,7 @@ func supervise(args []string) int {
 	// has to survive it. A signal ignored at start (nohup) stays ignored,
 	// for COMMAND too.
 	forwarded := make(chan os.Signal, 4)
-	if caught := caughtSignals(); len(caught) > 0 {
-		signal.Notify(forwarded, caught...)
-	}
+	catchSignals(forwarded)
 	// run may have died before the handler above was installed: its
 	// parentDeathSignal then went unseen (or killed this process before
 	// it could start anything).
