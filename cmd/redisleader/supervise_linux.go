@@ -30,9 +30,15 @@ const parentDeathSignal = syscall.SIGUSR1
 // the kernel sends the supervisor parentDeathSignal, and it SIGKILLs the
 // whole group, itself included: nothing of COMMAND outlives run's lease,
 // not even a grandchild. Pdeathsig alone could not do this: it reaches only
-// the process it is set on. run signals the group as before (the supervisor
-// ignores what run forwards; COMMAND gets it), and the supervisor exits as
-// COMMAND did, so run sees COMMAND's status.
+// the process it is set on. But the supervisor can die first (kill -9 of
+// both, pkill -9 -f redisleader), and then COMMAND would run on: it gets
+// Pdeathsig SIGKILL, so it dies with the supervisor, however that dies.
+// When only the supervisor dies, run (while it runs) kills the rest of the
+// group; that rest outlives them only if both die by SIGKILL before either
+// could act, or if it left the group (setsid, a daemon). run signals the
+// group as before (the supervisor ignores what run forwards; COMMAND gets
+// it), and the supervisor exits as COMMAND did, so run sees COMMAND's
+// status.
 //
 // Without group (--no-process-group), COMMAND is run's direct child and
 // Pdeathsig SIGKILLs it when run dies: its own process only, not what it
@@ -84,8 +90,12 @@ func supervise(args []string) int {
 		return exitError
 	}
 
+	// Pdeathsig follows the thread that starts COMMAND: this one, locked
+	// to this goroutine for good, lives as long as the process.
+	runtime.LockOSThread()
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "redisleader: cannot start %s: %v\n", printable(command[0]), err)
 		return startFailure(err)
