@@ -519,50 +519,9 @@ type commandResult struct {
 // too. Signals go to the command's process group unless --no-process-group,
 // and what is left of the group when the command exits is killed.
 func (r *runner) runCommand(lead *redisleader.Lock) commandResult {
-	group := !r.f.noProcessGroup
-	cmd := newCommand(r.command, group)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, r.stdout, r.stderr
-	cmd.Env = append(os.Environ(),
-		"REDISLEADER_NAME="+r.f.name,
-		"REDISLEADER_VALUE="+r.f.value,
-		r.f.fenceEnv+"="+strconv.FormatInt(lead.Fence(), 10))
-	cmd.WaitDelay = time.Second // when stdout or stderr is not a file: don't hang on pipes held by grandchildren
-
 	var res commandResult
-	started := make(chan error, 1)
-	exited := make(chan struct{})
-	go func() {
-		// Pdeathsig fires when the OS thread that started the child exits:
-		// keep this goroutine on its thread until the child has exited.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		r.mu.Lock()
-		if r.sig != 0 {
-			r.mu.Unlock()
-			started <- errNotStarted
-			return
-		}
-		err := cmd.Start()
-		if err == nil {
-			r.proc = cmd.Process
-		}
-		r.mu.Unlock()
-		started <- err
-		if err != nil {
-			return
-		}
-		_ = cmd.Wait() // the exit status is in cmd.ProcessState
-		r.mu.Lock()
-		r.proc = nil
-		if group {
-			// Nothing of the command outlives it: another host may start
-			// the job as soon as this one resigns.
-			_ = signalCommand(cmd.Process, syscall.SIGKILL, true)
-		}
-		r.mu.Unlock()
-		close(exited)
-	}()
-	if err := <-started; err != nil {
+	c, exited, err := r.startCommand(lead)
+	if err != nil {
 		if err == errNotStarted {
 			res.notStarted = true
 		} else {
@@ -576,7 +535,7 @@ func (r *runner) runCommand(lead *redisleader.Lock) commandResult {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if r.proc != nil {
-			_ = signalCommand(r.proc, sig, group)
+			_ = signalCommand(r.proc, sig, !r.f.noProcessGroup)
 		}
 	}
 	lost := lead.Done()
@@ -600,7 +559,7 @@ func (r *runner) runCommand(lead *redisleader.Lock) commandResult {
 	for {
 		select {
 		case <-exited:
-			res.state = cmd.ProcessState
+			res.state = c.ProcessState
 			return res
 		case <-lost:
 			lost = nil
@@ -620,6 +579,66 @@ func (r *runner) runCommand(lead *redisleader.Lock) commandResult {
 }
 
 var errNotStarted = errors.New("a signal arrived before the command started")
+
+// startCommand starts the command, unless a stop signal has arrived, and
+// publishes it to r.signal (as r.proc). exited is closed once it has exited
+// and what was left of its process group has been killed.
+func (r *runner) startCommand(lead *redisleader.Lock) (c *exec.Cmd, exited chan struct{}, err error) {
+	group := !r.f.noProcessGroup
+	c, ctl, err := newCommand(r.command, group)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.Stdin, c.Stdout, c.Stderr = os.Stdin, r.stdout, r.stderr
+	c.Env = append(os.Environ(),
+		"REDISLEADER_NAME="+r.f.name,
+		"REDISLEADER_VALUE="+r.f.value,
+		r.f.fenceEnv+"="+strconv.FormatInt(lead.Fence(), 10))
+	c.WaitDelay = time.Second // when stdout or stderr is not a file: don't hang on pipes held by grandchildren
+
+	started := make(chan error, 1)
+	exited = make(chan struct{})
+	go func() {
+		// Pdeathsig fires when the OS thread that started the child exits:
+		// keep this goroutine on its thread until the child has exited.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if ctl != nil {
+			defer ctl.Close() // after the supervisor has exited: it reads EOF only if run dies
+		}
+		r.mu.Lock()
+		err := errNotStarted
+		if r.sig == 0 {
+			err = c.Start()
+		}
+		closeAll(c.ExtraFiles) // the supervisor's end of ctl, which has its own copy
+		if err == nil {
+			r.proc = c.Process
+		}
+		r.mu.Unlock()
+		started <- err
+		if err != nil {
+			return
+		}
+		_ = c.Wait() // the exit status is in c.ProcessState
+		r.mu.Lock()
+		r.proc = nil
+		if group {
+			// Nothing of the command outlives it: another host may start
+			// the job as soon as this one resigns.
+			_ = signalCommand(c.Process, syscall.SIGKILL, true)
+		}
+		r.mu.Unlock()
+		close(exited)
+	}()
+	return c, exited, <-started
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		_ = f.Close()
+	}
+}
 
 // checkOffline reports what NewSession and Session.Election would reject,
 // without any I/O (neither does any, nor does closing a session that holds

@@ -2,11 +2,11 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"runtime"
-	"strconv"
 	"syscall"
 	"time"
 	"unsafe"
@@ -17,82 +17,79 @@ import (
 // command for people, so neither the help nor the completion shows it.
 const superviseArg = "__redisleader_supervise"
 
-// parentDeathSignal is what the kernel sends the supervisor when run dies:
-// a signal that run never forwards, so that the supervisor can tell the two
-// apart.
-const parentDeathSignal = syscall.SIGUSR1
+// ctlFD is the supervisor's end of the pipe from run (ExtraFiles[0]).
+const ctlFD = 3
 
-// newCommand makes the exec.Cmd that runs COMMAND (args) for run.
+// newCommand makes the exec.Cmd that runs COMMAND (args) for run, and with
+// group the write end of the pipe to its supervisor (ctl), which run keeps
+// open, unwritten, until the supervisor has exited and closes then.
 //
 // With group, run starts a supervisor (this binary, through /proc/self/exe,
 // which works even if the file was replaced since) that leads a new process
-// group and starts COMMAND in that group. When run dies, even by SIGKILL,
-// the kernel sends the supervisor parentDeathSignal, and it SIGKILLs the
-// whole group, itself included: nothing of COMMAND outlives run's lease,
-// not even a grandchild. Pdeathsig alone could not do this: it reaches only
-// the process it is set on. But the supervisor can die first (kill -9 of
-// both, pkill -9 -f redisleader), and then COMMAND would run on: it gets
-// Pdeathsig SIGKILL, so it dies with the supervisor, however that dies.
-// When only the supervisor dies, run (while it runs) kills the rest of the
-// group; that rest outlives them only if both die by SIGKILL before either
-// could act, or if it left the group (setsid, a daemon). run signals the
-// group as before (the supervisor ignores what run forwards; COMMAND gets
-// it), and the supervisor exits as COMMAND did, so run sees COMMAND's
-// status.
+// group and starts COMMAND in that group. run never closes ctl early: the
+// supervisor reads end-of-file only when run has died, even by SIGKILL,
+// and then SIGKILLs the whole group, itself included. Nothing else can make
+// it do that: a signal can come from anyone (kill -USR1 0 in the job). run
+// signals the group (the supervisor survives what run forwards; COMMAND
+// gets it). COMMAND gets Pdeathsig SIGKILL: it dies with the supervisor,
+// however the supervisor dies. When only the supervisor dies, run (while it
+// runs) kills the rest of the group. So COMMAND never outlives run or the
+// supervisor; the rest of the group outlives them only if both die by
+// SIGKILL before either could act (kill -9 of both, pkill -9 -f redisleader)
+// or if it left the group (setsid, a daemon). The supervisor exits as
+// COMMAND did, so run sees COMMAND's status.
 //
 // Without group (--no-process-group), COMMAND is run's direct child and
 // Pdeathsig SIGKILLs it when run dies: its own process only, not what it
-// started.
-//
-// Pdeathsig is sent when the OS thread that started the child exits, so
-// the caller keeps that thread locked until the child has been waited for
-// (see runCommand).
-func newCommand(args []string, group bool) *exec.Cmd {
+// started. Pdeathsig is sent when the OS thread that started the child
+// exits, so the caller keeps that thread locked until the child has been
+// waited for (see startCommand).
+func newCommand(args []string, group bool) (cmd *exec.Cmd, ctl *os.File, err error) {
 	if !group {
 		cmd := exec.Command(args[0], args[1:]...)
 		cmd.SysProcAttr = childProcAttr(false)
-		return cmd
+		return cmd, nil, nil
 	}
-	cmd := &exec.Cmd{
-		Path: "/proc/self/exe",
-		Args: append([]string{os.Args[0], superviseArg, strconv.Itoa(os.Getpid()), "--"}, args...),
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: parentDeathSignal}
-	return cmd
+	cmd = &exec.Cmd{
+		Path:        "/proc/self/exe",
+		Args:        append([]string{os.Args[0], superviseArg, "--"}, args...),
+		ExtraFiles:  []*os.File{r}, // ctlFD
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	return cmd, w, nil
 }
 
-// supervise is the supervisor's main: args are "RUN_PID -- COMMAND
-// [ARGS...]". It returns only COMMAND's exit status; when COMMAND was
-// killed by a signal, the supervisor dies of the same signal.
+// supervise is the supervisor's main: args are "-- COMMAND [ARGS...]". It
+// returns only COMMAND's exit status; when COMMAND was killed by a signal,
+// the supervisor dies of the same signal.
 func supervise(args []string) int {
-	if len(args) < 3 || args[1] != "--" {
+	if len(args) < 2 || args[0] != "--" || !startedByRun() {
 		fmt.Fprintln(os.Stderr, "redisleader: internal supervisor mode: started by redisleader run only")
 		return exitUsage
 	}
-	parent, err := strconv.Atoi(args[0])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "redisleader: internal supervisor mode: started by redisleader run only")
-		return exitUsage
-	}
-	command := args[2:]
-
-	died := make(chan os.Signal, 1)
-	signal.Notify(died, parentDeathSignal)
-	// run signals the whole group, COMMAND included: the supervisor only
-	// has to survive it. A signal ignored at start (nohup) stays ignored,
-	// for COMMAND too.
-	forwarded := make(chan os.Signal, 4)
-	catchSignals(forwarded)
-	// run may have died before the handler above was installed: its
-	// parentDeathSignal then went unseen (or killed this process before
-	// it could start anything).
-	if os.Getppid() != parent {
-		return exitError
-	}
+	command := args[1:]
+	// Anyone may signal the group (run, the job itself, an operator): the
+	// supervisor survives it and COMMAND gets it. The stop signals are
+	// caught, as in run; the others do not end a Go program.
+	caught := make(chan os.Signal, 4)
+	catchSignals(caught)
+	ctl := os.NewFile(ctlFD, "run")
+	syscall.CloseOnExec(ctlFD) // between run and the supervisor only: not for COMMAND
+	runGone := make(chan struct{})
+	go readRun(ctl, runGone)
 
 	// Pdeathsig follows the thread that starts COMMAND: this one, locked
 	// to this goroutine for good, lives as long as the process.
 	runtime.LockOSThread()
+	select {
+	case <-runGone:
+		return exitError // run died before COMMAND started
+	default:
+	}
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -107,9 +104,9 @@ func supervise(args []string) int {
 	}()
 	for {
 		select {
-		case <-died:
+		case <-runGone:
 			_ = syscall.Kill(0, syscall.SIGKILL) // this process group: COMMAND, what it started, and this process
-		case <-forwarded:
+		case <-caught:
 		case <-exited:
 			ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 			if ws.Signaled() {
@@ -118,6 +115,22 @@ func supervise(args []string) int {
 			return cmd.ProcessState.ExitCode()
 		}
 	}
+}
+
+// startedByRun reports whether this process looks started by run's
+// newCommand: it leads its own process group (so that killing the group
+// cannot hit its caller's) and ctlFD is a pipe.
+func startedByRun() bool {
+	var st syscall.Stat_t
+	return syscall.Getpgrp() == os.Getpid() &&
+		syscall.Fstat(ctlFD, &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFIFO
+}
+
+// readRun closes gone when run has died: end of file, no process holds
+// the write end any more.
+func readRun(ctl *os.File, gone chan<- struct{}) {
+	defer close(gone)
+	_, _ = io.Copy(io.Discard, ctl)
 }
 
 // dieOf ends this process by sig, with the signal's default action (and no

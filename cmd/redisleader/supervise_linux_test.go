@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redisleader/redisleader/internal/redisserver"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -69,4 +71,27 @@ func TestRunJobDiesWithRunAndSupervisor(t *testing.T) {
 			pollUntil(t, 5*time.Second, fmt.Sprintf("the job %d to die with run and its supervisor", job), func() bool { return processGone(job) })
 		})
 	}
+}
+
+// A job that signals its own process group (kill -USR1 0: a shell wrapper
+// that tells its helpers to reopen their logs) signals the supervisor too,
+// which does not take it for run's death: the job runs on, run keeps
+// leading and exits with the job's status.
+func TestRunJobSignallingItsGroupRunsOn(t *testing.T) {
+	t.Parallel()
+	srv := quietRedisServer(t)
+	dir := t.TempDir()
+	marker, goFile := filepath.Join(dir, "marker"), filepath.Join(dir, "go")
+	job := `trap 'echo "x $$ usr1" >> "$MARKER"' USR1; echo "x $$ start" >> "$MARKER"; kill -USR1 0
+while [ ! -e "$GOFILE" ]; do sleep 0.05; done; echo "x $$ done" >> "$MARKER"`
+	p := startCLI(t, "run", []string{"MARKER=" + marker, "GOFILE=" + goFile},
+		"run", "--redis", "redis://"+srv.Addr(), "--name", "job", "--", "sh", "-c", job)
+	lines := waitMarker(t, marker, 2)
+	require.Equal(t, "usr1", lines[1].event)
+	assert.NotNil(t, srv.Do(t, "GET", "redisleader:{job}"), "run does not lead after the job's kill -USR1 0")
+	require.NoError(t, os.WriteFile(goFile, nil, 0o600))
+	assert.Equal(t, 0, p.wait(t), "the job was stopped; stderr: %s", p.stderr.String())
+	lines = readMarker(t, marker)
+	require.Len(t, lines, 3, "the job did not run to its end: %v", lines)
+	assert.Equal(t, "done", lines[2].event)
 }
