@@ -88,6 +88,7 @@ A job that cron starts on every host, to run once per tick:
   - SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to redisleader are forwarded to
     COMMAND, which gets --grace to exit before SIGKILL; redisleader exits
     after COMMAND does and resigns. While not leading they end the campaign.
+    One sent while COMMAND is starting reaches it once it has started.
   - A signal ignored when redisleader starts stays ignored, by redisleader
     and COMMAND: SIGHUP under nohup(1), SIGINT and SIGQUIT under a script's
     "&". SIGQUIT goes with SIGINT (a Go program cannot see SIGQUIT ignored
@@ -255,7 +256,7 @@ type runner struct {
 
 	mu     sync.Mutex         // protects sig, proc and cancel
 	sig    syscall.Signal     // the first stop signal received; 0 before
-	proc   *os.Process        // the command while it runs, nil otherwise
+	proc   *child             // the command while it runs, nil otherwise
 	cancel context.CancelFunc // ends the current wait on Redis; nil while leading
 }
 
@@ -275,7 +276,7 @@ func (r *runner) signal(sig os.Signal) {
 	switch {
 	case r.proc != nil:
 		r.log.infof("received %s; forwarding it to %s", signalName(s), r.display)
-		_ = signalCommand(r.proc, s, !r.f.noProcessGroup)
+		r.proc.signal(s)
 		select {
 		case r.forwarded <- struct{}{}:
 		default:
@@ -535,7 +536,7 @@ func (r *runner) runCommand(lead *redisleader.Lock) commandResult {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if r.proc != nil {
-			_ = signalCommand(r.proc, sig, !r.f.noProcessGroup)
+			r.proc.signal(sig)
 		}
 	}
 	lost := lead.Done()
@@ -613,7 +614,7 @@ func (r *runner) startCommand(lead *redisleader.Lock) (c *exec.Cmd, exited chan 
 		}
 		closeAll(c.ExtraFiles) // the supervisor's end of ctl, which has its own copy
 		if err == nil {
-			r.proc = c.Process
+			r.proc = &child{proc: c.Process, group: group, ctl: ctl}
 		}
 		r.mu.Unlock()
 		started <- err
@@ -638,6 +639,26 @@ func closeAll(files []*os.File) {
 	for _, f := range files {
 		_ = f.Close()
 	}
+}
+
+// child is the command while it runs, as run signals it.
+type child struct {
+	proc  *os.Process
+	group bool     // signals go to its process group
+	ctl   *os.File // the pipe to the supervisor (see newCommand), or nil
+}
+
+// signal sends sig to the command: through its supervisor if it has one
+// (which delivers it once COMMAND has started), otherwise, and for
+// SIGKILL, straight to the command's process or process group.
+func (c *child) signal(sig syscall.Signal) {
+	if c.ctl != nil && sig != syscall.SIGKILL {
+		if _, err := c.ctl.Write([]byte{byte(sig)}); err == nil {
+			return
+		}
+		// The supervisor has exited: what is left of the group gets sig.
+	}
+	_ = signalCommand(c.proc, sig, c.group)
 }
 
 // checkOffline reports what NewSession and Session.Election would reject,

@@ -20,18 +20,24 @@ const superviseArg = "__redisleader_supervise"
 // ctlFD is the supervisor's end of the pipe from run (ExtraFiles[0]).
 const ctlFD = 3
 
+// envTestHold, for tests only, names a FIFO that the supervisor reads to
+// its end before it starts COMMAND, which holds open the moment when run
+// has started the supervisor and COMMAND does not run yet.
+const envTestHold = "REDISLEADER_TEST_HOLD_START"
+
 // newCommand makes the exec.Cmd that runs COMMAND (args) for run, and with
 // group the write end of the pipe to its supervisor (ctl), which run keeps
-// open, unwritten, until the supervisor has exited and closes then.
+// open until the supervisor has exited and closes then.
 //
 // With group, run starts a supervisor (this binary, through /proc/self/exe,
 // which works even if the file was replaced since) that leads a new process
-// group and starts COMMAND in that group. run never closes ctl early: the
-// supervisor reads end-of-file only when run has died, even by SIGKILL,
-// and then SIGKILLs the whole group, itself included. Nothing else can make
-// it do that: a signal can come from anyone (kill -USR1 0 in the job). run
-// signals the group (the supervisor survives what run forwards; COMMAND
-// gets it). COMMAND gets Pdeathsig SIGKILL: it dies with the supervisor,
+// group and starts COMMAND in that group. run writes to ctl the signals it
+// sends the command (a byte each) and never closes it early: the supervisor
+// reads end-of-file only when run has died, even by SIGKILL, and then
+// SIGKILLs the whole group, itself included. Nothing else can make it do
+// that: a signal can come from anyone (kill -USR1 0 in the job). The
+// supervisor sends run's signals to the group once COMMAND has started, not
+// before, and COMMAND gets Pdeathsig SIGKILL: it dies with the supervisor,
 // however the supervisor dies. When only the supervisor dies, run (while it
 // runs) kills the rest of the group. So COMMAND never outlives run or the
 // supervisor; the rest of the group outlives them only if both die by
@@ -79,8 +85,10 @@ func supervise(args []string) int {
 	catchSignals(caught)
 	ctl := os.NewFile(ctlFD, "run")
 	syscall.CloseOnExec(ctlFD) // between run and the supervisor only: not for COMMAND
+	fromRun := make(chan syscall.Signal, 64)
 	runGone := make(chan struct{})
-	go readRun(ctl, runGone)
+	go readRun(ctl, fromRun, runGone)
+	holdForTest()
 
 	// Pdeathsig follows the thread that starts COMMAND: this one, locked
 	// to this goroutine for good, lives as long as the process.
@@ -106,6 +114,8 @@ func supervise(args []string) int {
 		select {
 		case <-runGone:
 			_ = syscall.Kill(0, syscall.SIGKILL) // this process group: COMMAND, what it started, and this process
+		case sig := <-fromRun: // sent before COMMAND started too: it gets it now
+			_ = syscall.Kill(0, sig) // this process catches it
 		case <-caught:
 		case <-exited:
 			ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
@@ -126,11 +136,47 @@ func startedByRun() bool {
 		syscall.Fstat(ctlFD, &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFIFO
 }
 
-// readRun closes gone when run has died: end of file, no process holds
-// the write end any more.
-func readRun(ctl *os.File, gone chan<- struct{}) {
+// readRun passes on the signals that run writes to ctl, those that the
+// supervisor catches, and closes gone when run has died (end of file: no
+// process holds the write end any more).
+func readRun(ctl *os.File, signals chan<- syscall.Signal, gone chan<- struct{}) {
 	defer close(gone)
-	_, _ = io.Copy(io.Discard, ctl)
+	buf := make([]byte, 16)
+	for {
+		n, err := ctl.Read(buf)
+		for _, b := range buf[:n] {
+			if sig := syscall.Signal(b); forwardable(sig) {
+				signals <- sig
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// forwardable reports whether sig is a stop signal the supervisor catches.
+func forwardable(sig syscall.Signal) bool {
+	for _, s := range stopSignals {
+		if s == sig {
+			return !ignoredAtStart(s)
+		}
+	}
+	return false
+}
+
+// holdForTest waits, if envTestHold names a FIFO, until a test has opened
+// it, written what it wants and closed it.
+func holdForTest() {
+	fifo := os.Getenv(envTestHold)
+	if fifo == "" {
+		return
+	}
+	_ = os.Unsetenv(envTestHold)
+	if f, err := os.Open(fifo); err == nil {
+		_, _ = io.Copy(io.Discard, f)
+		_ = f.Close()
+	}
 }
 
 // dieOf ends this process by sig, with the signal's default action (and no

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -94,4 +95,31 @@ while [ ! -e "$GOFILE" ]; do sleep 0.05; done; echo "x $$ done" >> "$MARKER"`
 	lines = readMarker(t, marker)
 	require.Len(t, lines, 3, "the job did not run to its end: %v", lines)
 	assert.Equal(t, "done", lines[2].event)
+}
+
+// A stop signal that run forwards while the supervisor is starting COMMAND
+// reaches COMMAND once it has started: it is not caught by the supervisor
+// and lost, leaving COMMAND to run until SIGKILL after --grace. The test
+// hook holds the supervisor just before it starts COMMAND.
+func TestRunSignalBeforeCommandStartsReachesIt(t *testing.T) {
+	t.Parallel()
+	srv := redisserver.Start(t)
+	dir := t.TempDir()
+	hold, marker := filepath.Join(dir, "hold"), filepath.Join(dir, "marker")
+	require.NoError(t, syscall.Mkfifo(hold, 0o600))
+	p := startCLI(t, "run", []string{envTestHold + "=" + hold, "MARKER=" + marker},
+		"run", "--verbose", "--redis", "redis://"+srv.Addr(), "--name", "job", "--grace", "5s", "--", "sh", "-c",
+		`trap 'echo "x $$ term" >> "$MARKER"; exit 0' TERM; echo "x $$ start" >> "$MARKER"; while :; do sleep 0.05; done`)
+	w := openFIFO(t, hold, "the supervisor to reach the hook before COMMAND starts")
+	p.signal(t, syscall.SIGTERM)
+	p.stderr.waitContains(t, "received SIGTERM; forwarding it to")
+	require.NoError(t, w.Close()) // the supervisor goes on and starts COMMAND
+	assert.Equal(t, 128+int(syscall.SIGTERM), p.wait(t))
+	errOut := p.stderr.String()
+	assert.NotContains(t, errOut, "sending SIGKILL", "COMMAND did not get the SIGTERM")
+	gotTerm := strings.Contains(errOut, "was killed by SIGTERM") // before its trap was set
+	for _, l := range readMarker(t, marker) {
+		gotTerm = gotTerm || l.event == "term"
+	}
+	assert.True(t, gotTerm, "COMMAND neither died of SIGTERM nor trapped it; stderr: %s", errOut)
 }
