@@ -101,9 +101,14 @@ A job that cron starts on every host, to run once per tick:
     another candidate takes over without waiting for the lease to expire.
     Without --again it then exits; with --again it campaigns again (starting
     COMMAND at most once a second).
-  - If redisleader dies, the others take over when its lease expires (--ttl);
-    on Linux COMMAND's process group is killed with it, even when it is
-    killed with SIGKILL (with --no-process-group, COMMAND's process only).
+  - If redisleader dies, the others take over when its lease expires (--ttl).
+    On Linux COMMAND dies with it, even by SIGKILL: a small supervisor (this
+    binary) leads COMMAND's process group and SIGKILLs the group when
+    redisleader dies, and the kernel SIGKILLs COMMAND when the supervisor
+    dies. What COMMAND started escapes only if it left the group (setsid, a
+    daemon), or if redisleader and the supervisor are both SIGKILLed before
+    either can act (pkill -9 -f redisleader): kill redisleader, not both.
+    With --no-process-group, only COMMAND's own process dies with it.
   - redisleader prints only errors and warnings (to stderr), like flock(1):
     --verbose adds a line per step, --quiet leaves only errors.
 `,
