@@ -150,9 +150,22 @@ type cliProc struct {
 // process is killed when the test ends, if it still runs.
 func startCLI(t *testing.T, name string, env []string, args ...string) *cliProc {
 	t.Helper()
+	return startProc(t, name, exec.Command(cliBinary(t), args...), env)
+}
+
+// startShellCLI starts "sh -c script sh redisleader args...": script starts
+// redisleader as "$@" the way a shell script would (nohup, "&").
+func startShellCLI(t *testing.T, name, script string, env []string, args ...string) *cliProc {
+	t.Helper()
+	return startProc(t, name, exec.Command("sh", append([]string{"-c", script, "sh", cliBinary(t)}, args...)...), env)
+}
+
+// startProc starts cmd with extra environment variables, as startCLI does.
+func startProc(t *testing.T, name string, cmd *exec.Cmd, env []string) *cliProc {
+	t.Helper()
 	p := &cliProc{
 		name:   name,
-		cmd:    exec.Command(cliBinary(t), args...),
+		cmd:    cmd,
 		stdout: newSyncBuffer(),
 		stderr: newSyncBuffer(),
 		done:   make(chan struct{}),

@@ -284,13 +284,20 @@ func (e *endpoint) client() redis.UniversalClient {
 // connect makes a client for e and checks that Redis answers, so that a
 // wrong address is one clear line instead of endless retries.
 func connect(ctx context.Context, e *endpoint) (redis.UniversalClient, error) {
+	return connectWithin(ctx, e, 0)
+}
+
+// connectWithin is connect with the wait for the first reply also bounded
+// by limit, if positive (run --wait).
+func connectWithin(ctx context.Context, e *endpoint, limit time.Duration) (redis.UniversalClient, error) {
 	c := e.client()
-	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	wait := e.replyWait(limit)
+	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	if err := c.Ping(pctx).Err(); err != nil {
 		_ = c.Close()
 		if ctx.Err() == nil && (pctx.Err() != nil || isTimeout(err)) { // pctx: the Sentinel client flattens it too
-			return nil, fmt.Errorf("no reply from Redis at %s within %v", e.shown(), e.replyWait())
+			return nil, fmt.Errorf("no reply from Redis at %s within %v", e.shown(), wait)
 		}
 		return nil, fmt.Errorf("cannot reach Redis at %s: %w", e.shown(), err)
 	}
@@ -298,12 +305,17 @@ func connect(ctx context.Context, e *endpoint) (redis.UniversalClient, error) {
 }
 
 // replyWait is how long connect waits for the first reply: pingTimeout, or
-// less if the URL sets a shorter read_timeout.
-func (e *endpoint) replyWait() time.Duration {
-	if rt := e.targets[0].opt.ReadTimeout; rt > 0 && rt < pingTimeout {
-		return rt
+// less if the URL sets a shorter read_timeout or limit (if positive) is
+// shorter.
+func (e *endpoint) replyWait(limit time.Duration) time.Duration {
+	wait := pingTimeout
+	if rt := e.targets[0].opt.ReadTimeout; rt > 0 && rt < wait {
+		wait = rt
 	}
-	return pingTimeout
+	if limit > 0 && limit < wait {
+		wait = limit
+	}
+	return wait
 }
 
 // isTimeout reports whether err says that Redis did not answer in time. The

@@ -55,18 +55,35 @@ func main() {
 // (the terminal closed) and SIGQUIT are handled like SIGINT and SIGTERM.
 var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
-// caughtSignals are the stopSignals that were not ignored when redisleader
-// started. An ignored one stays ignored, for redisleader and for COMMAND
-// (nohup(1), and a non-interactive shell's "&" for SIGINT and SIGQUIT):
-// signal.Notify would un-ignore it.
-func caughtSignals() []os.Signal {
+// catchSignals relays the stopSignals to c, except those ignored when
+// redisleader started, which it keeps ignored, for itself and for COMMAND
+// (nohup(1) ignores SIGHUP; a non-interactive shell ignores SIGINT and
+// SIGQUIT in what it starts with "&"): signal.Notify would un-ignore them.
+func catchSignals(c chan<- os.Signal) {
 	var caught []os.Signal
 	for _, s := range stopSignals {
-		if !signal.Ignored(s) {
-			caught = append(caught, s)
+		if ignoredAtStart(s) {
+			signal.Ignore(s)
+			continue
 		}
+		caught = append(caught, s)
 	}
-	return caught
+	if len(caught) > 0 { // Notify with none would catch all
+		signal.Notify(c, caught...)
+	}
+}
+
+// ignoredAtStart reports whether sig was ignored when redisleader started.
+// The Go runtime keeps an inherited SIG_IGN only for SIGHUP and SIGINT; it
+// installs its own handler for SIGQUIT before main runs, and the disposition
+// it replaced cannot be read back. So SIGQUIT follows SIGINT, as the shells
+// set them: both ignored (a script's "&"), or neither. SIGTERM is always
+// caught.
+func ignoredAtStart(sig os.Signal) bool {
+	if sig == syscall.SIGQUIT {
+		sig = os.Interrupt
+	}
+	return signal.Ignored(sig)
 }
 
 // stoppedBy is the cause of the context of status, watch and demo when a
@@ -97,10 +114,8 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	// --password-file, connecting), so that none is lost: run routes them
 	// itself; the other commands end with ctx.
 	sigs := make(chan os.Signal, 4)
-	if caught := caughtSignals(); len(caught) > 0 { // Notify with none would catch all
-		signal.Notify(sigs, caught...)
-		defer signal.Stop(sigs)
-	}
+	catchSignals(sigs)
+	defer signal.Stop(sigs)
 	if args[0] == "run" {
 		return cmdRun(args[1:], sigs, stdout, stderr)
 	}

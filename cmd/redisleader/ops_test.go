@@ -331,6 +331,22 @@ func TestNoReplyFromRedis(t *testing.T) {
 	}
 }
 
+// --wait D bounds the wait for Redis's first reply too: run --wait 1s gives
+// up on a Redis that accepts connections and never answers after 1s, not
+// after the 5s that bound it without --wait.
+func TestRunWaitBoundsFirstReply(t *testing.T) {
+	t.Parallel()
+	url := silentRedis(t)
+	start := time.Now()
+	code, out, errOut := runCLI(t, "run", "--redis", url, "--name", "job", "--wait", "1s", "--", "true")
+	took := time.Since(start)
+	assert.Equal(t, exitError, code)
+	assert.Empty(t, out)
+	assert.Equal(t, "redisleader: no reply from Redis at "+url+" within 1s\n", errOut)
+	assert.GreaterOrEqual(t, took, time.Second, "gave up before --wait")
+	assert.Less(t, took, 2500*time.Millisecond, "run --wait 1s took %v", took)
+}
+
 // A Sentinel that accepts and never answers is the same one line as a data
 // node that does, not go-redis's "all sentinels ... are unreachable: i/o
 // timeout" (the Sentinel client flattens the timeout into a plain error).

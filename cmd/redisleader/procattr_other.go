@@ -11,8 +11,10 @@ import (
 // childProcAttr returns nil: neither Pdeathsig nor process groups exist here.
 func childProcAttr(bool) *syscall.SysProcAttr { return nil }
 
-// newCommand runs COMMAND directly.
-func newCommand(args []string, _ bool) *exec.Cmd { return exec.Command(args[0], args[1:]...) }
+// newCommand runs COMMAND directly, without a supervisor.
+func newCommand(args []string, _ bool) (*exec.Cmd, *os.File, error) {
+	return exec.Command(args[0], args[1:]...), nil, nil
+}
 
 // signalCommand sends sig to p's process only.
 func signalCommand(p *os.Process, sig syscall.Signal, _ bool) error { return p.Signal(sig) }

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
 )
@@ -16,10 +17,11 @@ func childProcAttr(group bool) *syscall.SysProcAttr {
 }
 
 // newCommand runs COMMAND directly, in its own process group with group.
-func newCommand(args []string, group bool) *exec.Cmd {
+// There is no supervisor, hence no pipe to it.
+func newCommand(args []string, group bool) (*exec.Cmd, *os.File, error) {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.SysProcAttr = childProcAttr(group)
-	return cmd
+	return cmd, nil, nil
 }
 
 // superviseArg is unused here: the supervisor needs Linux's Pdeathsig.

@@ -74,8 +74,8 @@ A job that cron starts on every host, to run once per tick:
   redisleader run --name nightly-report --try --hold 1m -- ./report.sh
 
   - --try gives up at once, with status 75 and no output, when another
-    process leads; --wait D waits at most D.
-    Without either, run waits until it leads.
+    process leads; --wait D waits at most D, also for Redis's first reply
+    (none within D: status 1). Without either, run waits until it leads.
   - --hold D keeps leadership (renewed) for D after COMMAND exits, so that a
     host whose timer fires a little later finds NAME led and skips the tick.
     Make it longer than the spread of the hosts' clocks and shorter than the
@@ -88,6 +88,11 @@ A job that cron starts on every host, to run once per tick:
   - SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to redisleader are forwarded to
     COMMAND, which gets --grace to exit before SIGKILL; redisleader exits
     after COMMAND does and resigns. While not leading they end the campaign.
+    One sent while COMMAND is starting reaches it once it has started.
+  - A signal ignored when redisleader starts stays ignored, by redisleader
+    and COMMAND: SIGHUP under nohup(1), SIGINT and SIGQUIT under a script's
+    "&". SIGQUIT goes with SIGINT (a Go program cannot see SIGQUIT ignored
+    on its own). SIGTERM is always acted on.
   - If leadership is lost (the lease expired because Redis was unreachable,
     or the key was deleted or taken), COMMAND gets SIGTERM, then SIGKILL after
     --grace. The next leader may start meanwhile: keep --grace short, or have
@@ -96,9 +101,14 @@ A job that cron starts on every host, to run once per tick:
     another candidate takes over without waiting for the lease to expire.
     Without --again it then exits; with --again it campaigns again (starting
     COMMAND at most once a second).
-  - If redisleader dies, the others take over when its lease expires (--ttl);
-    on Linux COMMAND's process group is killed with it, even when it is
-    killed with SIGKILL (with --no-process-group, COMMAND's process only).
+  - If redisleader dies, the others take over when its lease expires (--ttl).
+    On Linux COMMAND dies with it, even by SIGKILL: a small supervisor (this
+    binary) leads COMMAND's process group and SIGKILLs the group when
+    redisleader dies, and the kernel SIGKILLs COMMAND when the supervisor
+    dies. What COMMAND started escapes only if it left the group (setsid, a
+    daemon), or if redisleader and the supervisor are both SIGKILLed before
+    either can act (pkill -9 -f redisleader): kill redisleader, not both.
+    With --no-process-group, only COMMAND's own process dies with it.
   - redisleader prints only errors and warnings (to stderr), like flock(1):
     --verbose adds a line per step, --quiet leaves only errors.
 `,
@@ -149,7 +159,7 @@ func newRunFlags() (*flag.FlagSet, *runFlags) {
 	fs.DurationVar(&f.grace, "grace", defaultGrace, "time `D` that COMMAND has to exit after a SIGTERM (leadership lost) or a forwarded signal, before SIGKILL")
 	fs.DurationVar(&f.takeoverDelay, "takeover-delay", 0, "after winning, wait `D` before starting COMMAND, so that a former leader that\nRedis forgot (a restart without persistence) notices its loss first; 0: off")
 	fs.BoolVar(&f.try, "try", false, "do not wait: if another process leads NAME, exit 75 at once, silently")
-	fs.DurationVar(&f.wait, "wait", 0, "wait at most `D` to lead, then exit 75; 0: wait until leading")
+	fs.DurationVar(&f.wait, "wait", 0, "wait at most `D` to lead, then exit 75 (at most D for Redis's first reply too); 0: wait until leading")
 	fs.DurationVar(&f.hold, "hold", 0, "keep leading `D` after COMMAND exits, so that late hosts skip this tick")
 	fs.BoolVar(&f.again, "again", false, "campaign again after COMMAND exits (default: exit after the first term)")
 	fs.BoolVar(&f.noProcessGroup, "no-process-group", false, "run COMMAND in redisleader's process group and signal its process only (on Linux,\nonly that process is killed if redisleader dies, not what it started)")
@@ -247,10 +257,11 @@ type runner struct {
 	stdout    io.Writer
 	stderr    io.Writer
 	forwarded chan struct{} // signalled when a signal was forwarded to the command
+	waitUntil time.Time     // with --wait: when run gives up; zero otherwise
 
 	mu     sync.Mutex         // protects sig, proc and cancel
 	sig    syscall.Signal     // the first stop signal received; 0 before
-	proc   *os.Process        // the command while it runs, nil otherwise
+	proc   *child             // the command while it runs, nil otherwise
 	cancel context.CancelFunc // ends the current wait on Redis; nil while leading
 }
 
@@ -270,7 +281,7 @@ func (r *runner) signal(sig os.Signal) {
 	switch {
 	case r.proc != nil:
 		r.log.infof("received %s; forwarding it to %s", signalName(s), r.display)
-		_ = signalCommand(r.proc, s, !r.f.noProcessGroup)
+		r.proc.signal(s)
 		select {
 		case r.forwarded <- struct{}{}:
 		default:
@@ -306,22 +317,12 @@ var errBusy = errors.New("another process leads")
 // run connects, then campaigns and runs the command once per term, and
 // returns the exit status.
 func (r *runner) run(target *endpoint, opts []redisleader.Option) int {
-	ctx, cancel := context.WithCancel(context.Background())
-	if !r.waiting(cancel) {
-		cancel()
-		return 128 + int(r.signalled())
+	if r.f.wait > 0 {
+		r.waitUntil = time.Now().Add(r.f.wait)
 	}
-	quietRedis()
-	client, err := connect(ctx, target)
-	r.waiting(nil)
-	cancel()
-	if err != nil {
-		if sig := r.signalled(); sig != 0 {
-			r.log.infof("received %s while connecting to Redis; stopped", signalName(sig))
-			return 128 + int(sig)
-		}
-		r.log.errorf("%v", err)
-		return exitError
+	client, code := r.connect(target)
+	if client == nil {
+		return code
 	}
 	defer client.Close()
 	session, err := redisleader.NewSession(client, opts...)
@@ -353,23 +354,7 @@ func (r *runner) run(target *endpoint, opts []redisleader.Option) int {
 		r.waiting(nil)
 		cancel()
 		if err != nil {
-			if sig := r.signalled(); sig != 0 {
-				r.log.infof("received %s while not leading %s; stopped campaigning", signalName(sig), r.f.name)
-				return 128 + int(sig)
-			}
-			if errors.Is(err, errBusy) {
-				if r.f.try {
-					r.log.infof("%s is led by another process; not running %s (--try)", r.f.name, r.display)
-				} else {
-					r.log.infof("%s was still led by another process after --wait %v; not running %s", r.f.name, r.f.wait, r.display)
-				}
-				return exitBusy
-			}
-			r.log.errorf("campaign for %s: %v", r.f.name, trimPrefix(err))
-			if errors.Is(err, redisleader.ErrInvalid) {
-				return exitUsage
-			}
-			return exitError
+			return r.campaignFailed(err)
 		}
 		next = time.Now().Add(minTermInterval)
 		code, done := r.term(lead)
@@ -377,6 +362,51 @@ func (r *runner) run(target *endpoint, opts []redisleader.Option) int {
 			return code
 		}
 	}
+}
+
+// connect connects to Redis, waiting for its first reply no longer than
+// --wait, if given, allows. On failure it returns a nil client and the exit
+// status.
+func (r *runner) connect(target *endpoint) (redis.UniversalClient, int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if !r.waiting(cancel) {
+		return nil, 128 + int(r.signalled())
+	}
+	quietRedis()
+	client, err := connectWithin(ctx, target, r.f.wait) // the first step: all of --wait is left
+	r.waiting(nil)
+	if err != nil {
+		if sig := r.signalled(); sig != 0 {
+			r.log.infof("received %s while connecting to Redis; stopped", signalName(sig))
+			return nil, 128 + int(sig)
+		}
+		r.log.errorf("%v", err)
+		return nil, exitError
+	}
+	return client, exitOK
+}
+
+// campaignFailed says why the campaign ended without leading and returns
+// the exit status.
+func (r *runner) campaignFailed(err error) int {
+	if sig := r.signalled(); sig != 0 {
+		r.log.infof("received %s while not leading %s; stopped campaigning", signalName(sig), r.f.name)
+		return 128 + int(sig)
+	}
+	if errors.Is(err, errBusy) {
+		if r.f.try {
+			r.log.infof("%s is led by another process; not running %s (--try)", r.f.name, r.display)
+		} else {
+			r.log.infof("%s was still led by another process after --wait %v; not running %s", r.f.name, r.f.wait, r.display)
+		}
+		return exitBusy
+	}
+	r.log.errorf("campaign for %s: %v", r.f.name, trimPrefix(err))
+	if errors.Is(err, redisleader.ErrInvalid) {
+		return exitUsage
+	}
+	return exitError
 }
 
 // campaign waits until notBefore (--again spacing), then campaigns until
@@ -402,7 +432,7 @@ func (r *runner) campaignOnce(ctx context.Context, e *redisleader.Election) (*re
 	defer cancel(nil)
 	switch {
 	case r.f.wait > 0:
-		t := time.AfterFunc(r.f.wait, func() { cancel(errBusy) })
+		t := time.AfterFunc(time.Until(r.waitUntil), func() { cancel(errBusy) })
 		defer t.Stop()
 	case r.f.try:
 		lead, err := e.TryCampaign(ctx, r.f.value)
@@ -495,50 +525,9 @@ type commandResult struct {
 // too. Signals go to the command's process group unless --no-process-group,
 // and what is left of the group when the command exits is killed.
 func (r *runner) runCommand(lead *redisleader.Lock) commandResult {
-	group := !r.f.noProcessGroup
-	cmd := newCommand(r.command, group)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, r.stdout, r.stderr
-	cmd.Env = append(os.Environ(),
-		"REDISLEADER_NAME="+r.f.name,
-		"REDISLEADER_VALUE="+r.f.value,
-		r.f.fenceEnv+"="+strconv.FormatInt(lead.Fence(), 10))
-	cmd.WaitDelay = time.Second // when stdout or stderr is not a file: don't hang on pipes held by grandchildren
-
 	var res commandResult
-	started := make(chan error, 1)
-	exited := make(chan struct{})
-	go func() {
-		// Pdeathsig fires when the OS thread that started the child exits:
-		// keep this goroutine on its thread until the child has exited.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		r.mu.Lock()
-		if r.sig != 0 {
-			r.mu.Unlock()
-			started <- errNotStarted
-			return
-		}
-		err := cmd.Start()
-		if err == nil {
-			r.proc = cmd.Process
-		}
-		r.mu.Unlock()
-		started <- err
-		if err != nil {
-			return
-		}
-		_ = cmd.Wait() // the exit status is in cmd.ProcessState
-		r.mu.Lock()
-		r.proc = nil
-		if group {
-			// Nothing of the command outlives it: another host may start
-			// the job as soon as this one resigns.
-			_ = signalCommand(cmd.Process, syscall.SIGKILL, true)
-		}
-		r.mu.Unlock()
-		close(exited)
-	}()
-	if err := <-started; err != nil {
+	c, exited, err := r.startCommand(lead)
+	if err != nil {
 		if err == errNotStarted {
 			res.notStarted = true
 		} else {
@@ -552,7 +541,7 @@ func (r *runner) runCommand(lead *redisleader.Lock) commandResult {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if r.proc != nil {
-			_ = signalCommand(r.proc, sig, group)
+			r.proc.signal(sig)
 		}
 	}
 	lost := lead.Done()
@@ -576,7 +565,7 @@ func (r *runner) runCommand(lead *redisleader.Lock) commandResult {
 	for {
 		select {
 		case <-exited:
-			res.state = cmd.ProcessState
+			res.state = c.ProcessState
 			return res
 		case <-lost:
 			lost = nil
@@ -596,6 +585,86 @@ func (r *runner) runCommand(lead *redisleader.Lock) commandResult {
 }
 
 var errNotStarted = errors.New("a signal arrived before the command started")
+
+// startCommand starts the command, unless a stop signal has arrived, and
+// publishes it to r.signal (as r.proc). exited is closed once it has exited
+// and what was left of its process group has been killed.
+func (r *runner) startCommand(lead *redisleader.Lock) (c *exec.Cmd, exited chan struct{}, err error) {
+	group := !r.f.noProcessGroup
+	c, ctl, err := newCommand(r.command, group)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.Stdin, c.Stdout, c.Stderr = os.Stdin, r.stdout, r.stderr
+	c.Env = append(os.Environ(),
+		"REDISLEADER_NAME="+r.f.name,
+		"REDISLEADER_VALUE="+r.f.value,
+		r.f.fenceEnv+"="+strconv.FormatInt(lead.Fence(), 10))
+	c.WaitDelay = time.Second // when stdout or stderr is not a file: don't hang on pipes held by grandchildren
+
+	started := make(chan error, 1)
+	exited = make(chan struct{})
+	go func() {
+		// Pdeathsig fires when the OS thread that started the child exits:
+		// keep this goroutine on its thread until the child has exited.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if ctl != nil {
+			defer ctl.Close() // after the supervisor has exited: it reads EOF only if run dies
+		}
+		r.mu.Lock()
+		err := errNotStarted
+		if r.sig == 0 {
+			err = c.Start()
+		}
+		closeAll(c.ExtraFiles) // the supervisor's end of ctl, which has its own copy
+		if err == nil {
+			r.proc = &child{proc: c.Process, group: group, ctl: ctl}
+		}
+		r.mu.Unlock()
+		started <- err
+		if err != nil {
+			return
+		}
+		_ = c.Wait() // the exit status is in c.ProcessState
+		r.mu.Lock()
+		r.proc = nil
+		if group {
+			// Nothing of the command outlives it: another host may start
+			// the job as soon as this one resigns.
+			_ = signalCommand(c.Process, syscall.SIGKILL, true)
+		}
+		r.mu.Unlock()
+		close(exited)
+	}()
+	return c, exited, <-started
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		_ = f.Close()
+	}
+}
+
+// child is the command while it runs, as run signals it.
+type child struct {
+	proc  *os.Process
+	group bool     // signals go to its process group
+	ctl   *os.File // the pipe to the supervisor (see newCommand), or nil
+}
+
+// signal sends sig to the command: through its supervisor if it has one
+// (which delivers it once COMMAND has started), otherwise, and for
+// SIGKILL, straight to the command's process or process group.
+func (c *child) signal(sig syscall.Signal) {
+	if c.ctl != nil && sig != syscall.SIGKILL {
+		if _, err := c.ctl.Write([]byte{byte(sig)}); err == nil {
+			return
+		}
+		// The supervisor has exited: what is left of the group gets sig.
+	}
+	_ = signalCommand(c.proc, sig, c.group)
+}
 
 // checkOffline reports what NewSession and Session.Election would reject,
 // without any I/O (neither does any, nor does closing a session that holds

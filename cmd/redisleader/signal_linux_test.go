@@ -3,11 +3,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,15 +23,48 @@ import (
 // a handler), from /proc/PID/status.
 func signalsPending(t *testing.T, pid int) bool {
 	t.Helper()
+	return strings.Trim(procStatus(t, pid, "SigPnd")+procStatus(t, pid, "ShdPnd"), "0") != ""
+}
+
+// procStatus returns the field key of /proc/PID/status, or "" if pid has
+// been reaped.
+func procStatus(t *testing.T, pid int, key string) string {
+	t.Helper()
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if errors.Is(err, os.ErrNotExist) {
+		return ""
+	}
 	require.NoError(t, err)
 	for _, l := range strings.Split(string(data), "\n") {
-		k, v, ok := strings.Cut(l, ":")
-		if ok && (k == "SigPnd" || k == "ShdPnd") && strings.Trim(strings.TrimSpace(v), "0") != "" {
-			return true
+		if k, v, ok := strings.Cut(l, ":"); ok && k == key {
+			return strings.TrimSpace(v)
 		}
 	}
-	return false
+	t.Fatalf("no %s in /proc/%d/status", key, pid)
+	return ""
+}
+
+// openFIFO opens fifo for writing, which returns once another process has
+// opened it for reading (what), or fails the test after cliTimeout.
+func openFIFO(t *testing.T, fifo, what string) *os.File {
+	t.Helper()
+	opened := make(chan *os.File, 1)
+	go func() {
+		w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			close(opened)
+			return
+		}
+		opened <- w
+	}()
+	select {
+	case w := <-opened:
+		require.NotNil(t, w, "open %s", fifo)
+		return w
+	case <-time.After(cliTimeout):
+		t.Fatalf("timed out after %v waiting for %s", cliTimeout, what)
+		return nil
+	}
 }
 
 // A SIGTERM that arrives before run campaigns (here while it reads
@@ -48,22 +82,7 @@ func TestRunEarlySignalStopsBeforeCampaign(t *testing.T) {
 	p := startCLI(t, "run", []string{"MARKER=" + marker},
 		"run", "--redis", "redis://"+srv.Addr(), "--password-file", fifo, "--name", "job", "--",
 		"sh", "-c", `echo ran > "$MARKER"`)
-	opened := make(chan *os.File, 1)
-	go func() {
-		w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
-		if err != nil {
-			close(opened)
-			return
-		}
-		opened <- w
-	}()
-	var w *os.File
-	select {
-	case w = <-opened:
-	case <-time.After(cliTimeout):
-		t.Fatal("run did not open --password-file")
-	}
-	require.NotNil(t, w)
+	w := openFIFO(t, fifo, "run to open --password-file")
 	p.signal(t, syscall.SIGTERM)
 	pollUntil(t, cliTimeout, "the SIGTERM to be taken by run's handler", func() bool { return !signalsPending(t, p.cmd.Process.Pid) })
 	_, err := w.WriteString("pw\n")
@@ -143,20 +162,8 @@ func TestRunNohupIgnoredSIGHUP(t *testing.T) {
 	marker := filepath.Join(dir, "marker")
 	goFile := filepath.Join(dir, "go")
 	job := `echo "x $$ start" >> "$MARKER"; while [ ! -e "$GOFILE" ]; do sleep 0.05; done; echo "x $$ done" >> "$MARKER"`
-	args := []string{"-c", `trap "" HUP; exec "$0" "$@"`, cliBinary(t),
-		"run", "--redis", "redis://" + srv.Addr(), "--name", "job", "--", "sh", "-c", job}
-	p := &cliProc{name: "nohup run", cmd: exec.Command("sh", args...), stdout: newSyncBuffer(), stderr: newSyncBuffer(), done: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), "MARKER="+marker, "GOFILE="+goFile)
-	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
-	p.cmd.SysProcAttr = childProcAttr(false)
-	require.NoError(t, p.cmd.Start())
-	go func() { _ = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		if p.running() {
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	})
+	p := startShellCLI(t, "nohup run", `trap "" HUP; exec "$@"`, []string{"MARKER=" + marker, "GOFILE=" + goFile},
+		"run", "--redis", "redis://"+srv.Addr(), "--name", "job", "--", "sh", "-c", job)
 	waitMarker(t, marker, 1)
 	p.signal(t, syscall.SIGHUP)
 	pollUntil(t, cliTimeout, "the SIGHUP to be taken", func() bool { return !p.running() || !signalsPending(t, p.cmd.Process.Pid) })
@@ -164,4 +171,34 @@ func TestRunNohupIgnoredSIGHUP(t *testing.T) {
 	assert.Equal(t, 0, p.wait(t), "run started under nohup acted on SIGHUP; stderr: %s", p.stderr.String())
 	lines := readMarker(t, marker)
 	assert.Len(t, lines, 2, "the job did not run to its end: %v", lines)
+}
+
+// ignores reports whether pid ignores sig, from SigIgn in /proc/PID/status.
+func ignores(t *testing.T, pid int, sig syscall.Signal) bool {
+	t.Helper()
+	mask, err := strconv.ParseUint(procStatus(t, pid, "SigIgn"), 16, 64)
+	require.NoError(t, err, "SigIgn of %d", pid)
+	return mask&(1<<(sig-1)) != 0
+}
+
+// A script's "run ... &" starts run with SIGINT and SIGQUIT ignored (POSIX,
+// without job control), so that ^C and ^\ on the terminal spare it. Both
+// stay ignored, for run and for the job, as SIGHUP does under nohup: a
+// SIGQUIT neither stops the job nor run, which exits with the job's status.
+func TestRunBackgroundedIgnoresSIGQUIT(t *testing.T) {
+	t.Parallel()
+	srv := quietRedisServer(t)
+	dir := t.TempDir()
+	runPIDFile, jobPIDFile, goFile := filepath.Join(dir, "run"), filepath.Join(dir, "job"), filepath.Join(dir, "go")
+	p := startShellCLI(t, "run &", `"$@" & echo $! > "$RUNPID"; wait $!`,
+		[]string{"RUNPID=" + runPIDFile, "PIDFILE=" + jobPIDFile, "GOFILE=" + goFile},
+		"run", "--redis", "redis://"+srv.Addr(), "--name", "job", "--", "sh", "-c",
+		`echo $$ > "$PIDFILE"; while [ ! -e "$GOFILE" ]; do sleep 0.05; done`)
+	run, job := readPID(t, runPIDFile), readPID(t, jobPIDFile)
+	assert.True(t, ignores(t, job, syscall.SIGINT), "the job does not ignore SIGINT")
+	assert.True(t, ignores(t, job, syscall.SIGQUIT), "the job does not ignore SIGQUIT")
+	require.NoError(t, syscall.Kill(run, syscall.SIGQUIT))
+	pollUntil(t, cliTimeout, "the SIGQUIT to be taken", func() bool { return !signalsPending(t, run) })
+	require.NoError(t, os.WriteFile(goFile, nil, 0o600))
+	assert.Equal(t, 0, p.wait(t), "run started by \"&\" acted on SIGQUIT; stderr: %s", p.stderr.String())
 }

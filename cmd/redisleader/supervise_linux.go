@@ -2,11 +2,11 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"runtime"
-	"strconv"
 	"syscall"
 	"time"
 	"unsafe"
@@ -17,77 +17,90 @@ import (
 // command for people, so neither the help nor the completion shows it.
 const superviseArg = "__redisleader_supervise"
 
-// parentDeathSignal is what the kernel sends the supervisor when run dies:
-// a signal that run never forwards, so that the supervisor can tell the two
-// apart.
-const parentDeathSignal = syscall.SIGUSR1
+// ctlFD is the supervisor's end of the pipe from run (ExtraFiles[0]).
+const ctlFD = 3
 
-// newCommand makes the exec.Cmd that runs COMMAND (args) for run.
+// envTestHold, for tests only, names a FIFO that the supervisor reads to
+// its end before it starts COMMAND, which holds open the moment when run
+// has started the supervisor and COMMAND does not run yet.
+const envTestHold = "REDISLEADER_TEST_HOLD_START"
+
+// newCommand makes the exec.Cmd that runs COMMAND (args) for run, and with
+// group the write end of the pipe to its supervisor (ctl), which run keeps
+// open until the supervisor has exited and closes then.
 //
 // With group, run starts a supervisor (this binary, through /proc/self/exe,
 // which works even if the file was replaced since) that leads a new process
-// group and starts COMMAND in that group. When run dies, even by SIGKILL,
-// the kernel sends the supervisor parentDeathSignal, and it SIGKILLs the
-// whole group, itself included: nothing of COMMAND outlives run's lease,
-// not even a grandchild. Pdeathsig alone could not do this: it reaches only
-// the process it is set on. run signals the group as before (the supervisor
-// ignores what run forwards; COMMAND gets it), and the supervisor exits as
+// group and starts COMMAND in that group. run writes to ctl the signals it
+// sends the command (a byte each) and never closes it early: the supervisor
+// reads end-of-file only when run has died, even by SIGKILL, and then
+// SIGKILLs the whole group, itself included. Nothing else can make it do
+// that: a signal can come from anyone (kill -USR1 0 in the job). The
+// supervisor sends run's signals to the group once COMMAND has started, not
+// before, and COMMAND gets Pdeathsig SIGKILL: it dies with the supervisor,
+// however the supervisor dies. When only the supervisor dies, run (while it
+// runs) kills the rest of the group. So COMMAND never outlives run or the
+// supervisor; the rest of the group outlives them only if both die by
+// SIGKILL before either could act (kill -9 of both, pkill -9 -f redisleader)
+// or if it left the group (setsid, a daemon). The supervisor exits as
 // COMMAND did, so run sees COMMAND's status.
 //
 // Without group (--no-process-group), COMMAND is run's direct child and
 // Pdeathsig SIGKILLs it when run dies: its own process only, not what it
-// started.
-//
-// Pdeathsig is sent when the OS thread that started the child exits, so
-// the caller keeps that thread locked until the child has been waited for
-// (see runCommand).
-func newCommand(args []string, group bool) *exec.Cmd {
+// started. Pdeathsig is sent when the OS thread that started the child
+// exits, so the caller keeps that thread locked until the child has been
+// waited for (see startCommand).
+func newCommand(args []string, group bool) (cmd *exec.Cmd, ctl *os.File, err error) {
 	if !group {
 		cmd := exec.Command(args[0], args[1:]...)
 		cmd.SysProcAttr = childProcAttr(false)
-		return cmd
+		return cmd, nil, nil
 	}
-	cmd := &exec.Cmd{
-		Path: "/proc/self/exe",
-		Args: append([]string{os.Args[0], superviseArg, strconv.Itoa(os.Getpid()), "--"}, args...),
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: parentDeathSignal}
-	return cmd
+	cmd = &exec.Cmd{
+		Path:        "/proc/self/exe",
+		Args:        append([]string{os.Args[0], superviseArg, "--"}, args...),
+		ExtraFiles:  []*os.File{r}, // ctlFD
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	return cmd, w, nil
 }
 
-// supervise is the supervisor's main: args are "RUN_PID -- COMMAND
-// [ARGS...]". It returns only COMMAND's exit status; when COMMAND was
-// killed by a signal, the supervisor dies of the same signal.
+// supervise is the supervisor's main: args are "-- COMMAND [ARGS...]". It
+// returns only COMMAND's exit status; when COMMAND was killed by a signal,
+// the supervisor dies of the same signal.
 func supervise(args []string) int {
-	if len(args) < 3 || args[1] != "--" {
+	if len(args) < 2 || args[0] != "--" || !startedByRun() {
 		fmt.Fprintln(os.Stderr, "redisleader: internal supervisor mode: started by redisleader run only")
 		return exitUsage
 	}
-	parent, err := strconv.Atoi(args[0])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "redisleader: internal supervisor mode: started by redisleader run only")
-		return exitUsage
-	}
-	command := args[2:]
+	command := args[1:]
+	// Anyone may signal the group (run, the job itself, an operator): the
+	// supervisor survives it and COMMAND gets it. The stop signals are
+	// caught, as in run; the others do not end a Go program.
+	caught := make(chan os.Signal, 4)
+	catchSignals(caught)
+	ctl := os.NewFile(ctlFD, "run")
+	syscall.CloseOnExec(ctlFD) // between run and the supervisor only: not for COMMAND
+	fromRun := make(chan syscall.Signal, 64)
+	runGone := make(chan struct{})
+	go readRun(ctl, fromRun, runGone)
+	holdForTest()
 
-	died := make(chan os.Signal, 1)
-	signal.Notify(died, parentDeathSignal)
-	// run signals the whole group, COMMAND included: the supervisor only
-	// has to survive it. A signal ignored at start (nohup) stays ignored,
-	// for COMMAND too.
-	forwarded := make(chan os.Signal, 4)
-	if caught := caughtSignals(); len(caught) > 0 {
-		signal.Notify(forwarded, caught...)
+	// Pdeathsig follows the thread that starts COMMAND: this one, locked
+	// to this goroutine for good, lives as long as the process.
+	runtime.LockOSThread()
+	select {
+	case <-runGone:
+		return exitError // run died before COMMAND started
+	default:
 	}
-	// run may have died before the handler above was installed: its
-	// parentDeathSignal then went unseen (or killed this process before
-	// it could start anything).
-	if os.Getppid() != parent {
-		return exitError
-	}
-
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "redisleader: cannot start %s: %v\n", printable(command[0]), err)
 		return startFailure(err)
@@ -99,9 +112,11 @@ func supervise(args []string) int {
 	}()
 	for {
 		select {
-		case <-died:
+		case <-runGone:
 			_ = syscall.Kill(0, syscall.SIGKILL) // this process group: COMMAND, what it started, and this process
-		case <-forwarded:
+		case sig := <-fromRun: // sent before COMMAND started too: it gets it now
+			_ = syscall.Kill(0, sig) // this process catches it
+		case <-caught:
 		case <-exited:
 			ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 			if ws.Signaled() {
@@ -109,6 +124,58 @@ func supervise(args []string) int {
 			}
 			return cmd.ProcessState.ExitCode()
 		}
+	}
+}
+
+// startedByRun reports whether this process looks started by run's
+// newCommand: it leads its own process group (so that killing the group
+// cannot hit its caller's) and ctlFD is a pipe.
+func startedByRun() bool {
+	var st syscall.Stat_t
+	return syscall.Getpgrp() == os.Getpid() &&
+		syscall.Fstat(ctlFD, &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFIFO
+}
+
+// readRun passes on the signals that run writes to ctl, those that the
+// supervisor catches, and closes gone when run has died (end of file: no
+// process holds the write end any more).
+func readRun(ctl *os.File, signals chan<- syscall.Signal, gone chan<- struct{}) {
+	defer close(gone)
+	buf := make([]byte, 16)
+	for {
+		n, err := ctl.Read(buf)
+		for _, b := range buf[:n] {
+			if sig := syscall.Signal(b); forwardable(sig) {
+				signals <- sig
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// forwardable reports whether sig is a stop signal the supervisor catches.
+func forwardable(sig syscall.Signal) bool {
+	for _, s := range stopSignals {
+		if s == sig {
+			return !ignoredAtStart(s)
+		}
+	}
+	return false
+}
+
+// holdForTest waits, if envTestHold names a FIFO, until a test has opened
+// it, written what it wants and closed it.
+func holdForTest() {
+	fifo := os.Getenv(envTestHold)
+	if fifo == "" {
+		return
+	}
+	_ = os.Unsetenv(envTestHold)
+	if f, err := os.Open(fifo); err == nil {
+		_, _ = io.Copy(io.Discard, f)
+		_ = f.Close()
 	}
 }
 
