@@ -122,12 +122,7 @@ func (s *Session) acquire(ctx context.Context, name, value string, block, term b
 			}
 			a.newLock()
 		}
-		d, follow := a.delay(r, err, locked)
-		wake := a.sub
-		if !follow {
-			wake = nil
-		}
-		if err := s.wait(ctx, wake, d); err != nil {
+		if err := a.pause(ctx, r, err, locked); err != nil {
 			return nil, a.abandon(ctx, a.lastErr, err)
 		}
 	}
@@ -233,6 +228,20 @@ func (a *acquisition) delay(r acquired, err error, locked bool) (d time.Duration
 	}
 	a.splits = 0
 	return a.s.retryDelay(), false
+}
+
+// pause waits before the next attempt: the delay after r (see delay), cut
+// short by an event on the name's channel when delay says to follow them.
+func (a *acquisition) pause(ctx context.Context, r acquired, err error, locked bool) error {
+	d, follow := a.delay(r, err, locked)
+	if a.s.cfg.test.pause != nil {
+		a.s.cfg.test.pause(d, follow)
+	}
+	wake := a.sub
+	if !follow {
+		wake = nil
+	}
+	return a.s.wait(ctx, wake, d)
 }
 
 // backoff is the wait after a Redlock split vote short of ErrLocked (the
