@@ -190,6 +190,9 @@ func (a *acquisition) queue(acquired bool) {
 // (Session.add nudges its waiters), since a session never waits for itself.
 func (a *acquisition) wait(ctx context.Context, r acquired, err error, locked bool) error {
 	d, follow := a.delay(r, err, locked)
+	if a.s.cfg.test.pause != nil {
+		a.s.cfg.test.pause(d, follow)
+	}
 	if follow {
 		return a.s.wait(ctx, a.sub, d)
 	}

@@ -255,3 +255,34 @@ func (d *doneStates) put(st *doneState) {
 
 // closedChan is the Done channel of a lock that ended before anyone asked.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// untilDone runs call on a goroutine of its own and returns its result, or
+// ctx's error once ctx has ended first: a bound for calls without a session
+// on a client that may not honour ctx (go-redis without ContextTimeoutEnabled
+// waits for a reply until its ReadTimeout, for ever with -1). A call left
+// behind runs on until the client ends it (at that timeout, or when it is
+// closed); nothing waits for it. A call whose goroutine a hook on the client
+// ends (runtime.Goexit) fails with errHookGoexit.
+func untilDone(ctx context.Context, call func() (any, error)) (any, error) {
+	type result struct {
+		v   any
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r := result{err: errHookGoexit} // unless call returns
+		defer func() { done <- r }()
+		r.v, r.err = call()
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+	}
+	select {
+	case r := <-done: // the reply came as ctx ended: take it
+		return r.v, r.err
+	default:
+		return nil, ctx.Err()
+	}
+}

@@ -294,9 +294,10 @@
 // microseconds), computed in the acquire script before the key is set. Fences
 // strictly increase across owners of a name, even when Redis loses its data
 // (restart without persistence, restore of an old snapshot), unless the Redis
-// server's clock also steps back. A resource that rejects writes whose fence
-// is lower than the highest it has seen is protected from a former owner that
-// acts late.
+// server's clock also steps back (or a failover promotes a replica without
+// the last fence whose clock is far behind: README, Guarantees and limits).
+// A resource that rejects writes whose fence is lower than the highest it has
+// seen is protected from a former owner that acts late.
 //
 // # Guarantees
 //

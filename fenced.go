@@ -63,8 +63,11 @@ const maxFence = 1<<53 - 1
 //   - an ACL denial names the denied command; nothing is written.
 //   - anything else is the Redis or context error. Then the write may or may
 //     not have happened; repeating it with the same fence is safe. The call
-//     ends within one second (a session's default call timeout) of ctx
-//     ending, or of its start, whatever Redis does.
+//     returns when ctx ends or one second (a session's default call timeout)
+//     after its start, whichever is sooner, whatever Redis or the client
+//     does. A request still unanswered then is left to the client, on a
+//     goroutine that ends when the client gives up on it: at that bound with
+//     ContextTimeoutEnabled, else at its ReadTimeout or when it is closed.
 //
 // When the key is deleted or evicted, or expires, the fence record goes with
 // the data, and the next fenced write, whatever its fence, is accepted and
@@ -92,7 +95,7 @@ func fencedWrite(ctx context.Context, c Client, key string, fence int64, argv []
 	}
 	callCtx, cancel := context.WithTimeout(ctx, defaultMaxCall)
 	defer cancel()
-	res, err := fencedScript.run(callCtx, c, argv).Result()
+	res, err := untilDone(callCtx, func() (any, error) { return fencedScript.run(callCtx, c, argv).Result() })
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 			err = errors.Join(cerr, err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/leak"
 	"github.com/redisleader/redisleader/internal/redisserver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -136,6 +137,38 @@ func TestFencedEndsWithCancelledContext(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("FencedSet did not return within 10s of its context's cancellation")
 	}
+}
+
+// A fenced write ends with its context on any client, also one that does
+// not honour it: go-redis without ContextTimeoutEnabled bounds a read only by
+// its ReadTimeout (3s by default, never with -1). The calls used to end
+// there; once the client is closed, none is left running.
+func TestFencedEndsWithContextWithoutContextTimeout(t *testing.T) {
+	const within = 200 * time.Millisecond
+	for name, readTimeout := range map[string]time.Duration{"default options": 0, "ReadTimeout -1": -1} {
+		c := redis.NewClient(&redis.Options{Addr: hungServer(t), ReadTimeout: readTimeout})
+		for op, write := range map[string]func(context.Context) error{
+			"FencedSet": func(ctx context.Context) error { return FencedSet(ctx, c, "k", "v", 5) },
+			"FencedDel": func(ctx context.Context) error { return FencedDel(ctx, c, "k", 5) },
+		} {
+			t.Run(name+"/"+op, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), within)
+				defer cancel()
+				result := make(chan error, 1)
+				start := time.Now()
+				go func() { result <- write(ctx) }()
+				select {
+				case err := <-result:
+					assert.ErrorIs(t, err, context.DeadlineExceeded)
+					assert.Less(t, time.Since(start), within+5*slack, "%s returned late", op)
+				case <-time.After(5 * time.Second):
+					t.Fatalf("%s did not return within 5s of its start (its context ends after %v)", op, within)
+				}
+			})
+		}
+		require.NoError(t, c.Close())
+	}
+	assert.Empty(t, leak.Wait(2*time.Second, "redisleader.untilDone"), "a call outlived its closed client")
 }
 
 // The largest fence the acquire script can hand out, 2^53−1 (a stored fence

@@ -9,9 +9,10 @@ import (
 // testHooks are the points where tests and benchmarks watch or steer a
 // session. All are nil in production; the options below set them.
 type testHooks struct {
-	round   func(held int, failed bool)  // heartbeat goroutine, after each renewal round
-	attempt func(name string, err error) // acquiring goroutine, after each acquire attempt
-	armed   func(*Lock)                  // in arm, between registering the lock and its timer
+	round   func(held int, failed bool)        // heartbeat goroutine, after each renewal round
+	attempt func(name string, err error)       // acquiring goroutine, after each acquire attempt
+	pause   func(d time.Duration, follow bool) // acquiring goroutine, before it waits to retry
+	armed   func(*Lock)                        // in arm, between registering the lock and its timer
 }
 
 // withRoundHook is an unexported option for tests: f runs on the heartbeat
@@ -24,6 +25,13 @@ func withRoundHook(f func(held int, failed bool)) Option {
 // after every acquire attempt, on the acquiring goroutine.
 func withAttemptHook(f func(name string, err error)) Option {
 	return optionFunc(func(c *config) { c.test.attempt = f })
+}
+
+// withPauseHook is an unexported option for tests: f runs before every wait
+// between acquire attempts, on the acquiring goroutine, with the delay and
+// whether an event on the name's channel may end the wait sooner.
+func withPauseHook(f func(d time.Duration, follow bool)) Option {
+	return optionFunc(func(c *config) { c.test.pause = f })
 }
 
 // withArmedHook is an unexported option for tests: f runs in arm between
