@@ -70,6 +70,9 @@ func (s *Session) acquire(ctx context.Context, name, value string, block, term b
 		}
 		defer sub.Close()
 		a.sub, a.block = sub, true
+		if a.w != nil {
+			a.w.sub = sub
+		}
 	}
 	a.newLock()
 	for {

@@ -63,6 +63,7 @@ type waiter struct {
 	// keepArgv is keepPlaceScript's {_, _, 2, queue, leases, id, TTL}; only
 	// the heartbeat uses it.
 	keepArgv [7]any
+	sub      *subscription // the acquisition's, when it blocks
 }
 
 // Argument slots of waiter.argv.
@@ -116,6 +117,18 @@ func (s *Session) unwait(w *waiter) {
 	s.mu.Lock()
 	delete(s.waiting, w)
 	s.mu.Unlock()
+}
+
+// wakeWaitersLocked wakes the session's queued waiters for name, which has
+// just become the session's: they find it held by their next look and end
+// (a session never waits for itself). A waiter not yet registered makes
+// that check after it registers. s.mu must be held.
+func (s *Session) wakeWaitersLocked(name string) {
+	for w := range s.waiting {
+		if w.keys.name == name && w.sub != nil {
+			w.sub.poke()
+		}
+	}
 }
 
 // waiters returns the waiters whose places the heartbeat renews.

@@ -440,7 +440,7 @@ func FuzzWatcherMessages(f *testing.F) {
 			// (op%4 == 3) reaches none of them.
 			switch op % 4 {
 			case 0:
-				w.deliver(channel, "", false)
+				w.deliver(channel, "")
 			case 1:
 				w.confirm(channel)
 			case 2:

@@ -312,15 +312,14 @@ func (s *Session) detach(n int) bool {
 // when the session was closed meanwhile; the caller then releases the key.
 func (s *Session) add(l *Lock) error {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.err != nil {
-		s.mu.Unlock()
 		return s.err
 	}
 	s.locks[l] = struct{}{}
 	s.names[l.keys.name] = l
 	s.wakeLocked()
-	s.mu.Unlock()
-	s.watch.nudge(l.keys.wakeChannel(s.id))
+	s.wakeWaitersLocked(l.keys.name)
 	return nil
 }
 

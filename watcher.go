@@ -375,7 +375,7 @@ func (w *watcher) handle(msg any) {
 			w.unsubscribed(m.Channel)
 		}
 	case *redis.Message:
-		w.deliver(m.Channel, m.Payload, false)
+		w.deliver(m.Channel, m.Payload)
 	}
 }
 
@@ -455,23 +455,18 @@ func (w *watcher) unsubscribed(channel string) {
 }
 
 // deliver hands a message on channel to the subscribers it is for: those
-// that take every message and the one it is addressed to, or with all,
-// every one.
-func (w *watcher) deliver(channel, payload string, all bool) {
+// that take every message and the one it is addressed to.
+func (w *watcher) deliver(channel, payload string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if cs := w.chans[channel]; cs != nil {
 		for sub := range cs.subs {
-			if all || sub.to == "" || sub.to == payload {
+			if sub.to == "" || sub.to == payload {
 				sub.deliver()
 			}
 		}
 	}
 }
-
-// nudge wakes every subscriber of channel in this process, as a message
-// would, with no I/O (see Session.add).
-func (w *watcher) nudge(channel string) { w.deliver(channel, "", true) }
 
 // ping queues a PING.
 func (w *watcher) ping() {
