@@ -329,20 +329,13 @@ func (s *Session) newLock(k keys, value string) *Lock {
 func (l *Lock) attempt(ctx context.Context) acquired {
 	sent := time.Now()
 	deadline := sent.Add(l.s.cfg.validity())
-	returned := false
-	defer func() {
-		if !returned {
-			// A hook on the client ended this goroutine (runtime.Goexit)
-			// with the attempt, or its give-back, on its way: the token may
-			// be in Redis, and the heartbeat deletes it.
-			l.s.markStale(l, true)
+	var r acquired
+	onGoexit(func() {
+		r = l.s.place.acquire(ctx, l, deadline)
+		if r.giveBack {
+			l.giveBack(ctx) // within ctx: what fails is left to abandon
 		}
-	}()
-	r := l.s.place.acquire(ctx, l, deadline)
-	if r.giveBack {
-		l.giveBack(ctx) // within ctx: what fails is left to abandon
-	}
-	returned = true
+	}, func() { l.s.markStale(l, true) }) // the token may be in Redis: the heartbeat deletes it
 	if r.split {
 		r.took = time.Since(sent) // only then: no clock read on the hot path
 	}

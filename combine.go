@@ -2,7 +2,6 @@ package redisleader
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -289,17 +288,14 @@ func (c *combiner) handOver() {
 
 // flush sends what is queued, a batch at a time, until the queue is empty;
 // it holds one slot meanwhile.
-func (c *combiner) flush() {
+// After a hook fault (hookfaults.go) the next flusher takes the slot over.
+func (c *combiner) flush() { onGoexit(c.flushAll, c.handOver) }
+
+func (c *combiner) flushAll() {
 	var (
 		batch []*pending
 		calls []call
-		ended bool
 	)
-	defer func() {
-		if !ended { // a hook ended the goroutine: the next flusher takes the slot over
-			c.handOver()
-		}
-	}()
 	for {
 		c.mu.Lock()
 		c.pruneLocked()
@@ -307,7 +303,6 @@ func (c *combiner) flush() {
 		if n == 0 {
 			c.freeSlotLocked()
 			c.mu.Unlock()
-			ended = true
 			return
 		}
 		batch = c.takeLocked(batch[:0], n, nil)
@@ -380,10 +375,6 @@ func (c *combiner) sendBatch(batch []*pending, calls []call) []call {
 	cmds, failed = runCalls(ctx, c.client, calls, replicaAcks{})
 	return calls
 }
-
-// errHookGoexit fails the calls of a pipeline whose goroutine a hook on the
-// client ended (runtime.Goexit) while it was sent.
-var errHookGoexit = errors.New("redisleader: a hook on the client ended the goroutine sending a command (runtime.Goexit)")
 
 // deliverLocked hands cmd to p's caller, or, if it gave up while p was on
 // the wire, frees p's key for the session's later calls.

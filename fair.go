@@ -164,3 +164,212 @@ func (a *acquisition) leave(ctx context.Context) {
 		del(context.WithoutCancel(ctx))
 	}()
 }
+
+// luaQueue is Lua for the scripts of fair mode (fair.go), which keep a
+// name's waiters in two sorted sets: the queue (member → arrival, server
+// TIME in µs) and the leases (member → end of the waiter's lease, server
+// time in ms). A member is "<session id>.<n>"; the session's wake-up channel
+// for the name is lock key + ":w:" + session id. A waiter that gave up
+// leaves a tombstone in the leases, −(end of a TTL), so that an attempt of
+// its still on its way (its caller gone) cannot queue a ghost. It reads TIME
+// into t and now (ms) and defines:
+//
+//	lease(leases, m)        m's lease end, or nil when m has none or it has passed
+//	gone(leases, m)         whether m has a live tombstone
+//	pruneRange              ZRANGEBYSCORE bounds of the passed leases and tombstones
+//	headOf(queue, leases, skip)  the first member with a live lease other
+//	                        than skip (nil if none), and the members without
+//	                        one queued before it
+//	wakeChannel(lock, m)    m's session's wake-up channel
+//	zremAll(key, ms)        ZREM every member of ms, 100 at a time
+//	keepUntil(leases, at)   the latest of at, every lease end and every
+//	                        tombstone end: when the queue keys may expire
+const luaQueue = `local t = call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local leaseOf = {}
+local function lease(key, m)
+  if leaseOf[m] == nil then
+    local e = tonumber(call('ZSCORE', key, m))
+    if e and e > now then leaseOf[m] = e else leaseOf[m] = false end
+  end
+  return leaseOf[m] or nil
+end
+local function gone(key, m)
+  local e = tonumber(call('ZSCORE', key, m))
+  return e ~= nil and e < 0 and -e > now
+end
+local pruneFrom, pruneTo = string.format('(%.0f', -now), string.format('%.0f', now)
+local function headOf(queue, leases, skip)
+  local dead, i = {}, 0
+  while true do
+    local c = call('ZRANGE', queue, i, i + 15)
+    if #c == 0 then return nil, dead end
+    for _, m in ipairs(c) do
+      if m ~= skip then
+        if lease(leases, m) then return m, dead end
+        dead[#dead + 1] = m
+      end
+    end
+    i = i + #c
+  end
+end
+local function wakeChannel(lock, m)
+  return lock .. ':w:' .. string.match(m, '^[^.]*')
+end
+local function zremAll(key, ms)
+  for i = 1, #ms, 100 do
+    call('ZREM', key, unpack(ms, i, math.min(i + 99, #ms)))
+  end
+end
+local function keepUntil(leases, at)
+  local top = call('ZRANGE', leases, -1, -1, 'WITHSCORES')
+  if top[2] and tonumber(top[2]) > at then at = tonumber(top[2]) end
+  local low = call('ZRANGE', leases, 0, 0, 'WITHSCORES')
+  if low[2] and -tonumber(low[2]) > at then at = -tonumber(low[2]) end
+  return at
+end
+`
+
+// fairAcquireScript is acquireScript for fair mode: it takes the lock only
+// if it is free and no waiter with a live lease arrived before us, and
+// otherwise (join) queues us, or refreshes our place and its lease.
+//
+//	KEYS[1] lock key, KEYS[2] fence key, KEYS[3] queue, KEYS[4] leases
+//	ARGV[1] token, ARGV[2] TTL in ms, ARGV[3] value, ARGV[4] waiter (member),
+//	ARGV[5] "1": join the queue if not acquired (Lock), "0": never (TryLock)
+//
+// Replies:
+//
+//	{1, fence}   acquired now, or already ours (as acquireScript); our place
+//	             is removed
+//	{0, stored or nil, pttl or -2, ahead, headLeft}  not acquired: the
+//	             holder's stored value and PTTL (nil and -2: free, but
+//	             waiters came first), an upper bound of the live waiters
+//	             ahead of us (0: we are the head; -2: we gave up, an attempt
+//	             that arrived after its caller left, which writes nothing),
+//	             and the ms left on the head waiter's lease
+//
+// Order: GET the lock key, ZSCORE our place, TIME, the queue reads
+// (tombstone, head, passed leases and tombstones, the latest lease), then (taking) GET and validate the
+// fence key, PUBLISH "A" on the name's channel, SET the fence, SET the lock
+// NX PX, ZREM us and the waiters whose leases passed; or (not taking, the
+// lock free) PUBLISH the head's member id, its wake-up, on its session's
+// wake-up channel (it may have missed its wake-up, or just become the head
+// because the one before it died),
+// then (join) ZREM the dead, ZADD our place (kept if we have a live one) and
+// lease, and PEXPIREAT both queue keys to the latest lease end, so that no
+// queue key outlives its last waiter's lease.
+var fairAcquireScript = newScript("de65db4a46c36572da66e99fc3ae43187635e331", guarded(luaFence+luaTake+luaQueue+`
+local cur = call('GET', KEYS[1])
+local placed = call('ZSCORE', KEYS[3], ARGV[4])
+if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
+  if placed then
+    call('ZREM', KEYS[3], ARGV[4])
+    call('ZREM', KEYS[4], ARGV[4])
+  end
+  call('PEXPIRE', KEYS[1], ARGV[2])
+  local f = string.sub(cur, #ARGV[1] + 2)
+  return {1, tonumber(string.sub(f, 1, string.find(f, '\n', 1, true) - 1))}
+end
+if gone(KEYS[4], ARGV[4]) then return {0, cur or false, -2, -2, 0} end
+local head, dead = headOf(KEYS[3], KEYS[4], nil)
+if placed and not lease(KEYS[4], ARGV[4]) then placed = false end
+local stale = call('ZRANGEBYSCORE', KEYS[4], pruneFrom, pruneTo, 'LIMIT', 0, 64)
+for _, m in ipairs(stale) do dead[#dead + 1] = m end
+local ttl = tonumber(ARGV[2])
+if not cur and (not head or head == ARGV[4]) then
+  local fence, err = take(t)
+  if err then return err end
+  dead[#dead + 1] = ARGV[4]
+  zremAll(KEYS[3], dead)
+  zremAll(KEYS[4], dead)
+  return {1, fence}
+end
+local pttl, ahead, headLeft = -2, 0, ttl
+if cur then pttl = call('PTTL', KEYS[1]) end
+if head and head ~= ARGV[4] then
+  headLeft = lease(KEYS[4], head) - now
+  if placed then ahead = call('ZRANK', KEYS[3], ARGV[4]) else ahead = call('ZCARD', KEYS[3]) end
+  ahead = math.max(1, ahead - #dead)
+end
+local keep = keepUntil(KEYS[4], now + ttl)
+if not cur and head then call('PUBLISH', wakeChannel(KEYS[1], head), head) end
+if ARGV[5] == '1' then
+  zremAll(KEYS[3], dead)
+  zremAll(KEYS[4], dead)
+  if not placed then call('ZADD', KEYS[3], string.format('%.0f', t[1] * 1000000 + t[2]), ARGV[4]) end
+  call('ZADD', KEYS[4], string.format('%.0f', now + ttl), ARGV[4])
+  call('PEXPIREAT', KEYS[3], string.format('%.0f', keep))
+  call('PEXPIREAT', KEYS[4], string.format('%.0f', keep))
+end
+return {0, cur or false, pttl, ahead, headLeft}
+`))
+
+// keepPlaceScript renews a waiter's lease, if it still has a live one: a
+// waiter whose lease passed has lost its place and joins again, at the
+// back, on its next attempt.
+//
+//	KEYS[1] queue, KEYS[2] leases
+//	ARGV[1] waiter (member), ARGV[2] TTL in ms
+//
+// Replies 1 if renewed, 0 if the waiter has no live place (then it writes
+// nothing). It publishes nothing; its writes (ZADD the lease, PEXPIREAT
+// both keys to the latest lease end) come last.
+var keepPlaceScript = newScript("f3b84e0970988642612b02eded093ad3cb755338", guarded(luaQueue+`
+if not lease(KEYS[2], ARGV[1]) or not call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+local until_ = now + tonumber(ARGV[2])
+local keep = keepUntil(KEYS[2], until_)
+call('ZADD', KEYS[2], string.format('%.0f', until_), ARGV[1])
+call('PEXPIREAT', KEYS[1], string.format('%.0f', keep))
+call('PEXPIREAT', KEYS[2], string.format('%.0f', keep))
+return 1
+`))
+
+// leaveScript takes a waiter that gives up out of the queue, leaves its
+// tombstone for one TTL (an attempt of its still on its way finds it and
+// writes nothing) and, if the lock is free, wakes the (new) head waiter.
+//
+//	KEYS[1] lock key, KEYS[2] queue, KEYS[3] leases
+//	ARGV[1] waiter (member), ARGV[2] TTL in ms
+//
+// Replies 1 if the waiter was queued, else 0. Order: ZSCORE, EXISTS, the
+// queue reads, PUBLISH the head's wake-up (as fairAcquireScript), ZREM from the
+// queue, ZADD the tombstone, PEXPIREAT the leases (to the latest lease or
+// tombstone end).
+var leaveScript = newScript("64b3aa50b8c9596df7eabe2e1ce02d7462990d6d", guarded(luaQueue+`
+local placed = call('ZSCORE', KEYS[2], ARGV[1])
+local ends = now + tonumber(ARGV[2])
+local keep = keepUntil(KEYS[3], ends)
+if call('EXISTS', KEYS[1]) == 0 then
+  local head = headOf(KEYS[2], KEYS[3], ARGV[1])
+  if head then call('PUBLISH', wakeChannel(KEYS[1], head), head) end
+end
+call('ZREM', KEYS[2], ARGV[1])
+call('ZADD', KEYS[3], string.format('%.0f', -ends), ARGV[1])
+call('PEXPIREAT', KEYS[3], string.format('%.0f', keep))
+if placed then return 1 end
+return 0
+`))
+
+// fairReleaseScript is releaseScript for fair mode: besides "R" on the
+// name's channel it wakes the head waiter, and only it, on its session's
+// wake-up channel.
+//
+//	KEYS[1] lock key, KEYS[2] queue, KEYS[3] leases
+//	ARGV[1] token
+//
+// Replies 1 if deleted, 0 if the key is missing or holds another token
+// (then it writes nothing). Order: GET, the queue reads, PUBLISH "R",
+// PUBLISH the head's wake-up (as fairAcquireScript), DEL. It leaves the
+// queue as it is: the next acquire prunes it.
+var fairReleaseScript = newScript("3d0b5d67b200f426ec201e2e3a769bb87996c105", guarded(luaQueue+`
+local cur = call('GET', KEYS[1])
+if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
+  local head = headOf(KEYS[2], KEYS[3], nil)
+  call('PUBLISH', KEYS[1] .. ':ch', 'R')
+  if head then call('PUBLISH', wakeChannel(KEYS[1], head), head) end
+  call('DEL', KEYS[1])
+  return 1
+end
+return 0
+`))

@@ -14,78 +14,96 @@ import (
 // jittered retry delay) when a round failed. It never decides that a lock is
 // lost by itself except on a "not owner" reply: deadlines are timer-driven.
 //
-// A hook on the client that ends the goroutine (runtime.Goexit) in a round
-// or in the server check gets a new heartbeat, which takes what was cut short
-// for a failed round: it retries after the retry delay, and checks the server
-// once per session all the same.
+// After a hook fault (hookfaults.go) in a round or in the server check, a
+// new heartbeat takes over as after a failed round: it retries after the
+// retry delay, and checks the server once per session all the same.
 func (s *Session) heartbeat(ctx context.Context, retry bool) {
-	returned := false
-	defer func() {
-		if !returned && ctx.Err() == nil {
+	onGoexit(func() {
+		s.beat(ctx, retry)
+		close(s.hbDone)
+	}, func() {
+		if ctx.Err() == nil {
 			go s.heartbeat(ctx, true)
 			return
 		}
 		close(s.hbDone)
-	}()
-	t := time.NewTimer(0)
-	if !t.Stop() {
-		<-t.C
+	})
+}
+
+// schedule is the heartbeat's timer: whether a round is armed, and when it
+// is due.
+type schedule struct {
+	t     *time.Timer
+	armed bool
+	due   time.Time
+}
+
+func (sc *schedule) arm(at time.Time) {
+	sc.due, sc.armed = at, true
+	sc.t.Reset(time.Until(at))
+}
+
+// beat runs rounds until ctx ends; with retry, the first one after the
+// retry delay.
+func (s *Session) beat(ctx context.Context, retry bool) {
+	sc := schedule{t: time.NewTimer(0)}
+	if !sc.t.Stop() {
+		<-sc.t.C
 	}
-	defer t.Stop()
-	armed := false
-	var due time.Time // when the armed round is due
-	arm := func(at time.Time) {
-		due, armed = at, true
-		t.Reset(time.Until(at))
-	}
+	defer sc.t.Stop()
 	if retry {
-		arm(time.Now().Add(min(s.cfg.renewInterval, s.retryDelay())))
+		sc.arm(time.Now().Add(min(s.cfg.renewInterval, s.retryDelay())))
 	}
 	for {
 		select {
 		case <-ctx.Done():
-			returned = true
 			return
 		case <-s.kick:
-			if !armed {
-				arm(s.leasesFrom().Add(s.cfg.renewInterval))
+			if !sc.armed {
+				sc.arm(s.leasesFrom().Add(s.cfg.renewInterval))
 			}
 			if !s.checked { // the first time the session holds something
 				s.checked = true
 				s.checkServer(ctx)
 			}
 			continue
-		case <-t.C:
-			armed = false
+		case <-sc.t.C:
+			sc.armed = false
 		}
-		start := time.Now()
-		held, failures := s.renewRound(ctx)
-		s.cfg.hooks.round(start, held, failures)
-		failed := failures > 0
-		// Due an interval after this round was due, not after it ended: a
-		// schedule that drifts by each round's duration has a waiter, which
-		// sleeps until the lease it saw can have expired, arrive just
-		// before the renewal due then, and try again two thirds of a TTL
-		// later. But an interval after its end (as the TTL rules count)
-		// when the round overran the interval, or when stale tokens wait
-		// for the clean-up, which then gets a whole interval.
-		stale := s.staleLocks()
-		next := due.Add(s.cfg.renewInterval)
-		if now := time.Now(); next.Before(now) || len(stale) > 0 {
-			next = now.Add(s.cfg.renewInterval)
-		}
-		if !failed { // not while Redis misbehaves: never delay a renewal retry
-			s.cleanStale(ctx, stale, next) // nor the next round: the TTL rules do not count it
-		}
-		if s.cfg.test.round != nil {
-			s.cfg.test.round(held, failed)
-		}
-		switch {
-		case failed:
-			arm(time.Now().Add(min(s.cfg.renewInterval, s.retryDelay())))
-		case held > 0 || !s.goIdle():
-			arm(next)
-		}
+		s.round(ctx, &sc)
+	}
+}
+
+// round renews every held lock once, cleans stale tokens up and arms the
+// next round, unless the heartbeat goes idle.
+func (s *Session) round(ctx context.Context, sc *schedule) {
+	start := time.Now()
+	held, failures := s.renewRound(ctx)
+	s.cfg.hooks.round(start, held, failures)
+	failed := failures > 0
+	// Due an interval after this round was due, not after it ended: a
+	// schedule that drifts by each round's duration has a waiter, which
+	// sleeps until the lease it saw can have expired, arrive just before
+	// the renewal due then, and try again two thirds of a TTL later. But an
+	// interval after its end (as the TTL rules count) when the round
+	// overran the interval, or when stale tokens wait for the clean-up,
+	// which then gets a whole interval.
+	stale := s.staleLocks()
+	next := sc.due.Add(s.cfg.renewInterval)
+	if now := time.Now(); next.Before(now) || len(stale) > 0 {
+		next = now.Add(s.cfg.renewInterval)
+	}
+	if !failed { // not while Redis misbehaves: never delay a renewal retry
+		s.cleanStale(ctx, stale, next) // nor the next round: the TTL rules do not count it
+	}
+	if s.cfg.test.round != nil {
+		s.cfg.test.round(held, failed)
+	}
+	switch {
+	case failed:
+		sc.arm(time.Now().Add(min(s.cfg.renewInterval, s.retryDelay())))
+	case held > 0 || !s.goIdle():
+		sc.arm(next)
 	}
 }
 

@@ -45,21 +45,14 @@ type observer struct {
 }
 
 // run reads and reports until ctx ends or the session closes, the first
-// read after first. A hook on the client that ends its goroutine
-// (runtime.Goexit) in a read gets a new one, which goes on after the retry
-// delay, as after a failed read: the channel closes only as Observe says.
+// read after first. After a hook fault (hookfaults.go) a new goroutine goes
+// on after the retry delay, as after a failed read.
 func (o *observer) run(ctx context.Context, first time.Duration) {
-	returned := false
-	defer func() {
-		if !returned {
-			go o.run(ctx, o.e.s.retryDelay())
-			return
-		}
+	onGoexit(func() {
+		o.observe(ctx, first)
 		close(o.out)
 		o.e.s.work.Done()
-	}()
-	o.observe(ctx, first)
-	returned = true
+	}, func() { go o.run(ctx, o.e.s.retryDelay()) })
 }
 
 func (o *observer) observe(ctx context.Context, next time.Duration) {

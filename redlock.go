@@ -116,14 +116,8 @@ func onNodesUntil[T any](q *quorum, ctx context.Context, cancel context.CancelFu
 	for i, c := range q.nodes {
 		go func() {
 			defer wg.Done()
-			answered := false
-			defer func() {
-				if !answered { // a hook on the client ended the goroutine (runtime.Goexit)
-					r.unanswered()
-				}
-			}()
-			answer := call(ctx, i, c)
-			answered = true
+			var answer T
+			onGoexit(func() { answer = call(ctx, i, c) }, r.unanswered)
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			if r.finished {
@@ -581,3 +575,62 @@ var errRedlockProclaim = invalidf("Proclaim is not available on a Redlock sessio
 func (q *quorum) proclaim(context.Context, *Lock, int64, string, time.Time) (bool, error) {
 	return false, errRedlockProclaim
 }
+
+// redlockRenewScript is renewScript for a Redlock session: it also writes
+// back the acquisition's fence F (see quorum.acquire), so that the node's
+// fence key is at least F and its lock value carries F. It is also the
+// acquire's write-back round, when there is one (quorum.raiseFence).
+//
+//	KEYS[1] lock key, KEYS[2] fence key
+//	ARGV[1] token, ARGV[2] TTL in ms, ARGV[3] fence F
+//
+// Replies 1 if renewed, 0 (writing nothing) if the key is missing or holds
+// another token. Order: GET the lock key, GET and validate the fence key,
+// SET the fence key (if below F), SET the lock key KEEPTTL (if its fence is
+// not F), PEXPIRE. A fence key that does not hold a fence, or our token
+// without a fence after it, is an error that writes nothing (see luaFence),
+// and a failure between the two SETs leaves the lock with this node's own,
+// smaller fence: a gap, never a fence key behind a lock.
+var redlockRenewScript = newScript("32c87a260a903e6c8b8db2869fbc6cbc8bd442ec", guarded(luaFence+luaOwn+`
+local cur, rest, nl = own()
+if not cur then return rest or 0 end
+local stored, err = readFence(KEYS[2])
+if err then return err end
+local f = tonumber(ARGV[3])
+if not stored or stored < f then call('SET', KEYS[2], ARGV[3]) end
+if tonumber(string.sub(rest, 1, nl - 1)) ~= f then
+  call('SET', KEYS[1], ARGV[1] .. '\n' .. ARGV[3] .. string.sub(rest, nl), 'KEEPTTL')
+end
+return call('PEXPIRE', KEYS[1], ARGV[2])
+`))
+
+// redlockReleaseScript is releaseScript for a Redlock session: before it
+// deletes the key it raises the node's fence key to the acquisition's
+// fence F (see quorum.acquire), unless the node's clock has already passed
+// F (then any later fence it issues is larger anyway); F 0 (an acquisition
+// that never counted) raises nothing.
+//
+//	KEYS[1] lock key, KEYS[2] fence key
+//	ARGV[1] token, ARGV[2] fence F
+//
+// Replies 1 if deleted, 0 (writing nothing) if the key is missing or holds
+// another token. Order: GET the lock key, GET and validate the fence key,
+// TIME, PUBLISH "R", SET the fence key (if below F and TIME in µs is not
+// past F), DEL. A fence key that does not hold a fence is an error that
+// writes nothing: the key stays, and expires with its TTL.
+var redlockReleaseScript = newScript("5ff1fe6743f0a219664be15240de2bf334d9037d", guarded(luaFence+`
+local cur = call('GET', KEYS[1])
+if not cur or string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\n' then return 0 end
+local stored, err = readFence(KEYS[2])
+if err then return err end
+local f = tonumber(ARGV[2])
+local raise = f > 0 and (not stored or stored < f)
+if raise then
+  local t = call('TIME')
+  raise = t[1] * 1000000 + t[2] <= f
+end
+call('PUBLISH', KEYS[1] .. ':ch', 'R')
+if raise then call('SET', KEYS[2], ARGV[2]) end
+call('DEL', KEYS[1])
+return 1
+`))

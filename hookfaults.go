@@ -1,0 +1,83 @@
+package redisleader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Hook faults: a hook on the user's client (AddHook) that panics, or ends
+// its goroutine with runtime.Goexit (as t.FailNow does in a test), while a
+// command of ours is on its way. The library sends commands on goroutines
+// of its own (renewals, Observe's reads, background deletes, Redlock's node
+// calls, shared pipelines), where a panic would end the process and a
+// Goexit would silently stop the work. So a panic becomes the error of the
+// commands it hit (hookPanicError), a Goexit fails the calls it cut short
+// (errHookGoexit), and the work they belonged to is cleaned up as after a
+// lost reply: an acquire's token is deleted, a heartbeat or an Observe
+// reader is restarted, a release is retried by the heartbeat. Hooks that
+// run inside go-redis where no command of ours can see them (a Cluster
+// client's OnNewNode, a dial in the pool) are go-redis's to handle.
+
+// errHookGoexit fails the calls of a pipeline whose goroutine a hook on the
+// client ended (runtime.Goexit) while it was sent.
+var errHookGoexit = errors.New("redisleader: a hook on the client ended the goroutine sending a command (runtime.Goexit)")
+
+// onGoexit runs f and, if f does not return (a hook ended the goroutine
+// with runtime.Goexit, or panicked), runs cleanup on the way out.
+func onGoexit(f, cleanup func()) {
+	returned := false
+	defer func() {
+		if !returned {
+			cleanup()
+		}
+	}()
+	f()
+	returned = true
+}
+
+// execPipeline runs a pipeline and returns its error: that of its first failed
+// command, or one that kept every command from running (a hook on the
+// client that refused the pipeline, say), or a *hookPanicError.
+func execPipeline(ctx context.Context, pipe redis.Pipeliner) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &hookPanicError{v}
+		}
+	}()
+	_, err = pipe.Exec(ctx)
+	return err
+}
+
+// failUnsent gives err, the error of the pipeline that ran cmds, to every
+// command that got neither a reply nor an error: one that a pipeline which
+// failed as a whole never ran; and a hook's panic to every command.
+func failUnsent(cmds []*redis.Cmd, err error) {
+	if err == nil {
+		return
+	}
+	_, panicked := err.(*hookPanicError)
+	for _, cmd := range cmds {
+		if panicked || (cmd.Err() == nil && cmd.Val() == nil) {
+			cmd.SetErr(err)
+		}
+	}
+}
+
+// hookPanicError is the error of each command that a hook on the user's
+// client panicked while running, before or after the command reached Redis.
+// The panic goes no further: the library sends commands on its own
+// goroutines too (Observe's reads, renewals, background deletes, Redlock's
+// node calls), where it would end the process. For an acquire, the outcome
+// is then unknown, and its token is deleted as after any lost reply. It does
+// not unwrap to the panic value: a value that reads as a Redis error (say
+// WRONGTYPE) is not Redis's reply, and must not be classified as one.
+type hookPanicError struct{ v any }
+
+// Error names the panic value's type, not the value, which can quote a
+// command or its reply (tokens, the holder's among them).
+func (e *hookPanicError) Error() string {
+	return fmt.Sprintf("redisleader: a hook on the client panicked (with a %T value, not shown: it can quote tokens)", e.v)
+}
