@@ -23,7 +23,11 @@ import (
 // itself: on a name it holds, Lock returns at once an error matching
 // ErrLocked that says so.
 func (s *Session) Lock(ctx context.Context, name string) (*Lock, error) {
-	return s.acquire(ctx, name, "", true, false)
+	k, err := keysOf(name)
+	if err != nil {
+		return nil, err
+	}
+	return s.acquire(ctx, k, "", block)
 }
 
 // TryLock makes one attempt to acquire name. It returns an error matching
@@ -32,49 +36,62 @@ func (s *Session) Lock(ctx context.Context, name string) (*Lock, error) {
 // for a bad name, ErrSessionClosed, or a Redis error; in the last case the
 // key is released with this attempt's token in case the attempt took effect.
 func (s *Session) TryLock(ctx context.Context, name string) (*Lock, error) {
-	return s.acquire(ctx, name, "", false, false)
+	k, err := keysOf(name)
+	if err != nil {
+		return nil, err
+	}
+	return s.acquire(ctx, k, "", tryOnce)
 }
 
-// acquire runs acquisition attempts with one token until the key is ours, or
-// (blocking) ctx or the session ends, or (non-blocking) after one attempt.
-// Every attempt uses the same token, so an attempt whose reply was lost is
-// confirmed by the next one rather than mistaken for another owner; only a
-// give-back moves the acquisition to a new token.
-//
-// With term (Election.Run), the acquisition is registered as a Run term
-// before it is handed over, so that no Release or Close can see it as a
-// plain lock and delete its key before onElected has run and returned.
-func (s *Session) acquire(ctx context.Context, name, value string, block, term bool) (*Lock, error) {
-	a := acquisition{s: s, start: time.Now(), value: value, term: term}
-	if err := checkName(name); err != nil {
-		return nil, err
-	}
-	if err := checkValue(value); err != nil {
-		return nil, err
-	}
+// mode is how an acquisition goes on after an attempt that failed.
+type mode uint8
+
+const (
+	tryOnce mode = iota // it does not: one attempt (TryLock, TryCampaign)
+	block               // it waits and tries again until acquired (Lock, Campaign)
+	// runTerm blocks, and registers the acquisition as an
+	// Election.Run term before it is handed over, so that no Release or
+	// Close can see it as a plain lock and delete its key before onElected
+	// has run and returned.
+	runTerm
+)
+
+// acquire acquires the name of k for value: the setup of an acquisition
+// (its place in a fair queue, its subscription), then its attempts (run).
+func (s *Session) acquire(ctx context.Context, k keys, value string, m mode) (*Lock, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
 	defer s.work.Done()
-	a.keys = newKeys(name)
+	a := acquisition{s: s, start: time.Now(), keys: k, value: value, mode: m}
 	if s.cfg.fair {
-		a.w = s.newWaiter(a.keys, value, block)
+		a.w = s.newWaiter(k, value, m != tryOnce)
 		defer a.leave(ctx) // our place, if we have one, when we give up
 	}
-	if block {
+	if m != tryOnce {
 		// Subscribe before the first attempt, so a release between a failed
 		// attempt and the wait is never missed.
-		sub, err := s.watch.subscribe(ctx, s.waitChannel(a.keys), a.w.address())
+		sub, err := s.watch.subscribe(ctx, s.waitChannel(k), a.w.address())
 		if err != nil {
 			return nil, err
 		}
 		defer sub.Close()
-		a.sub, a.block = sub, true
+		a.sub = sub
 		if a.w != nil {
 			a.w.sub = sub
 		}
 	}
 	a.newLock()
+	return a.run(ctx)
+}
+
+// run makes attempts with one token until the key is ours, or (blocking)
+// ctx or the session ends, or (tryOnce) after one attempt. Every attempt uses
+// the same token, so an attempt whose reply was lost is confirmed by the
+// next one rather than mistaken for another owner; only a give-back moves
+// the acquisition to a new token (rotate).
+func (a *acquisition) run(ctx context.Context) (*Lock, error) {
+	s, name := a.s, a.keys.name
 	for {
 		if err := cmp.Or(s.Err(), ctx.Err()); err != nil {
 			return nil, a.abandon(ctx, a.lastErr, err)
@@ -88,8 +105,8 @@ func (s *Session) acquire(ctx context.Context, name, value string, block, term b
 			s.cfg.test.attempt(name, err)
 		}
 		locked := errors.Is(err, ErrLocked)
-		if a.w != nil && block {
-			a.queue(err == nil)
+		if a.w != nil && a.mode != tryOnce {
+			a.trackPlace(err == nil)
 		}
 		switch {
 		case err == nil:
@@ -104,26 +121,29 @@ func (s *Session) acquire(ctx context.Context, name, value string, block, term b
 		case !locked:
 			a.lastErr, a.unsure = err, true
 		}
-		if !block || permanent(err) {
+		if a.mode == tryOnce || permanent(err) {
 			return nil, a.abandon(ctx, nil, err)
 		}
 		if r.giveBack {
-			// A give-back's delete may still reach Redis after a later
-			// attempt with this token took the key, and delete that: a
-			// request whose reply was lost, or one go-redis sent again on a
-			// new connection while the first was still on its way. So the
-			// next attempt takes a new token; if the give-back failed
-			// somewhere, the heartbeat deletes this one until it must have
-			// expired.
-			if a.l.leftover {
-				s.markStale(a.l, true)
-			}
-			a.newLock()
+			a.rotate()
 		}
 		if err := a.wait(ctx, r, err, locked); err != nil {
 			return nil, a.abandon(ctx, a.lastErr, err)
 		}
 	}
+}
+
+// rotate moves the acquisition to a new token after a give-back. The
+// give-back's delete may still reach Redis after a later attempt with this
+// token took the key, and delete that: a request whose reply was lost, or
+// one go-redis sent again on a new connection while the first was still on
+// its way. If the give-back failed somewhere, the heartbeat deletes this
+// token until it must have expired.
+func (a *acquisition) rotate() {
+	if a.l.leftover {
+		a.s.markStale(a.l, true)
+	}
+	a.newLock()
 }
 
 // acquisition is the state of one acquire call across its attempts.
@@ -132,9 +152,8 @@ type acquisition struct {
 	start    time.Time
 	keys     keys
 	value    string
-	block    bool          // wait and retry until acquired
-	term     bool          // an Election.Run term (see Session.acquire)
-	sub      *subscription // the name's channel (fair: our wake-up channel), when blocking
+	mode     mode
+	sub      *subscription // the name's channel (fair: our wake-up channel), unless mode is tryOnce
 	l        *Lock         // the current attempt's lock and token
 	w        *waiter       // fair mode: our place in the queue
 	queued   bool          // fair mode: we may have a place, which the heartbeat renews
@@ -153,12 +172,12 @@ func (a *acquisition) handOver(ctx context.Context) (l *Lock, again bool, err er
 	case err != nil:
 		return nil, false, err
 	case lost == nil:
-		if a.term {
+		if a.mode == runTerm {
 			a.s.registerTerm(a.l)
 		}
 		a.l.deliver(a.start)
 		return a.l, false, nil
-	case !a.block:
+	case a.mode == tryOnce:
 		return nil, false, fmt.Errorf("redisleader: acquire %q: the lease ended before it could be handed over: %w", a.keys.name, lost)
 	}
 	a.newLock()
@@ -174,16 +193,16 @@ func (a *acquisition) newLock() {
 	}
 }
 
-// queue keeps the heartbeat's renewal of a fair acquisition's place in
+// trackPlace keeps the heartbeat's renewal of a fair acquisition's place in
 // step with the last attempt: acquired (the script removed our place) or
 // not (we have one, or may have after an error).
-func (a *acquisition) queue(acquired bool) {
+func (a *acquisition) trackPlace(acquired bool) {
 	switch {
 	case acquired && a.queued:
-		a.s.unwait(a.w)
+		a.s.dropPlace(a.w)
 		a.queued = false
 	case !acquired && !a.queued:
-		a.s.await(a.w)
+		a.s.keepPlace(a.w)
 		a.queued = true
 	}
 }
@@ -328,7 +347,7 @@ func (s *Session) newLock(k keys, value string) *Lock {
 // and where we stand in the queue.
 func (l *Lock) attempt(ctx context.Context) acquired {
 	sent := time.Now()
-	deadline := sent.Add(l.s.cfg.validity())
+	deadline := sent.Add(l.s.cfg.validity)
 	var r acquired
 	onGoexit(func() {
 		r = l.s.place.acquire(ctx, l, deadline)

@@ -32,10 +32,11 @@ type Leader struct {
 // A bad name returns an error matching ErrInvalid (the naming rule is in the
 // package documentation).
 func (s *Session) Election(name string) (*Election, error) {
-	if err := checkName(name); err != nil {
+	k, err := keysOf(name)
+	if err != nil {
 		return nil, err
 	}
-	return &Election{s: s, keys: newKeys(name)}, nil
+	return &Election{s: s, keys: k}, nil
 }
 
 // Name returns the election's name.
@@ -54,7 +55,10 @@ func (e *Election) Name() string { return e.keys.name }
 // already leads (a session never waits for itself); or a Redis error that
 // retrying cannot fix. Transient Redis errors are retried.
 func (e *Election) Campaign(ctx context.Context, value string) (*Lock, error) {
-	return e.s.acquire(ctx, e.keys.name, value, true, false)
+	if err := checkValue(value); err != nil {
+		return nil, err
+	}
+	return e.s.acquire(ctx, e.keys, value, block)
 }
 
 // TryCampaign makes one attempt to lead with value, as TryLock does for a
@@ -65,7 +69,10 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lock, error) {
 // the last case the key is released with this attempt's token in case the
 // attempt took effect.
 func (e *Election) TryCampaign(ctx context.Context, value string) (*Lock, error) {
-	return e.s.acquire(ctx, e.keys.name, value, false, false)
+	if err := checkValue(value); err != nil {
+		return nil, err
+	}
+	return e.s.acquire(ctx, e.keys, value, tryOnce)
 }
 
 // Resign ends this session's leadership of the election, if it leads

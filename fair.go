@@ -102,8 +102,9 @@ func (w *waiter) address() string {
 	return w.id
 }
 
-// await registers w with the heartbeat, which renews its place from now on.
-func (s *Session) await(w *waiter) {
+// keepPlace registers w with the heartbeat, which renews its place from now
+// on.
+func (s *Session) keepPlace(w *waiter) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err == nil {
@@ -112,8 +113,8 @@ func (s *Session) await(w *waiter) {
 	}
 }
 
-// unwait stops the renewal of w's place.
-func (s *Session) unwait(w *waiter) {
+// dropPlace stops the renewal of w's place.
+func (s *Session) dropPlace(w *waiter) {
 	s.mu.Lock()
 	delete(s.waiting, w)
 	s.mu.Unlock()
@@ -150,7 +151,7 @@ func (a *acquisition) leave(ctx context.Context) {
 	}
 	a.queued = false
 	s, w := a.s, a.w
-	s.unwait(w)
+	s.dropPlace(w)
 	del := func(ctx context.Context) {
 		_ = s.combine.call(ctx, time.Time{}, leaveScript, []any{nil, nil, 3, w.keys.lock, w.keys.queue(), w.keys.leases(), w.id, s.ttlArg})
 	}

@@ -3,6 +3,8 @@ package redisleader
 import (
 	"errors"
 	"time"
+
+	"github.com/redisleader/redisleader/internal/probe"
 )
 
 // Hooks are callbacks through which a session reports what happens to the
@@ -113,11 +115,22 @@ func chain[E any](f, g func(E)) func(E) {
 // hookEpoch is the origin of Lock.deliveredAt, on the monotonic clock.
 var hookEpoch = time.Now()
 
-// acquired reports l, handed over at now to a call that started at start.
-// l.mu is held.
-func (h *Hooks) acquired(l *Lock, start, now time.Time) {
-	if h.Acquired != nil {
-		h.Acquired(AcquireEvent{Name: l.keys.name, Value: l.value, Fence: l.fence, Wait: now.Sub(start)})
+// emitLocked reports a lease event of l at now: to the reliability tests'
+// probe (a no-op unless a test installed one) if l was handed over, and to
+// the user's Hooks (Acquired, after a call that took wait; Lost or
+// Released). l.mu must be held.
+func (l *Lock) emitLocked(kind string, now time.Time, wait time.Duration) {
+	if l.delivered && probe.On() {
+		probe.Emit(probe.Event{Kind: kind, Name: l.keys.name, Value: l.value, Token: l.token, Fence: l.fence,
+			At: now, Sent: l.renewed, Deadline: l.deadline, Reason: l.err})
+	}
+	switch h := &l.s.cfg.hooks; kind {
+	case probe.Acquired:
+		if h.Acquired != nil {
+			h.Acquired(AcquireEvent{Name: l.keys.name, Value: l.value, Fence: l.fence, Wait: wait})
+		}
+	case probe.Ended:
+		h.ended(l)
 	}
 }
 

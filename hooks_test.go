@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redisleader/redisleader/internal/probe"
 )
 
 // recordHooks returns hooks that send every event, as a string, to the
@@ -181,15 +183,15 @@ func TestHooksAllocs(t *testing.T) {
 		RenewalRound:  func(RenewalEvent) { n.Add(1) },
 		LeaderChanged: func(LeaderEvent) { n.Add(1) },
 	}
-	l := &Lock{keys: newKeys("job"), value: "v", fence: 7, delivered: true, deliveredAt: time.Since(hookEpoch)}
 	for _, h := range []Hooks{{}, set} {
+		l := &Lock{s: &Session{cfg: config{hooks: h}}, keys: newKeys("job"), value: "v", fence: 7, delivered: true, deliveredAt: time.Since(hookEpoch)}
 		allocs := testing.AllocsPerRun(100, func() {
 			now := time.Now()
-			h.acquired(l, now, now)
+			l.emitLocked(probe.Acquired, now, 0)
 			l.err = ErrReleased
-			h.ended(l)
+			l.emitLocked(probe.Ended, now, 0)
 			l.err = ErrNotOwner
-			h.ended(l)
+			l.emitLocked(probe.Ended, now, 0)
 			h.round(now, 1, 0)
 			h.observed("job", Leader{Value: "v", Fence: 7}, false)
 		})

@@ -33,6 +33,15 @@ const (
 	wakeSuffix    = ":w:" // appended to the lock key, then a session id, in the scripts too
 )
 
+// keysOf checks name against the naming rule (checkName) and derives its
+// keys.
+func keysOf(name string) (keys, error) {
+	if err := checkName(name); err != nil {
+		return keys{}, err
+	}
+	return newKeys(name), nil
+}
+
 // newKeys derives the keys of a name with one allocation: the lock key is a
 // prefix of the fence key.
 func newKeys(name string) keys {

@@ -234,13 +234,13 @@ func (l *Lock) extend(sent time.Time) {
 	defer l.mu.Unlock()
 	now := time.Now()
 	if l.err != nil || !now.Before(l.deadline) {
-		l.emitLocked(probe.Ignored, now)
+		l.emitLocked(probe.Ignored, now, 0)
 		return
 	}
-	if d := sent.Add(l.s.cfg.validity()); d.After(l.deadline) {
+	if d := sent.Add(l.s.cfg.validity); d.After(l.deadline) {
 		l.deadline, l.renewed = d, sent
 	}
-	l.emitLocked(probe.Renewed, now)
+	l.emitLocked(probe.Renewed, now, 0)
 }
 
 // deliver marks the acquisition, whose call started at start, as handed to
@@ -251,8 +251,7 @@ func (l *Lock) deliver(start time.Time) {
 	defer l.mu.Unlock()
 	if now := time.Now(); l.err == nil && now.Before(l.deadline) {
 		l.delivered, l.deliveredAt = true, now.Sub(hookEpoch)
-		l.emitLocked(probe.Acquired, now)
-		l.s.cfg.hooks.acquired(l, start, now)
+		l.emitLocked(probe.Acquired, now, now.Sub(start))
 	}
 }
 
@@ -304,8 +303,7 @@ func (l *Lock) end(err error) bool {
 // runs after unlocking l.mu.
 func (l *Lock) endLocked(err error) []func() {
 	l.err = err
-	l.emitLocked(probe.Ended, time.Now())
-	l.s.cfg.hooks.ended(l)
+	l.emitLocked(probe.Ended, time.Now(), 0)
 	if l.done == nil {
 		l.done = closedChan
 	} else {

@@ -44,6 +44,9 @@ type config struct {
 	logger           *slog.Logger
 	hooks            Hooks
 	test             testHooks // nil in production
+	// validity is how long after the send time of a successful acquire or
+	// renew this process may believe it holds the key: TTL·(1−ρ) − margin.
+	validity time.Duration
 }
 
 // Defaults, stated once (and in each option's doc). Derived defaults depend
@@ -230,6 +233,7 @@ func buildConfig(opts []Option) (config, error) {
 	if !c.retryJitterSet {
 		c.retryJitter = max(c.retryInterval/2, minInterval)
 	}
+	c.validity = time.Duration(float64(c.ttl)*(1-c.drift)) - c.margin
 	return c, c.validate()
 }
 
@@ -269,13 +273,13 @@ func (c *config) validate() error {
 		return invalidf("WithReplicaAcks(%d, %v): the timeout must be a positive whole number of milliseconds", c.acks.n, c.acks.timeout)
 	case c.acksSet && c.acks.timeout >= c.callTimeout:
 		return invalidf("WithReplicaAcks(%d, %v): the timeout must be below the call timeout (%v)", c.acks.n, c.acks.timeout, c.callTimeout)
-	case c.renewInterval+2*c.callTimeout+c.renewRetryMax() >= c.validity():
+	case c.renewInterval+2*c.callTimeout+c.renewRetryMax() >= c.validity:
 		name := fmt.Sprintf("WithCallTimeout(%v)", c.callTimeout)
 		if !c.callTimeoutSet {
 			name = fmt.Sprintf("the default call timeout (%v)", c.callTimeout)
 		}
 		return invalidf("%s must leave room for a retried renewal: renewInterval (%v) + 2 × callTimeout + retry delay (%v) must be less than TTL·(1−drift) − margin (%v)",
-			name, c.renewInterval, c.renewRetryMax(), c.validity())
+			name, c.renewInterval, c.renewRetryMax(), c.validity)
 	}
 	return nil
 }
@@ -283,12 +287,6 @@ func (c *config) validate() error {
 // renewRetryMax is the longest wait before a failed renewal is retried.
 func (c *config) renewRetryMax() time.Duration {
 	return min(c.renewInterval, c.retryInterval+max(c.retryJitter, 0))
-}
-
-// validity is how long after the send time of a successful acquire or renew
-// this process may believe it holds the key: TTL·(1−ρ) − margin.
-func (c *config) validity() time.Duration {
-	return time.Duration(float64(c.ttl)*(1-c.drift)) - c.margin
 }
 
 // clientKind is what NewSession and NewRedlockSession need to know about a

@@ -79,7 +79,7 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, 100*time.Millisecond, cfg.retryInterval)
 	assert.Equal(t, 50*time.Millisecond, cfg.retryJitter)
 	// D = s + 15s·0.99 − 150ms
-	assert.Equal(t, 14700*time.Millisecond, cfg.validity())
+	assert.Equal(t, 14700*time.Millisecond, cfg.validity)
 
 	for _, ttl := range []time.Duration{100 * time.Millisecond, 150 * time.Millisecond, 200 * time.Millisecond, 450 * time.Millisecond, time.Second, time.Minute, 24 * time.Hour} {
 		_, err := buildConfig([]Option{WithTTL(ttl)})

@@ -37,7 +37,7 @@ func (e *Election) Run(ctx context.Context, value string, onElected func(ctx con
 		return err
 	}
 	for {
-		lead, err := e.s.acquire(ctx, e.keys.name, value, true, true)
+		lead, err := e.s.acquire(ctx, e.keys, value, runTerm)
 		if err != nil {
 			return err
 		}

@@ -2,8 +2,6 @@ package redisleader
 
 import (
 	"time"
-
-	"github.com/redisleader/redisleader/internal/probe"
 )
 
 // testHooks are the points where tests and benchmarks watch or steer a
@@ -38,15 +36,4 @@ func withPauseHook(f func(d time.Duration, follow bool)) Option {
 // registering a fresh lock and starting its deadline timer.
 func withArmedHook(f func(*Lock)) Option {
 	return optionFunc(func(c *config) { c.test.armed = f })
-}
-
-// emitLocked reports a lease event of a delivered acquisition to the
-// reliability tests' probe (a no-op unless a test installed one). l.mu must
-// be held.
-func (l *Lock) emitLocked(kind string, at time.Time) {
-	if !l.delivered || !probe.On() {
-		return
-	}
-	probe.Emit(probe.Event{Kind: kind, Name: l.keys.name, Value: l.value, Token: l.token, Fence: l.fence,
-		At: at, Sent: l.renewed, Deadline: l.deadline, Reason: l.err})
 }
