@@ -3,19 +3,28 @@ package redisleader
 import (
 	"context"
 	"reflect"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// clientKind is what NewSession and NewRedlockSession need to know about a
-// client. When a wrapper embeds several clients, the largest kind counts.
+// clientKind is what this package needs to know about a client: NewSession
+// refuses a Ring and allows WithReplicaAcks only on one server,
+// NewRedlockSession takes independent servers only, the session's combiner
+// lets a release on a Cluster take along only a call on its own name, and
+// the fenced writes refuse a Ring. kindOf decides it, for all of them.
 type clientKind int
 
 const (
-	kindPlain   clientKind = iota // *redis.Client, or none of the methods below
-	kindCluster                   // has ForEachMaster, like *redis.ClusterClient
-	kindRing                      // has SetAddrs, like *redis.Ring
-	kindNil                       // nil, or a wrapper around a nil client
+	// kindPlain is one server (a primary found through Sentinel included):
+	// *redis.Client, also from redis.NewFailoverClient, an AutoPipeline
+	// client over one, or a client with none of the methods below.
+	kindPlain clientKind = iota
+	// kindCluster has ForEachMaster, like *redis.ClusterClient (also from
+	// redis.NewFailoverClusterClient), or is an AutoPipeline client over one.
+	kindCluster
+	kindRing // has SetAddrs, like *redis.Ring
+	kindNil  // nil, or a wrapper around a nil client
 )
 
 var (
@@ -25,6 +34,10 @@ var (
 	}]()
 	ringType = reflect.TypeFor[interface{ SetAddrs(map[string]string) }]()
 	redisPkg = reflect.TypeFor[redis.Client]().PkgPath()
+	// redisClients are go-redis's clients proper, whose kind their methods
+	// tell; their fields that implement Client are caches and back
+	// references (their AutoPipeliners), not clients they stand on.
+	redisClients = []reflect.Type{reflect.TypeFor[redis.Client](), reflect.TypeFor[redis.ClusterClient](), reflect.TypeFor[redis.Ring]()}
 )
 
 // ringRejectf is the error for a Ring client, given who names it and the client.
@@ -32,10 +45,21 @@ const ringRejectf = "%s (%T) is or wraps a *redis.Ring: each Ring client decides
 
 // kindOf classifies c by the methods of its type, which include those that
 // an embedded *redis.ClusterClient or *redis.Ring promotes, and by the
-// clients it embeds as fields of pointer or interface type (Client,
-// redis.UniversalClient), up to 4 wrappers deep. A client held in a named
-// field is not seen, and a nil embedded interface is passed over (the
-// wrapper may implement the methods itself).
+// clients it wraps, up to 4 wrappers deep; when it wraps several, the
+// largest kind counts. What counts as wrapped:
+//
+//   - in a type of go-redis other than its clients proper, the client in any
+//     field, exported or not. That is how an AutoPipeliner (from
+//     Client.AutoPipeline or ClusterClient.AutoPipeline, go-redis v9.22+),
+//     whose methods are the same over either, is seen through: it holds
+//     the client it batches for in an unexported field, which reflection
+//     reads without naming the type (go.mod pins an older go-redis). A nil
+//     field there is passed over.
+//   - in any other type (a wrapper of the user's), the clients it embeds as
+//     fields of pointer or interface type (Client, redis.UniversalClient).
+//     A client held in a named field is not seen, and a nil embedded
+//     interface is passed over (the wrapper may implement the methods
+//     itself).
 func kindOf(c Client) clientKind { return kindOfValue(reflect.ValueOf(c), 4) }
 
 func kindOfValue(v reflect.Value, depth int) clientKind {
@@ -60,19 +84,22 @@ func kindOfValue(v reflect.Value, depth int) clientKind {
 		kind = kindCluster
 	}
 	s := reflect.Indirect(v)
-	if s.Kind() != reflect.Struct || s.Type().PkgPath() == redisPkg || depth == 0 {
+	if s.Kind() != reflect.Struct || slices.Contains(redisClients, s.Type()) || depth == 0 {
 		return kind
 	}
+	inRedis := s.Type().PkgPath() == redisPkg
 	for i := range s.NumField() {
 		f := s.Type().Field(i)
-		if !f.Anonymous || !f.Type.Implements(clientType) {
+		if !f.Type.Implements(clientType) || !f.Anonymous && !inRedis {
 			continue
 		}
 		fv := s.Field(i)
 		if f.Type.Kind() == reflect.Interface && fv.IsNil() {
 			continue // a test double that implements the methods itself, say
 		}
-		kind = max(kind, kindOfValue(fv, depth-1))
+		if k := kindOfValue(fv, depth-1); k != kindNil || !inRedis {
+			kind = max(kind, k)
+		}
 	}
 	return kind
 }

@@ -148,8 +148,9 @@ func WithTakeoverDelay(d time.Duration) Option {
 // WAIT takes up to timeout + 1/hz (Redis checks the timeout in its event
 // loop: 100ms at the default hz 10): leave that much room below the call
 // timeout, or the call times out first (same outcome, another error). Not
-// available with a *redis.ClusterClient or a wrapper around one (WAIT must
-// run on the connection that wrote), nor with NewRedlockSession.
+// available with a *redis.ClusterClient or a wrapper around one, its
+// AutoPipeline client included (WAIT must run on the connection that
+// wrote), nor with NewRedlockSession.
 func WithReplicaAcks(n int, timeout time.Duration) Option {
 	return optionFunc(func(c *config) { c.acks, c.acksSet = replicaAcks{n: n, timeout: timeout}, true })
 }
