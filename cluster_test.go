@@ -25,11 +25,17 @@ func clusterClient(t *testing.T, c *redisserver.Cluster) *redis.ClusterClient {
 // through pub/sub long before the lease could expire.
 func TestClusterLocksAcrossSlots(t *testing.T) {
 	cluster := redisserver.StartCluster(t, 3)
+	locksAcrossSlots(t, cluster, func(t *testing.T) Client { return clusterClient(t, cluster) })
+}
+
+// locksAcrossSlots is TestClusterLocksAcrossSlots with two sessions on
+// cluster, each on a client from newClient.
+func locksAcrossSlots(t *testing.T, cluster *redisserver.Cluster, newClient func(*testing.T) Client) {
 	ctx := context.Background()
 	round, roundDone := rounds()
-	a := newSession(t, clusterClient(t, cluster), WithTTL(3*time.Second), WithRenewInterval(200*time.Millisecond), round)
+	a := newSession(t, newClient(t), WithTTL(3*time.Second), WithRenewInterval(200*time.Millisecond), round)
 	blocked := make(chan struct{}, 1) // b found the election held
-	b := newSession(t, clusterClient(t, cluster), WithTTL(3*time.Second), withAttemptHook(func(name string, err error) {
+	b := newSession(t, newClient(t), WithTTL(3*time.Second), withAttemptHook(func(name string, err error) {
 		if name == "cluster-election" && errors.Is(err, ErrLocked) {
 			select {
 			case blocked <- struct{}{}:

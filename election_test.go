@@ -38,44 +38,46 @@ func TestElectionRejectsBadInput(t *testing.T) {
 	assert.Zero(t, m.CommandCount(), "bad input must not reach Redis")
 }
 
-func TestCampaignHandover(t *testing.T) {
-	forBackends(t, func(t *testing.T, b *backend) {
-		ctx := context.Background()
-		a := mustElection(t, newSession(t, b.client, fastOpts()...), "handover")
-		f := mustElection(t, newSession(t, b.client, fastOpts()...), "handover")
+func TestCampaignHandover(t *testing.T) { forBackends(t, campaignHandover) }
 
-		first, err := a.Campaign(ctx, "host-a:1")
-		require.NoError(t, err)
-		assert.Equal(t, "host-a:1", first.Value())
+// campaignHandover: a follower campaigning on b takes over as soon as the
+// leader resigns, woken by the release, with a higher fence.
+func campaignHandover(t *testing.T, b *backend) {
+	ctx := context.Background()
+	a := mustElection(t, newSession(t, b.client, fastOpts()...), "handover")
+	f := mustElection(t, newSession(t, b.client, fastOpts()...), "handover")
 
-		got := make(chan *Lock, 1)
-		go func() {
-			l, err := f.Campaign(ctx, "host-f:2")
-			assert.NoError(t, err)
-			got <- l
-		}()
-		l, err := a.Leader(ctx)
-		require.NoError(t, err)
-		assert.Equal(t, "host-a:1", l.Value)
-		assert.Equal(t, first.Fence(), l.Fence)
+	first, err := a.Campaign(ctx, "host-a:1")
+	require.NoError(t, err)
+	assert.Equal(t, "host-a:1", first.Value())
 
-		start := time.Now()
-		require.NoError(t, first.Release(ctx), "resign")
-		select {
-		case second := <-got:
-			t.Logf("handover took %v", time.Since(start))
-			assert.Greater(t, second.Fence(), first.Fence())
-			assert.Equal(t, "host-f:2", second.Value())
-			// The follower was woken by the release, not by polling: on
-			// miniredis nothing expires without FastForward, and the leader's
-			// lease was far from its end.
-			assert.Less(t, time.Since(start), 300*time.Millisecond)
-			require.NoError(t, second.Release(ctx))
-		case <-time.After(2 * time.Second):
-			t.Fatal("the follower did not take over after the resignation")
-		}
-		assert.ErrorIs(t, first.Release(ctx), nil, "resigning twice is a no-op")
-	})
+	got := make(chan *Lock, 1)
+	go func() {
+		l, err := f.Campaign(ctx, "host-f:2")
+		assert.NoError(t, err)
+		got <- l
+	}()
+	l, err := a.Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "host-a:1", l.Value)
+	assert.Equal(t, first.Fence(), l.Fence)
+
+	start := time.Now()
+	require.NoError(t, first.Release(ctx), "resign")
+	select {
+	case second := <-got:
+		t.Logf("handover took %v", time.Since(start))
+		assert.Greater(t, second.Fence(), first.Fence())
+		assert.Equal(t, "host-f:2", second.Value())
+		// The follower was woken by the release, not by polling: on
+		// miniredis nothing expires without FastForward, and the leader's
+		// lease was far from its end.
+		assert.Less(t, time.Since(start), 300*time.Millisecond)
+		require.NoError(t, second.Release(ctx))
+	case <-time.After(2 * time.Second):
+		t.Fatal("the follower did not take over after the resignation")
+	}
+	assert.ErrorIs(t, first.Release(ctx), nil, "resigning twice is a no-op")
 }
 
 func TestLeader(t *testing.T) {

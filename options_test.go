@@ -206,22 +206,37 @@ func TestRingIsRejected(t *testing.T) {
 // *redis.Client is a plain client.
 func TestWrappedClusterClient(t *testing.T) {
 	cluster, _, cs := unreachableNodes(t)
-	acks := WithReplicaAcks(1, 10*time.Millisecond)
 	for _, cc := range []Client{cluster, wrappedCluster{cluster}, &wrappedCluster{cluster}, wrappedIface{cluster}} {
-		t.Run(fmt.Sprintf("%T", cc), func(t *testing.T) {
-			s, err := NewSession(cc, acks)
-			assertRejected(t, s, err, fmt.Sprintf("WithReplicaAcks(1, 10ms) needs WAIT on the connection that wrote, which a cluster client (%T is or wraps a *redis.ClusterClient) does not give; use it with a *redis.Client (also from redis.NewFailoverClient)", cc))
-			s, err = NewSession(cc)
-			assertAccepted(t, s, err)
-			s, err = NewRedlockSession([]Client{cs[0], cc, cs[1]})
-			assertRejected(t, s, err, fmt.Sprintf("NewRedlockSession: client 1 is a ClusterClient or wraps one (%T); Redlock nodes must be independent servers", cc))
-		})
+		t.Run(fmt.Sprintf("%T", cc), func(t *testing.T) { assertClusterKind(t, cc, cs) })
 	}
 	c := unreachableClient(t)
 	for _, w := range []Client{wrappedClient{c}, &wrappedClient{c}, wrappedIface{c}} {
-		s, err := NewSession(w, acks)
-		assertAccepted(t, s, err)
+		assertPlainKind(t, w, cs)
 	}
+}
+
+// assertClusterKind checks that NewSession and NewRedlockSession treat cc
+// as a cluster client: no WithReplicaAcks, and not a Redlock node (beside
+// the two plain clients cs).
+func assertClusterKind(t *testing.T, cc Client, cs [2]Client) {
+	t.Helper()
+	s, err := NewSession(cc, WithReplicaAcks(1, 10*time.Millisecond))
+	assertRejected(t, s, err, fmt.Sprintf("WithReplicaAcks(1, 10ms) needs WAIT on the connection that wrote, which a cluster client (%T is or wraps a *redis.ClusterClient) does not give; use it with a *redis.Client (also from redis.NewFailoverClient)", cc))
+	s, err = NewSession(cc)
+	assertAccepted(t, s, err)
+	s, err = NewRedlockSession([]Client{cs[0], cc, cs[1]})
+	assertRejected(t, s, err, fmt.Sprintf("NewRedlockSession: client 1 is a ClusterClient or wraps one (%T); Redlock nodes must be independent servers", cc))
+}
+
+// assertPlainKind checks that NewSession and NewRedlockSession treat c as
+// a client of one server: WithReplicaAcks is accepted, and so is c as a
+// Redlock node (beside the two plain clients cs).
+func assertPlainKind(t *testing.T, c Client, cs [2]Client) {
+	t.Helper()
+	s, err := NewSession(c, WithReplicaAcks(1, 10*time.Millisecond))
+	assertAccepted(t, s, err)
+	s, err = NewRedlockSession([]Client{cs[0], c, cs[1]})
+	assertAccepted(t, s, err)
 }
 
 // TestWrappedNilClient: a nil pointer to a wrapper, or a wrapper around a

@@ -23,12 +23,17 @@ import (
 // inject faults in tests, say). Hooks added to the client with AddHook see
 // every command this package sends.
 //
+// The client that AutoPipeline returns on a *redis.Client or a
+// *redis.ClusterClient (go-redis v9.22+) implements it as well, and counts
+// as the client under it: over a *redis.ClusterClient, as a cluster client.
+//
 // *redis.Ring implements it too, but NewSession and NewRedlockSession reject
 // it: each Ring client decides on its own when a shard is down and moves
 // that shard's keys to another, so two clients can hold the same name on
 // different shards at once. They recognise a Ring or a *redis.ClusterClient
 // by its methods, also when a wrapper embeds it (as a pointer, or in an
-// embedded interface); a wrapper that holds it in a named field hides it.
+// embedded interface) or an AutoPipeline client stands on it; a wrapper
+// that holds it in a named field hides it.
 type Client interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 	Pipeline() redis.Pipeliner

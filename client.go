@@ -1,0 +1,105 @@
+package redisleader
+
+import (
+	"context"
+	"reflect"
+	"slices"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// clientKind is what this package needs to know about a client: NewSession
+// refuses a Ring and allows WithReplicaAcks only on one server,
+// NewRedlockSession takes independent servers only, the session's combiner
+// lets a release on a Cluster take along only a call on its own name, and
+// the fenced writes refuse a Ring. kindOf decides it, for all of them.
+type clientKind int
+
+const (
+	// kindPlain is one server (a primary found through Sentinel included):
+	// *redis.Client, also from redis.NewFailoverClient, an AutoPipeline
+	// client over one, or a client with none of the methods below.
+	kindPlain clientKind = iota
+	// kindCluster has ForEachMaster, like *redis.ClusterClient (also from
+	// redis.NewFailoverClusterClient), or is an AutoPipeline client over one.
+	kindCluster
+	kindRing // has SetAddrs, like *redis.Ring
+	kindNil  // nil, or a wrapper around a nil client
+)
+
+var (
+	clientType  = reflect.TypeFor[Client]()
+	clusterType = reflect.TypeFor[interface {
+		ForEachMaster(context.Context, func(context.Context, *redis.Client) error) error
+	}]()
+	ringType = reflect.TypeFor[interface{ SetAddrs(map[string]string) }]()
+	redisPkg = reflect.TypeFor[redis.Client]().PkgPath()
+	// redisClients are go-redis's clients proper, whose kind their methods
+	// tell; their fields that implement Client are caches and back
+	// references (their AutoPipeliners), not clients they stand on.
+	redisClients = []reflect.Type{reflect.TypeFor[redis.Client](), reflect.TypeFor[redis.ClusterClient](), reflect.TypeFor[redis.Ring]()}
+)
+
+// ringRejectf is the error for a Ring client, given who names it and the client.
+const ringRejectf = "%s (%T) is or wraps a *redis.Ring: each Ring client decides on its own when a shard is down and moves its keys, so two clients can hold one name on different shards"
+
+// kindOf classifies c by the methods of its type, which include those that
+// an embedded *redis.ClusterClient or *redis.Ring promotes, and by the
+// clients it wraps, up to 4 wrappers deep; when it wraps several, the
+// largest kind counts. What counts as wrapped:
+//
+//   - in a type of go-redis other than its clients proper, the client in any
+//     field, exported or not. That is how an AutoPipeliner (from
+//     Client.AutoPipeline or ClusterClient.AutoPipeline, go-redis v9.22+),
+//     whose methods are the same over either, is seen through: it holds
+//     the client it batches for in an unexported field, which reflection
+//     reads without naming the type (go.mod pins an older go-redis). A nil
+//     field there is passed over.
+//   - in any other type (a wrapper of the user's), the clients it embeds as
+//     fields of pointer or interface type (Client, redis.UniversalClient).
+//     A client held in a named field is not seen, and a nil embedded
+//     interface is passed over (the wrapper may implement the methods
+//     itself).
+func kindOf(c Client) clientKind { return kindOfValue(reflect.ValueOf(c), 4) }
+
+func kindOfValue(v reflect.Value, depth int) clientKind {
+	switch v.Kind() {
+	case reflect.Invalid:
+		return kindNil
+	case reflect.Interface:
+		if v.IsNil() {
+			return kindNil
+		}
+		return kindOfValue(v.Elem(), depth)
+	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.Func, reflect.Slice:
+		if v.IsNil() {
+			return kindNil
+		}
+	}
+	kind := kindPlain
+	switch t := v.Type(); {
+	case t.Implements(ringType):
+		kind = kindRing
+	case t.Implements(clusterType):
+		kind = kindCluster
+	}
+	s := reflect.Indirect(v)
+	if s.Kind() != reflect.Struct || slices.Contains(redisClients, s.Type()) || depth == 0 {
+		return kind
+	}
+	inRedis := s.Type().PkgPath() == redisPkg
+	for i := range s.NumField() {
+		f := s.Type().Field(i)
+		if !f.Type.Implements(clientType) || !f.Anonymous && !inRedis {
+			continue
+		}
+		fv := s.Field(i)
+		if f.Type.Kind() == reflect.Interface && fv.IsNil() {
+			continue // a test double that implements the methods itself, say
+		}
+		if k := kindOfValue(fv, depth-1); k != kindNil || !inRedis {
+			kind = max(kind, k)
+		}
+	}
+	return kind
+}
