@@ -9,9 +9,7 @@ import (
 	"io"
 	"strings"
 	"time"
-	"unicode"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader"
 )
 
@@ -269,26 +267,4 @@ func openElection(ctx context.Context, target *endpoint, name string, log *logge
 		return nil, nil, exitUsage
 	}
 	return election, closeAll, -1
-}
-
-// quietRedis silences go-redis's own global logger, which would otherwise
-// print a "redis: ... pool.go: ... failed to dial" line for every retried
-// dial around the one clear error these commands print, and on every pub/sub
-// reconnect while watch waits for Redis to come back. The commands report
-// what matters themselves.
-func quietRedis() { redis.SetLogger(silentRedisLog{}) }
-
-type silentRedisLog struct{}
-
-func (silentRedisLog) Printf(context.Context, string, ...any) {}
-
-// printable replaces control characters (a value is anyone's string) so that
-// they cannot play tricks on a terminal.
-func printable(s string) string {
-	return strings.Map(func(c rune) rune {
-		if unicode.IsGraphic(c) {
-			return c
-		}
-		return '?'
-	}, s)
 }
