@@ -180,8 +180,8 @@ func startFailure(err error) int {
 // exitStatus is the command's exit status as a shell reports it: 128+n when
 // signal n killed it.
 func exitStatus(state *os.ProcessState) int {
-	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
+	if sig, ok := killedBy(state); ok {
+		return 128 + int(sig)
 	}
 	if code := state.ExitCode(); code >= 0 {
 		return code
@@ -192,10 +192,18 @@ func exitStatus(state *os.ProcessState) int {
 // describeExit says how the command ended: "exited with status N" or
 // "was killed by SIGTERM".
 func describeExit(state *os.ProcessState) string {
-	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return "was killed by " + signalName(ws.Signal())
+	if sig, ok := killedBy(state); ok {
+		return "was killed by " + signalName(sig)
 	}
 	return fmt.Sprintf("exited with status %d", state.ExitCode())
+}
+
+// killedBy returns the signal that killed the process, if one did.
+func killedBy(state *os.ProcessState) (syscall.Signal, bool) {
+	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return ws.Signal(), true
+	}
+	return 0, false
 }
 
 func signalName(s syscall.Signal) string {

@@ -345,9 +345,7 @@ func (r *runner) run(target *endpoint, opts []redisleader.Option) int {
 		ctx, cancel := context.WithCancel(context.Background())
 		if !r.waiting(cancel) {
 			cancel()
-			sig := r.signalled()
-			r.log.infof("received %s while not leading %s; stopped campaigning", signalName(sig), r.f.name)
-			return 128 + int(sig)
+			return r.stoppedCampaigning(r.signalled())
 		}
 		lead, err := r.campaign(ctx, election, next)
 		r.waiting(nil)
@@ -390,8 +388,7 @@ func (r *runner) connect(target *endpoint) (redis.UniversalClient, int) {
 // the exit status.
 func (r *runner) campaignFailed(err error) int {
 	if sig := r.signalled(); sig != 0 {
-		r.log.infof("received %s while not leading %s; stopped campaigning", signalName(sig), r.f.name)
-		return 128 + int(sig)
+		return r.stoppedCampaigning(sig)
 	}
 	if errors.Is(err, errBusy) {
 		if r.f.try {
@@ -406,6 +403,13 @@ func (r *runner) campaignFailed(err error) int {
 		return exitUsage
 	}
 	return exitError
+}
+
+// stoppedCampaigning says that sig ended the campaign and returns the exit
+// status.
+func (r *runner) stoppedCampaigning(sig syscall.Signal) int {
+	r.log.infof("received %s while not leading %s; stopped campaigning", signalName(sig), r.f.name)
+	return 128 + int(sig)
 }
 
 // campaign waits until notBefore (--again spacing), then campaigns until
