@@ -186,49 +186,17 @@ func cmdRun(args []string, sigs <-chan os.Signal, stdout, stderr io.Writer) int 
 		return code
 	}
 	command := fs.Args()
-	usageErr := func(format string, a ...any) int { return usageError(stderr, "run", format, a...) }
-	switch {
-	case f.name == "":
-		return usageErr("--name is required")
-	case len(command) == 0:
-		return usageErr("no command: give it after --, as in redisleader run --name NAME -- COMMAND [ARGS...]")
-	case f.grace < 0:
-		return usageErr("invalid --grace %v: must not be negative", f.grace)
-	case f.takeoverDelay < 0:
-		return usageErr("invalid --takeover-delay %v: must not be negative", f.takeoverDelay)
-	case f.wait < 0:
-		return usageErr("invalid --wait %v: must not be negative", f.wait)
-	case f.hold < 0:
-		return usageErr("invalid --hold %v: must not be negative", f.hold)
-	case f.try && f.wait > 0:
-		return usageErr("--try and --wait exclude each other")
-	case f.again && (f.try || f.wait > 0 || f.hold > 0):
-		return usageErr("--again excludes --try, --wait and --hold")
-	case f.quiet && f.verbose:
-		return usageErr("--quiet and --verbose exclude each other")
-	case !envName.MatchString(f.fenceEnv):
-		return usageErr("invalid --fence-env %q: want a variable name (letters, digits, _)", printable(f.fenceEnv))
+	if msg := f.invalid(command); msg != "" {
+		return usageError(stderr, "run", "%s", msg)
 	}
 	log, target, code := f.conn.open("run", stderr)
 	if code >= 0 {
 		return code
 	}
-	log.level = levelWarn
-	switch {
-	case f.quiet:
-		log.level = levelError
-	case f.verbose:
-		log.level = levelInfo
-	}
-	opts := []redisleader.Option{redisleader.WithTTL(f.ttl)}
-	if f.takeoverDelay > 0 {
-		opts = append(opts, redisleader.WithTakeoverDelay(f.takeoverDelay))
-	}
-	if what, err := checkOffline(f.name, opts...); err != nil {
-		if what == "name" {
-			return usageErr("invalid --name: %s", trimPrefix(err))
-		}
-		return usageErr("%s", cliOptionError(err))
+	log.level = f.level()
+	opts, msg := f.options()
+	if msg != "" {
+		return usageError(stderr, "run", "%s", msg)
 	}
 	if f.value == "" {
 		f.value = defaultValue()
@@ -243,6 +211,60 @@ func cmdRun(args []string, sigs <-chan os.Signal, stdout, stderr io.Writer) int 
 	r.log, r.f, r.command, r.display = log, f, command, commandLine(command, target)
 	opts = append(opts, redisleader.WithLogger(slog.New(warnHandler{log})))
 	return r.run(target, opts)
+}
+
+// invalid says what is wrong with the flags and command, or returns "".
+func (f *runFlags) invalid(command []string) string {
+	switch {
+	case f.name == "":
+		return "--name is required"
+	case len(command) == 0:
+		return "no command: give it after --, as in redisleader run --name NAME -- COMMAND [ARGS...]"
+	case f.grace < 0:
+		return fmt.Sprintf("invalid --grace %v: must not be negative", f.grace)
+	case f.takeoverDelay < 0:
+		return fmt.Sprintf("invalid --takeover-delay %v: must not be negative", f.takeoverDelay)
+	case f.wait < 0:
+		return fmt.Sprintf("invalid --wait %v: must not be negative", f.wait)
+	case f.hold < 0:
+		return fmt.Sprintf("invalid --hold %v: must not be negative", f.hold)
+	case f.try && f.wait > 0:
+		return "--try and --wait exclude each other"
+	case f.again && (f.try || f.wait > 0 || f.hold > 0):
+		return "--again excludes --try, --wait and --hold"
+	case f.quiet && f.verbose:
+		return "--quiet and --verbose exclude each other"
+	case !envName.MatchString(f.fenceEnv):
+		return fmt.Sprintf("invalid --fence-env %q: want a variable name (letters, digits, _)", printable(f.fenceEnv))
+	}
+	return ""
+}
+
+// level is what --quiet and --verbose ask the logger to print.
+func (f *runFlags) level() logLevel {
+	switch {
+	case f.quiet:
+		return levelError
+	case f.verbose:
+		return levelInfo
+	}
+	return levelWarn
+}
+
+// options are the library options the flags set, checked offline; msg
+// says what is wrong with them or with --name.
+func (f *runFlags) options() (opts []redisleader.Option, msg string) {
+	opts = []redisleader.Option{redisleader.WithTTL(f.ttl)}
+	if f.takeoverDelay > 0 {
+		opts = append(opts, redisleader.WithTakeoverDelay(f.takeoverDelay))
+	}
+	if what, err := checkOffline(f.name, opts...); err != nil {
+		if what == "name" {
+			return nil, "invalid --name: " + trimPrefix(err)
+		}
+		return nil, cliOptionError(err)
+	}
+	return opts, ""
 }
 
 // runner is one "redisleader run": it campaigns, runs the command while
@@ -339,7 +361,12 @@ func (r *runner) run(target *endpoint, opts []redisleader.Option) int {
 		r.log.errorf("%v", trimPrefix(err))
 		return exitUsage
 	}
+	return r.terms(election)
+}
 
+// terms campaigns and runs the command for each term: one, or with --again
+// until a signal or an error ends it.
+func (r *runner) terms(election *redisleader.Election) int {
 	var next time.Time // with --again: when COMMAND may start again
 	for {
 		ctx, cancel := context.WithCancel(context.Background())
