@@ -81,6 +81,7 @@ type demo struct {
 	p     painter
 	ttl   time.Duration
 	start time.Time
+	cands []*candidate // in the order they started
 
 	mu     sync.Mutex // protects the fields below and writes to out
 	events chan term  // elections and step-downs, in order
@@ -115,19 +116,11 @@ type candidate struct {
 
 // run runs the demo on target, or on an embedded Redis if target is nil.
 func (d *demo) run(ctx context.Context, target *redisTarget, n int) error {
-	backend := "an embedded Redis (miniredis)"
-	if target == nil {
-		mr := miniredis.NewMiniRedis()
-		if err := mr.Start(); err != nil {
-			return fmt.Errorf("starting the embedded Redis: %w", err)
-		}
-		defer mr.Close()
-		stopClock := runClock(mr)
-		defer stopClock()
-		target = &redisTarget{opt: &redis.Options{Addr: mr.Addr()}}
-	} else {
-		backend = "Redis at " + target.shown
+	target, backend, stop, err := startBackend(target)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	// The crashed candidate's client keeps failing to dial; go-redis would
 	// log each failure to stderr in the middle of the narration.
 	quietRedis()
@@ -142,109 +135,195 @@ func (d *demo) run(ctx context.Context, target *redisTarget, n int) error {
 	d.events = make(chan term, 64)
 	fmt.Fprintf(d.out, "%s %d candidates campaign for %q on %s; lease TTL %v.\n\n",
 		d.p.bold("redisleader demo:"), n, election, backend, d.ttl)
-
-	// An observer, as an operator's dashboard would be: it sees every change.
-	obsSession, err := redisleader.NewSession(probe, redisleader.WithTTL(d.ttl))
+	obs, closeObs, err := d.observe(ctx, probe, election)
 	if err != nil {
 		return err
 	}
-	defer obsSession.Close(context.Background())
-	obsElection, err := obsSession.Election(election)
-	if err != nil {
-		return err
-	}
-	octx, ocancel := context.WithCancel(ctx)
-	defer ocancel()
-	changes := obsElection.Observe(octx)
-	var seen []string
-	record := func(l redisleader.Leader) {
-		if l.Fence == 0 {
-			seen = append(seen, "(none)")
-		} else {
-			seen = append(seen, l.Value)
-		}
-	}
-	// The observer's first state (nobody leads yet) before anyone campaigns.
-	select {
-	case l := <-changes:
-		record(l)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	seenDone := make(chan struct{})
-	go func() {
-		defer close(seenDone)
-		for l := range changes {
-			record(l)
-		}
-	}()
-
-	cands := make(map[string]*candidate, n)
+	defer closeObs()
+	defer d.shutdown(true)
 	for _, name := range demoNames[:n] {
 		c, err := d.startCandidate(ctx, target.opt, election, name)
 		if err != nil {
 			return err
 		}
-		cands[name] = c
-		defer c.shutdown()
+		d.cands = append(d.cands, c)
 	}
+	return d.scenes(ctx, obs)
+}
 
-	first, err := d.next(ctx, true)
+// startBackend starts an embedded Redis if target is nil, and names where
+// the demo runs.
+func startBackend(target *redisTarget) (t *redisTarget, backend string, stop func(), err error) {
+	if target != nil {
+		return target, "Redis at " + target.shown, func() {}, nil
+	}
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		return nil, "", nil, fmt.Errorf("starting the embedded Redis: %w", err)
+	}
+	stopClock := runClock(mr)
+	stop = func() {
+		stopClock()
+		mr.Close()
+	}
+	return &redisTarget{opt: &redis.Options{Addr: mr.Addr()}}, "an embedded Redis (miniredis)", stop, nil
+}
+
+// observer records every leader change it sees, as an operator's dashboard
+// would.
+type observer struct {
+	seen   []string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// observe starts an observer once it has seen the first state (nobody leads
+// yet), before anyone campaigns. closeObs ends it and its session.
+func (d *demo) observe(ctx context.Context, probe redis.UniversalClient, election string) (o *observer, closeObs func(), err error) {
+	s, err := redisleader.NewSession(probe, redisleader.WithTTL(d.ttl))
 	if err != nil {
+		return nil, nil, err
+	}
+	octx, cancel := context.WithCancel(ctx)
+	o = &observer{cancel: cancel, done: make(chan struct{})}
+	closeObs = func() {
+		cancel()
+		_ = s.Close(context.Background())
+	}
+	e, err := s.Election(election)
+	if err != nil {
+		closeObs()
+		return nil, nil, err
+	}
+	changes := e.Observe(octx)
+	select {
+	case l := <-changes:
+		o.record(l)
+	case <-ctx.Done():
+		closeObs()
+		return nil, nil, ctx.Err()
+	}
+	go func() {
+		defer close(o.done)
+		for l := range changes {
+			o.record(l)
+		}
+	}()
+	return o, closeObs, nil
+}
+
+func (o *observer) record(l redisleader.Leader) {
+	if l.Fence == 0 {
+		o.seen = append(o.seen, "(none)")
+	} else {
+		o.seen = append(o.seen, l.Value)
+	}
+}
+
+// stop ends the observer and returns what it saw.
+func (o *observer) stop() []string {
+	o.cancel()
+	<-o.done
+	return o.seen
+}
+
+// timeline is what the scenes measured, for the summary.
+type timeline struct {
+	first, second, third term // the three elections
+	down                 term // the crashed leader's step-down
+	handover, takeover   time.Duration
+}
+
+// scenes plays the election, the handover and the crash, then sums up.
+func (d *demo) scenes(ctx context.Context, obs *observer) error {
+	var tl timeline
+	var err error
+	if tl.first, err = d.next(ctx, true); err != nil {
 		return err
 	}
-	hold := min(300*time.Millisecond, d.ttl/2)
+	if err := d.handover(ctx, &tl); err != nil {
+		return err
+	}
+	if err := d.crash(ctx, &tl); err != nil {
+		return err
+	}
+	d.pause(ctx)
+	d.shutdown(false)
+	d.summary(&tl, obs.stop())
+	return nil
+}
 
-	// 1. Graceful handover: the leader resigns; a follower, woken by pub/sub,
-	// takes over within a few round trips.
-	wait(ctx, hold)
-	d.say(first.who, "%s", d.p.bold("resigns (graceful handover)"))
+// handover: the leader resigns; a follower, woken by pub/sub, takes over
+// within a few round trips.
+func (d *demo) handover(ctx context.Context, tl *timeline) error {
+	d.pause(ctx)
+	d.say(tl.first.who, "%s", d.p.bold("resigns (graceful handover)"))
 	resignAt := time.Now()
-	cands[first.who].stop()
+	d.candidate(tl.first.who).stop()
 	if _, err := d.next(ctx, false); err != nil { // its step-down
 		return err
 	}
-	second, err := d.next(ctx, true)
-	if err != nil {
+	var err error
+	if tl.second, err = d.next(ctx, true); err != nil {
 		return err
 	}
-	handover := second.at.Sub(resignAt)
-	d.say(second.who, "took over %s after the resignation", d.p.green(ms(handover)))
+	tl.handover = tl.second.at.Sub(resignAt)
+	d.say(tl.second.who, "took over %s after the resignation", d.p.green(ms(tl.handover)))
+	return nil
+}
 
-	// 2. Crash: the leader's connections are cut; it never resigns. It steps
-	// down at its local deadline; the others take over once its lease has
-	// expired in Redis, which is later.
-	wait(ctx, hold)
-	d.say(second.who, "%s", d.p.red("crashes: its connections to Redis are cut, it never resigns"))
+// crash: the leader's connections are cut; it never resigns. It steps down
+// at its local deadline; the others take over once its lease has expired
+// in Redis, which is later.
+func (d *demo) crash(ctx context.Context, tl *timeline) error {
+	d.pause(ctx)
+	d.say(tl.second.who, "%s", d.p.red("crashes: its connections to Redis are cut, it never resigns"))
 	crashAt := time.Now()
-	cands[second.who].cut.cutAll()
-	down, err := d.next(ctx, false)
-	if err != nil {
+	crashed := d.candidate(tl.second.who)
+	crashed.cut.cutAll()
+	var err error
+	if tl.down, err = d.next(ctx, false); err != nil {
 		return err
 	}
-	third, err := d.next(ctx, true)
-	if err != nil {
+	if tl.third, err = d.next(ctx, true); err != nil {
 		return err
 	}
-	takeover := third.at.Sub(crashAt)
-	d.say(third.who, "took over %s after the crash (the dead leader's lease had to expire)", d.p.green(ms(takeover)))
-	cands[second.who].stop()
+	tl.takeover = tl.third.at.Sub(crashAt)
+	d.say(tl.third.who, "took over %s after the crash (the dead leader's lease had to expire)", d.p.green(ms(tl.takeover)))
+	crashed.stop()
+	return nil
+}
 
-	wait(ctx, hold)
-	for _, name := range demoNames[:n] {
-		cands[name].shutdown()
-	}
-	ocancel()
-	<-seenDone
-
-	gap := third.at.Sub(down.at)
+func (d *demo) summary(tl *timeline, seen []string) {
+	gap := tl.third.at.Sub(tl.down.at)
 	fmt.Fprintf(d.out, "\n%s\n", d.p.bold("Summary"))
-	fmt.Fprintf(d.out, "  fences:            %d < %d < %d (strictly increasing across leaders)\n", first.fence, second.fence, third.fence)
-	fmt.Fprintf(d.out, "  graceful handover: %s after the resignation\n", ms(handover))
-	fmt.Fprintf(d.out, "  crash takeover:    %s after the crash (lease TTL %v)\n", ms(takeover), d.ttl)
+	fmt.Fprintf(d.out, "  fences:            %d < %d < %d (strictly increasing across leaders)\n", tl.first.fence, tl.second.fence, tl.third.fence)
+	fmt.Fprintf(d.out, "  graceful handover: %s after the resignation\n", ms(tl.handover))
+	fmt.Fprintf(d.out, "  crash takeover:    %s after the crash (lease TTL %v)\n", ms(tl.takeover), d.ttl)
 	fmt.Fprintf(d.out, "  safety:            the crashed leader stepped down %s before the next one was elected\n", ms(gap))
 	fmt.Fprintf(d.out, "  an observer saw:   %s\n", strings.Join(seen, " → "))
+}
+
+// pause holds the narration between scenes.
+func (d *demo) pause(ctx context.Context) { wait(ctx, min(300*time.Millisecond, d.ttl/2)) }
+
+func (d *demo) candidate(name string) *candidate {
+	for _, c := range d.cands {
+		if c.name == name {
+			return c
+		}
+	}
 	return nil
+}
+
+// shutdown shuts the candidates down: the last started first when reverse.
+func (d *demo) shutdown(reverse bool) {
+	for i := range d.cands {
+		if reverse {
+			i = len(d.cands) - 1 - i
+		}
+		d.cands[i].shutdown()
+	}
 }
 
 // startCandidate starts one candidate's Run loop.

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -187,49 +186,17 @@ func cmdRun(args []string, sigs <-chan os.Signal, stdout, stderr io.Writer) int 
 		return code
 	}
 	command := fs.Args()
-	usageErr := func(format string, a ...any) int { return usageError(stderr, "run", format, a...) }
-	switch {
-	case f.name == "":
-		return usageErr("--name is required")
-	case len(command) == 0:
-		return usageErr("no command: give it after --, as in redisleader run --name NAME -- COMMAND [ARGS...]")
-	case f.grace < 0:
-		return usageErr("invalid --grace %v: must not be negative", f.grace)
-	case f.takeoverDelay < 0:
-		return usageErr("invalid --takeover-delay %v: must not be negative", f.takeoverDelay)
-	case f.wait < 0:
-		return usageErr("invalid --wait %v: must not be negative", f.wait)
-	case f.hold < 0:
-		return usageErr("invalid --hold %v: must not be negative", f.hold)
-	case f.try && f.wait > 0:
-		return usageErr("--try and --wait exclude each other")
-	case f.again && (f.try || f.wait > 0 || f.hold > 0):
-		return usageErr("--again excludes --try, --wait and --hold")
-	case f.quiet && f.verbose:
-		return usageErr("--quiet and --verbose exclude each other")
-	case !envName.MatchString(f.fenceEnv):
-		return usageErr("invalid --fence-env %q: want a variable name (letters, digits, _)", printable(f.fenceEnv))
+	if msg := f.invalid(command); msg != "" {
+		return usageError(stderr, "run", "%s", msg)
 	}
 	log, target, code := f.conn.open("run", stderr)
 	if code >= 0 {
 		return code
 	}
-	log.level = levelWarn
-	switch {
-	case f.quiet:
-		log.level = levelError
-	case f.verbose:
-		log.level = levelInfo
-	}
-	opts := []redisleader.Option{redisleader.WithTTL(f.ttl)}
-	if f.takeoverDelay > 0 {
-		opts = append(opts, redisleader.WithTakeoverDelay(f.takeoverDelay))
-	}
-	if what, err := checkOffline(f.name, opts...); err != nil {
-		if what == "name" {
-			return usageErr("invalid --name: %s", trimPrefix(err))
-		}
-		return usageErr("%s", cliOptionError(err))
+	log.level = f.level()
+	opts, msg := f.options()
+	if msg != "" {
+		return usageError(stderr, "run", "%s", msg)
 	}
 	if f.value == "" {
 		f.value = defaultValue()
@@ -244,6 +211,60 @@ func cmdRun(args []string, sigs <-chan os.Signal, stdout, stderr io.Writer) int 
 	r.log, r.f, r.command, r.display = log, f, command, commandLine(command, target)
 	opts = append(opts, redisleader.WithLogger(slog.New(warnHandler{log})))
 	return r.run(target, opts)
+}
+
+// invalid says what is wrong with the flags and command, or returns "".
+func (f *runFlags) invalid(command []string) string {
+	switch {
+	case f.name == "":
+		return "--name is required"
+	case len(command) == 0:
+		return "no command: give it after --, as in redisleader run --name NAME -- COMMAND [ARGS...]"
+	case f.grace < 0:
+		return fmt.Sprintf("invalid --grace %v: must not be negative", f.grace)
+	case f.takeoverDelay < 0:
+		return fmt.Sprintf("invalid --takeover-delay %v: must not be negative", f.takeoverDelay)
+	case f.wait < 0:
+		return fmt.Sprintf("invalid --wait %v: must not be negative", f.wait)
+	case f.hold < 0:
+		return fmt.Sprintf("invalid --hold %v: must not be negative", f.hold)
+	case f.try && f.wait > 0:
+		return "--try and --wait exclude each other"
+	case f.again && (f.try || f.wait > 0 || f.hold > 0):
+		return "--again excludes --try, --wait and --hold"
+	case f.quiet && f.verbose:
+		return "--quiet and --verbose exclude each other"
+	case !envName.MatchString(f.fenceEnv):
+		return fmt.Sprintf("invalid --fence-env %q: want a variable name (letters, digits, _)", printable(f.fenceEnv))
+	}
+	return ""
+}
+
+// level is what --quiet and --verbose ask the logger to print.
+func (f *runFlags) level() logLevel {
+	switch {
+	case f.quiet:
+		return levelError
+	case f.verbose:
+		return levelInfo
+	}
+	return levelWarn
+}
+
+// options are the library options the flags set, checked offline; msg
+// says what is wrong with them or with --name.
+func (f *runFlags) options() (opts []redisleader.Option, msg string) {
+	opts = []redisleader.Option{redisleader.WithTTL(f.ttl)}
+	if f.takeoverDelay > 0 {
+		opts = append(opts, redisleader.WithTakeoverDelay(f.takeoverDelay))
+	}
+	if what, err := checkOffline(f.name, opts...); err != nil {
+		if what == "name" {
+			return nil, "invalid --name: " + trimPrefix(err)
+		}
+		return nil, cliOptionError(err)
+	}
+	return opts, ""
 }
 
 // runner is one "redisleader run": it campaigns, runs the command while
@@ -340,15 +361,18 @@ func (r *runner) run(target *endpoint, opts []redisleader.Option) int {
 		r.log.errorf("%v", trimPrefix(err))
 		return exitUsage
 	}
+	return r.terms(election)
+}
 
+// terms campaigns and runs the command for each term: one, or with --again
+// until a signal or an error ends it.
+func (r *runner) terms(election *redisleader.Election) int {
 	var next time.Time // with --again: when COMMAND may start again
 	for {
 		ctx, cancel := context.WithCancel(context.Background())
 		if !r.waiting(cancel) {
 			cancel()
-			sig := r.signalled()
-			r.log.infof("received %s while not leading %s; stopped campaigning", signalName(sig), r.f.name)
-			return 128 + int(sig)
+			return r.stoppedCampaigning(r.signalled())
 		}
 		lead, err := r.campaign(ctx, election, next)
 		r.waiting(nil)
@@ -391,8 +415,7 @@ func (r *runner) connect(target *endpoint) (redis.UniversalClient, int) {
 // the exit status.
 func (r *runner) campaignFailed(err error) int {
 	if sig := r.signalled(); sig != 0 {
-		r.log.infof("received %s while not leading %s; stopped campaigning", signalName(sig), r.f.name)
-		return 128 + int(sig)
+		return r.stoppedCampaigning(sig)
 	}
 	if errors.Is(err, errBusy) {
 		if r.f.try {
@@ -407,6 +430,13 @@ func (r *runner) campaignFailed(err error) int {
 		return exitUsage
 	}
 	return exitError
+}
+
+// stoppedCampaigning says that sig ended the campaign and returns the exit
+// status.
+func (r *runner) stoppedCampaigning(sig syscall.Signal) int {
+	r.log.infof("received %s while not leading %s; stopped campaigning", signalName(sig), r.f.name)
+	return 128 + int(sig)
 }
 
 // campaign waits until notBefore (--again spacing), then campaigns until
@@ -511,179 +541,6 @@ func (r *runner) hold(lead *redisleader.Lock) {
 	}
 }
 
-// commandResult is how one run of the command ended.
-type commandResult struct {
-	state      *os.ProcessState // nil if it did not start
-	startErr   error            // why it did not start
-	notStarted bool             // a signal arrived before it could start
-	lost       error            // why leadership ended while it ran; nil if it did not
-}
-
-// runCommand starts the command and waits for it to exit. If leadership is
-// lost meanwhile, the command gets SIGTERM, then SIGKILL after the grace
-// period; a forwarded signal is followed by SIGKILL after the grace period
-// too. Signals go to the command's process group unless --no-process-group,
-// and what is left of the group when the command exits is killed.
-func (r *runner) runCommand(lead *redisleader.Lock) commandResult {
-	var res commandResult
-	c, exited, err := r.startCommand(lead)
-	if err != nil {
-		if err == errNotStarted {
-			res.notStarted = true
-		} else {
-			res.startErr = err
-		}
-		return res
-	}
-
-	// signal signals the command unless it has exited.
-	signal := func(sig syscall.Signal) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if r.proc != nil {
-			r.proc.signal(sig)
-		}
-	}
-	lost := lead.Done()
-	var (
-		grace   *time.Timer // started by the first SIGTERM or forwarded signal
-		kill    <-chan time.Time
-		stopSig syscall.Signal // the signal that began the grace period
-	)
-	defer func() {
-		if grace != nil {
-			grace.Stop()
-		}
-	}()
-	startGrace := func(sig syscall.Signal) {
-		if grace == nil {
-			stopSig = sig
-			grace = time.NewTimer(r.f.grace)
-			kill = grace.C
-		}
-	}
-	for {
-		select {
-		case <-exited:
-			res.state = c.ProcessState
-			return res
-		case <-lost:
-			lost = nil
-			res.lost = lead.Err()
-			r.log.errorf("leadership of %s lost (%s); stopping %s (SIGTERM, SIGKILL after %v)",
-				r.f.name, lossReason(res.lost), r.display, r.f.grace)
-			signal(syscall.SIGTERM)
-			startGrace(syscall.SIGTERM)
-		case <-r.forwarded:
-			startGrace(r.signalled())
-		case <-kill:
-			kill = nil
-			r.log.errorf("%s still runs %v after %s; sending SIGKILL", r.display, r.f.grace, signalName(stopSig))
-			signal(syscall.SIGKILL)
-		}
-	}
-}
-
-var errNotStarted = errors.New("a signal arrived before the command started")
-
-// startCommand starts the command, unless a stop signal has arrived, and
-// publishes it to r.signal (as r.proc). exited is closed once it has exited
-// and what was left of its process group has been killed.
-func (r *runner) startCommand(lead *redisleader.Lock) (c *exec.Cmd, exited chan struct{}, err error) {
-	group := !r.f.noProcessGroup
-	c, ctl, err := newCommand(r.command, group)
-	if err != nil {
-		return nil, nil, err
-	}
-	c.Stdin, c.Stdout, c.Stderr = os.Stdin, r.stdout, r.stderr
-	c.Env = append(os.Environ(),
-		"REDISLEADER_NAME="+r.f.name,
-		"REDISLEADER_VALUE="+r.f.value,
-		r.f.fenceEnv+"="+strconv.FormatInt(lead.Fence(), 10))
-	c.WaitDelay = time.Second // when stdout or stderr is not a file: don't hang on pipes held by grandchildren
-
-	started := make(chan error, 1)
-	exited = make(chan struct{})
-	go func() {
-		// Pdeathsig fires when the OS thread that started the child exits:
-		// keep this goroutine on its thread until the child has exited.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if ctl != nil {
-			defer ctl.Close() // after the supervisor has exited: it reads EOF only if run dies
-		}
-		r.mu.Lock()
-		err := errNotStarted
-		if r.sig == 0 {
-			err = c.Start()
-		}
-		closeAll(c.ExtraFiles) // the supervisor's end of ctl, which has its own copy
-		if err == nil {
-			r.proc = &child{proc: c.Process, group: group, ctl: ctl}
-		}
-		r.mu.Unlock()
-		started <- err
-		if err != nil {
-			return
-		}
-		_ = c.Wait() // the exit status is in c.ProcessState
-		r.mu.Lock()
-		r.proc = nil
-		if group {
-			// Nothing of the command outlives it: another host may start
-			// the job as soon as this one resigns.
-			_ = signalCommand(c.Process, syscall.SIGKILL, true)
-		}
-		r.mu.Unlock()
-		close(exited)
-	}()
-	return c, exited, <-started
-}
-
-func closeAll(files []*os.File) {
-	for _, f := range files {
-		_ = f.Close()
-	}
-}
-
-// child is the command while it runs, as run signals it.
-type child struct {
-	proc  *os.Process
-	group bool     // signals go to its process group
-	ctl   *os.File // the pipe to the supervisor (see newCommand), or nil
-}
-
-// signal sends sig to the command: through its supervisor if it has one
-// (which delivers it once COMMAND has started), otherwise, and for
-// SIGKILL, straight to the command's process or process group.
-func (c *child) signal(sig syscall.Signal) {
-	if c.ctl != nil && sig != syscall.SIGKILL {
-		if _, err := c.ctl.Write([]byte{byte(sig)}); err == nil {
-			return
-		}
-		// The supervisor has exited: what is left of the group gets sig.
-	}
-	_ = signalCommand(c.proc, sig, c.group)
-}
-
-// checkOffline reports what NewSession and Session.Election would reject,
-// without any I/O (neither does any, nor does closing a session that holds
-// nothing), so that a bad name or TTL is a usage error even when Redis is
-// unreachable. what is "options" or "name".
-func checkOffline(name string, opts ...redisleader.Option) (what string, err error) {
-	client := redis.NewClient(&redis.Options{}) // never used: nothing below does I/O
-	defer client.Close()
-	s, err := redisleader.NewSession(client, opts...)
-	if err != nil {
-		return "options", err
-	}
-	defer s.Close(context.Background())
-	if _, err := s.Election(name); err != nil {
-		return "name", err
-	}
-	return "", nil
-}
-
 // defaultValue is hostname:pid.
 func defaultValue() string {
 	host, err := os.Hostname()
@@ -691,36 +548,6 @@ func defaultValue() string {
 		host = "unknown-host"
 	}
 	return host + ":" + strconv.Itoa(os.Getpid())
-}
-
-// startFailure maps an error starting the command to the shell's exit
-// status: 127 for not found, 126 otherwise.
-func startFailure(err error) int {
-	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-		return exitNotFound
-	}
-	return exitCannotExec
-}
-
-// exitStatus is the command's exit status as a shell reports it: 128+n when
-// signal n killed it.
-func exitStatus(state *os.ProcessState) int {
-	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	if code := state.ExitCode(); code >= 0 {
-		return code
-	}
-	return exitError
-}
-
-// describeExit says how the command ended: "exited with status N" or
-// "was killed by SIGTERM".
-func describeExit(state *os.ProcessState) string {
-	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return "was killed by " + signalName(ws.Signal())
-	}
-	return fmt.Sprintf("exited with status %d", state.ExitCode())
 }
 
 // lossReason explains why leadership ended.
@@ -736,22 +563,6 @@ func lossReason(err error) string {
 		return "unknown reason"
 	}
 	return trimPrefix(err)
-}
-
-func signalName(s syscall.Signal) string {
-	switch s {
-	case syscall.SIGINT:
-		return "SIGINT"
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	case syscall.SIGKILL:
-		return "SIGKILL"
-	case syscall.SIGHUP:
-		return "SIGHUP"
-	case syscall.SIGQUIT:
-		return "SIGQUIT"
-	}
-	return "signal " + strconv.Itoa(int(s))
 }
 
 // commandLine shows args as a shell would take them, with target's URL and
@@ -776,126 +587,3 @@ func commandLine(args []string, target hider) string {
 	}
 	return s
 }
-
-// trimPrefix is err's message without this package's "redisleader: " prefix,
-// which the messages printed here carry already.
-func trimPrefix(err error) string {
-	return strings.TrimPrefix(err.Error(), "redisleader: ")
-}
-
-// logger writes "redisleader: " status lines, one whole line at a time,
-// with the Redis URLs and passwords hidden (a library warning, an error or
-// the command line might hold them), and library option names replaced by
-// the flags that set them. Lines below its level are left out.
-type logger struct {
-	mu     sync.Mutex
-	w      io.Writer
-	target hider
-	level  logLevel // the zero value prints everything
-}
-
-// hider hides secrets in text: a *redisTarget or an *endpoint.
-type hider interface{ hide(string) string }
-
-// logLevel is how much run prints: errors always, warnings by default,
-// every step with --verbose.
-type logLevel int
-
-const (
-	levelInfo  logLevel = iota // --verbose
-	levelWarn                  // default
-	levelError                 // --quiet
-)
-
-func (l *logger) errorf(format string, a ...any) { l.logf(levelError, format, a...) }
-func (l *logger) warnf(format string, a ...any)  { l.logf(levelWarn, format, a...) }
-func (l *logger) infof(format string, a ...any)  { l.logf(levelInfo, format, a...) }
-
-func (l *logger) logf(level logLevel, format string, a ...any) {
-	if level < l.level {
-		return
-	}
-	msg := fmt.Sprintf(format, a...)
-	if l.target != nil {
-		msg = l.target.hide(msg) // first: cliWords could change a password
-	}
-	// One line, each with the prefix, whatever the values hold (a joined
-	// error has a newline; a value is anyone's string).
-	msg = printable(strings.ReplaceAll(cliWords(msg), "\n", "; "))
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	fmt.Fprintf(l.w, "redisleader: %s\n", msg)
-}
-
-// optionFlags names the run flag that sets each library option the CLI
-// uses, for messages that name the option.
-var optionFlags = map[string]string{"WithTTL": "--ttl", "WithTakeoverDelay": "--takeover-delay"}
-
-var optionCall = regexp.MustCompile(`\b(With[A-Za-z]+)\(([^)]*)\)`)
-
-// optionName matches a bare option name of optionFlags.
-var optionName = regexp.MustCompile(`\b(WithTTL|WithTakeoverDelay)\b`)
-
-// cliWords replaces "WithTTL(5s)" and "WithTakeoverDelay" in a library
-// message with the flags that set them.
-func cliWords(s string) string {
-	s = optionCall.ReplaceAllStringFunc(s, func(m string) string {
-		sub := optionCall.FindStringSubmatch(m)
-		if f, ok := optionFlags[sub[1]]; ok {
-			return f + " " + sub[2]
-		}
-		return m
-	})
-	return optionName.ReplaceAllStringFunc(s, func(opt string) string { return optionFlags[opt] })
-}
-
-// cliOptionError turns the library's "WithTTL(0s) must be at least 10ms"
-// into "invalid --ttl 0s: must be at least 10ms".
-func cliOptionError(err error) string {
-	msg := trimPrefix(err)
-	if m := optionCall.FindStringSubmatchIndex(msg); m != nil && m[0] == 0 {
-		if f, ok := optionFlags[msg[m[2]:m[3]]]; ok {
-			return "invalid " + f + " " + msg[m[4]:m[5]] + ": " + cliWords(strings.TrimSpace(msg[m[1]:]))
-		}
-	}
-	return cliWords(msg)
-}
-
-// warnHandler prints the library's warnings (Redis errors while campaigning
-// or renewing, retried meanwhile) as status lines. "lock lost" is left out:
-// run says so itself, with what it does about it; so are attempts that
-// failed because run cancelled them.
-type warnHandler struct{ log *logger }
-
-func (h warnHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-
-func (h warnHandler) Handle(_ context.Context, r slog.Record) error {
-	if r.Message == "redisleader: lock lost" {
-		return nil
-	}
-	cancelled := false
-	r.Attrs(func(a slog.Attr) bool {
-		err, ok := a.Value.Any().(error)
-		cancelled = ok && errors.Is(err, context.Canceled)
-		return !cancelled
-	})
-	if cancelled { // an attempt that run itself ended (--try, a signal): not news
-		return nil
-	}
-	var b strings.Builder
-	b.WriteString(strings.TrimPrefix(r.Message, "redisleader: "))
-	sep := " ("
-	r.Attrs(func(a slog.Attr) bool {
-		fmt.Fprintf(&b, "%s%s=%v", sep, a.Key, a.Value)
-		sep = ", "
-		return true
-	})
-	if sep == ", " {
-		b.WriteByte(')')
-	}
-	h.log.warnf("%s", b.String())
-	return nil
-}
-
-func (h warnHandler) WithAttrs([]slog.Attr) slog.Handler { return h } // the library uses none
-func (h warnHandler) WithGroup(string) slog.Handler      { return h }

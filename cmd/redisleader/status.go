@@ -9,9 +9,7 @@ import (
 	"io"
 	"strings"
 	"time"
-	"unicode"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader"
 )
 
@@ -99,25 +97,17 @@ type leaderJSON struct {
 // cmdStatus implements "redisleader status".
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs, f := newStatusFlags()
-	name, code := parseName(fs, statusHelp, args, stdout, stderr)
+	c, code := f.start(ctx, fs, statusHelp, args, stdout, stderr, false)
 	if code >= 0 {
 		return code
 	}
-	log, target, code := f.conn.open("status", stderr)
-	if code >= 0 {
-		return code
-	}
-	election, closeAll, code := openElection(ctx, target, name, log)
-	if code >= 0 {
-		return code
-	}
-	defer closeAll()
-	l, err := election.Leader(ctx)
+	defer c.close()
+	l, err := c.election.Leader(ctx)
 	if err != nil && !errors.Is(err, redisleader.ErrNoLeader) {
 		if code := interrupted(ctx); code >= 0 {
 			return code
 		}
-		log.errorf("%s", trimPrefix(err))
+		c.log.errorf("%s", trimPrefix(err))
 		return exitError
 	}
 	leading := err == nil
@@ -130,7 +120,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		out := struct {
 			Name   string      `json:"name"`
 			Leader *leaderJSON `json:"leader"`
-		}{Name: name}
+		}{Name: c.name}
 		if leading {
 			ms := l.TTL.Milliseconds()
 			out.Leader = &leaderJSON{Value: l.Value, Fence: l.Fence, TTLms: &ms}
@@ -153,37 +143,26 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // cmdWatch implements "redisleader watch".
 func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs, f := newWatchFlags()
-	name, code := parseName(fs, watchHelp, args, stdout, stderr)
+	c, code := f.start(ctx, fs, watchHelp, args, stdout, stderr, true)
 	if code >= 0 {
 		return code
 	}
-	log, target, code := f.conn.open("watch", stderr)
-	if code >= 0 {
-		return code
-	}
-	election, closeAll, code := openElection(ctx, target, name, log)
-	if code >= 0 {
-		if ctx.Err() != nil { // interrupted before it could start
-			return exitOK
-		}
-		return code
-	}
-	defer closeAll()
+	defer c.close()
 	p := colour(stdout)
 	enc := json.NewEncoder(stdout)
-	for l := range election.Observe(ctx) {
+	for l := range c.election.Observe(ctx) {
 		now := time.Now().UTC().Format("2006-01-02T15:04:05.000Z07:00")
 		if f.asJSON {
 			out := struct {
 				Time   string      `json:"time"`
 				Name   string      `json:"name"`
 				Leader *leaderJSON `json:"leader"`
-			}{Time: now, Name: name}
+			}{Time: now, Name: c.name}
 			if l.Fence != 0 {
 				out.Leader = &leaderJSON{Value: l.Value, Fence: l.Fence}
 			}
 			if err := enc.Encode(out); err != nil {
-				log.errorf("writing output: %v", err)
+				c.log.errorf("writing output: %v", err)
 				return exitError
 			}
 			continue
@@ -196,10 +175,40 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}
 	if ctx.Err() == nil { // the channel closed by itself: the session closed
-		log.errorf("watch of %s ended: the session closed", name)
+		c.log.errorf("watch of %s ended: the session closed", c.name)
 		return exitError
 	}
 	return exitOK
+}
+
+// nameCommand is status or watch with NAME's election open.
+type nameCommand struct {
+	name     string
+	election *redisleader.Election
+	log      *logger
+	close    func()
+}
+
+// start parses args, connects and opens NAME's election: what status and
+// watch do first. On failure it returns the exit status; with stopOK, a
+// stop signal while connecting makes it exitOK.
+func (f *nameFlags) start(ctx context.Context, fs *flag.FlagSet, h helpText, args []string, stdout, stderr io.Writer, stopOK bool) (*nameCommand, int) {
+	name, code := parseName(fs, h, args, stdout, stderr)
+	if code >= 0 {
+		return nil, code
+	}
+	log, target, code := f.conn.open(fs.Name(), stderr)
+	if code >= 0 {
+		return nil, code
+	}
+	election, closeAll, code := openElection(ctx, target, name, log)
+	if code >= 0 {
+		if stopOK && ctx.Err() != nil { // interrupted before it could start
+			return nil, exitOK
+		}
+		return nil, code
+	}
+	return &nameCommand{name: name, election: election, log: log, close: closeAll}, -1
 }
 
 // parseName parses flags placed before or after the one NAME argument
@@ -269,26 +278,4 @@ func openElection(ctx context.Context, target *endpoint, name string, log *logge
 		return nil, nil, exitUsage
 	}
 	return election, closeAll, -1
-}
-
-// quietRedis silences go-redis's own global logger, which would otherwise
-// print a "redis: ... pool.go: ... failed to dial" line for every retried
-// dial around the one clear error these commands print, and on every pub/sub
-// reconnect while watch waits for Redis to come back. The commands report
-// what matters themselves.
-func quietRedis() { redis.SetLogger(silentRedisLog{}) }
-
-type silentRedisLog struct{}
-
-func (silentRedisLog) Printf(context.Context, string, ...any) {}
-
-// printable replaces control characters (a value is anyone's string) so that
-// they cannot play tricks on a terminal.
-func printable(s string) string {
-	return strings.Map(func(c rune) rune {
-		if unicode.IsGraphic(c) {
-			return c
-		}
-		return '?'
-	}, s)
 }

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/redisleader/redisleader"
+)
+
+// commandResult is how one run of the command ended.
+type commandResult struct {
+	state      *os.ProcessState // nil if it did not start
+	startErr   error            // why it did not start
+	notStarted bool             // a signal arrived before it could start
+	lost       error            // why leadership ended while it ran; nil if it did not
+}
+
+// runCommand starts the command and waits for it to exit. If leadership is
+// lost meanwhile, the command gets SIGTERM, then SIGKILL after the grace
+// period; a forwarded signal is followed by SIGKILL after the grace period
+// too. Signals go to the command's process group unless --no-process-group,
+// and what is left of the group when the command exits is killed.
+func (r *runner) runCommand(lead *redisleader.Lock) commandResult {
+	var res commandResult
+	c, exited, err := r.startCommand(lead)
+	if err != nil {
+		if err == errNotStarted {
+			res.notStarted = true
+		} else {
+			res.startErr = err
+		}
+		return res
+	}
+
+	// signal signals the command unless it has exited.
+	signal := func(sig syscall.Signal) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.proc != nil {
+			r.proc.signal(sig)
+		}
+	}
+	lost := lead.Done()
+	var (
+		grace   *time.Timer // started by the first SIGTERM or forwarded signal
+		kill    <-chan time.Time
+		stopSig syscall.Signal // the signal that began the grace period
+	)
+	defer func() {
+		if grace != nil {
+			grace.Stop()
+		}
+	}()
+	startGrace := func(sig syscall.Signal) {
+		if grace == nil {
+			stopSig = sig
+			grace = time.NewTimer(r.f.grace)
+			kill = grace.C
+		}
+	}
+	for {
+		select {
+		case <-exited:
+			res.state = c.ProcessState
+			return res
+		case <-lost:
+			lost = nil
+			res.lost = lead.Err()
+			r.log.errorf("leadership of %s lost (%s); stopping %s (SIGTERM, SIGKILL after %v)",
+				r.f.name, lossReason(res.lost), r.display, r.f.grace)
+			signal(syscall.SIGTERM)
+			startGrace(syscall.SIGTERM)
+		case <-r.forwarded:
+			startGrace(r.signalled())
+		case <-kill:
+			kill = nil
+			r.log.errorf("%s still runs %v after %s; sending SIGKILL", r.display, r.f.grace, signalName(stopSig))
+			signal(syscall.SIGKILL)
+		}
+	}
+}
+
+var errNotStarted = errors.New("a signal arrived before the command started")
+
+// startCommand starts the command, unless a stop signal has arrived, and
+// publishes it to r.signal (as r.proc). exited is closed once it has exited
+// and what was left of its process group has been killed.
+func (r *runner) startCommand(lead *redisleader.Lock) (c *exec.Cmd, exited chan struct{}, err error) {
+	group := !r.f.noProcessGroup
+	c, ctl, err := newCommand(r.command, group)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.Stdin, c.Stdout, c.Stderr = os.Stdin, r.stdout, r.stderr
+	c.Env = append(os.Environ(),
+		"REDISLEADER_NAME="+r.f.name,
+		"REDISLEADER_VALUE="+r.f.value,
+		r.f.fenceEnv+"="+strconv.FormatInt(lead.Fence(), 10))
+	c.WaitDelay = time.Second // when stdout or stderr is not a file: don't hang on pipes held by grandchildren
+
+	started := make(chan error, 1)
+	exited = make(chan struct{})
+	go func() {
+		// Pdeathsig fires when the OS thread that started the child exits:
+		// keep this goroutine on its thread until the child has exited.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if ctl != nil {
+			defer ctl.Close() // after the supervisor has exited: it reads EOF only if run dies
+		}
+		r.mu.Lock()
+		err := errNotStarted
+		if r.sig == 0 {
+			err = c.Start()
+		}
+		closeAll(c.ExtraFiles) // the supervisor's end of ctl, which has its own copy
+		if err == nil {
+			r.proc = &child{proc: c.Process, group: group, ctl: ctl}
+		}
+		r.mu.Unlock()
+		started <- err
+		if err != nil {
+			return
+		}
+		_ = c.Wait() // the exit status is in c.ProcessState
+		r.mu.Lock()
+		r.proc = nil
+		if group {
+			// Nothing of the command outlives it: another host may start
+			// the job as soon as this one resigns.
+			_ = signalCommand(c.Process, syscall.SIGKILL, true)
+		}
+		r.mu.Unlock()
+		close(exited)
+	}()
+	return c, exited, <-started
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		_ = f.Close()
+	}
+}
+
+// child is the command while it runs, as run signals it.
+type child struct {
+	proc  *os.Process
+	group bool     // signals go to its process group
+	ctl   *os.File // the pipe to the supervisor (see newCommand), or nil
+}
+
+// signal sends sig to the command: through its supervisor if it has one
+// (which delivers it once COMMAND has started), otherwise, and for
+// SIGKILL, straight to the command's process or process group.
+func (c *child) signal(sig syscall.Signal) {
+	if c.ctl != nil && sig != syscall.SIGKILL {
+		if _, err := c.ctl.Write([]byte{byte(sig)}); err == nil {
+			return
+		}
+		// The supervisor has exited: what is left of the group gets sig.
+	}
+	_ = signalCommand(c.proc, sig, c.group)
+}
+
+// startFailure maps an error starting the command to the shell's exit
+// status: 127 for not found, 126 otherwise.
+func startFailure(err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+		return exitNotFound
+	}
+	return exitCannotExec
+}
+
+// exitStatus is the command's exit status as a shell reports it: 128+n when
+// signal n killed it.
+func exitStatus(state *os.ProcessState) int {
+	if sig, ok := killedBy(state); ok {
+		return 128 + int(sig)
+	}
+	if code := state.ExitCode(); code >= 0 {
+		return code
+	}
+	return exitError
+}
+
+// describeExit says how the command ended: "exited with status N" or
+// "was killed by SIGTERM".
+func describeExit(state *os.ProcessState) string {
+	if sig, ok := killedBy(state); ok {
+		return "was killed by " + signalName(sig)
+	}
+	return fmt.Sprintf("exited with status %d", state.ExitCode())
+}
+
+// killedBy returns the signal that killed the process, if one did.
+func killedBy(state *os.ProcessState) (syscall.Signal, bool) {
+	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return ws.Signal(), true
+	}
+	return 0, false
+}
+
+func signalName(s syscall.Signal) string {
+	switch s {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGKILL:
+		return "SIGKILL"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	case syscall.SIGQUIT:
+		return "SIGQUIT"
+	}
+	return "signal " + strconv.Itoa(int(s))
+}
