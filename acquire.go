@@ -175,7 +175,7 @@ func (a *acquisition) handOver(ctx context.Context) (l *Lock, again bool, err er
 		if a.mode == runTerm {
 			a.s.registerTerm(a.l)
 		}
-		a.l.deliver(a.start)
+		a.l.markDelivered(a.start)
 		return a.l, false, nil
 	case a.mode == tryOnce:
 		return nil, false, fmt.Errorf("redisleader: acquire %q: the lease ended before it could be handed over: %w", a.keys.name, lost)

@@ -14,6 +14,19 @@ import (
 // end. It knows nothing of locks; the scripts are in the files of their
 // concepts (scripts.go, fair.go, redlock.go, fenced.go).
 
+// A script call's argument vector is {command, SHA or source, numkeys,
+// KEYS..., ARGV...}, boxed once per lock where it can be (Lock.argv) and
+// filled in by script.run. Every script of ours has the lock key as
+// KEYS[1], which the combiner orders calls by, and the scripts that take a
+// fence key have it as KEYS[2].
+const (
+	argLockKey  = 3
+	argFenceKey = 4
+)
+
+// lockKeyOf is the lock key of a script call's argument vector.
+func lockKeyOf(argv []any) any { return argv[argLockKey] }
+
 // processor runs one command: a client, or a pipeline that queues it.
 type processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error

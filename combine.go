@@ -151,26 +151,15 @@ func (c *combiner) send(ctx context.Context, deadline time.Time, sc *script, arg
 	callCtx := c.s.bound(ctx, deadline)
 	defer unbind(callCtx)
 	c.mu.Lock()
-	if err := c.awaitLocked(callCtx, argv[3]); err != nil {
+	if err := c.awaitLocked(callCtx, lockKeyOf(argv)); err != nil {
 		c.mu.Unlock()
 		return errCmd(ctx, argv, err)
 	}
-	along, key := 0, any(nil) // a release's: how many queued calls it takes along, and on which key (nil: any)
-	if !coalesce && !c.closed && callCtx.Err() == nil {
-		c.pruneLocked()
-		if along = min(len(c.queue), maxBatch-1); c.cluster {
-			// Only the oldest call on its own name, in its slot: a call for
-			// another node could hold the release up with it.
-			key, along = argv[3], 0
-			if slices.ContainsFunc(c.queue, func(q *pending) bool { return q.argv[3] == key }) {
-				along = 1
-			}
-		}
-	}
+	along, key := c.alongLocked(callCtx, argv, coalesce)
 	if c.closed || (coalesce && c.onWire < maxOnWire && len(c.queue) == 0) || (!coalesce && along == 0) {
 		if coalesce && !c.closed {
 			c.onWire++
-			defer c.handOver() // also when a hook on the client panics
+			defer c.passSlot() // also when a hook on the client panics
 		}
 		c.mu.Unlock()
 		return sc.run(callCtx, c.client, argv)
@@ -183,47 +172,74 @@ func (c *combiner) send(ctx context.Context, deadline time.Time, sc *script, arg
 		c.queue = append(c.queue, p)
 		c.mu.Unlock()
 	} else {
-		// The queued calls (on the release's name, the session's own
-		// contenders' next tries) land right behind the release, a round
-		// trip sooner than from the queue.
-		batch := c.takeLocked(append(make([]*pending, 0, along+1), p), along, key)
-		c.carried++
-		c.mu.Unlock()
-		go func() {
-			defer func() { // also when a hook ends the goroutine
-				c.mu.Lock()
-				c.carried--
-				c.drainedLocked()
-				c.mu.Unlock()
-			}()
-			c.sendBatch(batch, nil)
-		}()
+		c.carryLocked(p, along, key) // unlocks c.mu
 	}
+	return c.reply(ctx, p, argv)
+}
 
+// alongLocked is how many queued calls a release (coalesce false) takes
+// along in its pipeline, and on which key (nil: any).
+func (c *combiner) alongLocked(ctx context.Context, argv []any, coalesce bool) (along int, key any) {
+	if coalesce || c.closed || ctx.Err() != nil {
+		return 0, nil
+	}
+	c.pruneLocked()
+	if !c.cluster {
+		return min(len(c.queue), maxBatch-1), nil
+	}
+	// Only the oldest call on its own name, in its slot: a call for another
+	// node could hold the release up with it.
+	key = lockKeyOf(argv)
+	if slices.ContainsFunc(c.queue, func(q *pending) bool { return lockKeyOf(q.argv) == key }) {
+		return 1, key
+	}
+	return 0, key
+}
+
+// carryLocked sends the release p with along queued calls (on key, unless
+// nil) right behind it, a round trip sooner than from the queue. It unlocks
+// c.mu.
+func (c *combiner) carryLocked(p *pending, along int, key any) {
+	batch := c.takeLocked(append(make([]*pending, 0, along+1), p), along, key)
+	c.carried++
+	c.mu.Unlock()
+	go func() {
+		defer func() { // also when a hook ends the goroutine
+			c.mu.Lock()
+			c.carried--
+			c.drainedLocked()
+			c.mu.Unlock()
+		}()
+		c.sendBatch(batch, nil)
+	}()
+}
+
+// reply waits for p's reply until p's caller gives up (p.ctx ends). A call
+// not sent yet is then taken out, so it never reaches Redis; one on the
+// wire holds its key until its batch has ended (awaitLocked).
+func (c *combiner) reply(ctx context.Context, p *pending, argv []any) *redis.Cmd {
 	select {
 	case <-p.done:
 		return c.collect(p)
-	case <-callCtx.Done():
+	case <-p.ctx.Done():
 	}
-	err := callCtx.Err()
+	err := p.ctx.Err()
 	c.mu.Lock()
 	switch {
 	case !p.sent:
-		// Never sent: take it out, so it never reaches Redis.
 		c.queue = slices.DeleteFunc(c.queue, func(q *pending) bool { return q == p })
 		c.putLocked(p)
 	case p.delivered: // the reply came as we gave up: take it
 		c.mu.Unlock()
 		<-p.done
 		return c.collect(p)
-	default:
-		// On the wire: the flusher (or the release's pipeline) owns
-		// p, and holds its key until the batch has ended.
+	default: // the flusher (or the release's pipeline) owns p now
 		p.settled = make(chan struct{})
 		if c.unsettled == nil {
 			c.unsettled = make(map[any][]*pending)
 		}
-		c.unsettled[p.argv[3]] = append(c.unsettled[p.argv[3]], p)
+		key := lockKeyOf(p.argv)
+		c.unsettled[key] = append(c.unsettled[key], p)
 	}
 	c.mu.Unlock()
 	return errCmd(ctx, argv, err)
@@ -273,9 +289,9 @@ func errCmd(ctx context.Context, argv []any, err error) *redis.Cmd {
 	return cmd
 }
 
-// handOver frees the slot of a call that returned: to a flusher when calls
+// passSlot frees the slot of a call that returned: to a flusher when calls
 // are queued, else for the next caller.
-func (c *combiner) handOver() {
+func (c *combiner) passSlot() {
 	c.mu.Lock()
 	if len(c.queue) == 0 {
 		c.freeSlotLocked()
@@ -289,7 +305,7 @@ func (c *combiner) handOver() {
 // flush sends what is queued, a batch at a time, until the queue is empty;
 // it holds one slot meanwhile.
 // After a hook fault (hookfaults.go) the next flusher takes the slot over.
-func (c *combiner) flush() { onGoexit(c.flushAll, c.handOver) }
+func (c *combiner) flush() { onGoexit(c.flushAll, c.passSlot) }
 
 func (c *combiner) flushAll() {
 	var (
@@ -326,7 +342,7 @@ func (c *combiner) pruneLocked() {
 func (c *combiner) takeLocked(batch []*pending, n int, key any) []*pending {
 	kept := c.queue[:0]
 	for _, q := range c.queue {
-		if n > 0 && (key == nil || q.argv[3] == key) {
+		if n > 0 && (key == nil || lockKeyOf(q.argv) == key) {
 			batch, n = append(batch, q), n-1
 		} else {
 			kept = append(kept, q)
@@ -364,24 +380,24 @@ func (c *combiner) sendBatch(batch []*pending, calls []call) []call {
 		defer c.mu.Unlock()
 		if failed != nil {
 			for _, p := range batch {
-				c.deliverLocked(p, errCmd(context.Background(), p.argv, failed))
+				c.answerLocked(p, errCmd(context.Background(), p.argv, failed))
 			}
 			return
 		}
 		for i, p := range batch {
-			c.deliverLocked(p, cmds[i])
+			c.answerLocked(p, cmds[i])
 		}
 	}()
 	cmds, failed = runCalls(ctx, c.client, calls, replicaAcks{})
 	return calls
 }
 
-// deliverLocked hands cmd to p's caller, or, if it gave up while p was on
+// answerLocked hands cmd to p's caller, or, if it gave up while p was on
 // the wire, frees p's key for the session's later calls.
-func (c *combiner) deliverLocked(p *pending, cmd *redis.Cmd) {
+func (c *combiner) answerLocked(p *pending, cmd *redis.Cmd) {
 	p.cmd = cmd
 	if p.settled != nil {
-		key := p.argv[3]
+		key := lockKeyOf(p.argv)
 		if us := slices.DeleteFunc(c.unsettled[key], func(u *pending) bool { return u == p }); len(us) > 0 {
 			c.unsettled[key] = us
 		} else {

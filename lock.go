@@ -26,7 +26,7 @@ type Lock struct {
 	// argv is the acquire script's argument vector {_, _, 2, lock key,
 	// fence key, token, TTL, value}; only the acquiring goroutine uses it
 	// whole. Its slots from 2 on never change, so a Redlock renewal or
-	// release may read the boxed fence key (argv[4]) from any goroutine.
+	// release may read the boxed fence key (argv[argFenceKey]) from any goroutine.
 	argv [8]any
 	// w is the fair acquisition this lock belongs to (nil by default).
 	w *waiter
@@ -243,10 +243,10 @@ func (l *Lock) extend(sent time.Time) {
 	l.emitLocked(probe.Renewed, now, 0)
 }
 
-// deliver marks the acquisition, whose call started at start, as handed to
+// markDelivered marks the acquisition, whose call started at start, as handed to
 // its caller, unless it has already ended or expired (then the caller finds
 // it ended).
-func (l *Lock) deliver(start time.Time) {
+func (l *Lock) markDelivered(start time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if now := time.Now(); l.err == nil && now.Before(l.deadline) {

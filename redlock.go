@@ -80,14 +80,14 @@ type quorum struct {
 // spare is how many nodes can fail (or refuse) with a quorum still possible.
 func (q *quorum) spare() int { return len(q.nodes) - q.need }
 
-// bound bounds the calls of one Redlock operation like Session.bound, but
+// deadlineCtx bounds the calls of one Redlock operation like Session.bound, but
 // with a context that is cancelled at the deadline (context.WithDeadline),
 // so waits that go-redis starts on a context derived from it (dial retries
 // and their backoff, on a node that is down) end at the deadline too: a dead
 // node must not hold up the quorum. Its cancel also ends the operation's
 // grace period (onNodesUntil). It costs a timer and a few allocations,
 // which the single-node hot path avoids.
-func (q *quorum) bound(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
+func (q *quorum) deadlineCtx(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(ctx, q.s.callDeadline(deadline))
 }
 
@@ -241,7 +241,7 @@ func (q *quorum) acquire(ctx context.Context, l *Lock, deadline time.Time) acqui
 		if q.fenceSafe(replies, fence) {
 			return acquired{fence: fence}
 		}
-		raiseCtx, cancelRaise := q.bound(ctx, deadline)
+		raiseCtx, cancelRaise := q.deadlineCtx(ctx, deadline)
 		raised := q.raiseFence(raiseCtx, cancelRaise, l, replies, fence)
 		cancelRaise()
 		if raised >= q.need {
@@ -290,7 +290,7 @@ type nodeAcquire struct {
 // acquireAll runs the acquire script on every node and returns each one's
 // answer; it stops waiting once a quorum took the key, or none can.
 func (q *quorum) acquireAll(ctx context.Context, l *Lock, deadline time.Time) []nodeAcquire {
-	callCtx, cancel := q.bound(ctx, deadline)
+	callCtx, cancel := q.deadlineCtx(ctx, deadline)
 	defer cancel()
 	replies := make([]nodeAcquire, len(q.nodes))
 	for i := range replies {
@@ -347,7 +347,7 @@ func (q *quorum) raiseFence(ctx context.Context, cancel context.CancelFunc, l *L
 // otherwise its renewal failed.
 func (q *quorum) renew(ctx context.Context, locks []*Lock, _ []*waiter, deadline time.Time) (_, _ []renewal) {
 	renewed, notOwner, errs, lastErr := make([]int, len(locks)), make([]int, len(locks)), make([]int, len(locks)), make([]error, len(locks))
-	callCtx, cancel := q.bound(ctx, deadline)
+	callCtx, cancel := q.deadlineCtx(ctx, deadline)
 	defer cancel()
 	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, _ int, c Client) []*redis.Cmd {
 		argvs := make([][]any, len(locks))
@@ -391,7 +391,7 @@ func (q *quorum) renew(ctx context.Context, locks []*Lock, _ []*waiter, deadline
 
 // release is releaseAll for one lock, without its slices of calls.
 func (q *quorum) release(ctx context.Context, l *Lock) deleted {
-	callCtx, cancel := q.bound(ctx, time.Time{})
+	callCtx, cancel := q.deadlineCtx(ctx, time.Time{})
 	defer cancel()
 	argvs := make([][7]any, len(q.nodes))
 	var d quorumDeleted
@@ -404,17 +404,17 @@ func (q *quorum) release(ctx context.Context, l *Lock) deleted {
 }
 
 // renewArgs returns redlockRenewScript's arguments for l with fence F, made
-// fresh for each node (a script call fills in the first two slots). l.argv[4]
+// fresh for each node (a script call fills in the first two slots). l.argv[argFenceKey]
 // is the fence key, boxed once by newLock.
 func (q *quorum) renewArgs(l *Lock, fence int64) []any {
-	return []any{nil, nil, 2, l.lockArg, l.argv[4], l.tokenArg, q.s.ttlArg, fence}
+	return []any{nil, nil, 2, l.lockArg, l.argv[argFenceKey], l.tokenArg, q.s.ttlArg, fence}
 }
 
 // redlockReleaseArgs fills argv with l's arguments for redlockReleaseScript
-// and returns it as a slice. l.argv[4] is the fence key, boxed once by
+// and returns it as a slice. l.argv[argFenceKey] is the fence key, boxed once by
 // newLock.
 func (l *Lock) redlockReleaseArgs(argv *[7]any) []any {
-	*argv = [7]any{nil, nil, 2, l.lockArg, l.argv[4], l.tokenArg, l.fence}
+	*argv = [7]any{nil, nil, 2, l.lockArg, l.argv[argFenceKey], l.tokenArg, l.fence}
 	return argv[:]
 }
 
@@ -431,7 +431,7 @@ func (l *Lock) redlockReleaseArgs(argv *[7]any) []any {
 // down.
 func (q *quorum) releaseAll(ctx context.Context, locks []*Lock, deadline time.Time) []deleted {
 	ds := make([]quorumDeleted, len(locks))
-	callCtx, cancel := q.bound(ctx, deadline)
+	callCtx, cancel := q.deadlineCtx(ctx, deadline)
 	defer cancel()
 	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, _ int, c Client) []*redis.Cmd {
 		argvs := make([][]any, len(locks))
@@ -557,7 +557,7 @@ func (q *quorum) readHolders(ctx context.Context, k keys) []nodeHolder {
 	for i := range replies {
 		replies[i].err = errNoAnswer
 	}
-	callCtx, cancel := q.bound(ctx, time.Time{})
+	callCtx, cancel := q.deadlineCtx(ctx, time.Time{})
 	defer cancel()
 	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, i int, _ Client) (r nodeHolder) {
 		r.h, r.ttl, _, r.ok, r.err = holderReply(q.combs[i].call(ctx, time.Time{}, inspectScript, []any{nil, nil, 1, k.lock}))

@@ -237,3 +237,31 @@ local cur = call('GET', KEYS[1])
 if not cur then return false end
 return {cur, call('PTTL', KEYS[1])}
 `))
+
+// releaseArgs returns the release script's arguments for l, made fresh for
+// each call (a script call fills in the first two slots).
+func releaseArgs(l *Lock) []any { return []any{nil, nil, 1, l.lockArg, l.tokenArg} }
+
+// releaseCall is the release script call for l on one server: in fair mode,
+// the one that also wakes the head waiter.
+func releaseCall(l *Lock) call {
+	if l.s.cfg.fair {
+		return call{fairReleaseScript, []any{nil, nil, 3, l.lockArg, l.keys.queue(), l.keys.leases(), l.tokenArg}}
+	}
+	return call{releaseScript, releaseArgs(l)}
+}
+
+// proclaimArgs returns the proclaim script's arguments for the seq'th
+// Proclaim of l's term, of value.
+func proclaimArgs(l *Lock, seq int64, value string) []any {
+	return []any{nil, nil, 2, l.lockArg, l.keys.seq(), l.tokenArg, seq, value}
+}
+
+// renewArgs returns the renew script's arguments for every lock.
+func (s *Session) renewArgs(locks []*Lock) [][]any {
+	argvs := make([][]any, len(locks))
+	for i, l := range locks {
+		argvs[i] = []any{nil, nil, 1, l.lockArg, l.tokenArg, s.ttlArg}
+	}
+	return argvs
+}

@@ -237,7 +237,7 @@ func (sub *subscription) take() (msgs int, gap bool) {
 	return msgs, gap
 }
 
-func (sub *subscription) deliver() {
+func (sub *subscription) note() {
 	sub.mu.Lock()
 	sub.msgs++
 	sub.mu.Unlock()
@@ -462,7 +462,7 @@ func (w *watcher) deliver(channel, payload string) {
 	if cs := w.chans[channel]; cs != nil {
 		for sub := range cs.subs {
 			if sub.to == "" || sub.to == payload {
-				sub.deliver()
+				sub.note()
 			}
 		}
 	}

@@ -1,0 +1,124 @@
+package redisleader
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// node is the place of a session on one Redis server (also a primary found
+// through Sentinel, or a Cluster, whose client routes each name to its
+// slot's primary); c is the session's client, through whose combiner the
+// scripts run. With WithReplicaAcks every write is followed by WAIT on
+// the same connection, and a write too few replicas acknowledged does not
+// count.
+type node struct {
+	s *Session
+	c Client
+}
+
+func (n *node) acquire(ctx context.Context, l *Lock, deadline time.Time) acquired {
+	var (
+		cmd    *redis.Cmd
+		ackErr error
+	)
+	sc, argv := acquireScript, l.argv[:]
+	if l.w != nil {
+		sc, argv = fairAcquireScript, l.w.argv[:]
+	}
+	if acks := n.s.cfg.acks; acks.n == 0 {
+		cmd = n.s.combine.call(ctx, deadline, sc, argv) // the hot path: no slice of commands
+	} else {
+		callCtx := n.s.bound(ctx, deadline)
+		if err := n.s.combine.await(callCtx, lockKeyOf(argv)); err != nil {
+			// An earlier call on the key may still reach Redis (combine.go).
+			cmd = errCmd(ctx, argv, err)
+		} else {
+			var cmds []*redis.Cmd
+			cmds, ackErr = sc.runAll(callCtx, n.c, [][]any{argv}, acks)
+			cmd = cmds[0]
+		}
+		unbind(callCtx)
+	}
+	r := l.acquireReply(cmd.Slice())
+	if r.err == nil && ackErr != nil {
+		// Taken on the primary but not seen by enough replicas: a failover
+		// could lose it, so it does not count.
+		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, ackErr), giveBack: true}
+	}
+	return r
+}
+
+func (n *node) renew(ctx context.Context, locks []*Lock, waiters []*waiter, deadline time.Time) (locksOut, waitersOut []renewal) {
+	calls := make([]call, 0, len(locks)+len(waiters))
+	for _, argv := range n.s.renewArgs(locks) {
+		calls = append(calls, call{renewScript, argv})
+	}
+	for _, w := range waiters {
+		calls = append(calls, call{keepPlaceScript, w.keepArgv[:]})
+	}
+	callCtx := n.s.bound(ctx, deadline)
+	cmds, ackErr := runCalls(callCtx, n.c, calls, n.s.cfg.acks)
+	unbind(callCtx)
+	out := make([]renewal, len(cmds))
+	for i, cmd := range cmds {
+		out[i] = renewReply(cmd)
+		if out[i] == (renewal{}) && ackErr != nil && i < len(locks) {
+			out[i].err = ackErr
+		}
+	}
+	return out[:len(locks)], out[len(locks):]
+}
+
+func (n *node) release(ctx context.Context, l *Lock) deleted {
+	c := releaseCall(l)
+	return deleteReply(n.s.combine.callNow(ctx, time.Time{}, c.s, c.argv))
+}
+
+// releaseAll first waits until no acquire of these locks that a caller
+// gave up on while its batch was on the wire can still reach Redis (see
+// combine.go), so that the delete comes after it.
+func (n *node) releaseAll(ctx context.Context, locks []*Lock, deadline time.Time) []deleted {
+	calls := make([]call, len(locks))
+	for i, l := range locks {
+		calls[i] = releaseCall(l)
+	}
+	callCtx := n.s.bound(ctx, deadline)
+	for _, l := range locks {
+		if n.s.combine.await(callCtx, l.lockArg) != nil {
+			break // the deletes fail with the context's error
+		}
+	}
+	cmds, _ := runCalls(callCtx, n.c, calls, replicaAcks{})
+	unbind(callCtx)
+	out := make([]deleted, len(cmds))
+	for i, cmd := range cmds {
+		out[i] = deleteReply(cmd)
+	}
+	return out
+}
+
+func (n *node) inspect(ctx context.Context, k keys) (Leader, bool, error) {
+	h, ttl, present, ok, err := holderReply(n.s.combine.call(ctx, time.Time{}, inspectScript, []any{nil, nil, 1, k.lock}))
+	switch {
+	case err != nil:
+		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.name, err)
+	case !present:
+		return Leader{}, false, nil
+	case !ok:
+		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.name, foreignValue(k))
+	}
+	return Leader{Value: h.value, Fence: h.fence, TTL: ttl}, true, nil
+}
+
+func (n *node) proclaim(ctx context.Context, l *Lock, seq int64, value string, deadline time.Time) (bool, error) {
+	res, err := n.s.combine.call(ctx, deadline, proclaimScript, proclaimArgs(l, seq, value)).Int()
+	if res == 2 {
+		return true, errSuperseded
+	}
+	return res == 1, err
+}
+
+func (n *node) each(f func(c Client)) { f(n.c) }
