@@ -268,8 +268,7 @@ func (q *quorum) acquire(ctx context.Context, l *Lock, deadline time.Time) acqui
 // fence, so whoever takes the node next, after our key expired there, gets
 // a larger fence from the node's clock; before that, only our release can
 // free it, and it raises the node's fence key to fence first. Every later
-// owner's quorum shares a node with ours. See the package documentation,
-// section Redlock.
+// owner's quorum shares a node with ours. See docs/MECHANISMS.md, Fences.
 func (q *quorum) fenceSafe(replies []nodeAcquire, fence int64) bool {
 	ttl := q.s.cfg.ttl.Microseconds()
 	for i := range replies {
@@ -490,8 +489,8 @@ func (d *quorumDeleted) outcome(q *quorum) deleted {
 // stored with its token. Until the holder's first renewal each node of its
 // quorum may hold the fence it issued itself, of which the acquisition took
 // the largest; a renewal (and a write-back at acquire) stores that one on
-// every node that holds the token. See the package documentation, section
-// Redlock, for the one case where this is larger than the holder's fence.
+// every node that holds the token. See docs/MECHANISMS.md (Leader and
+// Observe) for the one case where this is larger than the holder's fence.
 func holderFence(held []holder, token string) int64 {
 	var fence int64
 	for _, h := range held {
