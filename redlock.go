@@ -17,16 +17,13 @@ import (
 // acquisition holds while a quorum of len(clients)/2+1 nodes hold its token.
 // clients must be an odd number, at least 3, of clients for distinct,
 // independent servers (not replicas of each other, not one Cluster). The
-// session works as one from NewSession, with the same options, except that
-// Election.Proclaim is refused; how the quorum changes each operation, and
-// what Redlock does not tolerate, is in the package documentation, section
-// Redlock.
+// session works as one from NewSession, except that WithReplicaAcks,
+// WithFairness and Election.Proclaim are not available. docs/MECHANISMS.md
+// says how each operation uses the quorum, and why these three are not.
 //
-// Bad input (fewer than 3 clients, an even number, a nil, repeated, Ring or
-// cluster client, an option that breaks a rule, or WithReplicaAcks, which is
-// not available in Redlock mode: each node is meant to stand alone) returns
-// an error matching ErrInvalid. NewRedlockSession does no I/O; the caller
-// must call Close.
+// Bad input (too few or an even number of clients, a nil, repeated, Ring or
+// cluster client, or an option refused or breaking a rule) returns an error
+// matching ErrInvalid. It does no I/O; the caller must call Close.
 func NewRedlockSession(clients []Client, opts ...Option) (*Session, error) {
 	switch n := len(clients); {
 	case n < 3:
