@@ -209,7 +209,7 @@ func (s *Session) renewArgs(locks []*Lock) [][]any {
 
 // node is the place of a session on one Redis server (also a primary found
 // through Sentinel, or a Cluster, whose client routes each name to its
-// slot's primary); c is the session's client, on which Session.call runs
+// slot's primary); c is the session's client, on which combiner.call runs
 // single scripts. With WithReplicaAcks every write is followed by WAIT on
 // the same connection, and a write too few replicas acknowledged does not
 // count.
