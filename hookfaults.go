@@ -74,12 +74,8 @@ func failUnsent(cmds []*redis.Cmd, err error) {
 
 // hookPanicError is the error of each command that a hook on the user's
 // client panicked while running, before or after the command reached Redis.
-// The panic goes no further: the library sends commands on its own
-// goroutines too (Observe's reads, renewals, background deletes, Redlock's
-// node calls), where it would end the process. For an acquire, the outcome
-// is then unknown, and its token is deleted as after any lost reply. It does
-// not unwrap to the panic value: a value that reads as a Redis error (say
-// WRONGTYPE) is not Redis's reply, and must not be classified as one.
+// It does not unwrap to the panic value: a value that reads as a Redis error
+// (say WRONGTYPE) is not Redis's reply, and must not be classified as one.
 type hookPanicError struct{ v any }
 
 // Error names the panic value's type, not the value, which can quote a
