@@ -38,12 +38,12 @@
 //
 // Release, Resign and Close end a term of Run at once: Done closes and
 // onElected's context is cancelled. Only Run deletes the key, once onElected
-// has returned, so one term's work never overlaps the next leader's; the key
-// is not renewed meanwhile and expires after the TTL. Release does not wait
-// for that delete, so onElected may call it; Resign and Close wait until
-// their ctx ends. From inside onElected, pass them onElected's context (or
-// one derived from it, also through nested Runs): they then wait for all
-// but the onElected calls they were called from, not until ctx ends.
+// has returned, so one term's work never overlaps the next leader's; the
+// unrenewed key expires first if onElected outlasts the TTL. Release does
+// not wait for that delete, so onElected may call it. Resign and Close wait
+// for it, at most until their ctx ends. Inside onElected, pass them its
+// context (or one derived from it, also through nested Runs), so they skip
+// waiting for the onElected calls they were called from, which cannot return.
 //
 // # Waiting
 //
