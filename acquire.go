@@ -19,9 +19,8 @@ import (
 // if any; or a Redis error that retrying cannot fix (wrong key type, missing
 // permission). Transient Redis errors are retried. If an attempt's outcome
 // was unknown when Lock gives up, the key is released with this attempt's
-// token, so no unowned lock is left behind. A session never waits for
-// itself: on a name it holds, Lock returns at once an error matching
-// ErrLocked that says so.
+// token, so no unowned lock is left behind. On a name this session holds,
+// Lock returns an error matching ErrLocked at once.
 func (s *Session) Lock(ctx context.Context, name string) (*Lock, error) {
 	k, err := keysOf(name)
 	if err != nil {
@@ -32,7 +31,7 @@ func (s *Session) Lock(ctx context.Context, name string) (*Lock, error) {
 
 // TryLock makes one attempt to acquire name. It returns an error matching
 // ErrLocked if another owner holds it (wrapped with the holder's fence) or
-// this session does (locks are not reentrant), an error matching ErrInvalid
+// this session does, an error matching ErrInvalid
 // for a bad name, ErrSessionClosed, or a Redis error; in the last case the
 // key is released with this attempt's token in case the attempt took effect.
 func (s *Session) TryLock(ctx context.Context, name string) (*Lock, error) {

@@ -13,7 +13,9 @@ import (
 // (acquire attempts, inspections, proclamations, a waiter leaving its queue,
 // a Redlock fence write-back) share pipelines when they overlap, in that
 // server's combiner (a Redlock session has one per node); a release or
-// give-back is never queued (callNow). While fewer than maxOnWire calls or
+// give-back is never queued (callNow), renewals are already one pipeline
+// per round, and an acquire with WithReplicaAcks (followed by its WAIT) is
+// sent alone. While fewer than maxOnWire calls or
 // batches of the session are on the wire, a caller sends its own command at
 // once, on its own goroutine and context, as it would without coalescing. A
 // call that arrives when maxOnWire are on the wire joins a queue instead;
@@ -28,7 +30,9 @@ import (
 // the wire: the queue leaves a round trip sooner, with no slot to wait for,
 // and on one name tried by many of the session's goroutines each round trip
 // hands the name on (an acquisition needs the last release to have landed,
-// and its holder releases only once it has learnt that it holds). Should the
+// and its holder releases only once it has learnt that it holds); without
+// WithFairness, the session's own contenders so try ahead of other
+// sessions' waiters, whom the release wakes. Should the
 // release meet a server without its script, its re-send runs after the calls
 // taken along, of which one on its name then finds the name still held, as
 // it would have just before: that call was made first.
@@ -63,15 +67,17 @@ import (
 //
 // What changes: a batched command (a release with calls taken along too)
 // runs on a context without its caller's values (hooks on the user's client
-// see the batch's context, on a goroutine of the session), and a
-// server that stops answering holds up the session's queued calls, each
-// until its own deadline, once maxOnWire calls are stuck on it. A release
+// see one ProcessPipelineHook call with the batch's context, on a goroutine
+// of the session), and a server that stops answering holds up the session's
+// queued calls, each until its own deadline, once maxOnWire calls are stuck
+// on it. On a Cluster, calls for a name on a healthy node can so wait
+// behind a node that stopped answering; a Redlock node holds up only its
+// own queue, which no operation waits for once a quorum answered. A release
 // that took calls along runs first in Redis, but its caller has its reply
 // only with the whole pipeline's (go-redis reads them all): its context can
 // end first (Release then reports an error, and the delete, already done,
-// is retried in the background). A hook on the client that panics while a
-// shared pipeline is sent fails every call in it (hookPanicError), and so
-// does one that ends the goroutine (runtime.Goexit, errHookGoexit).
+// is retried in the background). A hook fault (hookfaults.go) fails every
+// call of its pipeline.
 //
 // No goroutine is left: a flusher ends when the queue is empty, and Close
 // waits until nothing is on the wire.

@@ -52,8 +52,8 @@ func (e *Election) Name() string { return e.keys.name }
 // when ctx ends and ErrSessionClosed when the session closes, promptly in
 // both cases, leaving no key behind; an error matching ErrInvalid when value
 // is longer than 64 KiB; an error matching ErrLocked when this session
-// already leads (a session never waits for itself); or a Redis error that
-// retrying cannot fix. Transient Redis errors are retried.
+// already leads; or a Redis error that retrying cannot fix. Transient Redis
+// errors are retried.
 func (e *Election) Campaign(ctx context.Context, value string) (*Lock, error) {
 	if err := checkValue(value); err != nil {
 		return nil, err
@@ -76,18 +76,13 @@ func (e *Election) TryCampaign(ctx context.Context, value string) (*Lock, error)
 }
 
 // Resign ends this session's leadership of the election, if it leads
-// (whether Campaign or Run won it), as the leadership Lock's Release does.
-// For a term of Run it then waits until Run has deleted the key, returning
-// what the delete returned, or until ctx ends, returning an error that wraps
-// ctx's; from inside onElected it does not wait (see the package
-// documentation, section Elections). Run then campaigns again, as when
-// onElected returns nil; to stop campaigning, end Run's context.
-//
-// When this session does not lead the election (it never did, or its
-// leadership has ended already), Resign returns nil and writes nothing, as
-// etcd's does; but while Run has yet to delete a resigned term's key, it
-// waits for that delete too. It does not stop a Campaign or Run that is
-// still campaigning. Otherwise it returns what Release returns.
+// (whether Campaign or Run won it), and returns what the leadership Lock's
+// Release returns. For a term of Run it waits for Run's delete of the key
+// and returns that delete's error, or one wrapping ctx's when ctx ends
+// first (package documentation, Elections). Run then campaigns again; to
+// stop it, end Run's context. When this session does not lead, Resign
+// writes nothing and returns nil, as etcd's does, once a resigned term's
+// delete is done. It does not stop a Campaign or Run still campaigning.
 func (e *Election) Resign(ctx context.Context) error {
 	l := e.s.leading(e.keys.name)
 	if l == nil {
@@ -100,30 +95,17 @@ func (e *Election) Resign(ctx context.Context) error {
 }
 
 // Proclaim publishes value as this leader's new value without resigning:
-// the key keeps its token, its fence and its TTL, so the leadership, its
-// Lock and its fencing token stay as they are; Leader and Observe report the
-// new value with the same Fence, and the leadership's Lock.Value returns it.
+// the key keeps its token, fence and TTL. Leader, Observe and the
+// leadership's Lock.Value then report the new value with the same Fence.
 //
-// Proclaim returns an error matching ErrInvalid, without Redis I/O, when value
-// is longer than 64 KiB, and on a Redlock session (a value stored on only
-// some nodes could not be told apart from the former one by readers);
-// ErrSessionClosed when the session is closed; and an error matching
-// ErrNotLeader, writing nothing, when this session does not lead the
-// election. When Redis says the key no longer holds this leadership's token,
-// the leadership ends with ErrNotOwner and the error matches both
-// ErrNotLeader and ErrNotOwner. The call is bounded by ctx, the call timeout
-// and the leadership's local deadline. Proclaim does not wait for replicas
-// (WithReplicaAcks): after a failover the former value may come back.
-//
-// After any other error (a Redis error, or ctx ending while the request was
-// on its way) the stored value may be the former one or this one, even
-// later (the request can still reach Redis), and Lock.Value keeps the
-// former, the last one a Proclaim returned nil for; Proclaim again. Once a
-// Proclaim has returned nil, no earlier Proclaim of the leadership
-// overwrites its value: calls on one leadership run one at a time, each
-// carries the next number of the term's sequence, which Redis keeps (in the
-// key redisleader:{name}:seq), and a request that reaches Redis after a
-// later one's writes nothing.
+// It returns an error matching ErrInvalid, without I/O, for a value over
+// 64 KiB or on a Redlock session; ErrSessionClosed; or one matching
+// ErrNotLeader, writing nothing, when this session does not lead. If Redis
+// no longer holds the token, the leadership ends and the error matches
+// ErrNotOwner too. After another error the stored value may be either, even
+// later, and Lock.Value keeps the former: Proclaim again. No earlier
+// Proclaim overwrites one that returned nil (proclaimScript). Proclaim does
+// not wait for replicas: after a failover the former value may come back.
 func (e *Election) Proclaim(ctx context.Context, value string) error {
 	if err := checkValue(value); err != nil {
 		return err

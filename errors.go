@@ -18,8 +18,7 @@ var (
 	ErrInvalid = errors.New("redisleader: invalid argument")
 
 	// ErrLocked is returned by TryLock when another owner holds the key, and
-	// by Lock, TryLock and Campaign when this session holds it (a session
-	// never waits for itself).
+	// by Lock, TryLock and Campaign when this session holds it.
 	ErrLocked = errors.New("redisleader: held by another owner")
 
 	// ErrLost is matched by both ways of losing ownership without releasing it:
@@ -144,8 +143,7 @@ func permanent(err error) bool {
 var permanentPrefixes = []string{"WRONGTYPE", "NOPERM", "ERR The user executing the script can't", "ERR ACL failure in script",
 	"NOAUTH", "WRONGPASS", "ERR unknown command", "ERR Error compiling script", "ERR redisleader:"}
 
-// heldError: the session asked for a name it holds itself. Locks are not
-// reentrant, and a session never waits for itself.
+// heldError: the session asked for a name it holds itself.
 type heldError struct{ name string }
 
 func (e *heldError) Error() string {

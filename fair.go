@@ -8,9 +8,7 @@ import (
 	"time"
 )
 
-// Fair mode (WithFairness): waiters are served in the order Redis saw them
-// arrive, and a waiter that dies, pauses, is cut off or gives up holds the
-// queue up for at most one TTL.
+// Fair mode (WithFairness; its contract is in doc.go, section Fairness).
 //
 // The queue of a name lives in the name's slot, next to the lock: a sorted
 // set of waiters by arrival (server TIME in µs) and a sorted set of their
@@ -42,13 +40,9 @@ import (
 // nothing that matters: waiters join again on their next attempt, in the
 // order of those attempts.
 //
-// Fairness holds among the fair sessions of a name: a default-mode session
-// ignores the queue (it takes a free lock at once, and its release wakes
-// nobody in particular), so use one mode per name. Safety does not depend
-// on it: the lock key is taken the same way in both modes.
-//
-// A session never waits for a name it holds, in fair mode too: its other
-// acquisitions of that name fail with ErrLocked while it holds it.
+// A default-mode session ignores the queue (it takes a free lock at once,
+// and its release wakes nobody in particular). Safety does not depend on
+// the mode: the lock key is taken the same way in both.
 
 // A waiter is one fair acquisition's place in a name's queue, kept across
 // its attempts (and their tokens).

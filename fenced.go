@@ -41,39 +41,16 @@ const maxFence = 1<<53 - 1
 
 // FencedSet stores value in key if, and only if, fence is at least the
 // highest fence key has accepted, and records fence as the new highest, in
-// one atomic script. Pass the fence of the lock or leadership under which
-// the write is made (Lock.Fence): a former owner that resumes after a pause
-// writes with a lower fence than its successor's and is refused.
+// one atomic script. Pass the fence of the lock under which the write is
+// made (Lock.Fence): a former owner that resumes after a pause writes with
+// a lower fence than its successor's and is refused. key is a hash; read the
+// data with HGET key value. FencedSet needs no Session, keeps no state and
+// is safe for concurrent use, on any Client but a *redis.Ring.
 //
-// Layout and rules: key becomes (or stays) a hash {value: value, fence:
-// fence}; read it with HGET key value. Equal fences are accepted (one owner
-// writes many times). The key's TTL, if any, is kept. FencedSet needs no
-// Session and keeps no state: any number of goroutines and processes may
-// call it at once (Redis runs each call's script atomically), through any
-// Client, *redis.ClusterClient included (one key, one slot).
-//
-// Errors:
-//   - fence below the highest accepted: an error matching ErrStaleFence that
-//     says the highest; nothing is written.
-//   - key empty, c nil or a *redis.Ring (its shards each keep their own
-//     record), fence outside [1, 2^53−1]: ErrInvalid; no I/O.
-//   - key holds another type (a string, a list…): a WRONGTYPE error, and a
-//     hash without a valid "fence" field: an error; both name the rule, and
-//     the key keeps its value, type and TTL.
-//   - an ACL denial names the denied command; nothing is written.
-//   - anything else is the Redis or context error. Then the write may or may
-//     not have happened; repeating it with the same fence is safe. The call
-//     returns when ctx ends or one second (a session's default call timeout)
-//     after its start, whichever is sooner, whatever Redis or the client
-//     does. A request still unanswered then is left to the client, on a
-//     goroutine that ends when the client gives up on it: at that bound with
-//     ContextTimeoutEnabled, else at its ReadTimeout or when it is closed.
-//
-// When the key is deleted or evicted, or expires, the fence record goes with
-// the data, and the next fenced write, whatever its fence, is accepted and
-// starts a new record: a paused former owner that writes after that succeeds.
-// Use maxmemory-policy noeviction, and FencedDel rather than DEL to remove
-// the data.
+// A stale fence returns an error matching ErrStaleFence; bad input, one
+// matching ErrInvalid; neither writes. After another error the write may or
+// may not have happened: repeat it with the same fence. The call ends with
+// ctx or within one second. The README's Fenced writes has the rules.
 func FencedSet(ctx context.Context, c Client, key, value string, fence int64) error {
 	return fencedWrite(ctx, c, key, fence, []any{nil, nil, 1, key, fence, value})
 }

@@ -17,9 +17,15 @@ import (
 // commands it hit (hookPanicError), a Goexit fails the calls it cut short
 // (errHookGoexit), and the work they belonged to is cleaned up as after a
 // lost reply: an acquire's token is deleted, a heartbeat or an Observe
-// reader is restarted, a release is retried by the heartbeat. Hooks that
-// run inside go-redis where no command of ours can see them (a Cluster
-// client's OnNewNode, a dial in the pool) are go-redis's to handle.
+// reader is restarted after the retry delay, a release is retried by the
+// heartbeat. A caller's goroutine so ended (in TryLock, Release, Close, Run)
+// leaves nothing that the heartbeat does not delete or the TTL not end. The
+// error never quotes the panic value, which can quote tokens. Hooks that
+// go-redis runs on goroutines of its own are out of reach: a panic in a
+// Cluster client's OnNewNode ends the process; a panic or Goexit in a dial
+// or handshake costs the pool a connection for good, and on the session's
+// pub/sub connection leaves go-redis's PubSub locked, which ends the process
+// or hangs Close.
 
 // errHookGoexit fails the calls of a pipeline whose goroutine a hook on the
 // client ended (runtime.Goexit) while it was sent.
@@ -68,12 +74,8 @@ func failUnsent(cmds []*redis.Cmd, err error) {
 
 // hookPanicError is the error of each command that a hook on the user's
 // client panicked while running, before or after the command reached Redis.
-// The panic goes no further: the library sends commands on its own
-// goroutines too (Observe's reads, renewals, background deletes, Redlock's
-// node calls), where it would end the process. For an acquire, the outcome
-// is then unknown, and its token is deleted as after any lost reply. It does
-// not unwrap to the panic value: a value that reads as a Redis error (say
-// WRONGTYPE) is not Redis's reply, and must not be classified as one.
+// It does not unwrap to the panic value: a value that reads as a Redis error
+// (say WRONGTYPE) is not Redis's reply, and must not be classified as one.
 type hookPanicError struct{ v any }
 
 // Error names the panic value's type, not the value, which can quote a

@@ -9,25 +9,15 @@ import (
 
 // Hooks are callbacks through which a session reports what happens to the
 // names it holds and observes, for metrics and alerts (see WithHooks, and
-// the adapters/prometheus and adapters/otel modules). Each field is
-// optional: a nil one is never called, and a session without hooks pays
-// nothing for them.
-//
-// The contract:
-//   - Hooks are called synchronously on the library's goroutines (the
-//     acquiring goroutine, the heartbeat, a deadline timer, an Observe
-//     goroutine, and any caller of a method that can end a lock: Lock,
-//     TryLock, Campaign, Run, Release, Resign, Proclaim, Held, Err, Close),
-//     Acquired, Lost and Released while that lock's internal mutex is held.
-//     They must not block and must not call into this package; hand
-//     anything slow to another goroutine.
-//   - They may be called concurrently with each other and with themselves,
-//     for different names and sessions.
-//   - For one acquisition, Acquired is called once, when it is handed to
-//     its caller, and then exactly one of Lost or Released, once it ends.
-//     An acquisition that ended before it was handed over (WithTakeoverDelay)
-//     reports nothing.
-//   - A panic in a hook is not recovered.
+// the adapters/prometheus and adapters/otel modules). A nil field is never
+// called, and a session without hooks pays nothing for them. Hooks run
+// synchronously: on the heartbeat, deadline timers, Observe goroutines, and
+// any caller of a method that can start or end a lock (Held, Err included);
+// Acquired, Lost and Released under that lock's mutex. They must not block
+// or call into this package. They may run concurrently, for different names
+// and sessions. An acquisition reports Acquired once, when handed to its
+// caller, then exactly one of Lost or Released; one that ended before
+// (WithTakeoverDelay) reports nothing. A panic in a hook is not recovered.
 type Hooks struct {
 	// Acquired: Lock, TryLock, Campaign or Run acquired a name and is handing
 	// it to its caller.

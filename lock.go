@@ -163,13 +163,9 @@ func (l *Lock) Deadline() time.Time {
 // Release returns nil if it was released before, or the reason it ended
 // (ErrNotOwner, ErrExpired, ErrSessionClosed). A Redis error is returned
 // wrapped; the session then retries the delete in the background (the key
-// expires within the TTL at the latest). The call is bounded by ctx and the
-// call timeout.
-//
-// A term of Election.Run is deleted by Run once onElected has returned:
-// Release ends it (onElected's context is cancelled with cause ErrReleased)
-// and returns nil without waiting for that delete, so it may be called from
-// onElected itself; Election.Resign is the form that waits.
+// expires within the TTL at the latest). A term of Election.Run ends, and
+// Release returns nil without waiting for Run's delete (package
+// documentation, Elections).
 func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, false) }
 
 // release is Release; for a Run term, wait says whether to wait for Run's

@@ -7,19 +7,13 @@ import (
 
 // Observe returns a channel of leader changes: the current state first, then
 // one Leader per change, with Fence 0 meaning nobody leads; between two
-// leaders it always sends that vacancy, however short. Every state sent
-// was read from Redis; a message on the name's pub/sub channel only makes the
-// observer read at once, and the state is also read when the leader's lease
-// can have expired (expiry publishes nothing). So a lost or forged message
-// cannot make the channel report anything Redis did not say, and a lost one
-// delays a change by at most about one TTL (see the package documentation,
-// section Waiting). A term shorter than a read may be missed; the latest
-// state always arrives.
+// leaders it always sends that vacancy, however short. Every state sent was
+// read from Redis (package documentation, Waiting). A term shorter than a
+// read may be missed; the latest state always arrives.
 //
-// The channel buffers 64 changes; when it is full the oldest is dropped, so
-// a slow reader never blocks the library. The channel is closed, by this
-// package, when ctx ends or the session closes; errors reading Redis are
-// retried and are not reported on the channel.
+// The channel buffers 64 changes, dropping the oldest when full, so a slow
+// reader never blocks the library. This package closes it when ctx ends or
+// the session closes. Errors reading Redis are retried, not reported.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader, observeBuffer)
 	if e.s.enter() != nil {

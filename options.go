@@ -138,40 +138,29 @@ func WithTakeoverDelay(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.takeoverDelay = d })
 }
 
-// WithReplicaAcks turns on a replication safety level (see the package
-// documentation, section Topologies): every acquire and every renewal round
-// is followed, on the same connection, by WAIT n timeout, and counts only if
-// at least n replicas acknowledged it. An acquire that is not acknowledged
-// is not taken (its key is deleted again; TryLock returns ErrReplication,
-// blocking acquisitions retry); a renewal that is not acknowledged is
-// retried until the local deadline, where ownership ends.
+// WithReplicaAcks follows every acquire and renewal round, on the same
+// connection, by WAIT n timeout, and counts it only if n replicas
+// acknowledged it. An unacknowledged acquire is not taken (its key is
+// deleted; TryLock returns ErrReplication, blocking acquisitions retry); an
+// unacknowledged renewal is retried until the local deadline. This narrows
+// failovers, but WAIT is not consensus: see the README's topologies.
 //
-// The default is off. n must be at least 1; timeout must be a positive
-// whole number of milliseconds below the call timeout. An unacknowledged
-// WAIT takes up to timeout + 1/hz (Redis checks the timeout in its event
-// loop: 100ms at the default hz 10): leave that much room below the call
-// timeout, or the call times out first (same outcome, another error). Not
-// available with a *redis.ClusterClient or a wrapper around one, its
-// AutoPipeline client included (WAIT must run on the connection that
-// wrote), nor with NewRedlockSession.
+// The default is off. n must be at least 1, and timeout a positive whole
+// number of milliseconds below the call timeout, leaving 1/hz of room (an
+// unacknowledged WAIT takes up to timeout + 1/hz: 100ms at Redis's default
+// hz 10). Not available with a *redis.ClusterClient or a wrapper around one,
+// its AutoPipeline client included (WAIT must run on the connection that
+// wrote).
 func WithReplicaAcks(n int, timeout time.Duration) Option {
 	return optionFunc(func(c *config) { c.acks, c.acksSet = replicaAcks{n: n, timeout: timeout}, true })
 }
 
 // WithFairness makes every blocking acquisition of the session (Lock,
 // Campaign, Run) wait in a first-come, first-served queue per name, and
-// TryLock succeed only if the name is free and nobody waits for it. A
-// waiter's place is a lease like a lock, renewed by the session's
-// heartbeat: one that dies, pauses, is cut off from Redis or whose context
-// ends holds the queue up for at most one TTL. A release wakes the first
-// waiter only. See the package documentation, section Fairness, for what
-// it costs and what it guarantees; fairness holds among the fair sessions
-// of a name, so use one mode per name.
-//
-// The default is off: waiters race for a released name, which is faster
-// (no queue to keep) but lets one waiter win again and again. Not
-// available with NewRedlockSession: independent nodes each have their own
-// queue, and no order among them is defined.
+// TryLock succeed only if the name is free and nobody waits for it. The
+// package documentation, section Fairness, says what it guarantees and
+// costs. The default is off: waiters race for a released name, which is
+// faster (no queue to keep) but lets one waiter win again and again.
 func WithFairness() Option {
 	return optionFunc(func(c *config) { c.fair = true })
 }

@@ -17,16 +17,13 @@ import (
 // acquisition holds while a quorum of len(clients)/2+1 nodes hold its token.
 // clients must be an odd number, at least 3, of clients for distinct,
 // independent servers (not replicas of each other, not one Cluster). The
-// session works as one from NewSession, with the same options, except that
-// Election.Proclaim is refused; how the quorum changes each operation, and
-// what Redlock does not tolerate, is in the package documentation, section
-// Redlock.
+// session works as one from NewSession, except that WithReplicaAcks,
+// WithFairness and Election.Proclaim are not available. docs/MECHANISMS.md
+// says how each operation uses the quorum, and why these three are not.
 //
-// Bad input (fewer than 3 clients, an even number, a nil, repeated, Ring or
-// cluster client, an option that breaks a rule, or WithReplicaAcks, which is
-// not available in Redlock mode: each node is meant to stand alone) returns
-// an error matching ErrInvalid. NewRedlockSession does no I/O; the caller
-// must call Close.
+// Bad input (too few or an even number of clients, a nil, repeated, Ring or
+// cluster client, or an option refused or breaking a rule) returns an error
+// matching ErrInvalid. It does no I/O; the caller must call Close.
 func NewRedlockSession(clients []Client, opts ...Option) (*Session, error) {
 	switch n := len(clients); {
 	case n < 3:
@@ -268,8 +265,7 @@ func (q *quorum) acquire(ctx context.Context, l *Lock, deadline time.Time) acqui
 // fence, so whoever takes the node next, after our key expired there, gets
 // a larger fence from the node's clock; before that, only our release can
 // free it, and it raises the node's fence key to fence first. Every later
-// owner's quorum shares a node with ours. See the package documentation,
-// section Redlock.
+// owner's quorum shares a node with ours. See docs/MECHANISMS.md, Fences.
 func (q *quorum) fenceSafe(replies []nodeAcquire, fence int64) bool {
 	ttl := q.s.cfg.ttl.Microseconds()
 	for i := range replies {
@@ -490,8 +486,8 @@ func (d *quorumDeleted) outcome(q *quorum) deleted {
 // stored with its token. Until the holder's first renewal each node of its
 // quorum may hold the fence it issued itself, of which the acquisition took
 // the largest; a renewal (and a write-back at acquire) stores that one on
-// every node that holds the token. See the package documentation, section
-// Redlock, for the one case where this is larger than the holder's fence.
+// every node that holds the token. See docs/MECHANISMS.md (Leader and
+// Observe) for the one case where this is larger than the holder's fence.
 func holderFence(held []holder, token string) int64 {
 	var fence int64
 	for _, h := range held {

@@ -7,28 +7,17 @@ import (
 )
 
 // Run campaigns for leadership with value and, for each term it wins, calls
-// onElected on Run's goroutine (never concurrently with itself) with the
-// term's Lock and a context that is cancelled the moment the term ends or
-// ctx does; context.Cause says why (ErrExpired, ErrNotOwner,
-// ErrSessionClosed, ErrReleased after Resign or Release, or ctx's cause).
-// Once onElected has returned, Run releases the leadership (see the package
-// documentation, section Elections) and campaigns again. Pass
-// leadership.Fence() with every write to a resource that can check it.
-//
-// onElected should return when its context is cancelled:
-//   - If it returns after leadership was lost, whatever it returns, Run
-//     campaigns again (a non-nil error is logged).
-//   - If it returns nil while still leading, Run resigns and campaigns again
-//     (another candidate may win).
-//   - If it returns an error while still leading, Run resigns and returns
-//     that error.
-//   - If it panics, Run resigns first (so the others take over at once) and
-//     the panic continues up Run's caller.
+// onElected on Run's goroutine with the term's Lock and a context cancelled
+// when the term ends or ctx does; context.Cause says why (ErrExpired,
+// ErrNotOwner, ErrReleased, ErrSessionClosed, or ctx's cause). onElected
+// should then return. Once it has, Run releases the term (package
+// documentation, Elections) and campaigns again; an error returned after
+// the loss is logged, and one returned while still leading ends Run with it.
+// If onElected panics, Run resigns first and the panic goes on.
 //
 // Run returns ctx's error when ctx ends, ErrSessionClosed when the session
-// closes, what Campaign returns otherwise (ErrLocked when the session
-// already leads this election, in another Run say), or an error matching
-// ErrInvalid for a nil onElected or a value over 64 KiB.
+// closes, what Campaign returns otherwise, or an error matching ErrInvalid
+// for a nil onElected or a value over 64 KiB.
 func (e *Election) Run(ctx context.Context, value string, onElected func(ctx context.Context, leadership *Lock) error) error {
 	if onElected == nil {
 		return invalidf("Run: onElected must not be nil")

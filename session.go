@@ -17,23 +17,16 @@ import (
 
 // Client is the part of go-redis this package uses: running a command
 // (scripts, as EVALSHA/EVAL), pipelining several, and one pub/sub connection
-// per session for release notifications. *redis.Client (also as
-// returned by redis.NewFailoverClient), *redis.ClusterClient and
-// redis.UniversalClient implement it, as does any wrapper that embeds one (to
-// inject faults in tests, say). Hooks added to the client with AddHook see
-// every command this package sends.
+// per session. *redis.Client (also from redis.NewFailoverClient),
+// *redis.ClusterClient, redis.UniversalClient and any wrapper that embeds
+// one implement it. Hooks added with AddHook see every command sent.
 //
-// The client that AutoPipeline returns on a *redis.Client or a
-// *redis.ClusterClient (go-redis v9.22+) implements it as well, and counts
-// as the client under it: over a *redis.ClusterClient, as a cluster client.
-//
-// *redis.Ring implements it too, but NewSession and NewRedlockSession reject
-// it: each Ring client decides on its own when a shard is down and moves
-// that shard's keys to another, so two clients can hold the same name on
-// different shards at once. They recognise a Ring or a *redis.ClusterClient
-// by its methods, also when a wrapper embeds it (as a pointer, or in an
-// embedded interface) or an AutoPipeline client stands on it; a wrapper
-// that holds it in a named field hides it.
+// NewSession and NewRedlockSession reject a *redis.Ring: each Ring client
+// moves a down shard's keys on its own, so two clients can hold one name on
+// different shards. They recognise a Ring or ClusterClient by its methods,
+// also embedded in a wrapper (as a pointer, or in an embedded interface) or
+// under an AutoPipeline client (go-redis v9.22+), which counts as the client
+// under it; not held in a named field.
 type Client interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 	Pipeline() redis.Pipeliner
@@ -164,21 +157,17 @@ func (s *Session) enter() error {
 	return nil
 }
 
-// Close ends the session. Every lock it holds ends with ErrSessionClosed
-// (Done closes, Held turns false, Run's onElected contexts are cancelled),
-// then their keys are released in Redis (compare-and-delete, one pipelined
-// round trip) so that waiting owners take over at once, except Run's terms,
-// which Run releases. Then Close stops the heartbeat, the pub/sub
-// connection, observers and acquisitions in flight, and waits for them and
-// for Run's releases, so that the client can be closed next. Blocking calls
-// on the session return ErrSessionClosed. From inside onElected, pass
-// onElected's context (see the package documentation, section Elections).
+// Close ends the session. Every lock it holds ends with ErrSessionClosed,
+// and its key is released in one pipelined round trip, so waiters take
+// over at once; Run releases its own terms (package documentation,
+// Elections). Close then stops the heartbeat, the pub/sub connection,
+// observers and acquisitions, and waits for them and Run's releases, so the
+// client can be closed next. Blocking calls return ErrSessionClosed.
 //
-// Close returns when all that is done, or with ctx's error when ctx ends
-// first (the rest then finishes in the background). A failed release is
-// returned; those keys expire within one TTL. Later and concurrent calls
-// wait for the first to finish and return nil, or ctx's error when their
-// own ctx ends first.
+// Close returns when all that is done, or ctx's error when ctx ends first
+// (the rest finishes in the background). A failed release is returned;
+// those keys expire within one TTL. Later and concurrent calls wait for the
+// first and return nil, or ctx's error when their own ctx ends first.
 func (s *Session) Close(ctx context.Context) error {
 	chain := termsOf(ctx)
 	if chain.of(s) {
