@@ -208,7 +208,7 @@ func (a *acquisition) trackPlace(acquired bool) {
 
 // wait sleeps after a failed attempt r as delay says: until a message if
 // delay follows them, and in any case until this session takes the name
-// (Session.add nudges its waiters), since a session never waits for itself.
+// (Session.add wakes its waiters).
 func (a *acquisition) wait(ctx context.Context, r acquired, err error, locked bool) error {
 	d, follow := a.delay(r, err, locked)
 	if a.s.cfg.test.pause != nil {

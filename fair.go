@@ -254,10 +254,10 @@ end
 // then (join) ZREM the dead, ZADD our place (kept if we have a live one) and
 // lease, and PEXPIREAT both queue keys to the latest lease end, so that no
 // queue key outlives its last waiter's lease.
-var fairAcquireScript = newScript("de65db4a46c36572da66e99fc3ae43187635e331", guarded(luaFence+luaTake+luaQueue+`
+var fairAcquireScript = newScript("ae14a00f00fe2ea4e2470a6a7df4e125fe75ba9c", guarded(luaFence+luaTake+luaQueue+`
 local cur = call('GET', KEYS[1])
 local placed = call('ZSCORE', KEYS[3], ARGV[4])
-if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
+if ours(cur) then
   if placed then
     call('ZREM', KEYS[3], ARGV[4])
     call('ZREM', KEYS[4], ARGV[4])
@@ -310,7 +310,7 @@ return {0, cur or false, pttl, ahead, headLeft}
 // Replies 1 if renewed, 0 if the waiter has no live place (then it writes
 // nothing). It publishes nothing; its writes (ZADD the lease, PEXPIREAT
 // both keys to the latest lease end) come last.
-var keepPlaceScript = newScript("f3b84e0970988642612b02eded093ad3cb755338", guarded(luaQueue+`
+var keepPlaceScript = newScript("ae5774cc888f73b9f13f9cd62bd8eb36bfbb86e2", guarded(luaQueue+`
 if not lease(KEYS[2], ARGV[1]) or not call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
 local until_ = now + tonumber(ARGV[2])
 local keep = keepUntil(KEYS[2], until_)
@@ -331,7 +331,7 @@ return 1
 // queue reads, PUBLISH the head's wake-up (as fairAcquireScript), ZREM from the
 // queue, ZADD the tombstone, PEXPIREAT the leases (to the latest lease or
 // tombstone end).
-var leaveScript = newScript("64b3aa50b8c9596df7eabe2e1ce02d7462990d6d", guarded(luaQueue+`
+var leaveScript = newScript("ba6443a60761d629d7689c326c9c3a679ca94882", guarded(luaQueue+`
 local placed = call('ZSCORE', KEYS[2], ARGV[1])
 local ends = now + tonumber(ARGV[2])
 local keep = keepUntil(KEYS[3], ends)
@@ -357,9 +357,9 @@ return 0
 // (then it writes nothing). Order: GET, the queue reads, PUBLISH "R",
 // PUBLISH the head's wake-up (as fairAcquireScript), DEL. It leaves the
 // queue as it is: the next acquire prunes it.
-var fairReleaseScript = newScript("3d0b5d67b200f426ec201e2e3a769bb87996c105", guarded(luaQueue+`
+var fairReleaseScript = newScript("d80da16bd11db92f9f6f3fb566fc04dd955cbb2d", guarded(luaQueue+`
 local cur = call('GET', KEYS[1])
-if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
+if ours(cur) then
   local head = headOf(KEYS[2], KEYS[3], nil)
   call('PUBLISH', KEYS[1] .. ':ch', 'R')
   if head then call('PUBLISH', wakeChannel(KEYS[1], head), head) end

@@ -138,7 +138,7 @@ func fencedReply(key string, fence int64, res any) error {
 // first asks redis.acl_check_cmd whether both are allowed, so a denial of
 // either leaves the key as it was (on 6.2, a user allowed HDEL but not HSET
 // would see the value deleted and the fence not raised, with the error).
-var fencedScript = newScript("4b62d9a252c92cd8868cd3711cc2e3f4111eedc6", guarded(`
+var fencedScript = newScript("51665a7daa330c43309a4ec14cfa034e522bed3c", guarded(`
 local kind = call('TYPE', KEYS[1])
 kind = kind.ok or kind
 if kind ~= 'none' and kind ~= 'hash' then

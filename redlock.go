@@ -587,7 +587,7 @@ func (q *quorum) proclaim(context.Context, *Lock, int64, string, time.Time) (boo
 // without a fence after it, is an error that writes nothing (see luaFence),
 // and a failure between the two SETs leaves the lock with this node's own,
 // smaller fence: a gap, never a fence key behind a lock.
-var redlockRenewScript = newScript("32c87a260a903e6c8b8db2869fbc6cbc8bd442ec", guarded(luaFence+luaOwn+`
+var redlockRenewScript = newScript("483a11e83a05c8dba1a6c61947f6bf5f0902a612", guarded(luaFence+luaOwn+`
 local cur, rest, nl = own()
 if not cur then return rest or 0 end
 local stored, err = readFence(KEYS[2])
@@ -614,9 +614,9 @@ return call('PEXPIRE', KEYS[1], ARGV[2])
 // TIME, PUBLISH "R", SET the fence key (if below F and TIME in µs is not
 // past F), DEL. A fence key that does not hold a fence is an error that
 // writes nothing: the key stays, and expires with its TTL.
-var redlockReleaseScript = newScript("5ff1fe6743f0a219664be15240de2bf334d9037d", guarded(luaFence+`
+var redlockReleaseScript = newScript("deef5890c9783cdce286edd3c308b714eb84a3d8", guarded(luaFence+`
 local cur = call('GET', KEYS[1])
-if not cur or string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\n' then return 0 end
+if not ours(cur) then return 0 end
 local stored, err = readFence(KEYS[2])
 if err then return err end
 local f = tonumber(ARGV[2])
