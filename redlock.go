@@ -105,7 +105,7 @@ func (q *quorum) deadlineCtx(ctx context.Context, deadline time.Time) (context.C
 // onNodesUntil waits for every call, as Close's own releases need.
 func onNodesUntil[T any](q *quorum, ctx context.Context, cancel context.CancelFunc, call func(ctx context.Context, i int, c Client) T, record func(i int, answer T) (settled bool)) {
 	r := &nodesRound{cancel: cancel, left: len(q.nodes), done: make(chan struct{}), start: time.Now()}
-	wg := &q.s.detached
+	wg := &q.s.left.wg
 	if r.waitAll = !q.s.detach(len(q.nodes)); r.waitAll {
 		wg = new(sync.WaitGroup)
 		wg.Add(len(q.nodes))
@@ -570,6 +570,50 @@ var errRedlockProclaim = invalidf("Proclaim is not available on a Redlock sessio
 
 func (q *quorum) proclaim(context.Context, *Lock, int64, string, time.Time) (bool, error) {
 	return false, errRedlockProclaim
+}
+
+// leftCalls counts the node calls that their operation stopped waiting for
+// (onNodesUntil); Close waits for them. ever: there ever were some (under
+// Session.mu).
+type leftCalls struct {
+	wg   sync.WaitGroup
+	ever bool
+}
+
+// detach registers n goroutines that may outlive the operation that starts
+// them, so that Close waits for them, unless the session is closed: it
+// then reports false, and the operation must wait for them itself.
+func (s *Session) detach(n int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return false
+	}
+	s.left.wg.Add(n) // under mu, so never concurrently with Close's Wait
+	s.left.ever = true
+	return true
+}
+
+// againLocked returns the locks whose tokens a call left behind (detach)
+// may set after Close's deletes: Close deletes them once more when every
+// call has ended (stopped). Run's terms are not among them: Run deletes
+// those after onElected returned. s.mu must be held.
+func (s *Session) againLocked(held []*Lock) []*Lock {
+	if !s.left.ever {
+		return nil
+	}
+	var again []*Lock
+	for _, l := range held {
+		if _, term := s.terms[l]; l.leftover && !term {
+			again = append(again, l)
+		}
+	}
+	for l, st := range s.stale {
+		if st.repeat {
+			again = append(again, l)
+		}
+	}
+	return again
 }
 
 // redlockRenewScript is renewScript for a Redlock session: it also writes

@@ -194,7 +194,7 @@ func TestResignAndProclaimRedlock(t *testing.T) {
 	e := mustElection(t, newRedlock(t, cs, WithTTL(10*time.Second), WithRenewInterval(3*time.Second)), "redlock-resign")
 	lead, err := e.Campaign(ctx, "a")
 	require.NoError(t, err)
-	e.s.detached.Wait()
+	e.s.left.wg.Wait()
 	before := make([]int64, len(cs))
 	for i, h := range scripts {
 		before[i] = h.n.Load()

@@ -54,25 +54,21 @@ type Session struct {
 	stale map[*Lock]staleness // ended locks whose token may still be in Redis
 	terms map[*Lock]*term     // leaderships Election.Run releases itself
 	// waiting: fair acquisitions whose places in a queue the heartbeat renews
-	waiting map[*waiter]struct{}
-	err     error         // nil until Close
-	idle    bool          // the heartbeat sleeps until kicked
-	done    chan struct{} // closed when Close starts
-	closed  chan struct{} // closed when the first Close has finished
-	kick    chan struct{} // capacity 1: work was added while idle
-	cancel  context.CancelFunc
-	hbDone  chan struct{}  // closed when the heartbeat goroutine has returned
-	checked bool           // the server check has run; the heartbeat's alone
-	watch   *watcher       // the session's pub/sub connection, started on first use
-	work    sync.WaitGroup // acquisitions in flight and Observe goroutines
-	// detached counts Redlock calls that their operation stopped waiting
-	// for (onNodesUntil); Close waits for them. leftBehind: there ever were
-	// some (under mu).
-	detached   sync.WaitGroup
-	leftBehind bool
-	dones      doneStates  // idle timers for the contexts of bound
-	combine    combiner    // calls through client waiting to share a pipeline (combine.go)
-	combiners  []*combiner // combine and, in Redlock mode, the other nodes'; Close waits for them
+	waiting   map[*waiter]struct{}
+	err       error         // nil until Close
+	idle      bool          // the heartbeat sleeps until kicked
+	done      chan struct{} // closed when Close starts
+	closed    chan struct{} // closed when the first Close has finished
+	kick      chan struct{} // capacity 1: work was added while idle
+	cancel    context.CancelFunc
+	hbDone    chan struct{}  // closed when the heartbeat goroutine has returned
+	checked   bool           // the server check has run; the heartbeat's alone
+	watch     *watcher       // the session's pub/sub connection, started on first use
+	work      sync.WaitGroup // acquisitions in flight and Observe goroutines
+	left      leftCalls      // Redlock's calls that their operation left behind (redlock.go)
+	dones     doneStates     // idle timers for the contexts of bound
+	combine   combiner       // calls through client waiting to share a pipeline (combine.go)
+	combiners []*combiner    // combine and, in Redlock mode, the other nodes'; Close waits for them
 	// id names the session's wake-up channels and waiters (fair mode)
 	id        string
 	waiterSeq atomic.Uint64 // numbers the session's waiters
@@ -212,28 +208,6 @@ func (s *Session) Close(ctx context.Context) error {
 	}
 }
 
-// againLocked returns the locks whose tokens a call left behind (detach)
-// may set after Close's deletes: Close deletes them once more when every
-// call has ended (stopped). Run's terms are not among them: Run deletes
-// those after onElected returned. s.mu must be held.
-func (s *Session) againLocked(held []*Lock) []*Lock {
-	if !s.leftBehind {
-		return nil
-	}
-	var again []*Lock
-	for _, l := range held {
-		if _, term := s.terms[l]; l.leftover && !term {
-			again = append(again, l)
-		}
-	}
-	for l, st := range s.stale {
-		if st.repeat {
-			again = append(again, l)
-		}
-	}
-	return again
-}
-
 // deadlineOnly returns a context with ctx's values and deadline that is not
 // cancelled with ctx.
 func deadlineOnly(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -269,7 +243,7 @@ func (s *Session) stopped(terms map[*Lock]*term, chain *terms, again []*Lock) <-
 	go func() {
 		<-s.hbDone
 		s.work.Wait()
-		s.detached.Wait()
+		s.left.wg.Wait()
 		s.closeCombiners() // batches too may hold calls left behind
 		if len(again) > 0 {
 			_ = s.releaseAll(context.Background(), again) // bounded by the call timeout
@@ -284,20 +258,6 @@ func (s *Session) stopped(terms map[*Lock]*term, chain *terms, again []*Lock) <-
 		close(s.closed)
 	}()
 	return stopped
-}
-
-// detach registers n goroutines that may outlive the operation that starts
-// them, so that Close waits for them, unless the session is closed: it
-// then reports false, and the operation must wait for them itself.
-func (s *Session) detach(n int) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err != nil {
-		return false
-	}
-	s.detached.Add(n) // under mu, so never concurrently with Close's Wait
-	s.leftBehind = true
-	return true
 }
 
 // add registers an acquired lock with the heartbeat and wakes the session's
