@@ -84,6 +84,25 @@ func (s *Session) acquire(ctx context.Context, k keys, value string, m mode) (*L
 	return a.run(ctx)
 }
 
+// waitChannel is the channel on which the session's blocking acquisitions
+// of k wait: in fair mode the session's wake-up channel for the name (a
+// release wakes the head waiter only), else the name's channel.
+func (s *Session) waitChannel(k keys) string {
+	if s.cfg.fair {
+		return k.wakeChannel(s.id)
+	}
+	return k.channel()
+}
+
+// address is what the wake-ups for w carry (its member id), or "" without
+// a waiter (default mode: every message on the name's channel counts).
+func (w *waiter) address() string {
+	if w == nil {
+		return ""
+	}
+	return w.id
+}
+
 // run makes attempts with one token until the key is ours, or (blocking)
 // ctx or the session ends, or (tryOnce) after one attempt. Every attempt uses
 // the same token, so an attempt whose reply was lost is confirmed by the
@@ -166,15 +185,11 @@ type acquisition struct {
 // it. again: the lease ended before it could be handed over and a blocking
 // acquisition starts over with a new token.
 func (a *acquisition) handOver(ctx context.Context) (l *Lock, again bool, err error) {
-	lost, err := a.l.takeover(ctx)
+	lost, err := a.l.handOver(ctx, a.start, a.mode == runTerm)
 	switch {
 	case err != nil:
 		return nil, false, err
 	case lost == nil:
-		if a.mode == runTerm {
-			a.s.registerTerm(a.l)
-		}
-		a.l.markDelivered(a.start)
 		return a.l, false, nil
 	case a.mode == tryOnce:
 		return nil, false, fmt.Errorf("redisleader: acquire %q: the lease ended before it could be handed over: %w", a.keys.name, lost)
@@ -404,34 +419,6 @@ func (l *Lock) giveBack(ctx context.Context) {
 	if l.s.place.release(ctx, l).retry {
 		l.leftover = true
 	}
-}
-
-// takeover waits out the takeover delay (WithTakeoverDelay) of a fresh
-// acquisition while the heartbeat renews it. It returns why the acquisition
-// ended if it ended before it could be handed over (a deadline can pass
-// even with no delay), or ctx's error or ErrSessionClosed if those ended
-// first (the key is then released, by the caller here or by Close).
-func (l *Lock) takeover(ctx context.Context) (lost, err error) {
-	if d := l.s.cfg.takeoverDelay; d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-l.Done():
-		case <-ctx.Done():
-			if l.end(ErrReleased) {
-				l.dispose(ctx, false)
-			}
-			return nil, ctx.Err()
-		case <-l.s.done:
-			return nil, ErrSessionClosed
-		}
-	}
-	lost = l.check()
-	if errors.Is(lost, ErrSessionClosed) {
-		return nil, lost
-	}
-	return lost, nil
 }
 
 // abandon ends an acquisition that will not be returned and returns err,

@@ -77,25 +77,6 @@ func (s *Session) newWaiter(k keys, value string, join bool) *waiter {
 	return w
 }
 
-// waitChannel is the channel on which the session's blocking acquisitions
-// of k wait: in fair mode the session's wake-up channel for the name (a
-// release wakes the head waiter only), else the name's channel.
-func (s *Session) waitChannel(k keys) string {
-	if s.cfg.fair {
-		return k.wakeChannel(s.id)
-	}
-	return k.channel()
-}
-
-// address is what the wake-ups for w carry (its member id), or "" without
-// a waiter (default mode: every message on the name's channel counts).
-func (w *waiter) address() string {
-	if w == nil {
-		return ""
-	}
-	return w.id
-}
-
 // keepPlace registers w with the heartbeat, which renews its place from now
 // on.
 func (s *Session) keepPlace(w *waiter) {
@@ -112,18 +93,6 @@ func (s *Session) dropPlace(w *waiter) {
 	s.mu.Lock()
 	delete(s.waiting, w)
 	s.mu.Unlock()
-}
-
-// wakeWaitersLocked wakes the session's queued waiters for name, which has
-// just become the session's: they find it held by their next look and end
-// (a session never waits for itself). A waiter not yet registered makes
-// that check after it registers. s.mu must be held.
-func (s *Session) wakeWaitersLocked(name string) {
-	for w := range s.waiting {
-		if w.keys.name == name && w.sub != nil {
-			w.sub.poke()
-		}
-	}
 }
 
 // waiters returns the waiters whose places the heartbeat renews.

@@ -2,15 +2,10 @@ package redisleader
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"math"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
-// A place is where a session's leases live: one Redis server (node, below)
+// A place is where a session's leases live: one Redis server (node, node.go)
 // or a majority of independent ones (quorum, in redlock.go). It runs the
 // scripts and turns what Redis answered into one outcome per lock; what the
 // session does with an outcome (arm a deadline, extend it, lose the lock,
@@ -76,105 +71,4 @@ type deleted struct {
 	err     error // the delete failed (for a quorum: on a quorum of nodes)
 	retry   bool  // it failed somewhere: the token may still be there
 	missing bool  // the key did not hold the token (for a quorum: on a quorum)
-}
-
-// acquireReply decodes one server's reply to the acquire script.
-func (l *Lock) acquireReply(res []any, err error) acquired {
-	if err != nil {
-		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, err)}
-	}
-	if len(res) < 2 {
-		// Never the reply itself: it could hold another owner's token.
-		return acquired{err: fmt.Errorf("redisleader: acquire %q: unexpected reply of %d elements", l.keys.name, len(res))}
-	}
-	if ok, _ := res[0].(int64); ok == 1 {
-		r := acquired{}
-		r.fence, _ = res[1].(int64)
-		if len(res) > 2 {
-			r.at, _ = res[2].(int64)
-		}
-		return r
-	}
-	r := acquired{ahead: -1}
-	if len(res) >= 5 {
-		ahead, _ := res[3].(int64)
-		ms, _ := res[4].(int64)
-		r.ahead, r.headLeft = int(ahead), time.Duration(ms)*time.Millisecond
-	}
-	if stored, ok := res[1].(string); ok {
-		h, ok := parseHolder(stored)
-		if !ok {
-			// Not another owner's lease: data someone else wrote, which no
-			// wait or retry will free.
-			return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, foreignValue(l.keys))}
-		}
-		r.fence = h.fence
-	}
-	if len(res) > 2 {
-		if ms, ok := res[2].(int64); ok && ms >= 0 {
-			r.left = millis(ms)
-		} else {
-			r.left = -1 // no TTL: nothing to align with
-		}
-	}
-	switch {
-	case res[1] == nil:
-		r.err = fmt.Errorf("%w (free, but waiters came first)", ErrLocked)
-	default:
-		r.err = fmt.Errorf("%w (fence %d)", ErrLocked, r.fence)
-	}
-	return r
-}
-
-// millis converts a PTTL in milliseconds, saturating where a Duration ends
-// (about 292 years) rather than wrapping to a negative or small wait.
-func millis(ms int64) time.Duration {
-	if ms > math.MaxInt64/int64(time.Millisecond) {
-		return math.MaxInt64
-	}
-	return time.Duration(ms) * time.Millisecond
-}
-
-// renewReply decodes one server's reply to the renew script.
-func renewReply(cmd *redis.Cmd) renewal {
-	n, err := cmd.Int64()
-	switch {
-	case err != nil:
-		return renewal{err: err}
-	case n == 0:
-		return renewal{lost: true}
-	}
-	return renewal{}
-}
-
-// deleteReply decodes one server's reply to the release script.
-func deleteReply(cmd *redis.Cmd) deleted {
-	n, err := cmd.Int64()
-	switch {
-	case err != nil:
-		return deleted{err: err, retry: true}
-	case n == 0:
-		return deleted{missing: true}
-	}
-	return deleted{}
-}
-
-// holderReply decodes one server's reply to the inspect script: whether the
-// key exists (present), and whether it holds a value this package wrote (ok).
-func holderReply(cmd *redis.Cmd) (h holder, ttl time.Duration, present, ok bool, err error) {
-	res, err := cmd.Slice()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return holder{}, 0, false, false, nil
-	case err != nil:
-		return holder{}, 0, false, false, err
-	case len(res) != 2:
-		return holder{}, 0, true, false, fmt.Errorf("unexpected reply of %d elements", len(res)) // not the content: it holds a token
-	}
-	stored, _ := res[0].(string)
-	h, ok = parseHolder(stored)
-	if ms, isInt := res[1].(int64); isInt && ms > 0 {
-		ttl = millis(ms)
-	}
-	return h, ttl, true, ok, nil
 }

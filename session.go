@@ -277,6 +277,18 @@ func (s *Session) add(l *Lock) error {
 	return nil
 }
 
+// wakeWaitersLocked wakes the session's queued waiters for name, which has
+// just become the session's: they find it held by their next look and end
+// (a session never waits for itself). A waiter not yet registered makes
+// that check after it registers. s.mu must be held.
+func (s *Session) wakeWaitersLocked(name string) {
+	for w := range s.waiting {
+		if w.keys.name == name && w.sub != nil {
+			w.sub.poke()
+		}
+	}
+}
+
 // wakeLocked kicks the heartbeat if it is idle. s.mu must be held.
 func (s *Session) wakeLocked() {
 	if s.idle {
