@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,13 +16,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-func mustElection(t testing.TB, s *Session, name string) *Election {
-	t.Helper()
-	e, err := s.Election(name)
-	require.NoError(t, err)
-	return e
-}
 
 func TestElectionRejectsBadInput(t *testing.T) {
 	m, c := newMini(t)
@@ -348,52 +340,6 @@ func TestTryCampaign(t *testing.T) {
 	won, err := b.TryCampaign(ctx, "b")
 	require.NoError(t, err)
 	assert.Greater(t, won.Fence(), lead.Fence())
-}
-
-// countingHook counts the commands a client sends (with scriptsOnly, its
-// script calls).
-type countingHook struct {
-	n           atomic.Int64
-	scriptsOnly bool
-	match       string // if set, only commands with an argument equal to it count
-}
-
-func (h *countingHook) count(cmds ...redis.Cmder) {
-	for _, cmd := range cmds {
-		if (!h.scriptsOnly || isScript(cmd)) && (h.match == "" || slices.ContainsFunc(cmd.Args(), func(a any) bool { return fmt.Sprint(a) == h.match })) {
-			h.n.Add(1)
-		}
-	}
-}
-
-func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return beforeHook(h.count).ProcessHook(next)
-}
-
-func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return beforeHook(h.count).ProcessPipelineHook(next)
-}
-
-// beforeHook is a hook that calls itself with the commands of each call,
-// single or pipelined, before sending them.
-type beforeHook func(cmds ...redis.Cmder)
-
-func (f beforeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (f beforeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		f(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (f beforeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		f(cmds...)
-		return next(ctx, cmds)
-	}
 }
 
 // countingClient returns a client for addr whose commands are counted.

@@ -21,21 +21,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// queued returns a session option that reports, on the returned channel,
-// every acquire attempt that found the name taken (the waiter is queued
-// after it in fair mode).
-func queued() (Option, <-chan string) {
-	ch := make(chan string, 64)
-	return withAttemptHook(func(name string, err error) {
-		if errors.Is(err, ErrLocked) {
-			select {
-			case ch <- name:
-			default:
-			}
-		}
-	}), ch
-}
-
 // fairHeld takes the name prefix-<backend> with a fair session.
 func fairHeld(t *testing.T, b *backend, prefix string) (string, *Lock) {
 	t.Helper()

@@ -13,16 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// fastOpts are the timings most tests use: a short lease renewed often.
-func fastOpts(extra ...Option) []Option {
-	return append([]Option{
-		WithTTL(600 * time.Millisecond),
-		WithRenewInterval(100 * time.Millisecond),
-		WithCallTimeout(100 * time.Millisecond),
-		WithRetryInterval(20 * time.Millisecond),
-	}, extra...)
-}
-
 func TestRelease(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()

@@ -46,26 +46,6 @@ func TestNewRedlockSessionRejectsBadInput(t *testing.T) {
 	}
 }
 
-// redlockNodes starts n miniredis nodes and a client for each.
-func redlockNodes(t *testing.T, n int) ([]*miniredis.Miniredis, []Client) {
-	var ms []*miniredis.Miniredis
-	var cs []Client
-	for range n {
-		m, c := newMini(t)
-		ms = append(ms, m)
-		cs = append(cs, c)
-	}
-	return ms, cs
-}
-
-func newRedlock(t *testing.T, cs []Client, opts ...Option) *Session {
-	t.Helper()
-	s, err := NewRedlockSession(cs, append(fastOpts(), opts...)...)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
-	return s
-}
-
 // TestRedlockLock: a Redlock acquisition holds the token on every node,
 // each node with a fence no larger than the acquisition's, the largest
 // being the acquisition's; a second session is refused; Release clears

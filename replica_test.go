@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader/internal/faultproxy"
-	"github.com/redisleader/redisleader/internal/redisserver"
 	"github.com/redisleader/redisleader/internal/syncbuf"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -39,24 +37,6 @@ func TestReplicaAcksRejectsBadOptions(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalid)
 	assert.ErrorContains(t, err, "ClusterClient")
 	assert.Zero(t, m.CommandCount(), "bad options must not reach Redis")
-}
-
-// replicated starts a primary and a replica that replicates through a fault
-// proxy, so a test can cut replication.
-func replicated(t *testing.T) (primary *redisserver.Server, replica *redisserver.Server, link *faultproxy.Proxy) {
-	primary = redisserver.Start(t)
-	link, err := faultproxy.New(primary.Addr())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = link.Close() })
-	host, port, _ := strings.Cut(link.Addr(), ":")
-	replica = redisserver.Start(t, redisserver.Options{Args: []string{"--replicaof", host, port}})
-	// Wait until the replica is in sync.
-	c := primary.Client(t)
-	require.Eventually(t, func() bool {
-		n, err := c.Wait(context.Background(), 1, 100*time.Millisecond).Result()
-		return err == nil && n == 1
-	}, 10*time.Second, 10*time.Millisecond, "replica never connected")
-	return primary, replica, link
 }
 
 // TestReplicaAcks: with WithReplicaAcks an acquire or a renewal counts only
