@@ -1,7 +1,6 @@
 package redisleader
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -449,57 +448,11 @@ func TestFencedRefusesRing(t *testing.T) {
 	assert.Zero(t, ma.CommandCount()+mb.CommandCount(), "a refused client must not reach Redis")
 }
 
-// hangingServer is a TCP server that answers the connection handshake
-// (HELLO, refused, so go-redis falls back to RESP2) and then reads commands
-// without ever answering: a Redis that hangs. received gets a value for
-// each EVALSHA or EVAL it has read, i.e. once the call is on the wire.
-func hangingServer(t *testing.T) (addr string, received <-chan struct{}) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ch := make(chan struct{}, 16)
-	var conns []net.Conn
-	done := make(chan struct{})
-	t.Cleanup(func() {
-		_ = ln.Close()
-		<-done
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	go func() {
-		defer close(done)
-		for {
-			cn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns = append(conns, cn)
-			go func() {
-				r := bufio.NewReader(cn)
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					switch l := strings.ToLower(strings.TrimSpace(line)); l {
-					case "hello":
-						_, _ = cn.Write([]byte("-ERR unknown command 'hello'\r\n"))
-					case "evalsha", "eval":
-						ch <- struct{}{}
-					}
-				}
-			}()
-		}
-	}()
-	return ln.Addr().String(), ch
-}
-
 // A fenced write to a Redis that hangs ends with its context: within the
 // call bound (one second) of its start, with an error matching ctx's. It
 // used to end only at the client's ReadTimeout (never with -1).
 func TestFencedEndsWithCancelledContext(t *testing.T) {
-	addr, received := hangingServer(t)
+	addr, received := hungServer(t, true)
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, DisableIdentity: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
@@ -533,7 +486,8 @@ func TestFencedEndsWithCancelledContext(t *testing.T) {
 func TestFencedEndsWithContextWithoutContextTimeout(t *testing.T) {
 	const within = 200 * time.Millisecond
 	for name, readTimeout := range map[string]time.Duration{"default options": 0, "ReadTimeout -1": -1} {
-		c := redis.NewClient(&redis.Options{Addr: hungServer(t), ReadTimeout: readTimeout})
+		addr, _ := hungServer(t, false)
+		c := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: readTimeout})
 		for op, write := range map[string]func(context.Context) error{
 			"FencedSet": func(ctx context.Context) error { return FencedSet(ctx, c, "k", "v", 5) },
 			"FencedDel": func(ctx context.Context) error { return FencedDel(ctx, c, "k", 5) },

@@ -1,10 +1,10 @@
 package redisleader
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"slices"
@@ -438,13 +438,17 @@ func newRedlock(t *testing.T, cs []Client, opts ...Option) *Session {
 
 // Servers.
 
-// hungServer listens on loopback and accepts connections but never writes
-// a byte: a Redis that is stuck (or a proxy in front of one). It returns the
-// address; everything is closed when the test ends.
-func hungServer(t testing.TB) string {
+// hungServer listens on loopback and never answers a command: a Redis that
+// is stuck (or a proxy in front of one). With handshake, it answers the
+// connection handshake first (HELLO, refused, so go-redis falls back to
+// RESP2); without, it never writes a byte. It returns the address and a
+// channel that gets a value for each EVALSHA or EVAL it has read, i.e. once
+// a script call is on the wire; everything is closed when the test ends.
+func hungServer(t testing.TB, handshake bool) (addr string, received <-chan struct{}) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
+	ch := make(chan struct{}, 16)
 	var (
 		mu    sync.Mutex
 		conns []net.Conn
@@ -459,7 +463,26 @@ func hungServer(t testing.TB) string {
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
-			wgGo(&wg, func() { _, _ = io.Copy(io.Discard, c) })
+			wgGo(&wg, func() {
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					switch strings.ToLower(strings.TrimSpace(line)) {
+					case "hello":
+						if handshake {
+							_, _ = c.Write([]byte("-ERR unknown command 'hello'\r\n"))
+						}
+					case "evalsha", "eval":
+						select {
+						case ch <- struct{}{}:
+						default:
+						}
+					}
+				}
+			})
 		}
 	})
 	t.Cleanup(func() {
@@ -471,7 +494,7 @@ func hungServer(t testing.TB) string {
 		mu.Unlock()
 		wg.Wait()
 	})
-	return ln.Addr().String()
+	return ln.Addr().String(), ch
 }
 
 // replicated starts a primary and a replica that replicates through a fault

@@ -21,7 +21,8 @@ import (
 // hungSession returns a session (with fastOpts) on a hungServer.
 func hungSession(t testing.TB) *Session {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: hungServer(t), ContextTimeoutEnabled: true})
+	addr, _ := hungServer(t, false)
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	return newSession(t, c, fastOpts()...)
 }
