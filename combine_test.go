@@ -21,7 +21,7 @@ import (
 func gatedSession(t *testing.T, c redis.UniversalClient, opts ...Option) (*wireGate, *Session, <-chan error) {
 	t.Helper()
 	g := newWireGate()
-	c.AddHook(g)
+	c.AddHook(g.hook())
 	s := newSession(t, c, opts...)
 	return g, s, fillWire(t, s, g)
 }
@@ -376,7 +376,7 @@ func TestBatchAcrossClusterSlots(t *testing.T) {
 func TestCloseWithABatchInFlight(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		g := newWireGate()
-		b.client.AddHook(g)
+		b.client.AddHook(g.hook())
 		s, err := NewSession(b.client)
 		require.NoError(t, err)
 		first := fillWire(t, s, g)
@@ -432,7 +432,7 @@ func waitOnWire(t *testing.T, s *Session, n int) {
 func TestGivenUpProclaimLandsBeforeTheNext(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		h := &holdHook{}
-		b.client.AddHook(h)
+		b.client.AddHook(h.hook())
 		s := newSession(t, b.client)
 		e, err := s.Election("review-proclaim")
 		require.NoError(t, err)
@@ -488,7 +488,7 @@ func TestGivenUpProclaimLandsBeforeTheNext(t *testing.T) {
 func TestLockRetryWaitsForItsGivenUpAttempt(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		h := &holdHook{}
-		b.client.AddHook(h)
+		b.client.AddHook(h.hook())
 		const call = 500 * time.Millisecond
 		s := newSession(t, b.client, WithTTL(4*time.Second), WithRenewInterval(time.Second),
 			WithCallTimeout(call), WithRetryInterval(20*time.Millisecond))
@@ -556,7 +556,7 @@ func TestLockRetryWaitsForItsGivenUpAttempt(t *testing.T) {
 func TestCloseWaitsForAGivenUpBatchedAcquire(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		h := &holdHook{}
-		b.client.AddHook(h)
+		b.client.AddHook(h.hook())
 		s, err := NewSession(b.client)
 		require.NoError(t, err)
 		t.Cleanup(func() {
@@ -661,7 +661,7 @@ func TestGiveBackLandsBeforeTheNextAttempt(t *testing.T) {
 	primary, _, link := replicated(t)
 	c := primary.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
 	h := &holdHook{}
-	c.AddHook(h)
+	c.AddHook(h.hook())
 	s := newSession(t, c, WithTTL(12*time.Second), WithRenewInterval(2*time.Second), WithCallTimeout(2*time.Second),
 		WithRetryInterval(20*time.Millisecond), WithReplicaAcks(1, 200*time.Millisecond))
 

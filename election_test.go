@@ -284,7 +284,7 @@ type stallProclaim struct {
 }
 
 func (c *stallProclaim) Process(ctx context.Context, cmd redis.Cmder) error {
-	if a := cmd.Args(); len(a) > 1 && (a[1] == proclaimScript.sha || a[1] == proclaimScript.src) {
+	if isCall(cmd, proclaimScript) {
 		c.held <- struct{}{}
 		<-ctx.Done()
 		cmd.SetErr(ctx.Err())
@@ -347,7 +347,7 @@ func countingClient(t testing.TB, addr string) (*redis.Client, *countingHook) {
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	h := &countingHook{}
-	c.AddHook(h)
+	c.AddHook(h.hook())
 	return c, h
 }
 
@@ -474,7 +474,7 @@ func TestResignAndProclaimRedlock(t *testing.T) {
 	scripts := make([]*countingHook, len(cs))
 	for i, c := range cs {
 		scripts[i] = &countingHook{scriptsOnly: true}
-		c.(*redis.Client).AddHook(scripts[i])
+		c.(*redis.Client).AddHook(scripts[i].hook())
 	}
 	e := mustElection(t, newRedlock(t, cs, WithTTL(10*time.Second), WithRenewInterval(3*time.Second)), "redlock-resign")
 	lead, err := e.Campaign(ctx, "a")

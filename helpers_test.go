@@ -247,50 +247,6 @@ func lockAndRelease(ctx context.Context, s *Session, name string) <-chan error {
 	return done
 }
 
-// isCall reports whether cmd runs sc (as EVALSHA or EVAL).
-func isCall(cmd redis.Cmder, sc *script) bool {
-	args := cmd.Args()
-	if len(args) < 2 {
-		return false
-	}
-	switch cmd.Name() {
-	case "evalsha":
-		return args[1] == sc.sha
-	case "eval":
-		return args[1] == sc.src
-	}
-	return false
-}
-
-// cmdHook is a client hook that calls itself with each command before it
-// is sent, single or pipelined; an error it returns fails the command (in a
-// pipeline, the whole pipeline) without sending it.
-type cmdHook func(cmd redis.Cmder) error
-
-func (f cmdHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (f cmdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if err := f(cmd); err != nil {
-			cmd.SetErr(err)
-			return err
-		}
-		return next(ctx, cmd)
-	}
-}
-func (f cmdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			if err := f(cmd); err != nil {
-				for _, c := range cmds {
-					c.SetErr(err)
-				}
-				return err
-			}
-		}
-		return next(ctx, cmds)
-	}
-}
-
 // Options and waiting.
 
 // fastOpts are the timings most tests use: a short lease renewed often.
@@ -607,48 +563,47 @@ func newWireGate() *wireGate {
 	return &wireGate{armed: true, release: make(chan struct{}), batchSent: make(chan struct{})}
 }
 
-func (g *wireGate) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (g *wireGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isScript(cmd) {
-			g.mu.Lock()
-			armed := g.armed
-			if armed {
-				g.onWire++
-			}
-			g.mu.Unlock()
-			if armed {
-				<-g.release
-			}
-		}
-		return next(ctx, cmd)
-	}
+// hook returns the hook that applies g.
+func (g *wireGate) hook() testHook {
+	return testHook{single: g.single, pipeline: g.pipeline}
 }
 
-func (g *wireGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		var keys []string
-		for _, cmd := range cmds {
-			if isScript(cmd) && cmd.Args()[2] == 2 { // acquires only
-				keys = append(keys, fmt.Sprint(cmd.Args()[3]))
-			}
-		}
+func (g *wireGate) single(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+	if isScript(cmds[0]) {
 		g.mu.Lock()
-		if len(keys) > 0 {
-			g.batches = append(g.batches, keys)
-		}
-		hold := g.holdBatch
-		if len(keys) > 0 {
-			g.holdBatch = nil
+		armed := g.armed
+		if armed {
+			g.onWire++
 		}
 		g.mu.Unlock()
-		if hold != nil && len(keys) > 0 {
-			close(g.batchSent)
-			<-hold
+		if armed {
+			<-g.release
 		}
-		return next(ctx, cmds)
 	}
+	return send(ctx, cmds)
+}
+
+func (g *wireGate) pipeline(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+	var keys []string
+	for _, cmd := range cmds {
+		if isScript(cmd) && cmd.Args()[2] == 2 { // acquires only
+			keys = append(keys, fmt.Sprint(cmd.Args()[3]))
+		}
+	}
+	g.mu.Lock()
+	if len(keys) > 0 {
+		g.batches = append(g.batches, keys)
+	}
+	hold := g.holdBatch
+	if len(keys) > 0 {
+		g.holdBatch = nil
+	}
+	g.mu.Unlock()
+	if hold != nil && len(keys) > 0 {
+		close(g.batchSent)
+		<-hold
+	}
+	return send(ctx, cmds)
 }
 
 func isScript(cmd redis.Cmder) bool {
@@ -814,7 +769,7 @@ func fullWire(t *testing.T, b *backend, names ...string) (s *Session, h *holdHoo
 // holdHook.
 func holdSession(t *testing.T, b *backend) (*Session, *holdHook) {
 	h := &holdHook{}
-	b.client.AddHook(h)
+	b.client.AddHook(h.hook())
 	return newSession(t, b.client, WithCallTimeout(2*time.Second)), h
 }
 
@@ -937,28 +892,21 @@ func (h *holdHook) holding(cmds ...redis.Cmder) *holdRule {
 	return nil
 }
 
-func (h *holdHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *holdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isScript(cmd) {
-			h.boom(cmd)
+// hook returns the hook that applies h: it panics (panicking) on script
+// calls sent alone and on any pipeline, and holds (rule) both.
+func (h *holdHook) hook() testHook {
+	hold := func(pipelined bool) hookFunc {
+		return func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+			if pipelined || isScript(cmds[0]) {
+				h.boom(cmds...)
+			}
+			if r := h.holding(cmds...); r != nil {
+				<-r.release
+			}
+			return send(ctx, cmds)
 		}
-		if r := h.holding(cmd); r != nil {
-			<-r.release
-		}
-		return next(ctx, cmd)
 	}
-}
-
-func (h *holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.boom(cmds...)
-		if r := h.holding(cmds...); r != nil {
-			<-r.release
-		}
-		return next(ctx, cmds)
-	}
+	return testHook{single: hold(false), pipeline: hold(true)}
 }
 
 // holdWire starts a TryLock for each of two names whose commands h holds on
@@ -1022,32 +970,84 @@ func (h *countingHook) count(cmds ...redis.Cmder) {
 	}
 }
 
-func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+// hook returns the hook that counts for h.
+func (h *countingHook) hook() testHook { return beforeHook(h.count) }
 
-func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return beforeHook(h.count).ProcessHook(next)
-}
+// testHook is a client hook made of functions, so that a test writes only
+// what its hook does: single handles each command sent alone, pipeline each
+// pipeline; a nil one lets its calls through untouched.
+type testHook struct{ single, pipeline hookFunc }
 
-func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return beforeHook(h.count).ProcessPipelineHook(next)
-}
+// hookFunc handles one call: cmds are the command sent alone, or the
+// pipeline's commands; send passes commands on towards Redis (for a command
+// sent alone, one).
+type hookFunc func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error
 
-// beforeHook is a hook that calls itself with the commands of each call,
-// single or pipelined, before sending them.
-type beforeHook func(cmds ...redis.Cmder)
+type sendFunc func(ctx context.Context, cmds []redis.Cmder) error
 
-func (f beforeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h testHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (f beforeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h testHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	if h.single == nil {
+		return next
+	}
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		f(cmd)
-		return next(ctx, cmd)
+		return h.single(ctx, []redis.Cmder{cmd}, func(ctx context.Context, cmds []redis.Cmder) error {
+			return next(ctx, cmds[0])
+		})
 	}
 }
 
-func (f beforeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		f(cmds...)
-		return next(ctx, cmds)
+func (h testHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	if h.pipeline == nil {
+		return next
 	}
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		return h.pipeline(ctx, cmds, sendFunc(next))
+	}
+}
+
+// eachCall is a hook that handles commands sent alone and pipelines alike,
+// with f.
+func eachCall(f hookFunc) testHook { return testHook{single: f, pipeline: f} }
+
+// beforeHook is a hook that calls f with the commands of each call, single
+// or pipelined, before sending them.
+func beforeHook(f func(cmds ...redis.Cmder)) testHook {
+	return eachCall(func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+		f(cmds...)
+		return send(ctx, cmds)
+	})
+}
+
+// cmdHook is a hook that calls f with each command before it is sent,
+// single or pipelined; an error f returns fails the command (in a pipeline,
+// the whole pipeline) without sending it.
+func cmdHook(f func(cmd redis.Cmder) error) testHook {
+	return eachCall(func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+		for _, cmd := range cmds {
+			if err := f(cmd); err != nil {
+				for _, c := range cmds {
+					c.SetErr(err)
+				}
+				return err
+			}
+		}
+		return send(ctx, cmds)
+	})
+}
+
+// isCall reports whether cmd runs sc (as EVALSHA or EVAL).
+func isCall(cmd redis.Cmder, sc *script) bool {
+	args := cmd.Args()
+	if len(args) < 2 {
+		return false
+	}
+	switch cmd.Name() {
+	case "evalsha":
+		return args[1] == sc.sha
+	case "eval":
+		return args[1] == sc.src
+	}
+	return false
 }

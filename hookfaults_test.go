@@ -28,7 +28,7 @@ import (
 func TestRecoveredHookPanicFreesTheSlot(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		h := &holdHook{panicOn: map[string]bool{}}
-		b.client.AddHook(h)
+		b.client.AddHook(h.hook())
 		s, err := NewSession(b.client, fastOpts()...)
 		require.NoError(t, err)
 		for i := range maxOnWire {
@@ -127,26 +127,17 @@ var errBreaker = errors.New("circuit open (test hook)")
 
 func (f *failHook) on() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.armed }
 
-func (f *failHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (f *failHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isScript(cmd) && f.on() {
-			return errBreaker
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (f *failHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
+// hook returns the hook that applies f; it returns errBreaker without
+// setting it on the commands, as a hook that refuses a call may.
+func (f *failHook) hook() testHook {
+	return eachCall(func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
 		for _, cmd := range cmds {
 			if isScript(cmd) && f.on() {
 				return errBreaker
 			}
 		}
-		return next(ctx, cmds)
-	}
+		return send(ctx, cmds)
+	})
 }
 
 // A pipeline hook that refuses a pipeline without running it (a circuit
@@ -156,8 +147,8 @@ func TestBatchedCallsGetThePipelineHooksError(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		h := &holdHook{}
 		f := &failHook{}
-		b.client.AddHook(h)
-		b.client.AddHook(f)
+		b.client.AddHook(h.hook())
+		b.client.AddHook(f.hook())
 		s := newSession(t, b.client)
 		f.mu.Lock()
 		f.armed = true
@@ -221,7 +212,7 @@ func TestReleaseRetriedAfterAHookPanic(t *testing.T) {
 func TestReleaseRetriedAfterAHookPanicAlone(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		h := &holdHook{}
-		b.client.AddHook(h)
+		b.client.AddHook(h.hook())
 		s := newSession(t, b.client, WithTTL(3*time.Second))
 		l, err := s.TryLock(context.Background(), "alone-boom")
 		require.NoError(t, err)
@@ -243,7 +234,7 @@ func TestGiveBackRetriedAfterAHookPanic(t *testing.T) {
 	primary, _, link := replicated(t)
 	c := primary.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
 	h := &holdHook{panicOn: map[string]bool{fmt.Sprint(releaseScript.sha): true}}
-	c.AddHook(h)
+	c.AddHook(h.hook())
 	s := newSession(t, c, WithTTL(30*time.Second), WithRenewInterval(300*time.Millisecond), WithCallTimeout(2*time.Second),
 		WithRetryInterval(20*time.Millisecond), WithReplicaAcks(1, 200*time.Millisecond))
 	link.Blackhole(faultproxy.Both) // the attempt is not acknowledged
@@ -311,24 +302,14 @@ func (f *faultHook) fire(after bool, cmds ...redis.Cmder) {
 	}
 }
 
-func (f *faultHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (f *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		f.fire(false, cmd)
-		err := next(ctx, cmd)
-		f.fire(true, cmd)
-		return err
-	}
-}
-
-func (f *faultHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
+// hook returns the hook that applies f.
+func (f *faultHook) hook() testHook {
+	return eachCall(func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
 		f.fire(false, cmds...)
-		err := next(ctx, cmds)
+		err := send(ctx, cmds)
 		f.fire(true, cmds...)
 		return err
-	}
+	})
 }
 
 // A hook that ends the goroutine sending a shared pipeline (runtime.Goexit,
@@ -341,7 +322,7 @@ func TestHookGoexitInASharedPipeline(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
 		g := &faultHook{}
-		b.client.AddHook(g)
+		b.client.AddHook(g.hook())
 		s, h, locks, read, freeWire := fullWire(t, b, "goexit")
 		g.set(locks[0].keys.lock, true, false)
 		assert.ErrorIs(t, locks[0].Release(ctx), errHookGoexit, "the release, which heads its pipeline")
@@ -383,7 +364,7 @@ func TestHookPanicAfterALoneAcquireRan(t *testing.T) {
 		key := newKeys("after-boom").lock
 		f := &faultHook{}
 		f.set(key, false, true)
-		b.client.AddHook(f)
+		b.client.AddHook(f.hook())
 		s := newSession(t, b.client, WithTTL(30*time.Second), WithRenewInterval(300*time.Millisecond))
 		_, err := s.TryLock(context.Background(), "after-boom")
 		assert.ErrorContains(t, err, "a hook on the client panicked")
@@ -440,7 +421,7 @@ func faultyRedlock(t *testing.T, faulty int, goexit bool) (*Session, *faultHook)
 	f := &faultHook{}
 	f.set(anyScript, goexit, false)
 	for _, c := range cs[:faulty] {
-		c.(*redis.Client).AddHook(f)
+		c.(*redis.Client).AddHook(f.hook())
 	}
 	s, err := NewRedlockSession(cs, fastOpts()...)
 	require.NoError(t, err)
@@ -456,7 +437,7 @@ func TestHeartbeatSurvivesAHookGoexit(t *testing.T) {
 	srv := redisserver.Start(t)
 	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
 	f := &faultHook{}
-	c.AddHook(f)
+	c.AddHook(f.hook())
 	s := newSession(t, c, fastOpts()...)
 	ctx := context.Background()
 	f.set(fmt.Sprint(renewScript.sha), true, false)
@@ -487,8 +468,8 @@ func TestHeartbeatGoexitInTheServerCheck(t *testing.T) {
 	count := &countingHook{match: "maxmemory-policy"}
 	f := &faultHook{}
 	f.set("maxmemory-policy", true, false)
-	c.AddHook(count) // outermost: sees every check
-	c.AddHook(f)
+	c.AddHook(count.hook()) // outermost: sees every check
+	c.AddHook(f.hook())
 	s := newSession(t, c, fastOpts()...) // TTL 600ms, renewals every 100ms
 	ctx := context.Background()
 	l, err := s.TryLock(ctx, "hb-check-goexit")
@@ -516,8 +497,8 @@ func TestHeartbeatGoexitRetriesAfterTheRetryDelay(t *testing.T) {
 	_, c := newMini(t)
 	count := &countingHook{match: fmt.Sprint(renewScript.sha)}
 	f := &faultHook{}
-	c.AddHook(count) // outermost: counts what is sent
-	c.AddHook(f)
+	c.AddHook(count.hook()) // outermost: counts what is sent
+	c.AddHook(f.hook())
 	s := newSession(t, c, fastOpts()...) // TTL 600ms, renew every 100ms, retry 20ms + jitter
 	ctx := context.Background()
 	l, err := s.TryLock(ctx, "hb-goexit-flood")
@@ -576,7 +557,7 @@ func goexits(t *testing.T, f func()) bool {
 func TestHookGoexitInClose(t *testing.T) {
 	_, c := newMini(t)
 	f := &faultHook{}
-	c.AddHook(f)
+	c.AddHook(f.hook())
 	s, err := NewSession(c, fastOpts()...)
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -597,7 +578,7 @@ func TestHookGoexitInClose(t *testing.T) {
 func TestHookGoexitInRunsRelease(t *testing.T) {
 	m, c := newMini(t)
 	f := &faultHook{}
-	c.AddHook(f)
+	c.AddHook(f.hook())
 	s, err := NewSession(c, WithTTL(30*time.Second), WithRenewInterval(200*time.Millisecond), WithRetryInterval(20*time.Millisecond))
 	require.NoError(t, err)
 	e, err := s.Election("run-goexit")
@@ -626,7 +607,7 @@ func TestHookGoexitAfterALoneAcquireRan(t *testing.T) {
 	m, c := newMini(t)
 	key := newKeys("after-goexit").lock
 	f := &faultHook{}
-	c.AddHook(f)
+	c.AddHook(f.hook())
 	s := newSession(t, c, WithTTL(30*time.Second), WithRenewInterval(300*time.Millisecond))
 	warm, err := s.TryLock(context.Background(), "goexit-warm") // the script is cached: the next acquire is one EVALSHA
 	require.NoError(t, err)
@@ -648,7 +629,7 @@ func TestHookGoexitAfterALoneAcquireRan(t *testing.T) {
 func TestObserveSurvivesAHookGoexit(t *testing.T) {
 	_, c := newMini(t)
 	f := &faultHook{}
-	c.AddHook(f)
+	c.AddHook(f.hook())
 	s := newSession(t, c, fastOpts()...)
 	e, err := s.Election("observe-goexit")
 	require.NoError(t, err)

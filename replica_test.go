@@ -3,7 +3,6 @@ package redisleader
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -134,7 +133,7 @@ func TestReplicaAcksRetriesUntilAcknowledged(t *testing.T) {
 // at once, or, with retried, the reply of the same request sent again at
 // once (go-redis's MaxRetries on a new connection).
 type lateHook struct {
-	sha     string
+	sc      *script
 	retried bool
 	mu      sync.Mutex
 	used    bool
@@ -144,32 +143,27 @@ type lateHook struct {
 }
 
 func newLateHook(sc *script, retried bool) *lateHook {
-	return &lateHook{sha: fmt.Sprint(sc.sha), retried: retried, sent: make(chan struct{}), deliver: make(chan struct{}), landed: make(chan any, 1)}
+	return &lateHook{sc: sc, retried: retried, sent: make(chan struct{}), deliver: make(chan struct{}), landed: make(chan any, 1)}
 }
 
-func (h *lateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *lateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h *lateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if len(args) < 2 || fmt.Sprint(args[1]) != h.sha {
-			return next(ctx, cmd)
+// hook returns the hook that applies h to calls sent alone.
+func (h *lateHook) hook() testHook {
+	return testHook{single: func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+		cmd := cmds[0]
+		if !isCall(cmd, h.sc) {
+			return send(ctx, cmds)
 		}
 		h.mu.Lock()
 		first := !h.used
 		h.used = true
 		h.mu.Unlock()
 		if !first {
-			return next(ctx, cmd)
+			return send(ctx, cmds)
 		}
-		late := redis.NewCmd(context.Background(), args...)
+		late := redis.NewCmd(context.Background(), cmd.Args()...)
 		go func() {
 			<-h.deliver
-			if err := next(context.Background(), late); err != nil {
+			if err := send(context.Background(), []redis.Cmder{late}); err != nil {
 				h.landed <- err
 				return
 			}
@@ -177,11 +171,11 @@ func (h *lateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}()
 		defer close(h.sent)
 		if h.retried {
-			return next(ctx, cmd)
+			return send(ctx, cmds)
 		}
 		cmd.SetErr(context.DeadlineExceeded)
 		return context.DeadlineExceeded
-	}
+	}}
 }
 
 // A give-back's request may land after the acquisition's next attempt: one
@@ -201,7 +195,7 @@ func TestLateGiveBackNeverDeletesTheNextAttempt(t *testing.T) {
 			// and do nothing).
 			require.NoError(t, c.ScriptLoad(context.Background(), releaseScript.src.(string)).Err())
 			h := newLateHook(releaseScript, retried)
-			c.AddHook(h)
+			c.AddHook(h.hook())
 			s := newSession(t, c, WithTTL(12*time.Second), WithRenewInterval(4*time.Second), WithCallTimeout(2*time.Second),
 				WithRetryInterval(20*time.Millisecond), WithReplicaAcks(1, 200*time.Millisecond))
 
