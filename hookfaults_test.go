@@ -655,8 +655,7 @@ func TestObserveSurvivesAHookGoexit(t *testing.T) {
 type replyLike string
 
 func (e replyLike) Error() string { return string(e) }
-
-func (replyLike) RedisError() {}
+func (replyLike) RedisError()     {}
 
 // panicOnce panics with v on the first script call once armed (fire, as a
 // beforeHook).
