@@ -464,7 +464,7 @@ type lateAcquire struct {
 func (c *lateAcquire) Process(ctx context.Context, cmd redis.Cmder) error {
 	args := cmd.Args()
 	held := false
-	if len(args) > 1 && (args[1] == acquireScript.sha || args[1] == acquireScript.src) {
+	if isCall(cmd, acquireScript) {
 		c.once.Do(func() { held = true })
 	}
 	if !held {
@@ -516,7 +516,7 @@ type hangRelease struct {
 }
 
 func (h hangRelease) Process(ctx context.Context, cmd redis.Cmder) error {
-	if a := cmd.Args(); h.all || (len(a) > 1 && (a[1] == releaseScript.sha || a[1] == releaseScript.src)) {
+	if h.all || isCall(cmd, releaseScript) {
 		<-ctx.Done()
 		cmd.SetErr(ctx.Err())
 		return cmd.Err()

@@ -7,17 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader/internal/redisserver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// clusterClient returns a ClusterClient for c with the settings the
-// library wants.
-func clusterClient(t *testing.T, c *redisserver.Cluster) *redis.ClusterClient {
-	return c.Client(t, func(o *redis.ClusterOptions) { o.ContextTimeoutEnabled = true })
-}
 
 // TestClusterLocksAcrossSlots: on a 3-master Redis Cluster, locks on names
 // spread over every master work (one slot per name: lock and fence keys

@@ -2,9 +2,8 @@ package redisleader
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,210 +12,18 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redisleader/redisleader/internal/faultproxy"
 	"github.com/redisleader/redisleader/internal/redisserver"
 )
-
-// queued reports how many calls of the session's own client wait for a
-// batch.
-func (s *Session) queued() int { return s.combine.queued() }
-
-// queued reports how many calls wait for a batch.
-func (c *combiner) queued() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.queue)
-}
-
-// wireGate holds script calls sent on their own (every one while armed) on
-// the wire until released, so that calls arriving meanwhile queue up, and
-// records the keys of every pipeline's acquires; holdBatch, when set, also
-// holds the next pipeline of scripts after recording it.
-type wireGate struct {
-	mu        sync.Mutex
-	armed     bool
-	onWire    int           // single calls held
-	release   chan struct{} // closed: let the single calls through
-	holdBatch chan struct{} // non-nil: the next pipeline waits for it to close
-	batchSent chan struct{} // closed when a held pipeline was recorded
-	batches   [][]string    // each pipeline's first keys
-}
-
-func newWireGate() *wireGate {
-	return &wireGate{armed: true, release: make(chan struct{}), batchSent: make(chan struct{})}
-}
-
-func (g *wireGate) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (g *wireGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isScript(cmd) {
-			g.mu.Lock()
-			armed := g.armed
-			if armed {
-				g.onWire++
-			}
-			g.mu.Unlock()
-			if armed {
-				<-g.release
-			}
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (g *wireGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		var keys []string
-		for _, cmd := range cmds {
-			if isScript(cmd) && cmd.Args()[2] == 2 { // acquires only
-				keys = append(keys, fmt.Sprint(cmd.Args()[3]))
-			}
-		}
-		g.mu.Lock()
-		if len(keys) > 0 {
-			g.batches = append(g.batches, keys)
-		}
-		hold := g.holdBatch
-		if len(keys) > 0 {
-			g.holdBatch = nil
-		}
-		g.mu.Unlock()
-		if hold != nil && len(keys) > 0 {
-			close(g.batchSent)
-			<-hold
-		}
-		return next(ctx, cmds)
-	}
-}
-
-func isScript(cmd redis.Cmder) bool {
-	name := cmd.Name()
-	return (name == "evalsha" || name == "eval") && len(cmd.Args()) > 3
-}
-
-// heldOnWire waits until n single calls are held.
-func (g *wireGate) heldOnWire(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		g.mu.Lock()
-		got := g.onWire
-		g.mu.Unlock()
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d calls on the wire, want %d", got, n)
-		}
-		runtimeYield()
-	}
-}
-
-// sendHeld opens the gate and holds the next batch once it was sent; the
-// batch goes on when the returned channel is closed.
-func (g *wireGate) sendHeld(t *testing.T) chan struct{} {
-	t.Helper()
-	hold := g.holdNext()
-	g.open()
-	waitClosed(t, g.batchSent, 5*time.Second, "the batch was sent")
-	return hold
-}
-
-// holdNext makes the next batch wait, once sent, until the returned channel
-// is closed.
-func (g *wireGate) holdNext() chan struct{} {
-	hold := make(chan struct{})
-	g.mu.Lock()
-	g.holdBatch = hold
-	g.mu.Unlock()
-	return hold
-}
-
-// open disarms the gate and lets the held calls through.
-func (g *wireGate) open() {
-	g.mu.Lock()
-	g.armed = false
-	g.mu.Unlock()
-	close(g.release)
-}
-
-func (g *wireGate) recorded() [][]string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return slices.Clone(g.batches)
-}
-
-// waitQueued waits until n calls of s wait for a batch.
-func waitQueued(t *testing.T, s *Session, n int) {
-	t.Helper()
-	waitQueuedOn(t, &s.combine, n)
-}
-
-// waitQueuedOn waits until n calls wait for a batch in c.
-func waitQueuedOn(t *testing.T, c *combiner, n int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for c.queued() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d calls queued, want %d", c.queued(), n)
-		}
-		runtimeYield()
-	}
-}
 
 // gatedSession returns a session on c, with a wireGate on c whose wire is
 // full (see fillWire).
 func gatedSession(t *testing.T, c redis.UniversalClient, opts ...Option) (*wireGate, *Session, <-chan error) {
 	t.Helper()
 	g := newWireGate()
-	c.AddHook(g)
+	c.AddHook(g.hook())
 	s := newSession(t, c, opts...)
 	return g, s, fillWire(t, s, g)
-}
-
-// fillWire starts maxOnWire TryLocks that the gate holds on the wire, so
-// that the session's next calls queue; their results arrive on the
-// returned channel.
-func fillWire(t *testing.T, s *Session, g *wireGate) <-chan error {
-	t.Helper()
-	errc := make(chan error, maxOnWire)
-	for i := range maxOnWire {
-		go func() {
-			l, err := s.TryLock(context.Background(), fmt.Sprintf("on-wire-%d", i))
-			if err == nil {
-				err = l.Release(context.Background())
-			}
-			errc <- err
-		}()
-	}
-	g.heldOnWire(t, maxOnWire)
-	return errc
-}
-
-type tryResult struct {
-	l   *Lock
-	err error
-}
-
-// tryAll starts a TryLock for each name, each with its own context.
-func tryAll(ctxs []context.Context, s *Session, names []string) []chan tryResult {
-	out := make([]chan tryResult, len(names))
-	for i, name := range names {
-		out[i] = make(chan tryResult, 1)
-		go func() {
-			l, err := s.TryLock(ctxs[i], name)
-			out[i] <- tryResult{l, err}
-		}()
-	}
-	return out
-}
-
-func background(n int) []context.Context {
-	ctxs := make([]context.Context, n)
-	for i := range ctxs {
-		ctxs[i] = context.Background()
-	}
-	return ctxs
 }
 
 // Calls that arrive while the session's wire is full ride in one pipeline,
@@ -457,69 +264,6 @@ func TestCloseWaitsForAReleasePipeline(t *testing.T) {
 	})
 }
 
-// closeStillWaiting starts s.Close and checks that it has not returned
-// 200ms later (what names what it must wait for); Close's result arrives on
-// the returned channel.
-func closeStillWaiting(t *testing.T, s *Session, what string) <-chan error {
-	t.Helper()
-	closed := make(chan error, 1)
-	go func() { closed <- s.Close(context.Background()) }()
-	select {
-	case err := <-closed:
-		t.Fatalf("Close returned (%v) %s", err, what)
-	case <-time.After(200 * time.Millisecond): // a negative check: Close must still be waiting
-	}
-	return closed
-}
-
-// fullWire returns a session on b (call timeout 2s) with a holdHook, the
-// locks of names, held by it, its wire filled by two calls held there, and
-// the result of a Leader read of names[0] queued behind them; freeWire lets
-// the two through and waits for them to return.
-func fullWire(t *testing.T, b *backend, names ...string) (s *Session, h *holdHook, locks []*Lock, read <-chan error, freeWire func()) {
-	t.Helper()
-	s, h = holdSession(t, b)
-	for _, name := range names {
-		l, err := s.TryLock(context.Background(), name)
-		require.NoError(t, err)
-		locks = append(locks, l)
-	}
-	wire, wired := holdWire(t, s, h, names[0])
-	free := freeing(t, wire[:]...)
-	read = leaderAll(t, s, names[0])[0]
-	waitQueued(t, s, 1)
-	return s, h, locks, read, func() {
-		free()
-		for range maxOnWire {
-			require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
-		}
-	}
-}
-
-// holdSession returns a session on b (call timeout 2s) whose client has a
-// holdHook.
-func holdSession(t *testing.T, b *backend) (*Session, *holdHook) {
-	h := &holdHook{}
-	b.client.AddHook(h)
-	return newSession(t, b.client, WithCallTimeout(2*time.Second)), h
-}
-
-// leaderAll starts a Leader read of each name's election on s.
-func leaderAll(t *testing.T, s *Session, names ...string) []chan error {
-	t.Helper()
-	out := make([]chan error, len(names))
-	for i, name := range names {
-		e, err := s.Election(name)
-		require.NoError(t, err)
-		out[i] = make(chan error, 1)
-		go func() {
-			_, err := e.Leader(context.Background())
-			out[i] <- err
-		}()
-	}
-	return out
-}
-
 // A batch whose replies are lost: every batched acquire ends with an
 // unknown outcome, never "held by another"; the blocking ones retry with
 // their tokens and find the keys theirs.
@@ -632,7 +376,7 @@ func TestBatchAcrossClusterSlots(t *testing.T) {
 func TestCloseWithABatchInFlight(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		g := newWireGate()
-		b.client.AddHook(g)
+		b.client.AddHook(g.hook())
 		s, err := NewSession(b.client)
 		require.NoError(t, err)
 		first := fillWire(t, s, g)
@@ -657,14 +401,319 @@ func TestCloseWithABatchInFlight(t *testing.T) {
 	})
 }
 
-// sentTogether asserts that one pipeline held the names' acquires.
-func sentTogether(t *testing.T, g *wireGate, names ...string) {
+// flushInto lets the first held call return, so that a flusher takes the
+// queue into the batch that batch holds, then lets the other held call
+// return and waits for both.
+func flushInto(t *testing.T, wire [maxOnWire]*holdRule, wired <-chan error, batch *holdRule) {
 	t.Helper()
-	want := prefixed(names...)
-	for _, batch := range g.recorded() {
-		if !slices.ContainsFunc(want, func(k string) bool { return !slices.Contains(batch, k) }) {
-			return
-		}
+	close(wire[0].release)
+	waitClosed(t, batch.reached, 5*time.Second, "the batch left the flusher")
+	close(wire[1].release)
+	for range maxOnWire {
+		require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
 	}
-	t.Errorf("no pipeline held all of %v; pipelines: %v", want, g.recorded())
+}
+
+// waitOnWire polls until the session has n calls or batches on the wire.
+func waitOnWire(t *testing.T, s *Session, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.onWireNow() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d on the wire, want %d", s.onWireNow(), n)
+		}
+		runtimeYield()
+	}
+}
+
+// A Proclaim given up while its batch was on its way to Redis reaches Redis
+// before the next Proclaim of the same name: the value stored (what Leader
+// and Observe report) is the later one, as Lock.Value says.
+func TestGivenUpProclaimLandsBeforeTheNext(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		h := &holdHook{}
+		b.client.AddHook(h.hook())
+		s := newSession(t, b.client)
+		e, err := s.Election("review-proclaim")
+		require.NoError(t, err)
+		lead, err := e.Campaign(context.Background(), "v0")
+		require.NoError(t, err)
+
+		wire, wired := holdWire(t, s, h, "proclaim")
+		stale := h.rule("v-stale", true)
+		ctx, cancel := context.WithCancel(context.Background())
+		failed := make(chan error, 1)
+		go func() { failed <- e.Proclaim(ctx, "v-stale") }()
+		waitQueued(t, s, 1)
+		close(wire[0].release) // its return hands the slot to a flusher, which takes the Proclaim
+		waitClosed(t, stale.reached, 5*time.Second, "the flusher took the Proclaim")
+		cancel()
+		require.ErrorIs(t, recvWithin(t, failed, 5*time.Second, "the cancelled Proclaim"), context.Canceled)
+		close(wire[1].release)
+		for range maxOnWire {
+			require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
+		}
+
+		// "Proclaim again": it waits until the given-up one has reached
+		// Redis, then succeeds.
+		again := make(chan error, 1)
+		go func() { again <- e.Proclaim(context.Background(), "v-new") }()
+		select {
+		case err := <-again:
+			t.Errorf("the second Proclaim returned (%v) while the first was still on its way to Redis", err)
+		case <-time.After(100 * time.Millisecond): // a negative observation window, not a synchronisation
+		}
+		close(stale.release) // the flusher, on its way, reaches Redis now
+		select {
+		case <-again:
+		default:
+			require.NoError(t, recvWithin(t, again, 5*time.Second, "the second Proclaim"))
+		}
+		assert.Equal(t, "v-new", lead.Value())
+		waitOnWire(t, s, 0)
+		got, err := e.Leader(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, "v-new", got.Value,
+			"the stored value reverted to the one whose Proclaim returned %v, after a later Proclaim succeeded", context.Canceled)
+		assert.Equal(t, lead.Value(), got.Value, "Leader disagrees with the leadership's own Lock.Value")
+		require.NoError(t, s.Close(context.Background()))
+		checkNoLeaks(t)
+	})
+}
+
+// A blocking Lock's next attempt waits until its batched first attempt,
+// given up at its call deadline while its batch was on its way, has reached
+// Redis: after Release no phantom of the released token is left holding
+// the name.
+func TestLockRetryWaitsForItsGivenUpAttempt(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		h := &holdHook{}
+		b.client.AddHook(h.hook())
+		const call = 500 * time.Millisecond
+		s := newSession(t, b.client, WithTTL(4*time.Second), WithRenewInterval(time.Second),
+			WithCallTimeout(call), WithRetryInterval(20*time.Millisecond))
+
+		wire, wired := holdWire(t, s, h, "phantom")
+		key := newKeys("review-phantom").lock
+		batch := h.rule(key, true) // the batch that carries the Lock's first attempt
+
+		start := time.Now()
+		locked := make(chan tryResult, 1)
+		go func() {
+			l, err := s.Lock(context.Background(), "review-phantom")
+			locked <- tryResult{l, err}
+		}()
+		waitQueued(t, s, 1)
+		// A later caller joins the queue: the batch is bounded by its deadline.
+		for time.Since(start) < call*6/10 {
+			runtimeYield()
+		}
+		other := tryAll(background(1), s, []string{"review-phantom-other"})[0]
+		waitQueued(t, s, 2)
+		flushInto(t, wire, wired, batch)
+
+		// The first attempt times out; the second one waits until the
+		// first has reached Redis, and then finds the name its own.
+		var res tryResult
+		select {
+		case res = <-locked:
+			t.Errorf("Lock's next attempt did not wait for its given-up first attempt (%v)", res.err)
+		case <-time.After(time.Until(start.Add(call * 13 / 10))): // a negative observation window past the first attempt's deadline, not a synchronisation
+		}
+		close(batch.release) // the batch reaches Redis
+		if res.l == nil && res.err == nil {
+			res = recvWithin(t, locked, 5*time.Second, "Lock")
+		}
+		require.NoError(t, res.err)
+		require.NoError(t, res.l.Release(context.Background()))
+		o := recvWithin(t, other, 5*time.Second, "the later caller's TryLock")
+		require.NoError(t, o.err)
+		require.NoError(t, o.l.Release(context.Background()))
+		waitOnWire(t, s, 0)
+
+		// Whatever cleans up must do so within the TTL: give the heartbeat
+		// two renewal rounds and more.
+		deadline := time.Now().Add(2500 * time.Millisecond)
+		for b.get(key) != "" && time.Now().Before(deadline) {
+			runtimeYield()
+		}
+		if v := b.get(key); v != "" {
+			hld, _ := parseHolder(v)
+			t.Errorf("after Release, %s holds the released lock's token (%v) again: a phantom lock until its TTL ends", key, hld.token == res.l.token)
+			s2 := newSession(t, b.client)
+			_, err := s2.TryLock(context.Background(), "review-phantom")
+			assert.NoError(t, err, "another session cannot take the released name")
+			require.NoError(t, s2.Close(context.Background()))
+		}
+		require.NoError(t, s.Close(context.Background()))
+		checkNoLeaks(t)
+	})
+}
+
+// Close deletes the token of a TryLock cancelled while its batch was on its
+// way only after that batch has reached Redis: no token of the closed
+// session is left holding the name.
+func TestCloseWaitsForAGivenUpBatchedAcquire(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		h := &holdHook{}
+		b.client.AddHook(h.hook())
+		s, err := NewSession(b.client)
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = s.Close(ctx)
+		})
+
+		wire, wired := holdWire(t, s, h, "closing")
+		key := newKeys("review-abandoned").lock
+		batch := h.rule(key, true)
+		ctx, cancel := context.WithCancel(context.Background())
+		try := tryAll([]context.Context{ctx}, s, []string{"review-abandoned"})[0]
+		waitQueued(t, s, 1)
+		close(wire[0].release)
+		waitClosed(t, batch.reached, 5*time.Second, "the flusher took the TryLock")
+		cancel()
+		res := recvWithin(t, try, 5*time.Second, "the cancelled TryLock")
+		require.ErrorIs(t, res.err, context.Canceled)
+		close(wire[1].release)
+		for range maxOnWire {
+			require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
+		}
+
+		closed := make(chan error, 1)
+		go func() { closed <- s.Close(context.Background()) }()
+		waitClosed(t, s.Done(), 5*time.Second, "Close started")
+		select {
+		case err := <-closed:
+			t.Errorf("Close returned (%v) while the abandoned acquire was still on its way to Redis", err)
+		case <-time.After(100 * time.Millisecond): // a negative observation window, not a synchronisation
+		}
+		close(batch.release)
+		require.NoError(t, recvWithin(t, closed, 5*time.Second, "Close"))
+		assert.Empty(t, b.get(key), "after Close returned, the abandoned TryLock's token holds the name until its TTL ends")
+		checkNoLeaks(t)
+	})
+}
+
+// Every call given up while its batch is on the wire holds its key until
+// that batch has ended, however many are given up on one key: here two
+// acquires of one name, each in a batch of its own, given up in turn, the
+// later one's batch ending first. No later call of the session on the key
+// (a Leader read, the give-backs of the two attempts) reaches Redis until
+// the earlier batch has ended too. (Noticed in review: the key kept only the
+// last call given up on it, so the later batch's end freed it.)
+func TestEveryGivenUpCallHoldsItsKey(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		s, h := holdSession(t, b)
+		key := newKeys("settle").lock
+		firstBatch, secondBatch := h.rule(key, true), h.rule(key, true)
+		freeFirst, freeSecond := freeing(t, firstBatch), freeing(t, secondBatch)
+		wire, wired := holdWire(t, s, h, "settle")
+		freeWire := []func(){freeing(t, wire[0]), freeing(t, wire[1])}
+		tries := make([]chan tryResult, 2)
+		cancels := make([]context.CancelFunc, 2)
+		for i, batch := range []*holdRule{firstBatch, secondBatch} {
+			var tctx context.Context
+			tctx, cancels[i] = context.WithCancel(ctx)
+			defer cancels[i]()
+			tries[i] = tryAll([]context.Context{tctx}, s, []string{"settle"})[0]
+			waitQueued(t, s, 1)
+			freeWire[i]() // its slot goes to a flusher, which sends the try alone
+			waitClosed(t, batch.reached, 5*time.Second, fmt.Sprintf("try %d's batch on the wire", i))
+		}
+		for i := range tries {
+			cancels[i]()
+			assert.ErrorIs(t, recvWithin(t, tries[i], 5*time.Second, fmt.Sprintf("try %d", i)).err, context.Canceled)
+		}
+		later := h.rule(key, true)
+		freeLater := freeing(t, later)
+		read := leaderAll(t, s, "settle")[0]
+		freeSecond()
+		select {
+		case <-later.reached:
+			t.Fatal("a later call on the key reached Redis while the first given-up try was still on the wire")
+		case <-time.After(200 * time.Millisecond):
+		}
+		freeFirst()
+		waitClosed(t, later.reached, 5*time.Second, "a later call on the key, once both batches ended")
+		freeLater()
+		_ = recvWithin(t, read, 5*time.Second, "the Leader read") // either try's token may hold the name by then
+		for range maxOnWire {
+			require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
+		}
+		waitFreed(t, b.get, key, "a given-up try's token stayed in Redis")
+		require.NoError(t, s.Close(ctx))
+		checkNoLeaks(t)
+	})
+}
+
+// WithReplicaAcks: the give-back of an attempt the replicas did not
+// acknowledge (a compare-and-delete with the acquisition's token) is sent at
+// once, never queued behind the session's other calls, even when the wire is
+// full; so it reaches Redis before the acquisition's next attempt and never
+// deletes the key of a lock that attempt took (two owners). (When give-backs
+// were coalesced, a give-back given up in its batch could land after the
+// next attempt; now one on the wire holds up that attempt on its own
+// goroutine.)
+func TestGiveBackLandsBeforeTheNextAttempt(t *testing.T) {
+	primary, _, link := replicated(t)
+	c := primary.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	h := &holdHook{}
+	c.AddHook(h.hook())
+	s := newSession(t, c, WithTTL(12*time.Second), WithRenewInterval(2*time.Second), WithCallTimeout(2*time.Second),
+		WithRetryInterval(20*time.Millisecond), WithReplicaAcks(1, 200*time.Millisecond))
+
+	// Fill the wire with two Leader reads (acquires with acks do not coalesce).
+	var wire [maxOnWire]*holdRule
+	wired := make(chan error, maxOnWire)
+	for i := range maxOnWire {
+		name := fmt.Sprintf("acks-wire-%d", i)
+		r := h.rule(newKeys(name).lock, true)
+		wire[i] = r
+		e, err := s.Election(name)
+		require.NoError(t, err)
+		go func() {
+			_, err := e.Leader(context.Background())
+			if errors.Is(err, ErrNoLeader) {
+				err = nil
+			}
+			wired <- err
+		}()
+		waitClosed(t, r.reached, 5*time.Second, name+" on the wire")
+	}
+	free := freeing(t, wire[:]...)
+	giveBack := h.rule(fmt.Sprint(releaseScript.sha), true)
+	sendGiveBack := freeing(t, giveBack)
+
+	link.Blackhole(faultproxy.Both) // the first attempt is not acknowledged
+	locked := make(chan tryResult, 1)
+	go func() {
+		l, err := s.Lock(context.Background(), "acks-phantom")
+		locked <- tryResult{l, err}
+	}()
+	waitClosed(t, giveBack.reached, 5*time.Second, "the give-back sent while the wire is full")
+	assert.Zero(t, s.queued(), "a call queued")
+	link.Heal()
+	link.ResetConns() // the replica resynchronises: the next attempt is acknowledged
+	sendGiveBack()
+
+	res := recvWithin(t, locked, 10*time.Second, "Lock")
+	free()
+	for range maxOnWire {
+		require.NoError(t, recvWithin(t, wired, 5*time.Second, "a Leader read held on the wire"))
+	}
+	require.NoError(t, res.err)
+	assert.EqualValues(t, 1, c.Exists(context.Background(), res.l.Key()).Val(),
+		"the held lock's key was deleted by its acquisition's earlier give-back")
+	s2 := newSession(t, primary.Client(t))
+	l2, err := s2.TryLock(context.Background(), "acks-phantom")
+	if err == nil {
+		assert.True(t, res.l.Held() && l2.Held(), "both sessions hold the name")
+		t.Errorf("another session took the name while the first still holds it (Held=%v): two owners", res.l.Held())
+	}
+	require.NoError(t, s2.Close(context.Background()))
+	require.NoError(t, s.Close(context.Background()))
+	checkNoLeaks(t)
 }

@@ -30,7 +30,7 @@ func benchHandover(b *testing.B, n int, opts ...Option) {
 	srv := redisserver.Start(b)
 	c := srv.Client(b, func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.PoolSize = 2 * n })
 	sent := &countingHook{}
-	c.AddHook(sent)
+	c.AddHook(sent.hook())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const name = "bench-handover"

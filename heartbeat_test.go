@@ -185,7 +185,7 @@ func TestDeadlineWhileRedisPaused(t *testing.T) {
 func TestStaleCleanupNeverDelaysRenewals(t *testing.T) {
 	ctx := context.Background()
 	_, c := newMini(t)
-	c.AddHook(hangScript{sc: releaseScript})
+	c.AddHook(hangScript(releaseScript, 0))
 	const interval, callTimeout = 300 * time.Millisecond, 500 * time.Millisecond
 	type round struct {
 		end   time.Time
@@ -228,7 +228,7 @@ func TestStaleCleanupNeverDelaysRenewals(t *testing.T) {
 func TestRenewalRoundsKeepTheirSchedule(t *testing.T) {
 	_, c := newMini(t)
 	const interval, slow, n = 200 * time.Millisecond, 60 * time.Millisecond, 4
-	c.AddHook(hangScript{sc: renewScript, d: slow})
+	c.AddHook(hangScript(renewScript, slow))
 	ends := make(chan time.Time, 64)
 	s := newSession(t, c, WithTTL(3*time.Second), WithRenewInterval(interval),
 		withRoundHook(func(int, bool) { ends <- time.Now() }))
@@ -254,7 +254,7 @@ func TestRenewalRoundsKeepTheirSchedule(t *testing.T) {
 func TestFirstRoundTimedFromTheAcquire(t *testing.T) {
 	_, c := newMini(t)
 	const interval, slow = 200 * time.Millisecond, 80 * time.Millisecond
-	c.AddHook(hangScript{sc: acquireScript, d: slow})
+	c.AddHook(hangScript(acquireScript, slow))
 	ends := make(chan time.Time, 64)
 	s := newSession(t, c, WithTTL(3*time.Second), WithRenewInterval(interval),
 		withRoundHook(func(int, bool) { ends <- time.Now() }))
@@ -286,10 +286,10 @@ func TestStaleCleanupRunsWhenRoundsAreSlow(t *testing.T) {
 			for _, sc := range []*script{renewScript, releaseScript} { // one EVALSHA each, no NOSCRIPT re-send
 				require.NoError(t, c.ScriptLoad(ctx, sc.src.(string)).Err())
 			}
-			c.AddHook(failFirst{sc: releaseScript, done: new(atomic.Bool)})
-			c.AddHook(hangScript{sc: renewScript, d: tc.renew})
+			c.AddHook(failFirst(releaseScript, new(atomic.Bool)))
+			c.AddHook(hangScript(renewScript, tc.renew))
 			if tc.release > 0 {
-				c.AddHook(hangScript{sc: releaseScript, d: tc.release})
+				c.AddHook(hangScript(releaseScript, tc.release))
 			}
 			s := newSession(t, c, WithTTL(3*time.Second), WithRenewInterval(interval), WithCallTimeout(callTimeout))
 			held, err := s.TryLock(ctx, "held")
@@ -312,69 +312,40 @@ func TestStaleCleanupRunsWhenRoundsAreSlow(t *testing.T) {
 
 // failFirst fails the first single call of sc (a delete whose outcome is
 // unknown) and lets every later call through.
-type failFirst struct {
-	sc   *script
-	done *atomic.Bool
-}
-
-func (f failFirst) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (f failFirst) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if (hangScript{sc: f.sc}).hangs(cmd) && f.done.CompareAndSwap(false, true) {
+func failFirst(sc *script, done *atomic.Bool) testHook {
+	return testHook{single: func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+		if isCall(cmds[0], sc) && done.CompareAndSwap(false, true) {
 			err := errors.New("reply lost (test)")
-			cmd.SetErr(err)
+			cmds[0].SetErr(err)
 			return err
 		}
-		return next(ctx, cmd)
-	}
-}
-
-func (f failFirst) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+		return send(ctx, cmds)
+	}}
 }
 
 // hangScript makes every call of sc (alone or in a pipeline) wait for its
 // context to end, as a read from a server that took the request and never
 // answers does; or, with d set, for d first (a slow server).
-type hangScript struct {
-	sc *script
-	d  time.Duration
-}
-
-func (h hangScript) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h hangScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h.hangs(cmd) {
-			if err := h.wait(ctx); err != nil {
-				cmd.SetErr(err)
-				return err
-			}
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (h hangScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if slices.ContainsFunc(cmds, h.hangs) {
-			if err := h.wait(ctx); err != nil {
+func hangScript(sc *script, d time.Duration) testHook {
+	return eachCall(func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+		if slices.ContainsFunc(cmds, func(cmd redis.Cmder) bool { return isCall(cmd, sc) }) {
+			if err := waitOrDone(ctx, d); err != nil {
 				for _, cmd := range cmds {
 					cmd.SetErr(err)
 				}
 				return err
 			}
 		}
-		return next(ctx, cmds)
-	}
+		return send(ctx, cmds)
+	})
 }
 
-// wait returns nil after h.d, or the context's error once it ends.
-func (h hangScript) wait(ctx context.Context) error {
+// waitOrDone returns nil after d (d > 0), or the context's error once it
+// ends.
+func waitOrDone(ctx context.Context, d time.Duration) error {
 	var after <-chan time.Time
-	if h.d > 0 {
-		t := time.NewTimer(h.d)
+	if d > 0 {
+		t := time.NewTimer(d)
 		defer t.Stop()
 		after = t.C
 	}
@@ -384,9 +355,4 @@ func (h hangScript) wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-func (h hangScript) hangs(cmd redis.Cmder) bool {
-	args := cmd.Args()
-	return len(args) > 1 && (args[1] == h.sc.sha || args[1] == h.sc.src)
 }

@@ -13,16 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// fastOpts are the timings most tests use: a short lease renewed often.
-func fastOpts(extra ...Option) []Option {
-	return append([]Option{
-		WithTTL(600 * time.Millisecond),
-		WithRenewInterval(100 * time.Millisecond),
-		WithCallTimeout(100 * time.Millisecond),
-		WithRetryInterval(20 * time.Millisecond),
-	}, extra...)
-}
-
 func TestRelease(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
@@ -94,34 +84,27 @@ func TestReleaseWithLostReply(t *testing.T) {
 	})
 }
 
-// failFirstInPipeline fails the first command of every pipeline with a
-// timeout and reports that error, as go-redis does for the first failure.
-type failFirstInPipeline struct{ on atomic.Bool }
-
-func (h *failFirstInPipeline) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *failFirstInPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return next
-}
-
-func (h *failFirstInPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		if h.on.Load() && len(cmds) > 1 {
+// failFirstInPipeline fails, while on, the first command of every pipeline
+// of more than one with a timeout and reports that error, as go-redis does
+// for the first failure.
+func failFirstInPipeline(on *atomic.Bool) testHook {
+	return testHook{pipeline: func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+		err := send(ctx, cmds)
+		if on.Load() && len(cmds) > 1 {
 			timeout := errors.New("i/o timeout (injected)")
 			cmds[0].SetErr(timeout)
 			return timeout
 		}
 		return err
-	}
+	}}
 }
 
 // A NOSCRIPT hidden behind another error in the same pipeline (another
 // Cluster node timing out, say) is still handled: healthy locks stay held.
 func TestNoScriptBehindAnotherError(t *testing.T) {
 	_, c := newMini(t)
-	hook := &failFirstInPipeline{}
-	c.AddHook(hook)
+	var failing atomic.Bool
+	c.AddHook(failFirstInPipeline(&failing))
 	roundHook, roundsCh := rounds()
 	s := newSession(t, c, fastOpts(roundHook)...)
 	ctx := context.Background()
@@ -131,7 +114,7 @@ func TestNoScriptBehindAnotherError(t *testing.T) {
 		require.NoError(t, err)
 		locks = append(locks, l)
 	}
-	hook.on.Store(true)
+	failing.Store(true)
 	for i := 0; i < 8; i++ { // more rounds than fit in one lease
 		require.NoError(t, c.ScriptFlush(ctx).Err())
 		waitRound(t, roundsCh, time.Second)

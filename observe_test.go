@@ -5,68 +5,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// observed collects what an Observe channel delivers.
-type observed struct {
-	mu     sync.Mutex
-	events []Leader
-	more   chan struct{} // poked on every event
-	closed chan struct{}
-}
-
-func observe(ctx context.Context, e *Election) *observed {
-	o := &observed{more: make(chan struct{}, 1), closed: make(chan struct{})}
-	ch := e.Observe(ctx)
-	go func() {
-		defer close(o.closed)
-		for l := range ch {
-			o.mu.Lock()
-			o.events = append(o.events, l)
-			o.mu.Unlock()
-			select {
-			case o.more <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	return o
-}
-
-// waitFor waits until the last event satisfies pred.
-func (o *observed) waitFor(t testing.TB, what string, pred func(Leader) bool) Leader {
-	t.Helper()
-	deadline := time.After(5 * time.Second)
-	for {
-		o.mu.Lock()
-		n := len(o.events)
-		var last Leader
-		if n > 0 {
-			last = o.events[n-1]
-		}
-		o.mu.Unlock()
-		if n > 0 && pred(last) {
-			return last
-		}
-		select {
-		case <-o.more:
-		case <-deadline:
-			t.Fatalf("Observe: no %s within 5s; saw %v", what, o.snapshot())
-		}
-	}
-}
-
-func (o *observed) snapshot() []Leader {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return slices.Clone(o.events)
-}
 
 func TestObserve(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
@@ -155,14 +99,6 @@ func TestObserveIgnoresForgedEvents(t *testing.T) {
 		}
 		assert.Equal(t, append(fences, 0), fenceList(events), "exactly the real leaders and vacancies: %v", events)
 	})
-}
-
-func fenceList(ls []Leader) []int64 {
-	out := make([]int64, len(ls))
-	for i, l := range ls {
-		out[i] = l.Fence
-	}
-	return out
 }
 
 func TestObserveEndsWithSession(t *testing.T) {

@@ -46,26 +46,6 @@ func TestNewRedlockSessionRejectsBadInput(t *testing.T) {
 	}
 }
 
-// redlockNodes starts n miniredis nodes and a client for each.
-func redlockNodes(t *testing.T, n int) ([]*miniredis.Miniredis, []Client) {
-	var ms []*miniredis.Miniredis
-	var cs []Client
-	for range n {
-		m, c := newMini(t)
-		ms = append(ms, m)
-		cs = append(cs, c)
-	}
-	return ms, cs
-}
-
-func newRedlock(t *testing.T, cs []Client, opts ...Option) *Session {
-	t.Helper()
-	s, err := NewRedlockSession(cs, append(fastOpts(), opts...)...)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
-	return s
-}
-
 // TestRedlockLock: a Redlock acquisition holds the token on every node,
 // each node with a fence no larger than the acquisition's, the largest
 // being the acquisition's; a second session is refused; Release clears
@@ -114,30 +94,18 @@ func fenceKey(t *testing.T, m *miniredis.Miniredis, name string) int64 {
 	return f
 }
 
-// scriptCounter counts the calls of one script through a client and, with
-// sent set, sends the time of each.
-type scriptCounter struct {
-	sc   *script
-	n    *atomic.Int64
-	sent chan<- time.Time
-}
-
-func (h scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if args := cmd.Args(); len(args) > 1 && args[1] == h.sc.sha { // not the EVAL after NOSCRIPT
-			h.n.Add(1)
-			if h.sent != nil {
-				h.sent <- time.Now()
+// scriptCounter counts the calls of one script sent alone through a client
+// and, with sent set, sends the time of each.
+func scriptCounter(sc *script, n *atomic.Int64, sent chan<- time.Time) testHook {
+	return testHook{single: func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+		if cmds[0].Name() == "evalsha" && isCall(cmds[0], sc) { // not the EVAL after NOSCRIPT
+			n.Add(1)
+			if sent != nil {
+				sent <- time.Now()
 			}
 		}
-		return next(ctx, cmd)
-	}
-}
-
-func (h scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+		return send(ctx, cmds)
+	}}
 }
 
 // slowOpts are options under which no renewal runs during a test.
@@ -155,7 +123,7 @@ func TestRedlockAcquireWriteBack(t *testing.T) {
 	ms, cs := redlockNodes(t, 3)
 	var raises atomic.Int64
 	for _, c := range cs {
-		c.(*redis.Client).AddHook(scriptCounter{sc: redlockRenewScript, n: &raises})
+		c.(*redis.Client).AddHook(scriptCounter(redlockRenewScript, &raises, nil))
 	}
 	s := newRedlock(t, cs, slowOpts()...)
 	l1, err := s.TryLock(ctx, "wb")
@@ -463,7 +431,7 @@ type failFirstRelease struct {
 
 func (c *failFirstRelease) Process(ctx context.Context, cmd redis.Cmder) error {
 	fail := false
-	if args := cmd.Args(); len(args) > 1 && (args[1] == releaseScript.sha || args[1] == releaseScript.src) {
+	if isCall(cmd, releaseScript) {
 		c.once.Do(func() { fail = true })
 	}
 	if fail {
@@ -491,28 +459,17 @@ func TestRedlockGiveBackLeftoverIsCleaned(t *testing.T) {
 		"the token on the node whose give-back failed (TTL 3s) is still there")
 }
 
-// lateReply delays the reply of the first call of sc on a node past the
-// lease's local deadline (the node has run it; only the reply is late).
-type lateReply struct {
-	sc   *script
-	d    time.Duration
-	done *atomic.Bool
-}
-
-func (h lateReply) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h lateReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if args := cmd.Args(); err == nil && len(args) > 1 && (args[1] == h.sc.sha || args[1] == h.sc.src) && h.done.CompareAndSwap(false, true) {
-			<-time.After(h.d) // latency, not synchronisation
+// lateReply delays the reply of the first call of sc sent alone on a node
+// past the lease's local deadline (the node has run it; only the reply is
+// late).
+func lateReply(sc *script, d time.Duration, done *atomic.Bool) testHook {
+	return testHook{single: func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+		err := send(ctx, cmds)
+		if err == nil && isCall(cmds[0], sc) && done.CompareAndSwap(false, true) {
+			<-time.After(d) // latency, not synchronisation
 		}
 		return err
-	}
-}
-
-func (h lateReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	}}
 }
 
 // A Redlock acquire whose quorum reply came after the local deadline keeps
@@ -533,7 +490,7 @@ func TestRedlockLateQuorumReply(t *testing.T) {
 					}
 				}
 				for _, c := range cs {
-					c.(*redis.Client).AddHook(lateReply{sc: sc, d: 700 * time.Millisecond, done: new(atomic.Bool)})
+					c.(*redis.Client).AddHook(lateReply(sc, 700*time.Millisecond, new(atomic.Bool)))
 				}
 				attempts := make(chan error, 10)
 				s := newRedlock(t, cs, withAttemptHook(func(_ string, err error) { attempts <- err }))
@@ -794,7 +751,7 @@ func TestRedlockSplitVotesBackOff(t *testing.T) {
 	ms[0].SetTTL(k.lock, time.Minute)
 	const splits, retry = 6, 20 * time.Millisecond
 	sent := make(chan time.Time, 64)
-	cs[1].(*redis.Client).AddHook(scriptCounter{sc: acquireScript, n: new(atomic.Int64), sent: sent})
+	cs[1].(*redis.Client).AddHook(scriptCounter(acquireScript, new(atomic.Int64), sent))
 	ended := make(chan time.Time, 64)
 	s := newRedlock(t, cs, WithTTL(10*time.Second), WithCallTimeout(50*time.Millisecond),
 		WithRetryInterval(retry), WithRetryJitter(0),
@@ -830,7 +787,7 @@ func TestRedlockCallsShareAPipelinePerNode(t *testing.T) {
 	gates := make([]*wireGate, len(cs))
 	for i, c := range cs {
 		gates[i] = newWireGate()
-		c.(*redis.Client).AddHook(gates[i])
+		c.(*redis.Client).AddHook(gates[i].hook())
 	}
 	s, err := NewRedlockSession(cs, WithTTL(10*time.Second), WithCallTimeout(2*time.Second))
 	require.NoError(t, err)
@@ -898,30 +855,25 @@ func (timeoutErr) Error() string   { return "read tcp: i/o timeout (test)" }
 func (timeoutErr) Timeout() bool   { return true }
 func (timeoutErr) Temporary() bool { return true }
 
-func (h lateScript) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h lateScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if len(args) < 2 || (args[1] != h.sc.sha && args[1] != h.sc.src) || !h.armed.CompareAndSwap(true, false) {
-			return next(ctx, cmd)
+// hook returns the hook that applies h to calls sent alone.
+func (h lateScript) hook() testHook {
+	return testHook{single: func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+		cmd := cmds[0]
+		if !isCall(cmd, h.sc) || !h.armed.CompareAndSwap(true, false) {
+			return send(ctx, cmds)
 		}
-		send := func(cmd redis.Cmder) error {
+		late := func(cmd redis.Cmder) error {
 			<-h.open
 			defer close(h.landed)
-			return next(context.WithoutCancel(ctx), cmd)
+			return send(context.WithoutCancel(ctx), []redis.Cmder{cmd})
 		}
 		if h.fail == nil {
-			return send(cmd)
+			return late(cmd)
 		}
-		go func() { _ = send(redis.NewCmd(context.Background(), args...)) }()
+		go func() { _ = late(redis.NewCmd(context.Background(), cmd.Args()...)) }()
 		cmd.SetErr(h.fail)
 		return h.fail
-	}
-}
-
-func (h lateScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	}}
 }
 
 // An acquire that succeeded on a quorum while its request to another node
@@ -938,7 +890,7 @@ func TestRedlockReleaseBeforeALateAcquire(t *testing.T) {
 			ctx := context.Background()
 			ms, cs := redlockNodes(t, 3)
 			h := newLateScript(acquireScript, tc.fail)
-			cs[2].(*redis.Client).AddHook(h)
+			cs[2].(*redis.Client).AddHook(h.hook())
 			opts := []Option{WithTTL(3 * time.Second), WithCallTimeout(500 * time.Millisecond), WithRenewInterval(200 * time.Millisecond)}
 			s := newRedlock(t, cs, opts...)
 			other := newRedlock(t, cs, opts...)
@@ -1002,27 +954,23 @@ func closeUntilCombinerClosed(t *testing.T, s *Session, c *combiner) <-chan erro
 	}
 }
 
-// ownPair counts pipelines that carry a Redlock release and an acquire of
-// the same token: a give-back that took its own acquire along.
-type ownPair struct{ n *atomic.Int64 }
-
-func (h ownPair) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h ownPair) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (h ownPair) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
+// ownPair counts in n the pipelines that carry a Redlock release and an
+// acquire of the same token: a give-back that took its own acquire along.
+func ownPair(n *atomic.Int64) testHook {
+	return testHook{pipeline: func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
 		rel := map[string]bool{}
 		for _, c := range cmds {
-			if a := c.Args(); len(a) > 5 && a[1] == redlockReleaseScript.sha {
+			if a := c.Args(); len(a) > 5 && isCall(c, redlockReleaseScript) {
 				rel[fmt.Sprint(a[5])] = true
 			}
 		}
 		for _, c := range cmds {
-			if a := c.Args(); len(a) > 5 && a[1] == acquireScript.sha && rel[fmt.Sprint(a[5])] {
-				h.n.Add(1)
+			if a := c.Args(); len(a) > 5 && isCall(c, acquireScript) && rel[fmt.Sprint(a[5])] {
+				n.Add(1)
 			}
 		}
-		return next(ctx, cmds)
-	}
+		return send(ctx, cmds)
+	}}
 }
 
 // Close deletes the tokens that calls left behind may still set once every
@@ -1034,7 +982,7 @@ func (h ownPair) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 func TestRedlockCloseDeletesAfterBatchedAcquireLands(t *testing.T) {
 	ms, cs := redlockNodes(t, 3)
 	gate := newWireGate()
-	cs[2].(*redis.Client).AddHook(gate)
+	cs[2].(*redis.Client).AddHook(gate.hook())
 	s, err := NewRedlockSession(cs, WithTTL(20*time.Second), WithCallTimeout(3*time.Second))
 	require.NoError(t, err)
 	q := s.place.(*quorum)
@@ -1126,7 +1074,7 @@ func TestRedlockCloseDeletesBehindAnUnsettledRead(t *testing.T) {
 	ctx := context.Background()
 	ms, cs := redlockNodes(t, 3)
 	h := &holdHook{}
-	cs[2].(*redis.Client).AddHook(h)
+	cs[2].(*redis.Client).AddHook(h.hook())
 	s, err := NewRedlockSession(cs, WithTTL(20*time.Second), WithCallTimeout(3*time.Second))
 	require.NoError(t, err)
 	q := s.place.(*quorum)
@@ -1180,14 +1128,14 @@ func TestRedlockGiveBackNeverSendsItsOwnAcquire(t *testing.T) {
 		m.SetTTL(k.lock, time.Minute)
 	}
 	gate := newWireGate()
-	pairs := ownPair{n: new(atomic.Int64)}
-	cs[2].(*redis.Client).AddHook(pairs)
-	cs[2].(*redis.Client).AddHook(gate)
+	var pairs atomic.Int64
+	cs[2].(*redis.Client).AddHook(ownPair(&pairs))
+	cs[2].(*redis.Client).AddHook(gate.hook())
 	s := newRedlock(t, cs, WithTTL(3*time.Second), WithRenewInterval(time.Second), WithCallTimeout(100*time.Millisecond))
 	fillWire(t, s, gate)
 	defer gate.open()
 	for range 100 {
 		_, _ = s.TryLock(ctx, "g")
 	}
-	assert.Zero(t, pairs.n.Load(), "give-backs sent with their own acquire after them")
+	assert.Zero(t, pairs.Load(), "give-backs sent with their own acquire after them")
 }

@@ -3,16 +3,13 @@ package redisleader
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader/internal/faultproxy"
-	"github.com/redisleader/redisleader/internal/redisserver"
 	"github.com/redisleader/redisleader/internal/syncbuf"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -39,24 +36,6 @@ func TestReplicaAcksRejectsBadOptions(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalid)
 	assert.ErrorContains(t, err, "ClusterClient")
 	assert.Zero(t, m.CommandCount(), "bad options must not reach Redis")
-}
-
-// replicated starts a primary and a replica that replicates through a fault
-// proxy, so a test can cut replication.
-func replicated(t *testing.T) (primary *redisserver.Server, replica *redisserver.Server, link *faultproxy.Proxy) {
-	primary = redisserver.Start(t)
-	link, err := faultproxy.New(primary.Addr())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = link.Close() })
-	host, port, _ := strings.Cut(link.Addr(), ":")
-	replica = redisserver.Start(t, redisserver.Options{Args: []string{"--replicaof", host, port}})
-	// Wait until the replica is in sync.
-	c := primary.Client(t)
-	require.Eventually(t, func() bool {
-		n, err := c.Wait(context.Background(), 1, 100*time.Millisecond).Result()
-		return err == nil && n == 1
-	}, 10*time.Second, 10*time.Millisecond, "replica never connected")
-	return primary, replica, link
 }
 
 // TestReplicaAcks: with WithReplicaAcks an acquire or a renewal counts only
@@ -154,7 +133,7 @@ func TestReplicaAcksRetriesUntilAcknowledged(t *testing.T) {
 // at once, or, with retried, the reply of the same request sent again at
 // once (go-redis's MaxRetries on a new connection).
 type lateHook struct {
-	sha     string
+	sc      *script
 	retried bool
 	mu      sync.Mutex
 	used    bool
@@ -164,32 +143,27 @@ type lateHook struct {
 }
 
 func newLateHook(sc *script, retried bool) *lateHook {
-	return &lateHook{sha: fmt.Sprint(sc.sha), retried: retried, sent: make(chan struct{}), deliver: make(chan struct{}), landed: make(chan any, 1)}
+	return &lateHook{sc: sc, retried: retried, sent: make(chan struct{}), deliver: make(chan struct{}), landed: make(chan any, 1)}
 }
 
-func (h *lateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *lateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h *lateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if len(args) < 2 || fmt.Sprint(args[1]) != h.sha {
-			return next(ctx, cmd)
+// hook returns the hook that applies h to calls sent alone.
+func (h *lateHook) hook() testHook {
+	return testHook{single: func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+		cmd := cmds[0]
+		if !isCall(cmd, h.sc) {
+			return send(ctx, cmds)
 		}
 		h.mu.Lock()
 		first := !h.used
 		h.used = true
 		h.mu.Unlock()
 		if !first {
-			return next(ctx, cmd)
+			return send(ctx, cmds)
 		}
-		late := redis.NewCmd(context.Background(), args...)
+		late := redis.NewCmd(context.Background(), cmd.Args()...)
 		go func() {
 			<-h.deliver
-			if err := next(context.Background(), late); err != nil {
+			if err := send(context.Background(), []redis.Cmder{late}); err != nil {
 				h.landed <- err
 				return
 			}
@@ -197,11 +171,11 @@ func (h *lateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}()
 		defer close(h.sent)
 		if h.retried {
-			return next(ctx, cmd)
+			return send(ctx, cmds)
 		}
 		cmd.SetErr(context.DeadlineExceeded)
 		return context.DeadlineExceeded
-	}
+	}}
 }
 
 // A give-back's request may land after the acquisition's next attempt: one
@@ -221,7 +195,7 @@ func TestLateGiveBackNeverDeletesTheNextAttempt(t *testing.T) {
 			// and do nothing).
 			require.NoError(t, c.ScriptLoad(context.Background(), releaseScript.src.(string)).Err())
 			h := newLateHook(releaseScript, retried)
-			c.AddHook(h)
+			c.AddHook(h.hook())
 			s := newSession(t, c, WithTTL(12*time.Second), WithRenewInterval(4*time.Second), WithCallTimeout(2*time.Second),
 				WithRetryInterval(20*time.Millisecond), WithReplicaAcks(1, 200*time.Millisecond))
 

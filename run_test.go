@@ -171,18 +171,6 @@ func TestRunCancelsWhenRedisPaused(t *testing.T) {
 	assert.GreaterOrEqual(t, got.late, time.Duration(0))
 }
 
-func recvWithin[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(d):
-		t.Fatalf("%s: nothing within %v", what, d)
-		var zero T
-		return zero
-	}
-}
-
 // Closing the session of a Run leader cancels onElected at once, but the
 // next leader starts only after onElected has returned.
 func TestCloseDuringRunWaitsForOnElected(t *testing.T) {

@@ -4,70 +4,13 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redisleader/redisleader/internal/redisserver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// keyspace reports the writes Redis notifies (notify-keyspace-events KEA)
-// to keys with a prefix.
-type keyspace struct {
-	t      *testing.T
-	c      *redis.Client
-	msgs   <-chan *redis.Message
-	marker atomic.Int64
-}
-
-// watchKeyspace subscribes to every keyspace notification of the server c
-// talks to, which must run with notify-keyspace-events KEA.
-func watchKeyspace(t *testing.T, c *redis.Client) *keyspace {
-	t.Helper()
-	ctx := context.Background()
-	ps := c.PSubscribe(ctx, "__keyspace@0__:*")
-	t.Cleanup(func() { _ = ps.Close() })
-	_, err := ps.Receive(ctx) // the subscription's confirmation
-	require.NoError(t, err)
-	return &keyspace{t: t, c: c, msgs: ps.Channel()}
-}
-
-// writes returns the notifications, "key event", for keys starting with
-// prefix since the last call. It publishes a marker on a keyspace channel
-// (writing nothing) and reads up to it: Redis delivers notifications and
-// messages in the order of the commands, so every earlier one has arrived
-// by then.
-func (k *keyspace) writes(prefix string) []string {
-	k.t.Helper()
-	marker := fmt.Sprintf("marker:%d", k.marker.Add(1))
-	require.NoError(k.t, k.c.Publish(context.Background(), "__keyspace@0__:"+marker, "marker").Err())
-	var got []string
-	timeout := time.After(5 * time.Second)
-	for {
-		select {
-		case m := <-k.msgs:
-			key := strings.TrimPrefix(m.Channel, "__keyspace@0__:")
-			if key == marker {
-				return got
-			}
-			if strings.HasPrefix(key, prefix) {
-				got = append(got, key+" "+m.Payload)
-			}
-		case <-timeout:
-			k.t.Fatalf("no notification for the marker key %s within 5s", marker)
-		}
-	}
-}
-
-// notifying starts a redis-server that publishes keyspace notifications.
-func notifying(t *testing.T) (*redis.Client, *keyspace) {
-	srv := redisserver.Start(t, redisserver.Options{Args: []string{"--notify-keyspace-events", "KEA"}})
-	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
-	return c, watchKeyspace(t, c)
-}
 
 // foreignFences are values someone else may have left in a fence key: a
 // string with a TTL, and a hash (WRONGTYPE) with a TTL.

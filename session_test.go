@@ -81,12 +81,11 @@ func newHoldAcquire() *holdAcquire {
 	return &holdAcquire{ran: make(chan struct{}), release: make(chan struct{})}
 }
 
-func (h *holdAcquire) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *holdAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if args := cmd.Args(); len(args) > 2 && args[2] == 2 {
+// hook returns the hook that applies h to calls sent alone.
+func (h *holdAcquire) hook() testHook {
+	return testHook{single: func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+		err := send(ctx, cmds)
+		if args := cmds[0].Args(); len(args) > 2 && args[2] == 2 {
 			first := false
 			h.once.Do(func() { first = true; close(h.ran) })
 			if first {
@@ -94,11 +93,7 @@ func (h *holdAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			}
 		}
 		return err
-	}
-}
-
-func (h *holdAcquire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	}}
 }
 
 // Close waits for acquisitions in flight, so a key they take after Close
@@ -107,7 +102,7 @@ func (h *holdAcquire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 func TestCloseWaitsForAcquisitionsInFlight(t *testing.T) {
 	_, c := newMini(t)
 	hold := newHoldAcquire()
-	c.AddHook(hold)
+	c.AddHook(hold.hook())
 	s, err := NewSession(c)
 	require.NoError(t, err)
 	errc := make(chan error, 1)
@@ -131,7 +126,7 @@ func TestCloseWaitsForAcquisitionsInFlight(t *testing.T) {
 func TestConcurrentCloseWaitsForTheFirst(t *testing.T) {
 	_, c := newMini(t)
 	hold := newHoldAcquire()
-	c.AddHook(hold)
+	c.AddHook(hold.hook())
 	s, err := NewSession(c)
 	require.NoError(t, err)
 	go func() { _, _ = s.TryLock(context.Background(), "slow") }()

@@ -18,62 +18,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// hungServer listens on loopback and accepts connections but never writes
-// a byte: a Redis that is stuck (or a proxy in front of one). It returns the
-// address; everything is closed when the test ends.
-func hungServer(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		wg    sync.WaitGroup
-	)
-	wgGo(&wg, func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wgGo(&wg, func() { _, _ = io.Copy(io.Discard, c) })
-		}
-	})
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return ln.Addr().String()
-}
-
 // hungSession returns a session (with fastOpts) on a hungServer.
 func hungSession(t testing.TB) *Session {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: hungServer(t), ContextTimeoutEnabled: true})
+	addr, _ := hungServer(t, false)
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	return newSession(t, c, fastOpts()...)
-}
-
-const (
-	// fastCallTimeout is fastOpts' call timeout.
-	fastCallTimeout = 100 * time.Millisecond
-	// slack is what a call may take past its bound on a busy machine.
-	slack = 100 * time.Millisecond
-)
-
-// timed runs f and returns how long it took.
-func timed(f func()) time.Duration {
-	start := time.Now()
-	f()
-	return time.Since(start)
 }
 
 // Against a server that accepts connections and never answers, every

@@ -1,7 +1,9 @@
 package redisleader
 
-// The coalescer's edges (combine.go): calls given up while their batch was
-// on its way to Redis, and failures inside the user's hooks.
+// Hook faults (hookfaults.go): a hook on the user's client that panics,
+// ends its goroutine with runtime.Goexit, or refuses a pipeline, on a call
+// sent alone, in a shared pipeline, by the heartbeat, Observe, Close, Run's
+// release or a Redlock node.
 
 import (
 	"context"
@@ -20,366 +22,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// holdRule holds the commands (single or pipelined) that carry an argument
-// equal to match, until release is closed; reached is closed at the first.
-// With once, only the first matching command or pipeline is held.
-type holdRule struct {
-	match   string
-	once    bool
-	reached chan struct{}
-	release chan struct{}
-	hits    int
-}
-
-// holdHook applies holdRules to every command the client sends.
-type holdHook struct {
-	mu    sync.Mutex
-	rules []*holdRule
-	// panicOn: a script call or pipeline carrying one of these arguments
-	// panics in the hook (a user hook that panics, recovered by the caller).
-	panicOn map[string]bool
-}
-
-// panicking makes h panic on any call or pipeline carrying one of args (with
-// none, on nothing).
-func (h *holdHook) panicking(args ...string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.panicOn = nil
-	for _, a := range args {
-		if h.panicOn == nil {
-			h.panicOn = map[string]bool{}
-		}
-		h.panicOn[a] = true
-	}
-}
-
-// waitFreed waits up to 10s for get(key) to return "" (what says what
-// stayed otherwise).
-func waitFreed(t *testing.T, get func(key string) string, key, what string) {
-	t.Helper()
-	start := time.Now()
-	for get(key) != "" {
-		require.Less(t, time.Since(start), 10*time.Second, what)
-		runtimeYield()
-	}
-}
-
-// boom panics if a command of cmds carries an argument in h.panicOn.
-func (h *holdHook) boom(cmds ...redis.Cmder) {
-	h.mu.Lock()
-	boom := false
-	for _, cmd := range cmds {
-		for _, a := range cmd.Args() {
-			boom = boom || h.panicOn[fmt.Sprint(a)]
-		}
-	}
-	h.mu.Unlock()
-	if boom {
-		panic("user hook panics (test)")
-	}
-}
-
-func (h *holdHook) rule(match string, once bool) *holdRule {
-	r := &holdRule{match: match, once: once, reached: make(chan struct{}), release: make(chan struct{})}
-	h.mu.Lock()
-	h.rules = append(h.rules, r)
-	h.mu.Unlock()
-	return r
-}
-
-// holding returns the rule that applies to cmds, if any, counting the hit.
-func (h *holdHook) holding(cmds ...redis.Cmder) *holdRule {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, r := range h.rules {
-		if r.once && r.hits > 0 {
-			continue
-		}
-		for _, cmd := range cmds {
-			for _, a := range cmd.Args() {
-				if fmt.Sprint(a) == r.match {
-					r.hits++
-					if r.hits == 1 {
-						close(r.reached)
-					}
-					return r
-				}
-			}
-		}
-	}
-	return nil
-}
-
-func (h *holdHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *holdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isScript(cmd) {
-			h.boom(cmd)
-		}
-		if r := h.holding(cmd); r != nil {
-			<-r.release
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (h *holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.boom(cmds...)
-		if r := h.holding(cmds...); r != nil {
-			<-r.release
-		}
-		return next(ctx, cmds)
-	}
-}
-
-// holdWire starts a TryLock for each of two names whose commands h holds on
-// the wire, filling the session's maxOnWire slots; it returns their rules
-// and a channel that gets each TryLock's result (released when the test
-// ends).
-func holdWire(t *testing.T, s *Session, h *holdHook, prefix string) ([maxOnWire]*holdRule, <-chan error) {
-	t.Helper()
-	var rules [maxOnWire]*holdRule
-	errc := make(chan error, maxOnWire)
-	for i := range maxOnWire {
-		name := fmt.Sprintf("%s-wire-%d", prefix, i)
-		rules[i] = h.rule(newKeys(name).lock, true)
-		go func() {
-			_, err := s.TryLock(context.Background(), name)
-			errc <- err // Close releases it
-		}()
-		waitClosed(t, rules[i].reached, 5*time.Second, name+" on the wire")
-	}
-	return rules, errc
-}
-
-// freeing returns a function that lets the calls rules hold through, once;
-// it also runs when the test ends, before the session's Close (which waits
-// for the wire).
-func freeing(t *testing.T, rules ...*holdRule) func() {
-	var once sync.Once
-	free := func() {
-		once.Do(func() {
-			for _, r := range rules {
-				close(r.release)
-			}
-		})
-	}
-	t.Cleanup(free)
-	return free
-}
-
-// flushInto lets the first held call return, so that a flusher takes the
-// queue into the batch that batch holds, then lets the other held call
-// return and waits for both.
-func flushInto(t *testing.T, wire [maxOnWire]*holdRule, wired <-chan error, batch *holdRule) {
-	t.Helper()
-	close(wire[0].release)
-	waitClosed(t, batch.reached, 5*time.Second, "the batch left the flusher")
-	close(wire[1].release)
-	for range maxOnWire {
-		require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
-	}
-}
-
-// onWire reads the combiner's slot count.
-func (s *Session) onWireNow() int {
-	s.combine.mu.Lock()
-	defer s.combine.mu.Unlock()
-	return s.combine.onWire
-}
-
-// waitOnWire polls until the session has n calls or batches on the wire.
-func waitOnWire(t *testing.T, s *Session, n int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for s.onWireNow() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d on the wire, want %d", s.onWireNow(), n)
-		}
-		runtimeYield()
-	}
-}
-
-// A Proclaim given up while its batch was on its way to Redis reaches Redis
-// before the next Proclaim of the same name: the value stored (what Leader
-// and Observe report) is the later one, as Lock.Value says.
-func TestGivenUpProclaimLandsBeforeTheNext(t *testing.T) {
-	forBackends(t, func(t *testing.T, b *backend) {
-		h := &holdHook{}
-		b.client.AddHook(h)
-		s := newSession(t, b.client)
-		e, err := s.Election("review-proclaim")
-		require.NoError(t, err)
-		lead, err := e.Campaign(context.Background(), "v0")
-		require.NoError(t, err)
-
-		wire, wired := holdWire(t, s, h, "proclaim")
-		stale := h.rule("v-stale", true)
-		ctx, cancel := context.WithCancel(context.Background())
-		failed := make(chan error, 1)
-		go func() { failed <- e.Proclaim(ctx, "v-stale") }()
-		waitQueued(t, s, 1)
-		close(wire[0].release) // its return hands the slot to a flusher, which takes the Proclaim
-		waitClosed(t, stale.reached, 5*time.Second, "the flusher took the Proclaim")
-		cancel()
-		require.ErrorIs(t, recvWithin(t, failed, 5*time.Second, "the cancelled Proclaim"), context.Canceled)
-		close(wire[1].release)
-		for range maxOnWire {
-			require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
-		}
-
-		// "Proclaim again": it waits until the given-up one has reached
-		// Redis, then succeeds.
-		again := make(chan error, 1)
-		go func() { again <- e.Proclaim(context.Background(), "v-new") }()
-		select {
-		case err := <-again:
-			t.Errorf("the second Proclaim returned (%v) while the first was still on its way to Redis", err)
-		case <-time.After(100 * time.Millisecond): // a negative observation window, not a synchronisation
-		}
-		close(stale.release) // the flusher, on its way, reaches Redis now
-		select {
-		case <-again:
-		default:
-			require.NoError(t, recvWithin(t, again, 5*time.Second, "the second Proclaim"))
-		}
-		assert.Equal(t, "v-new", lead.Value())
-		waitOnWire(t, s, 0)
-		got, err := e.Leader(context.Background())
-		require.NoError(t, err)
-		assert.Equal(t, "v-new", got.Value,
-			"the stored value reverted to the one whose Proclaim returned %v, after a later Proclaim succeeded", context.Canceled)
-		assert.Equal(t, lead.Value(), got.Value, "Leader disagrees with the leadership's own Lock.Value")
-		require.NoError(t, s.Close(context.Background()))
-		checkNoLeaks(t)
-	})
-}
-
-// A blocking Lock's next attempt waits until its batched first attempt,
-// given up at its call deadline while its batch was on its way, has reached
-// Redis: after Release no phantom of the released token is left holding
-// the name.
-func TestLockRetryWaitsForItsGivenUpAttempt(t *testing.T) {
-	forBackends(t, func(t *testing.T, b *backend) {
-		h := &holdHook{}
-		b.client.AddHook(h)
-		const call = 500 * time.Millisecond
-		s := newSession(t, b.client, WithTTL(4*time.Second), WithRenewInterval(time.Second),
-			WithCallTimeout(call), WithRetryInterval(20*time.Millisecond))
-
-		wire, wired := holdWire(t, s, h, "phantom")
-		key := newKeys("review-phantom").lock
-		batch := h.rule(key, true) // the batch that carries the Lock's first attempt
-
-		start := time.Now()
-		locked := make(chan tryResult, 1)
-		go func() {
-			l, err := s.Lock(context.Background(), "review-phantom")
-			locked <- tryResult{l, err}
-		}()
-		waitQueued(t, s, 1)
-		// A later caller joins the queue: the batch is bounded by its deadline.
-		for time.Since(start) < call*6/10 {
-			runtimeYield()
-		}
-		other := tryAll(background(1), s, []string{"review-phantom-other"})[0]
-		waitQueued(t, s, 2)
-		flushInto(t, wire, wired, batch)
-
-		// The first attempt times out; the second one waits until the
-		// first has reached Redis, and then finds the name its own.
-		var res tryResult
-		select {
-		case res = <-locked:
-			t.Errorf("Lock's next attempt did not wait for its given-up first attempt (%v)", res.err)
-		case <-time.After(time.Until(start.Add(call * 13 / 10))): // a negative observation window past the first attempt's deadline, not a synchronisation
-		}
-		close(batch.release) // the batch reaches Redis
-		if res.l == nil && res.err == nil {
-			res = recvWithin(t, locked, 5*time.Second, "Lock")
-		}
-		require.NoError(t, res.err)
-		require.NoError(t, res.l.Release(context.Background()))
-		o := recvWithin(t, other, 5*time.Second, "the later caller's TryLock")
-		require.NoError(t, o.err)
-		require.NoError(t, o.l.Release(context.Background()))
-		waitOnWire(t, s, 0)
-
-		// Whatever cleans up must do so within the TTL: give the heartbeat
-		// two renewal rounds and more.
-		deadline := time.Now().Add(2500 * time.Millisecond)
-		for b.get(key) != "" && time.Now().Before(deadline) {
-			runtimeYield()
-		}
-		if v := b.get(key); v != "" {
-			hld, _ := parseHolder(v)
-			t.Errorf("after Release, %s holds the released lock's token (%v) again: a phantom lock until its TTL ends", key, hld.token == res.l.token)
-			s2 := newSession(t, b.client)
-			_, err := s2.TryLock(context.Background(), "review-phantom")
-			assert.NoError(t, err, "another session cannot take the released name")
-			require.NoError(t, s2.Close(context.Background()))
-		}
-		require.NoError(t, s.Close(context.Background()))
-		checkNoLeaks(t)
-	})
-}
-
-// Close deletes the token of a TryLock cancelled while its batch was on its
-// way only after that batch has reached Redis: no token of the closed
-// session is left holding the name.
-func TestCloseWaitsForAGivenUpBatchedAcquire(t *testing.T) {
-	forBackends(t, func(t *testing.T, b *backend) {
-		h := &holdHook{}
-		b.client.AddHook(h)
-		s, err := NewSession(b.client)
-		require.NoError(t, err)
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = s.Close(ctx)
-		})
-
-		wire, wired := holdWire(t, s, h, "closing")
-		key := newKeys("review-abandoned").lock
-		batch := h.rule(key, true)
-		ctx, cancel := context.WithCancel(context.Background())
-		try := tryAll([]context.Context{ctx}, s, []string{"review-abandoned"})[0]
-		waitQueued(t, s, 1)
-		close(wire[0].release)
-		waitClosed(t, batch.reached, 5*time.Second, "the flusher took the TryLock")
-		cancel()
-		res := recvWithin(t, try, 5*time.Second, "the cancelled TryLock")
-		require.ErrorIs(t, res.err, context.Canceled)
-		close(wire[1].release)
-		for range maxOnWire {
-			require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
-		}
-
-		closed := make(chan error, 1)
-		go func() { closed <- s.Close(context.Background()) }()
-		waitClosed(t, s.Done(), 5*time.Second, "Close started")
-		select {
-		case err := <-closed:
-			t.Errorf("Close returned (%v) while the abandoned acquire was still on its way to Redis", err)
-		case <-time.After(100 * time.Millisecond): // a negative observation window, not a synchronisation
-		}
-		close(batch.release)
-		require.NoError(t, recvWithin(t, closed, 5*time.Second, "Close"))
-		assert.Empty(t, b.get(key), "after Close returned, the abandoned TryLock's token holds the name until its TTL ends")
-		checkNoLeaks(t)
-	})
-}
-
 // A panic in a hook on the user's client, on a call sent alone, fails the
 // call with an error naming it and frees the call's slot on the wire: the
 // session stays usable and Close finishes.
 func TestRecoveredHookPanicFreesTheSlot(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		h := &holdHook{panicOn: map[string]bool{}}
-		b.client.AddHook(h)
+		b.client.AddHook(h.hook())
 		s, err := NewSession(b.client, fastOpts()...)
 		require.NoError(t, err)
 		for i := range maxOnWire {
@@ -404,59 +53,6 @@ func TestRecoveredHookPanicFreesTheSlot(t *testing.T) {
 		if errors.Is(err, context.DeadlineExceeded) {
 			t.Log("Close never finished: its stopped goroutine waits in closeCombiner forever")
 		}
-	})
-}
-
-// Every call given up while its batch is on the wire holds its key until
-// that batch has ended, however many are given up on one key: here two
-// acquires of one name, each in a batch of its own, given up in turn, the
-// later one's batch ending first. No later call of the session on the key
-// (a Leader read, the give-backs of the two attempts) reaches Redis until
-// the earlier batch has ended too. (Noticed in review: the key kept only the
-// last call given up on it, so the later batch's end freed it.)
-func TestEveryGivenUpCallHoldsItsKey(t *testing.T) {
-	forBackends(t, func(t *testing.T, b *backend) {
-		ctx := context.Background()
-		s, h := holdSession(t, b)
-		key := newKeys("settle").lock
-		firstBatch, secondBatch := h.rule(key, true), h.rule(key, true)
-		freeFirst, freeSecond := freeing(t, firstBatch), freeing(t, secondBatch)
-		wire, wired := holdWire(t, s, h, "settle")
-		freeWire := []func(){freeing(t, wire[0]), freeing(t, wire[1])}
-		tries := make([]chan tryResult, 2)
-		cancels := make([]context.CancelFunc, 2)
-		for i, batch := range []*holdRule{firstBatch, secondBatch} {
-			var tctx context.Context
-			tctx, cancels[i] = context.WithCancel(ctx)
-			defer cancels[i]()
-			tries[i] = tryAll([]context.Context{tctx}, s, []string{"settle"})[0]
-			waitQueued(t, s, 1)
-			freeWire[i]() // its slot goes to a flusher, which sends the try alone
-			waitClosed(t, batch.reached, 5*time.Second, fmt.Sprintf("try %d's batch on the wire", i))
-		}
-		for i := range tries {
-			cancels[i]()
-			assert.ErrorIs(t, recvWithin(t, tries[i], 5*time.Second, fmt.Sprintf("try %d", i)).err, context.Canceled)
-		}
-		later := h.rule(key, true)
-		freeLater := freeing(t, later)
-		read := leaderAll(t, s, "settle")[0]
-		freeSecond()
-		select {
-		case <-later.reached:
-			t.Fatal("a later call on the key reached Redis while the first given-up try was still on the wire")
-		case <-time.After(200 * time.Millisecond):
-		}
-		freeFirst()
-		waitClosed(t, later.reached, 5*time.Second, "a later call on the key, once both batches ended")
-		freeLater()
-		_ = recvWithin(t, read, 5*time.Second, "the Leader read") // either try's token may hold the name by then
-		for range maxOnWire {
-			require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
-		}
-		waitFreed(t, b.get, key, "a given-up try's token stayed in Redis")
-		require.NoError(t, s.Close(ctx))
-		checkNoLeaks(t)
 	})
 }
 
@@ -519,75 +115,6 @@ func TestRecoveredHookPanicInAReleasePipeline(t *testing.T) {
 	})
 }
 
-// WithReplicaAcks: the give-back of an attempt the replicas did not
-// acknowledge (a compare-and-delete with the acquisition's token) is sent at
-// once, never queued behind the session's other calls, even when the wire is
-// full; so it reaches Redis before the acquisition's next attempt and never
-// deletes the key of a lock that attempt took (two owners). (When give-backs
-// were coalesced, a give-back given up in its batch could land after the
-// next attempt; now one on the wire holds up that attempt on its own
-// goroutine.)
-func TestGiveBackLandsBeforeTheNextAttempt(t *testing.T) {
-	primary, _, link := replicated(t)
-	c := primary.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
-	h := &holdHook{}
-	c.AddHook(h)
-	s := newSession(t, c, WithTTL(12*time.Second), WithRenewInterval(2*time.Second), WithCallTimeout(2*time.Second),
-		WithRetryInterval(20*time.Millisecond), WithReplicaAcks(1, 200*time.Millisecond))
-
-	// Fill the wire with two Leader reads (acquires with acks do not coalesce).
-	var wire [maxOnWire]*holdRule
-	wired := make(chan error, maxOnWire)
-	for i := range maxOnWire {
-		name := fmt.Sprintf("acks-wire-%d", i)
-		r := h.rule(newKeys(name).lock, true)
-		wire[i] = r
-		e, err := s.Election(name)
-		require.NoError(t, err)
-		go func() {
-			_, err := e.Leader(context.Background())
-			if errors.Is(err, ErrNoLeader) {
-				err = nil
-			}
-			wired <- err
-		}()
-		waitClosed(t, r.reached, 5*time.Second, name+" on the wire")
-	}
-	free := freeing(t, wire[:]...)
-	giveBack := h.rule(fmt.Sprint(releaseScript.sha), true)
-	sendGiveBack := freeing(t, giveBack)
-
-	link.Blackhole(faultproxy.Both) // the first attempt is not acknowledged
-	locked := make(chan tryResult, 1)
-	go func() {
-		l, err := s.Lock(context.Background(), "acks-phantom")
-		locked <- tryResult{l, err}
-	}()
-	waitClosed(t, giveBack.reached, 5*time.Second, "the give-back sent while the wire is full")
-	assert.Zero(t, s.queued(), "a call queued")
-	link.Heal()
-	link.ResetConns() // the replica resynchronises: the next attempt is acknowledged
-	sendGiveBack()
-
-	res := recvWithin(t, locked, 10*time.Second, "Lock")
-	free()
-	for range maxOnWire {
-		require.NoError(t, recvWithin(t, wired, 5*time.Second, "a Leader read held on the wire"))
-	}
-	require.NoError(t, res.err)
-	assert.EqualValues(t, 1, c.Exists(context.Background(), res.l.Key()).Val(),
-		"the held lock's key was deleted by its acquisition's earlier give-back")
-	s2 := newSession(t, primary.Client(t))
-	l2, err := s2.TryLock(context.Background(), "acks-phantom")
-	if err == nil {
-		assert.True(t, res.l.Held() && l2.Held(), "both sessions hold the name")
-		t.Errorf("another session took the name while the first still holds it (Held=%v): two owners", res.l.Held())
-	}
-	require.NoError(t, s2.Close(context.Background()))
-	require.NoError(t, s.Close(context.Background()))
-	checkNoLeaks(t)
-}
-
 // failHook fails, without sending them, the pipelines that carry a script
 // call once armed, as a circuit breaker or rate limiter on the user's client
 // does; single commands it fails the same way.
@@ -600,24 +127,17 @@ var errBreaker = errors.New("circuit open (test hook)")
 
 func (f *failHook) on() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.armed }
 
-func (f *failHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (f *failHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isScript(cmd) && f.on() {
-			return errBreaker
-		}
-		return next(ctx, cmd)
-	}
-}
-func (f *failHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
+// hook returns the hook that applies f; it returns errBreaker without
+// setting it on the commands, as a hook that refuses a call may.
+func (f *failHook) hook() testHook {
+	return eachCall(func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
 		for _, cmd := range cmds {
 			if isScript(cmd) && f.on() {
 				return errBreaker
 			}
 		}
-		return next(ctx, cmds)
-	}
+		return send(ctx, cmds)
+	})
 }
 
 // A pipeline hook that refuses a pipeline without running it (a circuit
@@ -627,8 +147,8 @@ func TestBatchedCallsGetThePipelineHooksError(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		h := &holdHook{}
 		f := &failHook{}
-		b.client.AddHook(h)
-		b.client.AddHook(f)
+		b.client.AddHook(h.hook())
+		b.client.AddHook(f.hook())
 		s := newSession(t, b.client)
 		f.mu.Lock()
 		f.armed = true
@@ -692,7 +212,7 @@ func TestReleaseRetriedAfterAHookPanic(t *testing.T) {
 func TestReleaseRetriedAfterAHookPanicAlone(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		h := &holdHook{}
-		b.client.AddHook(h)
+		b.client.AddHook(h.hook())
 		s := newSession(t, b.client, WithTTL(3*time.Second))
 		l, err := s.TryLock(context.Background(), "alone-boom")
 		require.NoError(t, err)
@@ -714,7 +234,7 @@ func TestGiveBackRetriedAfterAHookPanic(t *testing.T) {
 	primary, _, link := replicated(t)
 	c := primary.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
 	h := &holdHook{panicOn: map[string]bool{fmt.Sprint(releaseScript.sha): true}}
-	c.AddHook(h)
+	c.AddHook(h.hook())
 	s := newSession(t, c, WithTTL(30*time.Second), WithRenewInterval(300*time.Millisecond), WithCallTimeout(2*time.Second),
 		WithRetryInterval(20*time.Millisecond), WithReplicaAcks(1, 200*time.Millisecond))
 	link.Blackhole(faultproxy.Both) // the attempt is not acknowledged
@@ -782,24 +302,14 @@ func (f *faultHook) fire(after bool, cmds ...redis.Cmder) {
 	}
 }
 
-func (f *faultHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (f *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		f.fire(false, cmd)
-		err := next(ctx, cmd)
-		f.fire(true, cmd)
-		return err
-	}
-}
-
-func (f *faultHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
+// hook returns the hook that applies f.
+func (f *faultHook) hook() testHook {
+	return eachCall(func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
 		f.fire(false, cmds...)
-		err := next(ctx, cmds)
+		err := send(ctx, cmds)
 		f.fire(true, cmds...)
 		return err
-	}
+	})
 }
 
 // A hook that ends the goroutine sending a shared pipeline (runtime.Goexit,
@@ -812,7 +322,7 @@ func TestHookGoexitInASharedPipeline(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
 		g := &faultHook{}
-		b.client.AddHook(g)
+		b.client.AddHook(g.hook())
 		s, h, locks, read, freeWire := fullWire(t, b, "goexit")
 		g.set(locks[0].keys.lock, true, false)
 		assert.ErrorIs(t, locks[0].Release(ctx), errHookGoexit, "the release, which heads its pipeline")
@@ -854,7 +364,7 @@ func TestHookPanicAfterALoneAcquireRan(t *testing.T) {
 		key := newKeys("after-boom").lock
 		f := &faultHook{}
 		f.set(key, false, true)
-		b.client.AddHook(f)
+		b.client.AddHook(f.hook())
 		s := newSession(t, b.client, WithTTL(30*time.Second), WithRenewInterval(300*time.Millisecond))
 		_, err := s.TryLock(context.Background(), "after-boom")
 		assert.ErrorContains(t, err, "a hook on the client panicked")
@@ -911,7 +421,7 @@ func faultyRedlock(t *testing.T, faulty int, goexit bool) (*Session, *faultHook)
 	f := &faultHook{}
 	f.set(anyScript, goexit, false)
 	for _, c := range cs[:faulty] {
-		c.(*redis.Client).AddHook(f)
+		c.(*redis.Client).AddHook(f.hook())
 	}
 	s, err := NewRedlockSession(cs, fastOpts()...)
 	require.NoError(t, err)
@@ -927,7 +437,7 @@ func TestHeartbeatSurvivesAHookGoexit(t *testing.T) {
 	srv := redisserver.Start(t)
 	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
 	f := &faultHook{}
-	c.AddHook(f)
+	c.AddHook(f.hook())
 	s := newSession(t, c, fastOpts()...)
 	ctx := context.Background()
 	f.set(fmt.Sprint(renewScript.sha), true, false)
@@ -958,8 +468,8 @@ func TestHeartbeatGoexitInTheServerCheck(t *testing.T) {
 	count := &countingHook{match: "maxmemory-policy"}
 	f := &faultHook{}
 	f.set("maxmemory-policy", true, false)
-	c.AddHook(count) // outermost: sees every check
-	c.AddHook(f)
+	c.AddHook(count.hook()) // outermost: sees every check
+	c.AddHook(f.hook())
 	s := newSession(t, c, fastOpts()...) // TTL 600ms, renewals every 100ms
 	ctx := context.Background()
 	l, err := s.TryLock(ctx, "hb-check-goexit")
@@ -987,8 +497,8 @@ func TestHeartbeatGoexitRetriesAfterTheRetryDelay(t *testing.T) {
 	_, c := newMini(t)
 	count := &countingHook{match: fmt.Sprint(renewScript.sha)}
 	f := &faultHook{}
-	c.AddHook(count) // outermost: counts what is sent
-	c.AddHook(f)
+	c.AddHook(count.hook()) // outermost: counts what is sent
+	c.AddHook(f.hook())
 	s := newSession(t, c, fastOpts()...) // TTL 600ms, renew every 100ms, retry 20ms + jitter
 	ctx := context.Background()
 	l, err := s.TryLock(ctx, "hb-goexit-flood")
@@ -1047,7 +557,7 @@ func goexits(t *testing.T, f func()) bool {
 func TestHookGoexitInClose(t *testing.T) {
 	_, c := newMini(t)
 	f := &faultHook{}
-	c.AddHook(f)
+	c.AddHook(f.hook())
 	s, err := NewSession(c, fastOpts()...)
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -1068,7 +578,7 @@ func TestHookGoexitInClose(t *testing.T) {
 func TestHookGoexitInRunsRelease(t *testing.T) {
 	m, c := newMini(t)
 	f := &faultHook{}
-	c.AddHook(f)
+	c.AddHook(f.hook())
 	s, err := NewSession(c, WithTTL(30*time.Second), WithRenewInterval(200*time.Millisecond), WithRetryInterval(20*time.Millisecond))
 	require.NoError(t, err)
 	e, err := s.Election("run-goexit")
@@ -1097,7 +607,7 @@ func TestHookGoexitAfterALoneAcquireRan(t *testing.T) {
 	m, c := newMini(t)
 	key := newKeys("after-goexit").lock
 	f := &faultHook{}
-	c.AddHook(f)
+	c.AddHook(f.hook())
 	s := newSession(t, c, WithTTL(30*time.Second), WithRenewInterval(300*time.Millisecond))
 	warm, err := s.TryLock(context.Background(), "goexit-warm") // the script is cached: the next acquire is one EVALSHA
 	require.NoError(t, err)
@@ -1119,7 +629,7 @@ func TestHookGoexitAfterALoneAcquireRan(t *testing.T) {
 func TestObserveSurvivesAHookGoexit(t *testing.T) {
 	_, c := newMini(t)
 	f := &faultHook{}
-	c.AddHook(f)
+	c.AddHook(f.hook())
 	s := newSession(t, c, fastOpts()...)
 	e, err := s.Election("observe-goexit")
 	require.NoError(t, err)
