@@ -137,7 +137,10 @@ func (a *acquisition) run(ctx context.Context) (*Lock, error) {
 		case locked && s.holds(name):
 			return nil, a.abandon(ctx, nil, &heldError{name})
 		case !locked:
-			a.lastErr, a.unsure = err, true
+			a.unsure = true
+			if cerr := ctx.Err(); cerr == nil || !errors.Is(err, cerr) {
+				a.lastErr = err // a Redis error; ctx's end is reported as itself
+			}
 		}
 		if a.mode == tryOnce || permanent(err) {
 			return nil, a.abandon(ctx, nil, err)

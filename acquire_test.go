@@ -582,3 +582,31 @@ func TestForeignValueAtTheLockKey(t *testing.T) {
 		assert.Equal(t, "not ours", b.get(k.lock))
 	})
 }
+
+// TestCancelledAttemptIsNotARedisError: an attempt cut short because the
+// caller's ctx ended is not a Redis error, so Campaign returns ctx's error
+// alone (ExampleElection_Resign printed an extra "acquire … context
+// canceled" line when its Run's next campaign was cut short that way).
+func TestCancelledAttemptIsNotARedisError(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		held := make(chan struct{})
+		var once sync.Once
+		b.client.AddHook(eachCall(func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+			if isCall(cmds[0], acquireScript) {
+				once.Do(func() { close(held) })
+				<-ctx.Done() // the attempt is on its way when the caller gives up
+				return ctx.Err()
+			}
+			return send(ctx, cmds)
+		}))
+		e := mustElection(t, newSession(t, b.client), "cancelled-attempt")
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			<-held
+			cancel()
+		}()
+		_, err := e.Campaign(ctx, "v")
+		require.ErrorIs(t, err, context.Canceled)
+		assert.Equal(t, context.Canceled.Error(), err.Error(), "a cancelled attempt was reported as a Redis error")
+	})
+}
