@@ -62,6 +62,9 @@ func (s *Session) acquire(ctx context.Context, k keys, value string, m mode) (*L
 		return nil, err
 	}
 	defer s.work.Done()
+	if s.holds(k.name) { // at once, before any I/O: a session never waits for itself
+		return nil, &heldError{k.name}
+	}
 	a := acquisition{s: s, start: time.Now(), keys: k, value: value, mode: m}
 	if s.cfg.fair {
 		a.w = s.newWaiter(k, value, m != tryOnce)

@@ -610,3 +610,20 @@ func TestCancelledAttemptIsNotARedisError(t *testing.T) {
 		assert.Equal(t, context.Canceled.Error(), err.Error(), "a cancelled attempt was reported as a Redis error")
 	})
 }
+
+// TestHeldNameFailsBeforeAnyIO: Lock on a name the session holds returns
+// ErrLocked before it subscribes (a slow or denied pub/sub connection must
+// not delay "at once").
+func TestHeldNameFailsBeforeAnyIO(t *testing.T) {
+	_, c := newMini(t)
+	s := newSession(t, c)
+	ctx := context.Background()
+	_, err := s.TryLock(ctx, "held-no-io")
+	require.NoError(t, err)
+	_, err = s.Lock(ctx, "held-no-io")
+	require.ErrorIs(t, err, ErrLocked)
+	s.watch.mu.Lock()
+	started := s.watch.ps != nil
+	s.watch.mu.Unlock()
+	assert.False(t, started, "Lock on a held name started the pub/sub connection")
+}

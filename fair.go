@@ -44,6 +44,10 @@ import (
 // and its release wakes nobody in particular). Safety does not depend on
 // the mode: the lock key is taken the same way in both.
 
+// legacyWake is the payload of an older release's wake-up (see
+// watcher.deliver).
+const legacyWake = "W"
+
 // A waiter is one fair acquisition's place in a name's queue, kept across
 // its attempts (and their tokens).
 type waiter struct {

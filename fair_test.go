@@ -586,3 +586,33 @@ func TestFairTombstoneOutlivesShortTTLs(t *testing.T) {
 	res := join("LONG.1", 30000) // LONG.1's late attempt
 	assert.EqualValues(t, -2, res[3], "a late attempt of a waiter that left must find its tombstone, not queue a ghost")
 }
+
+// TestFairHearsAnOlderReleasesWakeUp: releases from before wake-ups were
+// addressed publish "W" on the head's session channel. A head of this
+// release must still take that as its wake-up (a rolling upgrade), not
+// sleep until the older holder's lease can have expired.
+func TestFairHearsAnOlderReleasesWakeUp(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		name, holder := fairHeld(t, b, "legacy-wake")
+		hook, locked := queued()
+		s := newSession(t, b.client, WithFairness(), WithTTL(3*time.Second), hook)
+		got := make(chan error, 1)
+		go func() {
+			l, err := s.Lock(ctx, name)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			got <- err
+		}()
+		recvWithin(t, locked, 5*time.Second, "the waiter queued")
+		// What a release of 4170eab does, and then nothing else.
+		k := holder.keys
+		require.NoError(t, b.client.Eval(ctx, `redis.call('PUBLISH', KEYS[1]..':ch', 'R')
+redis.call('PUBLISH', KEYS[2], 'W')
+return redis.call('DEL', KEYS[1])`, []string{k.lock, k.wakeChannel(s.id)}).Err())
+		start := time.Now()
+		require.NoError(t, recvWithin(t, got, 5*time.Second, "the waiter leads"))
+		assert.Less(t, time.Since(start), time.Second, "the head slept through an older release's wake-up")
+	})
+}

@@ -455,13 +455,16 @@ func (w *watcher) unsubscribed(channel string) {
 }
 
 // deliver hands a message on channel to the subscribers it is for: those
-// that take every message and the one it is addressed to.
+// that take every message and the one it is addressed to. "W", the
+// unaddressed wake-up of releases before wake-ups were addressed, reaches
+// every subscriber, so that a rolling upgrade does not leave a head waiter
+// asleep behind an older session's release.
 func (w *watcher) deliver(channel, payload string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if cs := w.chans[channel]; cs != nil {
 		for sub := range cs.subs {
-			if sub.to == "" || sub.to == payload {
+			if sub.to == "" || sub.to == payload || payload == legacyWake {
 				sub.note()
 			}
 		}
