@@ -21,6 +21,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// fairWaiting takes the name prefix-<backend> with a fair session (holder)
+// and returns a second fair session (TTL 3 s) whose queued attempts are
+// reported on locked.
+func fairWaiting(t *testing.T, b *backend, prefix string) (name string, holder *Lock, s *Session, locked <-chan string) {
+	t.Helper()
+	name, holder = fairHeld(t, b, prefix)
+	hook, locked := queued()
+	return name, holder, newSession(t, b.client, WithFairness(), WithTTL(3*time.Second), hook), locked
+}
+
 // fairHeld takes the name prefix-<backend> with a fair session.
 func fairHeld(t *testing.T, b *backend, prefix string) (string, *Lock) {
 	t.Helper()
@@ -525,9 +535,7 @@ func TestFairHeadInRetryDelayHearsItsWakeUp(t *testing.T) {
 func TestFairOwnWaiterEndsWhenItsSessionTakesTheName(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
-		name, holder := fairHeld(t, b, "own-taken")
-		hook, locked := queued()
-		s := newSession(t, b.client, WithFairness(), WithTTL(3*time.Second), hook)
+		name, holder, s, locked := fairWaiting(t, b, "own-taken")
 		first := make(chan *Lock, 1)
 		go func() {
 			l, err := s.Lock(ctx, name)
@@ -594,17 +602,8 @@ func TestFairTombstoneOutlivesShortTTLs(t *testing.T) {
 func TestFairHearsAnOlderReleasesWakeUp(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
-		name, holder := fairHeld(t, b, "legacy-wake")
-		hook, locked := queued()
-		s := newSession(t, b.client, WithFairness(), WithTTL(3*time.Second), hook)
-		got := make(chan error, 1)
-		go func() {
-			l, err := s.Lock(ctx, name)
-			if err == nil {
-				err = l.Release(ctx)
-			}
-			got <- err
-		}()
+		name, holder, s, locked := fairWaiting(t, b, "legacy-wake")
+		got := lockAndRelease(ctx, s, name)
 		recvWithin(t, locked, 5*time.Second, "the waiter queued")
 		// What a release of 4170eab does, and then nothing else.
 		k := holder.keys
