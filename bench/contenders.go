@@ -33,6 +33,7 @@ const (
 	rowLeaderAPFull     = "redisleader-ap-fd"
 	rowLeaderSessions   = "redisleader-16s"
 	rowLeaderAPSessions = "redisleader-ap-16s"
+	rowLeaderAPFullSess = "redisleader-ap-fd-16s"
 	poolSessions        = 16 // the parallel scenarios' goroutines
 )
 
@@ -136,6 +137,7 @@ func (e *env) contenders() ([]contender, func(), error) {
 		apHalf, apFull            *redis.AutoPipeliner
 		apSession, apFullSession  *redisleader.Session
 		plainSessions, apSessions func() *redisleader.Session
+		apFullSessions            func() *redisleader.Session
 	)
 	err = func() (err error) {
 		if apHalf, err = autoPipeliner(false); err != nil {
@@ -153,7 +155,10 @@ func (e *env) contenders() ([]contender, func(), error) {
 		if plainSessions, err = sessionPool(client(addr), poolSessions); err != nil {
 			return err
 		}
-		apSessions, err = sessionPool(apHalf, poolSessions)
+		if apSessions, err = sessionPool(apHalf, poolSessions); err != nil {
+			return err
+		}
+		apFullSessions, err = sessionPool(apFull, poolSessions)
 		return err
 	}()
 	if err != nil {
@@ -188,6 +193,8 @@ func (e *env) contenders() ([]contender, func(), error) {
 			func(key string) worker { return &leaderWorker{s: plainSessions(), name: key} }},
 		{rowLeaderAPSessions, fmt.Sprintf("this library over rdb.AutoPipeline() (half duplex), %d Sessions handed out in turn: auto-pipelining without the Session's coalescing", poolSessions),
 			func(key string) worker { return &leaderWorker{s: apSessions(), name: key} }},
+		{rowLeaderAPFullSess, fmt.Sprintf("the same over the full-duplex AutoPipeliner, %d Sessions handed out in turn", poolSessions),
+			func(key string) worker { return &leaderWorker{s: apFullSessions(), name: key} }},
 	}
 	return list, closeAll, nil
 }
