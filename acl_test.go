@@ -2,6 +2,7 @@ package redisleader
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -22,6 +23,11 @@ const (
 		"+evalsha +eval +get +set +pexpire +pttl +time +del +publish +subscribe +unsubscribe +ping"
 	aclOptional = "+wait +config|get +info"
 	aclCluster  = "+cluster|slots +command" // for a *redis.ClusterClient
+	// aclIdentity is what Redis 7.2+ and Valkey add: go-redis sends CLIENT
+	// SETINFO on every connect (unless DisableIdentity), which the rule above
+	// denies, and each denial adds an ACL LOG entry. Redis 7.0 has no such
+	// subcommand and rejects the rule.
+	aclIdentity = "+client|setinfo"
 	// aclFair is what WithFairness adds: the queue's sorted sets.
 	aclFair = "+exists +pexpireat +zadd +zcard +zrange +zrangebyscore +zrank +zrem +zscore"
 )
@@ -35,6 +41,21 @@ func aclCommands() []string {
 		}
 	}
 	return cmds
+}
+
+// hasSetinfo reports whether srv has CLIENT SETINFO (Redis 7.2+, Valkey):
+// a gate on the version, which on Valkey is valkey_version.
+func hasSetinfo(t testing.TB, srv *redisserver.Server) bool {
+	v := srv.Version(t)
+	return v.Name == "valkey" || v.AtLeast("redis", 7, 2)
+}
+
+// identityRule returns aclIdentity where srv needs it, else nothing.
+func identityRule(t testing.TB, srv *redisserver.Server) string {
+	if hasSetinfo(t, srv) {
+		return aclIdentity
+	}
+	return ""
 }
 
 // setUser creates or changes an ACL user on the server admin talks to.
@@ -79,6 +100,57 @@ func TestReadmeDocumentsTheACLRule(t *testing.T) {
 	assert.Contains(t, string(readme), "ACL SETUSER redisleader "+rule)
 	assert.Contains(t, string(readme), aclOptional)
 	assert.Contains(t, string(readme), aclCluster)
+	assert.Contains(t, string(readme), aclIdentity)
+	assert.Contains(t, string(readme), "DisableIdentity")
+}
+
+// TestACLClientSetinfo: on a server with CLIENT SETINFO (7.2+, Valkey) the
+// documented rule without aclIdentity denies what go-redis sends on every
+// connect (the ACL log fills), and either aclIdentity or a client with
+// DisableIdentity keeps the log empty while a lock is taken and released.
+func TestACLClientSetinfo(t *testing.T) {
+	srv := redisserver.Start(t)
+	if !hasSetinfo(t, srv) {
+		t.Skipf("%v has no CLIENT SETINFO (Redis 7.2+ and Valkey have it)", srv.Version(t))
+	}
+	admin := srv.Client(t)
+	ctx := context.Background()
+	lockOnce := func(t *testing.T, c *redis.Client) {
+		s := newSession(t, c, WithTTL(time.Second))
+		l, err := s.TryLock(ctx, "setinfo")
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		require.NoError(t, s.Close(ctx))
+	}
+	for _, tt := range []struct {
+		name            string
+		rules           []string
+		disableIdentity bool
+		denied          bool
+	}{
+		{"rule without aclIdentity", []string{aclRule, aclOptional}, false, true},
+		{"rule with aclIdentity", []string{aclRule, aclOptional, aclIdentity}, false, false},
+		{"DisableIdentity", []string{aclRule, aclOptional}, true, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			setUser(t, admin, "setinfo", "reset")
+			setUser(t, admin, "setinfo", tt.rules...)
+			require.NoError(t, admin.Do(ctx, "acl", "log", "reset").Err())
+			lockOnce(t, srv.Client(t, func(o *redis.Options) {
+				o.Username, o.Password, o.ContextTimeoutEnabled = "setinfo", "secret", true
+				o.DisableIdentity = tt.disableIdentity
+			}))
+			log := aclLog(t, admin)
+			if !tt.denied {
+				assert.Empty(t, log, "the server denied something")
+				return
+			}
+			require.NotEmpty(t, log, "nothing denied CLIENT SETINFO")
+			for _, e := range log {
+				assert.Contains(t, fmt.Sprint(e), "client|setinfo", "a denial other than CLIENT SETINFO")
+			}
+		})
+	}
 }
 
 // TestACLLeastPrivilege runs everything the library does as the documented
@@ -91,7 +163,7 @@ func TestACLLeastPrivilege(t *testing.T) {
 	srv := redisserver.Start(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
-	setUser(t, admin, "redisleader", aclRule, aclOptional)
+	setUser(t, admin, "redisleader", aclRule, aclOptional, identityRule(t, srv))
 	require.NoError(t, admin.ConfigResetStat(ctx).Err())
 	c := userClient(t, srv, "redisleader")
 	logOpt, logs := warnLog()
@@ -179,7 +251,7 @@ func TestACLLeastPrivilege(t *testing.T) {
 func TestACLCluster(t *testing.T) {
 	cluster := redisserver.StartCluster(t, 3)
 	for _, n := range cluster.Nodes() {
-		setUser(t, n.Client(t), "redisleader", aclRule, aclOptional, aclCluster)
+		setUser(t, n.Client(t), "redisleader", aclRule, aclOptional, aclCluster, identityRule(t, n))
 	}
 	c := cluster.Client(t, func(o *redis.ClusterOptions) {
 		o.Username, o.Password, o.ContextTimeoutEnabled = "redisleader", "secret", true
@@ -205,7 +277,9 @@ func TestACLCluster(t *testing.T) {
 // was denied, and the denied attempt wrote nothing: no lock key, the fence
 // key as it was. (Regression: Redis 7 words a denial inside a script as
 // "ERR The user executing the script can't …", which was retried forever,
-// and the acquire script had set both keys before its PUBLISH failed.)
+// and the acquire script had set both keys before its PUBLISH failed.) The
+// error is checked for what it means (an *aclError naming the channel, with
+// the server's reason in any known wording; see aclWordings).
 func TestACLDeniedChannel(t *testing.T) {
 	srv := redisserver.Start(t)
 	admin := srv.Client(t)
@@ -231,11 +305,9 @@ func TestACLDeniedChannel(t *testing.T) {
 			t.Fatal("a blocking Lock without the channel permission did not return")
 		}
 		t.Logf("Lock returned after %v: %v", time.Since(start), err)
-		require.Error(t, err)
-		assert.True(t, permanent(err), "%v", err)
-		assert.ErrorContains(t, err, "permission denied for PUBLISH "+k.channel()+" (ACL): ERR The user executing the script can't publish to the channel mentioned in the command")
+		assertDenied(t, err, "permission denied for PUBLISH "+k.channel()+" (ACL): ", aclWordings.script(deniedChannel, "nochannel", "publish"))
 		_, err = s.TryLock(ctx, k.name)
-		assert.ErrorContains(t, err, "permission denied for PUBLISH "+k.channel())
+		assertDenied(t, err, "permission denied for PUBLISH "+k.channel()+" (ACL): ", aclWordings.script(deniedChannel, "nochannel", "publish"))
 
 		n, err := admin.Exists(ctx, k.lock).Result()
 		require.NoError(t, err)
@@ -250,23 +322,27 @@ func TestACLDeniedChannel(t *testing.T) {
 }
 
 // TestACLDeniedCommands: whichever command the user lacks, TryLock fails
-// with a permanent error naming it (and its key or channel), and writes
-// nothing.
+// with a permanent error naming it (and its key or channel) and the
+// server's reason for that kind of denial in any known wording (see
+// aclWordings), and writes nothing.
 func TestACLDeniedCommands(t *testing.T) {
 	srv := redisserver.Start(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
 	for _, tt := range []struct {
-		without string // ACL rules applied after the documented ones
-		want    string // in the error, after "permission denied "
+		without  string // ACL rules applied after the documented ones
+		what     string // in the error, after "permission denied "; the library's words
+		denial   aclDenial
+		inScript bool   // denied inside the script (redis.call), or the script call itself
+		cmd      string // the denied command, as the server names it
 	}{
-		{"-publish", "for PUBLISH redisleader:{no-publish}:ch (ACL): ERR The user executing the script can't run this command or subcommand"},
-		{"-time", "for TIME (ACL): ERR The user executing the script can't run this command or subcommand"},
-		{"-get", "for GET redisleader:{no-get} (ACL): ERR The user executing the script can't run this command or subcommand"},
-		{"-set", "for SET redisleader:{no-set}:fence (ACL): ERR The user executing the script can't run this command or subcommand"},
-		{"-evalsha", "running EVALSHA on keys redisleader:{no-evalsha} redisleader:{no-evalsha}:fence (ACL): NOPERM this user has no permissions to run the 'evalsha' command"},
-		{"-eval", "running EVAL on keys redisleader:{no-eval} redisleader:{no-eval}:fence (ACL): NOPERM this user has no permissions to run the 'eval' command"},
-		{"resetkeys ~other:*", "running EVALSHA on keys redisleader:{no-keys} redisleader:{no-keys}:fence (ACL): NOPERM this user has no permissions to access one of the keys used as arguments"},
+		{"-publish", "for PUBLISH redisleader:{no-publish}:ch (ACL): ", deniedCommand, true, "publish"},
+		{"-time", "for TIME (ACL): ", deniedCommand, true, "time"},
+		{"-get", "for GET redisleader:{no-get} (ACL): ", deniedCommand, true, "get"},
+		{"-set", "for SET redisleader:{no-set}:fence (ACL): ", deniedCommand, true, "set"},
+		{"-evalsha", "running EVALSHA on keys redisleader:{no-evalsha} redisleader:{no-evalsha}:fence (ACL): ", deniedCommand, false, "evalsha"},
+		{"-eval", "running EVAL on keys redisleader:{no-eval} redisleader:{no-eval}:fence (ACL): ", deniedCommand, false, "eval"},
+		{"resetkeys ~other:*", "running EVALSHA on keys redisleader:{no-keys} redisleader:{no-keys}:fence (ACL): ", deniedKey, false, "evalsha"},
 	} {
 		name := "no-" + strings.TrimPrefix(strings.Fields(tt.without)[0], "-")
 		if name == "no-resetkeys" {
@@ -279,9 +355,11 @@ func TestACLDeniedCommands(t *testing.T) {
 			require.NoError(t, admin.Set(ctx, k.fence, "42", 0).Err())
 			s := newSession(t, userClient(t, srv, name), WithTTL(time.Second))
 			_, err := s.TryLock(ctx, name)
-			require.Error(t, err)
-			assert.True(t, permanent(err), "%v", err)
-			assert.ErrorContains(t, err, "permission denied "+tt.want)
+			wordings := aclWordings.outside(tt.denial, name, tt.cmd)
+			if tt.inScript {
+				wordings = aclWordings.script(tt.denial, name, tt.cmd)
+			}
+			assertDenied(t, err, "permission denied "+tt.what, wordings)
 			n, err := admin.Exists(ctx, k.lock).Result()
 			require.NoError(t, err)
 			assert.Zero(t, n, "the denied attempt left a lock key")
@@ -326,8 +404,8 @@ func TestSettingsUncheckedAreWarned(t *testing.T) {
 	setUser(t, srv.Client(t), "hardened", rule)
 	out := settingsWarnings(t, false, userClient(t, srv, "hardened"))
 	assert.Equal(t, 1, strings.Count(out, "could not check the Redis server's settings"), out)
-	assert.Contains(t, out, "CONFIG GET: NOPERM this user has no permissions to run the 'config|get' command")
-	assert.Contains(t, out, "INFO replication: NOPERM this user has no permissions to run the 'info' command")
+	assertOneOf(t, out, "CONFIG GET: ", aclWordings.outside(deniedCommand, "hardened", "config|get"))
+	assertOneOf(t, out, "INFO replication: ", aclWordings.outside(deniedCommand, "hardened", "info"))
 
 	var nodes []Client
 	for range 3 {
@@ -351,7 +429,7 @@ func TestACLReplicated(t *testing.T) {
 	admin := primary.Client(t)
 	ctx := context.Background()
 	t.Run("WithReplicaAcks", func(t *testing.T) {
-		setUser(t, admin, "redisleader", aclRule, aclOptional)
+		setUser(t, admin, "redisleader", aclRule, aclOptional, identityRule(t, primary))
 		require.NoError(t, admin.Do(ctx, "acl", "log", "reset").Err())
 		// Call timeout 1s: a first call also dials and authenticates, and
 		// under the race detector on a busy machine that, the script and
@@ -421,7 +499,7 @@ func TestACLFair(t *testing.T) {
 	srv := redisserver.Start(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
-	setUser(t, admin, "redisleader", aclRule, aclOptional, aclFair)
+	setUser(t, admin, "redisleader", aclRule, aclOptional, aclFair, identityRule(t, srv))
 	require.NoError(t, admin.ConfigResetStat(ctx).Err())
 	c := userClient(t, srv, "redisleader")
 	logOpt, logs := warnLog()

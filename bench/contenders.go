@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -22,6 +23,19 @@ const lockTTL = 10 * time.Second
 
 // baseline is the contender every ratio is taken against.
 const baseline = "raw"
+
+// The auto-pipelining rows, and the per-goroutine Sessions that show what
+// the Session's own coalescing adds.
+const (
+	rowRawAP            = "raw-ap"
+	rowRawAPFull        = "raw-ap-fd"
+	rowLeaderAP         = "redisleader-ap"
+	rowLeaderAPFull     = "redisleader-ap-fd"
+	rowLeaderSessions   = "redisleader-16s"
+	rowLeaderAPSessions = "redisleader-ap-16s"
+	rowLeaderAPFullSess = "redisleader-ap-fd-16s"
+	poolSessions        = 16 // the parallel scenarios' goroutines
+)
 
 // A contender is one way to take a lock: the raw go-redis floor or a library.
 type contender struct {
@@ -85,6 +99,73 @@ func (e *env) contenders() ([]contender, func(), error) {
 	}
 	closers = append(closers, func() { _ = redlock.Close(context.Background()) })
 
+	// go-redis's auto-pipelining (v9.22+, experimental): one client's
+	// commands from every goroutine share batches on one writer and reader;
+	// half duplex (the default) or full duplex (v9.23+).
+	autoPipeliner := func(fullDuplex bool) (*redis.AutoPipeliner, error) {
+		c := client(addr)
+		ap, err := c.AutoPipelineWithOptions(&redis.AutoPipelineOptions{FullDuplex: fullDuplex})
+		if err == nil {
+			closers = append(closers, func() { _ = ap.Close() })
+		}
+		return ap, err
+	}
+	newSession := func(c redisleader.Client) (*redisleader.Session, error) {
+		s, err := redisleader.NewSession(c, redisleader.WithTTL(lockTTL))
+		if err == nil {
+			closers = append(closers, func() { _ = s.Close(context.Background()) })
+		}
+		return s, err
+	}
+	// sessionPool hands each worker the next of n sessions on c, so that 16
+	// goroutines use 16 sessions: a session with one caller never queues a
+	// call (its coalescing stays idle), which shows what the coalescing
+	// adds on a client that batches by itself.
+	sessionPool := func(c redisleader.Client, n int) (func() *redisleader.Session, error) {
+		var list []*redisleader.Session
+		for range n {
+			s, err := newSession(c)
+			if err != nil {
+				return nil, err
+			}
+			list = append(list, s)
+		}
+		var next atomic.Int64
+		return func() *redisleader.Session { return list[int(next.Add(1)-1)%n] }, nil
+	}
+	var (
+		apHalf, apFull            *redis.AutoPipeliner
+		apSession, apFullSession  *redisleader.Session
+		plainSessions, apSessions func() *redisleader.Session
+		apFullSessions            func() *redisleader.Session
+	)
+	err = func() (err error) {
+		if apHalf, err = autoPipeliner(false); err != nil {
+			return err
+		}
+		if apFull, err = autoPipeliner(true); err != nil {
+			return err
+		}
+		if apSession, err = newSession(apHalf); err != nil {
+			return err
+		}
+		if apFullSession, err = newSession(apFull); err != nil {
+			return err
+		}
+		if plainSessions, err = sessionPool(client(addr), poolSessions); err != nil {
+			return err
+		}
+		if apSessions, err = sessionPool(apHalf, poolSessions); err != nil {
+			return err
+		}
+		apFullSessions, err = sessionPool(apFull, poolSessions)
+		return err
+	}()
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+
 	list := []contender{
 		{"raw", "the floor, plain go-redis: SET key token PX ttl NX + EVALSHA compare-and-delete",
 			func(key string) worker { return &rawWorker{c: raw, key: key} }},
@@ -100,6 +181,20 @@ func (e *env) contenders() ([]contender, func(), error) {
 			func(key string) worker { return &leaderWorker{s: redlock, name: key} }},
 		{rowRaw3, "redsync's protocol with no library, over the same three servers (quorum 2): SET NX PX on all at once, then compare-and-delete on all at once",
 			func(key string) worker { return &raw3Worker{cs: raw3, key: key} }},
+		{rowRawAP, "the floor over go-redis auto-pipelining: raw's two commands through rdb.AutoPipeline() (half duplex)",
+			func(key string) worker { return &rawWorker{c: apHalf, key: key} }},
+		{rowRawAPFull, "the same through AutoPipelineWithOptions(&AutoPipelineOptions{FullDuplex: true})",
+			func(key string) worker { return &rawWorker{c: apFull, key: key} }},
+		{rowLeaderAP, "this library over rdb.AutoPipeline() (half duplex): one Session for all goroutines",
+			func(key string) worker { return &leaderWorker{s: apSession, name: key} }},
+		{rowLeaderAPFull, "this library over the full-duplex AutoPipeliner: one Session for all goroutines",
+			func(key string) worker { return &leaderWorker{s: apFullSession, name: key} }},
+		{rowLeaderSessions, fmt.Sprintf("this library on a plain client, %d Sessions handed to the goroutines in turn (a Session with one caller never coalesces)", poolSessions),
+			func(key string) worker { return &leaderWorker{s: plainSessions(), name: key} }},
+		{rowLeaderAPSessions, fmt.Sprintf("this library over rdb.AutoPipeline() (half duplex), %d Sessions handed out in turn: auto-pipelining without the Session's coalescing", poolSessions),
+			func(key string) worker { return &leaderWorker{s: apSessions(), name: key} }},
+		{rowLeaderAPFullSess, fmt.Sprintf("the same over the full-duplex AutoPipeliner, %d Sessions handed out in turn", poolSessions),
+			func(key string) worker { return &leaderWorker{s: apFullSessions(), name: key} }},
 	}
 	return list, closeAll, nil
 }
@@ -115,15 +210,22 @@ func rawToken() string {
 	return hex.EncodeToString(b[:])
 }
 
+// rawClient is what the raw floor needs of a client: a plain *redis.Client
+// or an *redis.AutoPipeliner.
+type rawClient interface {
+	redis.Scripter
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
 // rawSetNX sends SET key token PX ttl NX and reports whether it was set.
-func rawSetNX(ctx context.Context, c *redis.Client, key, token string, ttl time.Duration) (bool, error) {
+func rawSetNX(ctx context.Context, c rawClient, key, token string, ttl time.Duration) (bool, error) {
 	cmd := redis.NewBoolCmd(ctx, "set", key, token, "px", ttl.Milliseconds(), "nx")
 	_ = c.Process(ctx, cmd)
 	return cmd.Result()
 }
 
 type rawWorker struct {
-	c   *redis.Client
+	c   rawClient
 	key string
 }
 

@@ -104,6 +104,17 @@ func (r *report) targets(res *results) {
 	ratioRow("Redlock-3 sequential pairs/s ≥ redsync-3's", seq3, seq3.med >= 1.0, " (× redsync-3)")
 	par3 := l.parRate.ratio(rowRedlock3, rowRedsync3)
 	ratioRow("Redlock-3 parallel pairs/s ≥ redsync-3's", par3, par3.med >= 1.0, " (× redsync-3)")
+	// Auto-pipelining moves the floor: these rows say by how much, what the
+	// library keeps of it, and what the Session's coalescing adds there.
+	apFloor, apFloorFull := l.parRate.ratio(rowRawAP, baseline), l.parRate.ratio(rowRawAPFull, baseline)
+	r.printf("| (reference) 16 goroutines, own keys: the floor auto-pipelined, half / full duplex | %s / %s (× raw) | |\n", ratioCell(apFloor), ratioCell(apFloorFull))
+	apLib, apLibFull := l.parRate.ratio(rowLeaderAP, rowRawAP), l.parRate.ratio(rowLeaderAPFull, rowRawAPFull)
+	r.printf("| (reference) 16 goroutines, own keys: redisleader auto-pipelined, half / full duplex | %s / %s (× the same floor) | |\n", ratioCell(apLib), ratioCell(apLibFull))
+	apGain, apGainFull := l.parRate.ratio(rowLeaderAP, "redisleader"), l.parRate.ratio(rowLeaderAPFull, "redisleader")
+	r.printf("| (reference) 16 goroutines, own keys: redisleader auto-pipelined, half / full duplex | %s / %s (× redisleader plain) | |\n", ratioCell(apGain), ratioCell(apGainFull))
+	coalPlain, coalAP := l.parRate.ratio("redisleader", rowLeaderSessions), l.parRate.ratio(rowLeaderAP, rowLeaderAPSessions)
+	coalAPFull := l.parRate.ratio(rowLeaderAPFull, rowLeaderAPFullSess)
+	r.printf("| (reference) 16 goroutines, own keys: one coalescing Session × 16 Sessions, plain / auto-pipelined half / full duplex | %s / %s / %s | |\n", ratioCell(coalPlain), ratioCell(coalAP), ratioCell(coalAPFull))
 	lib3, rs3 := l.seqRate.ratio(rowRedlock3, rowRaw3), l.seqRate.ratio(rowRedsync3, rowRaw3)
 	r.printf("| (reference) sequential pairs/s × raw-3, Redlock-3 / redsync-3 | %s / %s | |\n", ratioCell(lib3), ratioCell(rs3))
 	a3, r3 := l.allocs.of(rowRedlock3), l.allocs.of(rowRedsync3)

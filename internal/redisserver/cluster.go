@@ -55,7 +55,7 @@ type Cluster struct {
 // it under CI=true) if redis-server or redis-cli is not in PATH.
 func StartCluster(t testing.TB, n int, opts ...Options) *Cluster {
 	t.Helper()
-	requireBinaries(t, "redis-server", "redis-cli")
+	requireBinaries(t, Binary(), CLI())
 	if n < 3 {
 		t.Fatalf("redisserver.StartCluster: n = %d, want at least 3 masters", n)
 	}
@@ -99,12 +99,12 @@ func StartCluster(t testing.TB, n int, opts ...Options) *Cluster {
 	deadline, _ := ctx.Deadline()
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	cmd := exec.CommandContext(ctx, "redis-cli", args...)
+	cmd := exec.CommandContext(ctx, CLI(), args...)
 	cmd.Env = append(os.Environ(), "TERM=dumb") // no colour codes in failure messages
 	cmd.SysProcAttr = sysProcAttr()
 	cmd.WaitDelay = time.Second
 	if out, err := cmd.CombinedOutput(); err != nil {
-		c.fatalf(t, "redisserver: redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
+		c.fatalf(t, "redisserver: %s %s: %v\n%s", CLI(), strings.Join(args, " "), err, out)
 	}
 	if _, err := c.waitAgreed(time.Until(deadline), nil); err != nil {
 		c.fatalf(t, "redisserver: cluster of %d nodes did not become ok: %v", n, err)
@@ -459,8 +459,8 @@ func (c *Cluster) fatalf(t testing.TB, format string, args ...any) {
 // Helpers shared with sentinel.go.
 
 // requireBinaries skips the test, or fails it when CI is "true", if one of
-// the programs is not in PATH. Debian's redis-server package brings
-// redis-cli (redis-tools) along.
+// the programs is not found. Debian's redis-server package brings redis-cli
+// (redis-tools) along, and valkey-server brings valkey-cli.
 func requireBinaries(t testing.TB, names ...string) {
 	t.Helper()
 	for _, name := range names {
@@ -468,9 +468,9 @@ func requireBinaries(t testing.TB, names ...string) {
 			continue
 		}
 		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s not found in PATH; CI must install it: apt-get install -y redis-server", name)
+			t.Fatalf("%s; CI must install it", installHint(name))
 		}
-		t.Skipf("%s not found in PATH; install it (apt-get install -y redis-server) to run this test", name)
+		t.Skipf("%s to run this test", installHint(name))
 	}
 }
 

@@ -242,7 +242,7 @@ func TestClusterRestartNode(t *testing.T) {
 }
 
 func TestStartClusterRejectsFewNodes(t *testing.T) {
-	requireBinaries(t, "redis-server", "redis-cli")
+	requireBinaries(t, Binary(), CLI())
 	r := &recordingTB{TB: t}
 	done := make(chan struct{})
 	go func() {
@@ -292,18 +292,20 @@ func addrOf(s *Server) string {
 }
 
 func TestStartClusterMissingCLI(t *testing.T) {
-	server, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("redis-server not in PATH")
-	}
-	dir := t.TempDir() // redis-server but no redis-cli
-	if err := os.Symlink(server, filepath.Join(dir, "redis-server")); err != nil {
+	requireBinaries(t, Binary())
+	server, _ := exec.LookPath(Binary())
+	name := filepath.Base(server)
+	dir := t.TempDir() // the server but not its CLI
+	if err := os.Symlink(server, filepath.Join(dir, name)); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", dir)
+	t.Setenv("REDIS_SERVER", name)
+	t.Setenv("REDIS_CLI", "")
+	cli := CLI()
 	for _, tc := range []struct{ ci, kind, msg string }{
-		{"", "skip", "redis-cli not found in PATH; install it"},
-		{"true", "fatal", "redis-cli not found in PATH; CI must install it"},
+		{"", "skip", cli + " not found; install it"},
+		{"true", "fatal", cli + " not found; install it (apt-get"},
 	} {
 		t.Setenv("CI", tc.ci)
 		r := &recordingTB{TB: t}

@@ -1,6 +1,12 @@
 // Package redisserver starts private redis-server processes for tests on free
 // loopback ports and controls them by PID (pause, resume, kill, restart).
 //
+// The server program is redis-server from PATH unless the REDIS_SERVER
+// environment variable names another (a name looked up in PATH, or a path),
+// e.g. REDIS_SERVER=valkey-server: CI runs the tests against both. Sentinels
+// run the same program with --sentinel, and StartCluster joins nodes with the
+// command-line client that comes with it (see CLI).
+//
 // Every server binds only 127.0.0.1, runs in its own t.TempDir(), has no
 // persistence unless asked for, and is killed by t.Cleanup. When a test fails,
 // the last lines of the server's log are written to the test log.
@@ -16,6 +22,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,25 +75,50 @@ type process struct {
 	err    error         // result of cmd.Wait; read only after exited is closed
 }
 
-// Available reports whether redis-server is in PATH.
+// Binary returns the server program the package starts: $REDIS_SERVER, or
+// redis-server when that is empty.
+func Binary() string {
+	if b := os.Getenv("REDIS_SERVER"); b != "" {
+		return b
+	}
+	return "redis-server"
+}
+
+// CLI returns the command-line client used to create clusters: $REDIS_CLI,
+// or else the one that comes with Binary (valkey-cli beside valkey-server,
+// redis-cli beside redis-server, in the same directory when Binary is a path).
+func CLI() string {
+	if c := os.Getenv("REDIS_CLI"); c != "" {
+		return c
+	}
+	b := Binary()
+	dir, name := filepath.Split(b)
+	if prefix, ok := strings.CutSuffix(name, "-server"); ok {
+		return dir + prefix + "-cli"
+	}
+	return "redis-cli"
+}
+
+// Available reports whether Binary is found (in PATH, unless it is a path).
 func Available() bool {
-	_, err := exec.LookPath("redis-server")
+	_, err := exec.LookPath(Binary())
 	return err == nil
+}
+
+// installHint says how to get the missing program, for skip and failure messages.
+func installHint(name string) string {
+	return fmt.Sprintf("%s not found; install it (apt-get install -y redis-server; for Valkey: valkey-server from bookworm-backports, and REDIS_SERVER=valkey-server)", name)
 }
 
 // Start starts a redis-server on 127.0.0.1 at a free port with a private
 // data directory, waits until it answers, and registers t.Cleanup to kill it
 // (and, if the test failed, to log its last output lines). At most one
 // Options may be given. If redis-server is not in PATH the test is skipped,
-// or fails when the CI environment variable is "true".
+// or fails when the CI environment variable is "true". (Binary says which
+// program runs; redis-server is the default.)
 func Start(t testing.TB, opts ...Options) *Server {
 	t.Helper()
-	if !Available() {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("redis-server not found in PATH; CI must install it: apt-get install -y redis-server")
-		}
-		t.Skipf("redis-server not found in PATH; install it (apt-get install -y redis-server) to run this test")
-	}
+	requireBinaries(t, Binary())
 	if len(opts) > 1 {
 		t.Fatalf("redisserver.Start: got %d Options, want at most 1", len(opts))
 	}
@@ -213,7 +245,19 @@ func (s *Server) Restart(t testing.TB) {
 // Do runs one command on a fresh short-lived connection (no retries, 2s
 // timeouts) and returns its reply; a nil reply (redis.Nil) returns nil. Any
 // other error fails the test.
+//
+// Each call is its own connection, so a WAIT sent by Do waits for nothing:
+// since Redis 7.2 (and on Valkey) WAIT waits for its own connection's last
+// write. Send the write and the WAIT together with DoSeq.
 func (s *Server) Do(t testing.TB, args ...any) any {
+	t.Helper()
+	return s.DoSeq(t, args)[0]
+}
+
+// DoSeq runs the commands in order on one fresh short-lived connection, like
+// Do, and returns their replies (nil for a nil reply). Any other error fails
+// the test.
+func (s *Server) DoSeq(t testing.TB, cmds ...[]any) []any {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{
 		Addr: s.Addr(), MaxRetries: -1, DisableIdentity: true, PoolSize: 1,
@@ -222,27 +266,78 @@ func (s *Server) Do(t testing.TB, args ...any) any {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	v, err := c.Do(ctx, args...).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil
+	replies := make([]any, len(cmds))
+	for i, args := range cmds {
+		v, err := c.Do(ctx, args...).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("redisserver: Do %v on port %d: %v", args, s.port, err)
+		}
+		replies[i] = v
 	}
+	return replies
+}
+
+// Version is what a server says it is in INFO server.
+type Version struct {
+	Name                string // "redis" or "valkey" (server_name; absent before Redis 7.2: "redis")
+	Major, Minor, Patch int    // valkey_version on Valkey (its redis_version is a compatibility number), else redis_version
+}
+
+func (v Version) String() string {
+	return fmt.Sprintf("%s %d.%d.%d", v.Name, v.Major, v.Minor, v.Patch)
+}
+
+// AtLeast reports whether v is name at major.minor or later.
+func (v Version) AtLeast(name string, major, minor int) bool {
+	return v.Name == name && (v.Major > major || v.Major == major && v.Minor >= minor)
+}
+
+// Version reads the server's name and version from INFO server. Valkey 8.0.1
+// reports redis_version:7.2.4 besides valkey_version:8.0.1 and
+// server_name:valkey: any version gate must read valkey_version there.
+func (s *Server) Version(t testing.TB) Version {
+	t.Helper()
+	info, err := infoFields(s.Addr(), "server")
 	if err != nil {
-		t.Fatalf("redisserver: Do %v on port %d: %v", args, s.port, err)
+		t.Fatalf("redisserver: INFO server on port %d: %v", s.port, err)
+	}
+	v, err := parseVersion(info)
+	if err != nil {
+		t.Fatalf("redisserver: port %d: %v", s.port, err)
 	}
 	return v
+}
+
+// parseVersion reads a Version from INFO server's fields.
+func parseVersion(info map[string]string) (Version, error) {
+	v := Version{Name: "redis"}
+	if n := info["server_name"]; n != "" {
+		v.Name = n
+	}
+	num := info["redis_version"]
+	if vv, ok := info["valkey_version"]; ok {
+		v.Name, num = "valkey", vv
+	}
+	if _, err := fmt.Sscanf(num, "%d.%d.%d", &v.Major, &v.Minor, &v.Patch); err != nil {
+		return Version{}, fmt.Errorf("version %q in INFO server: %v", num, err)
+	}
+	return v, nil
 }
 
 // launch starts a process with s.args and waits until it answers. On failure
 // the process is gone, and inUse reports whether it could not bind its port.
 func (s *Server) launch() (inUse bool, err error) {
 	mark := s.log.total()
-	cmd := exec.Command("redis-server", s.args...)
+	cmd := exec.Command(Binary(), s.args...)
 	cmd.Dir = s.dir
 	cmd.Stdout, cmd.Stderr = s.log, s.log
 	cmd.SysProcAttr = sysProcAttr()
 	cmd.WaitDelay = time.Second // don't hang on pipes inherited by forked children
 	if err := cmd.Start(); err != nil {
-		return false, fmt.Errorf("exec redis-server: %w", err)
+		return false, fmt.Errorf("exec %s: %w", Binary(), err)
 	}
 	p := &process{cmd: cmd, exited: make(chan struct{})}
 	go func() { p.err = cmd.Wait(); close(p.exited) }()

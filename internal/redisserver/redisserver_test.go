@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -187,12 +188,13 @@ func (r *recordingTB) Fatalf(format string, args ...any) { r.record("fatal", for
 
 func TestMissingBinary(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
+	t.Setenv("REDIS_SERVER", "") // the default, redis-server
 	if Available() {
 		t.Fatal("Available() = true with an empty PATH")
 	}
 	for _, tc := range []struct{ ci, kind, msg string }{
-		{"", "skip", "install it (apt-get install -y redis-server)"},
-		{"true", "fatal", "CI must install it: apt-get install -y redis-server"},
+		{"", "skip", "redis-server not found; install it (apt-get install -y redis-server"},
+		{"true", "fatal", "CI must install it"},
 	} {
 		t.Setenv("CI", tc.ci)
 		r := &recordingTB{TB: t}
@@ -224,4 +226,48 @@ func TestLaunchDetectsPortInUse(t *testing.T) {
 	if got := a.Do(t, "PING"); got != "PONG" {
 		t.Fatalf("first server PING = %v, want PONG", got)
 	}
+}
+
+// TestParseVersion: a version gate reads valkey_version on Valkey, whose
+// redis_version is a compatibility number (7.2.4 on Valkey 8.0.1), and a
+// Redis without server_name (before 7.2) is Redis. Fields as the servers
+// print them.
+func TestParseVersion(t *testing.T) {
+	for _, tc := range []struct {
+		info map[string]string
+		want Version
+	}{
+		{map[string]string{"redis_version": "7.0.15"}, Version{"redis", 7, 0, 15}},
+		{map[string]string{"redis_version": "8.0.2", "server_name": "redis"}, Version{"redis", 8, 0, 2}},
+		{map[string]string{"redis_version": "7.2.4", "server_name": "valkey", "valkey_version": "8.0.1"}, Version{"valkey", 8, 0, 1}},
+	} {
+		got, err := parseVersion(tc.info)
+		if err != nil || got != tc.want {
+			t.Errorf("parseVersion(%v) = %v, %v; want %v", tc.info, got, err, tc.want)
+		}
+	}
+	if _, err := parseVersion(map[string]string{}); err == nil {
+		t.Error("parseVersion without redis_version: no error")
+	}
+	v := Version{"valkey", 8, 0, 1}
+	if !v.AtLeast("valkey", 8, 0) || v.AtLeast("valkey", 8, 1) || v.AtLeast("redis", 7, 2) {
+		t.Errorf("%v.AtLeast: wrong answer", v)
+	}
+}
+
+// TestVersionOfRunningServer: Version reads the server that Binary starts.
+func TestVersionOfRunningServer(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	v := s.Version(t)
+	out, err := exec.Command(Binary(), "--version").Output()
+	if err != nil {
+		t.Fatalf("%s --version: %v", Binary(), err)
+	}
+	// "Redis server v=7.0.15 …" or "Valkey server v=8.0.1 …"
+	want := fmt.Sprintf("v=%d.%d.%d ", v.Major, v.Minor, v.Patch)
+	if !strings.Contains(string(out), want) || !strings.EqualFold(strings.Fields(string(out))[0], v.Name) {
+		t.Fatalf("Version = %v, but %s --version says %q", v, Binary(), out)
+	}
+	t.Logf("server: %v", v)
 }

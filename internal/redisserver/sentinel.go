@@ -80,7 +80,7 @@ type Replicated struct {
 // the start, and skips it (fails it under CI=true) if redis-server is not in PATH.
 func StartReplicated(t testing.TB, opts ReplicatedOptions) *Replicated {
 	t.Helper()
-	requireBinaries(t, "redis-server")
+	requireBinaries(t, Binary())
 	if opts.Replicas < 1 || opts.Sentinels < 0 {
 		t.Fatalf("redisserver.StartReplicated: Replicas = %d, Sentinels = %d; want Replicas >= 1 and Sentinels >= 0", opts.Replicas, opts.Sentinels)
 	}

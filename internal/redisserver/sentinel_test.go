@@ -28,8 +28,9 @@ func TestReplicatedFailover(t *testing.T) {
 		t.Fatalf("CurrentPrimary() = %s, want the primary %s", got, p.Addr())
 	}
 
-	p.Do(t, "SET", "k", "v1")
-	if got := p.Do(t, "WAIT", 1, 1000); got != int64(1) {
+	// WAIT on the write's connection: since 7.2 it waits for that
+	// connection's last write (a fresh connection's WAIT returns at once).
+	if got := p.DoSeq(t, []any{"SET", "k", "v1"}, []any{"WAIT", 1, 1000})[1]; got != int64(1) {
 		t.Fatalf("WAIT 1 1000 on the primary = %v, want 1", got)
 	}
 	if got := rep.Do(t, "GET", "k"); got != "v1" {
@@ -74,8 +75,8 @@ func TestReplicatedWithoutSentinels(t *testing.T) {
 	if len(r.SentinelAddrs()) != 0 || len(r.Replicas()) != 2 {
 		t.Fatalf("SentinelAddrs = %v, Replicas = %d; want none and 2", r.SentinelAddrs(), len(r.Replicas()))
 	}
-	r.Primary().Do(t, "SET", "k", "v")
-	if got := r.Primary().Do(t, "WAIT", 2, 1000); got != int64(2) {
+	// One connection: WAIT waits for its own connection's last write (7.2+).
+	if got := r.Primary().DoSeq(t, []any{"SET", "k", "v"}, []any{"WAIT", 2, 1000})[1]; got != int64(2) {
 		t.Fatalf("WAIT 2 1000 = %v, want 2", got)
 	}
 	for _, s := range r.Replicas() {
@@ -142,15 +143,13 @@ func TestReplicaOfProxyLostWriteOnFailover(t *testing.T) {
 	if got := masterPort(t, rep); got != fmt.Sprint(pxPort) {
 		t.Fatalf("replica master_port = %s, want the proxy's %d", got, pxPort)
 	}
-	p.Do(t, "SET", "k", "v1")
-	if got := p.Do(t, "WAIT", 1, 1000); got != int64(1) {
+	if got := p.DoSeq(t, []any{"SET", "k", "v1"}, []any{"WAIT", 1, 1000})[1]; got != int64(1) {
 		t.Fatalf("WAIT 1 1000 through the proxy = %v, want 1", got)
 	}
 
 	cut(px)
 	waitLinkDown(t, rep)
-	p.Do(t, "SET", "k", "v2")
-	if got := p.Do(t, "WAIT", 1, 100); got != int64(0) {
+	if got := p.DoSeq(t, []any{"SET", "k", "v2"}, []any{"WAIT", 1, 100})[1]; got != int64(0) {
 		t.Fatalf("WAIT 1 100 after the cut = %v, want 0", got)
 	}
 	p.Kill(t) // at once: Sentinel skips replicas whose link is down too long
@@ -204,11 +203,13 @@ func TestReplicaOfProxySurvivesSentinelFix(t *testing.T) {
 	if err := poll(15*time.Second, r.replicationReady); err != nil {
 		r.fatalf(t, "replication after heal: %v", err)
 	}
-	if got := p.Do(t, "WAIT", 1, 5000); got != int64(1) {
+	if got := p.DoSeq(t, []any{"SET", "k2", "v2"}, []any{"WAIT", 1, 5000})[1]; got != int64(1) {
 		t.Fatalf("WAIT 1 5000 after heal = %v, want 1", got)
 	}
-	if got := rep.Do(t, "GET", "k"); got != "v" {
-		t.Fatalf("GET k on the replica after heal = %v, want v", got)
+	for k, want := range map[string]string{"k": "v", "k2": "v2"} {
+		if got := rep.Do(t, "GET", k); got != want {
+			t.Fatalf("GET %s on the replica after heal = %v, want %s", k, got, want)
+		}
 	}
 }
 

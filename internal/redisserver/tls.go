@@ -49,7 +49,7 @@ func (s *TLSServer) TLSAddr() string {
 // PATH.
 func StartTLS(t testing.TB, o TLSOptions) *TLSServer {
 	t.Helper()
-	requireBinaries(t, "redis-server")
+	requireBinaries(t, Binary())
 	dir := t.TempDir()
 	files, err := writeTestPKI(dir)
 	if err != nil {
