@@ -117,9 +117,6 @@ func (a *acquisition) run(ctx context.Context) (*Lock, error) {
 		if err := cmp.Or(s.Err(), ctx.Err()); err != nil {
 			return nil, a.abandon(ctx, a.lastErr, err)
 		}
-		if s.holds(name) { // a session never waits for itself
-			return nil, a.abandon(ctx, nil, &heldError{name})
-		}
 		r := a.l.attempt(ctx)
 		err := r.err
 		if s.cfg.test.attempt != nil {
@@ -153,6 +150,9 @@ func (a *acquisition) run(ctx context.Context) (*Lock, error) {
 		}
 		if err := a.wait(ctx, r, err, locked); err != nil {
 			return nil, a.abandon(ctx, a.lastErr, err)
+		}
+		if s.holds(name) { // woken because this session took the name (Session.add)
+			return nil, a.abandon(ctx, nil, &heldError{name})
 		}
 	}
 }

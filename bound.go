@@ -270,9 +270,9 @@ func untilDone(ctx context.Context, call func() (any, error)) (any, error) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		r := result{err: errHookGoexit} // unless call returns
-		defer func() { done <- r }()
-		r.v, r.err = call()
+		var r result
+		onGoexit(func() { r.v, r.err = call() }, func() { done <- result{err: errHookGoexit} })
+		done <- r
 	}()
 	select {
 	case r := <-done:
