@@ -474,6 +474,16 @@ func (f *scriptHook) check(cmd redis.Cmder) error {
 	return nil
 }
 
+// waitFired waits for the armed fault, or fails the test after within.
+func (f *scriptHook) waitFired(t *testing.T, within time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-f.fired:
+	case <-time.After(within):
+		t.Fatal(what)
+	}
+}
+
 func (f *scriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (f *scriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
@@ -536,11 +546,7 @@ func fairOwnHeadGone(t *testing.T) {
 	h.fault("head-gave-up-leave-lost", true)
 	hook.numKeys.Store(3) // the leave
 	giveUp()
-	select {
-	case <-hook.fired:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the head's leave was never sent")
-	}
+	hook.waitFired(t, 5*time.Second, "the head's leave was never sent")
 	before, released := hook.calls.Load(), time.Now()
 	if err := l0.Release(context.Background()); err != nil {
 		t.Fatalf("c0: release: %v", err)
@@ -580,11 +586,7 @@ func fairHeadError(t *testing.T) {
 
 	h.fault("head-attempt-failed", true)
 	hook.numKeys.Store(4) // a's next fair acquire
-	select {
-	case <-hook.fired:
-	case <-time.After(3 * h.ttl):
-		t.Fatal("a made no attempt")
-	}
+	hook.waitFired(t, 3*h.ttl, "a made no attempt")
 	before, released := hook.calls.Load(), time.Now()
 	if err := l0.Release(context.Background()); err != nil {
 		t.Fatalf("c0: release: %v", err)
