@@ -26,7 +26,7 @@ func (s *Session) Lock(ctx context.Context, name string) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.acquire(ctx, k, "", block)
+	return s.acquire(ctx, k, "", block, nil)
 }
 
 // TryLock makes one attempt to acquire name. It returns an error matching
@@ -39,7 +39,7 @@ func (s *Session) TryLock(ctx context.Context, name string) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.acquire(ctx, k, "", tryOnce)
+	return s.acquire(ctx, k, "", tryOnce, nil)
 }
 
 // mode is how an acquisition goes on after an attempt that failed.
@@ -55,9 +55,10 @@ const (
 	runTerm
 )
 
-// acquire acquires the name of k for value: the setup of an acquisition
-// (its place in a fair queue, its subscription), then its attempts (run).
-func (s *Session) acquire(ctx context.Context, k keys, value string, m mode) (*Lock, error) {
+// acquire acquires the name of k for value, as candidate c (nil: no
+// priority): the setup of an acquisition (its place in a fair queue, its
+// subscription), then its attempts (run).
+func (s *Session) acquire(ctx context.Context, k keys, value string, m mode, c *candidacy) (*Lock, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
@@ -65,7 +66,7 @@ func (s *Session) acquire(ctx context.Context, k keys, value string, m mode) (*L
 	if s.holds(k.name) { // at once, before any I/O: a session never waits for itself
 		return nil, &heldError{k.name}
 	}
-	a := acquisition{s: s, start: time.Now(), keys: k, value: value, mode: m}
+	a := acquisition{s: s, start: time.Now(), keys: k, value: value, mode: m, cand: c}
 	if s.cfg.fair {
 		a.w = s.newWaiter(k, value, m != tryOnce)
 		defer a.leave(ctx) // our place, if we have one, when we give up
@@ -180,6 +181,7 @@ type acquisition struct {
 	sub      *subscription // the name's channel (fair: our wake-up channel), unless mode is tryOnce
 	l        *Lock         // the current attempt's lock and token
 	w        *waiter       // fair mode: our place in the queue
+	cand     *candidacy    // the candidate's priority, or nil
 	queued   bool          // fair mode: we may have a place, which the heartbeat renews
 	lastErr  error         // of the last attempt, if it failed with a Redis error
 	unsure   bool          // an attempt's outcome is unknown: our token may be, or get, in Redis
@@ -207,6 +209,9 @@ func (a *acquisition) handOver(ctx context.Context) (l *Lock, again bool, err er
 // newLock starts the acquisition's next attempt with a new lock and token.
 func (a *acquisition) newLock() {
 	a.l = a.s.newLock(a.keys, a.value)
+	if a.cand != nil {
+		a.l.succ = &succession{cand: a.cand}
+	}
 	if a.w != nil {
 		a.l.w = a.w
 		a.w.argv[waiterToken] = a.l.tokenArg

@@ -74,6 +74,22 @@
 // per name with waiters, and about four commands per waiter per TTL instead
 // of one. fair.go describes the queue.
 //
+// # Choosing the leader
+//
+// Election.Transfer hands leadership to the candidate campaigning with a
+// given value: the leader's key becomes a reservation only that candidate
+// can take, so nobody else leads in between; unused, it expires after one
+// TTL and the name is free to anyone. A candidate may declare a priority
+// (WithPriority). Candidates are enlisted by the attempts they make anyway,
+// and the leader's renewal finds the best one: a Run leader below it yields
+// (onElected's cause ErrPreempted), once its term has lasted WithMinTerm,
+// and any leader with a priority that releases hands the name to the best
+// candidate above it. Equal priorities never move leadership. An entry of a
+// candidate that died lives two TTLs; a forged one, like a forged
+// reservation, costs at most one reservation's TTL, never an overlap: the
+// successor takes the name as in any acquisition, with a higher fence. Not
+// with Redlock. transfer.go and priority.go describe the keys.
+//
 // # Topologies and Redlock
 //
 // NewSession works with one Redis, Sentinel (redis.NewFailoverClient) and

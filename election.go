@@ -51,14 +51,20 @@ func (e *Election) Name() string { return e.keys.name }
 // Campaign returns ctx's error (joined with the last Redis error, if any)
 // when ctx ends and ErrSessionClosed when the session closes, promptly in
 // both cases, leaving no key behind; an error matching ErrInvalid when value
-// is longer than 64 KiB; an error matching ErrLocked when this session
-// already leads; or a Redis error that retrying cannot fix. Transient Redis
-// errors are retried.
-func (e *Election) Campaign(ctx context.Context, value string) (*Lock, error) {
+// is longer than 64 KiB or an option breaks its rule; an error matching
+// ErrLocked when this session already leads; or a Redis error that retrying
+// cannot fix. Transient Redis errors are retried. opts may declare a
+// priority (WithPriority); a leader that Campaign won does not yield by
+// itself (Run does), but its release hands the name to a better candidate.
+func (e *Election) Campaign(ctx context.Context, value string, opts ...CampaignOption) (*Lock, error) {
 	if err := checkValue(value); err != nil {
 		return nil, err
 	}
-	return e.s.acquire(ctx, e.keys, value, block)
+	c, err := e.s.candidacyOf(e.keys, opts)
+	if err != nil {
+		return nil, err
+	}
+	return e.s.acquire(ctx, e.keys, value, block, c)
 }
 
 // TryCampaign makes one attempt to lead with value, as TryLock does for a
@@ -72,7 +78,7 @@ func (e *Election) TryCampaign(ctx context.Context, value string) (*Lock, error)
 	if err := checkValue(value); err != nil {
 		return nil, err
 	}
-	return e.s.acquire(ctx, e.keys, value, tryOnce)
+	return e.s.acquire(ctx, e.keys, value, tryOnce, nil)
 }
 
 // Resign ends this session's leadership of the election, if it leads

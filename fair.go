@@ -217,6 +217,10 @@ end
 //	             that arrived after its caller left, which writes nothing),
 //	             and the ms left on the head waiter's lease
 //
+// A candidate with a priority (priority.go) appends its two keys and its
+// priority, and is enlisted whatever the outcome; a transfer's reservation
+// for our value (transfer.go) is taken whoever waits.
+//
 // Order: GET the lock key, ZSCORE our place, TIME, the queue reads
 // (tombstone, head, passed leases and tombstones, the latest lease), then (taking) GET and validate the
 // fence key, PUBLISH "A" on the name's channel, SET the fence, SET the lock
@@ -227,9 +231,10 @@ end
 // then (join) ZREM the dead, ZADD our place (kept if we have a live one) and
 // lease, and PEXPIREAT both queue keys to the latest lease end, so that no
 // queue key outlives its last waiter's lease.
-var fairAcquireScript = newScript("ae14a00f00fe2ea4e2470a6a7df4e125fe75ba9c", guarded(luaFence+luaTake+luaQueue+`
+var fairAcquireScript = newScript("485fccac4dd558b4c55205b104ee558b2f2ac3fd", guarded(luaFence+luaTake+luaQueue+luaCand+`
 local cur = call('GET', KEYS[1])
 local placed = call('ZSCORE', KEYS[3], ARGV[4])
+enlisting(5)
 if ours(cur) then
   if placed then
     call('ZREM', KEYS[3], ARGV[4])
@@ -245,12 +250,13 @@ if placed and not lease(KEYS[4], ARGV[4]) then placed = false end
 local stale = call('ZRANGEBYSCORE', KEYS[4], pruneFrom, pruneTo, 'LIMIT', 0, 64)
 for _, m in ipairs(stale) do dead[#dead + 1] = m end
 local ttl = tonumber(ARGV[2])
-if not cur and (not head or head == ARGV[4]) then
-  local fence, err = take(t)
+if (not cur and (not head or head == ARGV[4])) or heir(cur) then
+  local fence, err = take(t, cur)
   if err then return err end
   dead[#dead + 1] = ARGV[4]
   zremAll(KEYS[3], dead)
   zremAll(KEYS[4], dead)
+  enlist(t)
   return {1, fence}
 end
 local pttl, ahead, headLeft = -2, 0, ttl
@@ -270,6 +276,7 @@ if ARGV[5] == '1' then
   call('PEXPIREAT', KEYS[3], string.format('%.0f', keep))
   call('PEXPIREAT', KEYS[4], string.format('%.0f', keep))
 end
+enlist(t)
 return {0, cur or false, pttl, ahead, headLeft}
 `))
 

@@ -178,6 +178,9 @@ func (s *Session) renewRound(ctx context.Context) (held, failed int) {
 			l.lose(ErrNotOwner)
 		default:
 			l.extend(sent)
+			if r.better != "" {
+				l.preferred()
+			}
 		}
 	}
 	return len(live), failed

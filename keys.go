@@ -19,6 +19,11 @@ import (
 //	redisleader:{name}:queue  fair mode: waiters (ZSET member → arrival, server µs)
 //	redisleader:{name}:leases fair mode: waiters' leases (ZSET member → end, server ms)
 //	redisleader:{name}:w:<session>  fair mode: channel that wakes that session's head waiter
+//	redisleader:{name}:cand   candidates with a priority (ZSET value → priority)
+//	redisleader:{name}:candlease  their leases (ZSET value → end, server ms)
+//
+// While a transfer (transfer.go) is under way the lock key holds a
+// reservation, "\n<fence>\n<successor's value>" (no token), with a PX TTL.
 type keys struct {
 	name, lock, fence string
 }
@@ -31,6 +36,8 @@ const (
 	queueSuffix   = ":queue"
 	leasesSuffix  = ":leases"
 	wakeSuffix    = ":w:" // appended to the lock key, then a session id, in the scripts too
+	candSuffix    = ":cand"
+	candLeaseSuf  = ":candlease"
 )
 
 // keysOf checks name against the naming rule (checkName) and derives its
@@ -58,6 +65,11 @@ func (k keys) seq() string { return k.lock + seqSuffix }
 // queue and leases are the keys of the name's waiters in fair mode.
 func (k keys) queue() string  { return k.lock + queueSuffix }
 func (k keys) leases() string { return k.lock + leasesSuffix }
+
+// candidates and candidateLeases are the keys of the name's candidates with
+// a priority.
+func (k keys) candidates() string      { return k.lock + candSuffix }
+func (k keys) candidateLeases() string { return k.lock + candLeaseSuf }
 
 // wakeChannel is the channel on which the session with id sessionID is
 // told that its waiter for the name is at the head of the queue.

@@ -31,6 +31,9 @@ type Lock struct {
 	argv [8]any
 	// w is the fair acquisition this lock belongs to (nil by default).
 	w *waiter
+	// succ is what an election's release does besides the delete
+	// (priority.go, transfer.go); nil for most.
+	succ *succession
 
 	mu       sync.Mutex    // protects value, deadline, renewed, err, done, onEnds, delivered(At)
 	value    string        // as acquired, then as last proclaimed

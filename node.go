@@ -33,6 +33,9 @@ func (n *node) acquire(ctx context.Context, l *Lock, deadline time.Time) acquire
 	if l.w != nil {
 		sc, argv = fairAcquireScript, l.w.argv[:]
 	}
+	if c := l.candidate(); c != nil {
+		argv = c.withCandidate(argv)
+	}
 	if acks := n.s.cfg.acks; acks.n == 0 {
 		cmd = n.s.combine.call(ctx, deadline, sc, argv) // the hot path: no slice of commands
 	} else {
@@ -58,8 +61,8 @@ func (n *node) acquire(ctx context.Context, l *Lock, deadline time.Time) acquire
 
 func (n *node) renew(ctx context.Context, locks []*Lock, waiters []*waiter, deadline time.Time) (locksOut, waitersOut []renewal) {
 	calls := make([]call, 0, len(locks)+len(waiters))
-	for _, argv := range n.s.renewArgs(locks) {
-		calls = append(calls, call{renewScript, argv})
+	for _, l := range locks {
+		calls = append(calls, n.s.renewCall(l))
 	}
 	for _, w := range waiters {
 		calls = append(calls, call{keepPlaceScript, w.keepArgv[:]})
@@ -110,7 +113,7 @@ func (n *node) inspect(ctx context.Context, k keys) (Leader, bool, error) {
 	switch {
 	case err != nil:
 		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.name, err)
-	case !present:
+	case !present || (ok && h.token == ""): // a transfer's reservation: nobody leads
 		return Leader{}, false, nil
 	case !ok:
 		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.name, foreignValue(k))
@@ -185,8 +188,13 @@ func millis(ms int64) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-// renewReply decodes one server's reply to the renew script.
+// renewReply decodes one server's reply to the renew script (or to
+// preferRenewScript, whose {1, value} names a better candidate).
 func renewReply(cmd *redis.Cmd) renewal {
+	if res, ok := cmd.Val().([]any); ok && len(res) == 2 && cmd.Err() == nil {
+		better, _ := res[1].(string)
+		return renewal{better: better}
+	}
 	n, err := cmd.Int64()
 	switch {
 	case err != nil:
@@ -197,8 +205,12 @@ func renewReply(cmd *redis.Cmd) renewal {
 	return renewal{}
 }
 
-// deleteReply decodes one server's reply to the release script.
+// deleteReply decodes one server's reply to the release script (or to
+// handOffScript, whose {2, heir} is a reservation made).
 func deleteReply(cmd *redis.Cmd) deleted {
+	if _, reserved := cmd.Val().([]any); reserved && cmd.Err() == nil {
+		return deleted{}
+	}
 	n, err := cmd.Int64()
 	switch {
 	case err != nil:

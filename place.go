@@ -59,11 +59,12 @@ type acquired struct {
 	at int64
 }
 
-// renewal is the outcome of one lock's renewal: renewed when both fields
+// renewal is the outcome of one lock's renewal: renewed when lost and err
 // are zero.
 type renewal struct {
-	lost bool  // Redis says the key no longer holds the token (for a quorum: no quorum can)
-	err  error // the renewal failed: retried until the local deadline
+	lost   bool   // Redis says the key no longer holds the token (for a quorum: no quorum can)
+	err    error  // the renewal failed: retried until the local deadline
+	better string // renewed, and this candidate has a higher priority (priority.go)
 }
 
 // deleted is the outcome of one lock's compare-and-delete.

@@ -15,18 +15,27 @@ import (
 // the loss is logged, and one returned while still leading ends Run with it.
 // If onElected panics, Run resigns first and the panic goes on.
 //
+// With a priority (opts, WithPriority) a term ends with cause ErrPreempted
+// when a candidate with a higher one waits (WithMinTerm says when); Run then
+// hands the name to it once onElected has returned, and campaigns again.
+//
 // Run returns ctx's error when ctx ends, ErrSessionClosed when the session
 // closes, what Campaign returns otherwise, or an error matching ErrInvalid
-// for a nil onElected or a value over 64 KiB.
-func (e *Election) Run(ctx context.Context, value string, onElected func(ctx context.Context, leadership *Lock) error) error {
+// for a nil onElected, a value over 64 KiB or an option that breaks its
+// rule.
+func (e *Election) Run(ctx context.Context, value string, onElected func(ctx context.Context, leadership *Lock) error, opts ...CampaignOption) error {
 	if onElected == nil {
 		return invalidf("Run: onElected must not be nil")
 	}
 	if err := checkValue(value); err != nil {
 		return err
 	}
+	c, err := e.s.candidacyOf(e.keys, opts)
+	if err != nil {
+		return err
+	}
 	for {
-		lead, err := e.s.acquire(ctx, e.keys, value, runTerm)
+		lead, err := e.s.acquire(ctx, e.keys, value, runTerm, c)
 		if err != nil {
 			return err
 		}
@@ -54,6 +63,7 @@ func (e *Election) lead(ctx context.Context, lead *Lock, onElected func(context.
 	}
 	leaderCtx, cancel := context.WithCancelCause(withTerm(ctx, lead))
 	stop := lead.onEnd(func() { cancel(lead.Err()) })
+	lead.onPreempt(func() { cancel(ErrPreempted) })
 	// Deferred on its own, so that the term ends even if a hook on the
 	// client ends this goroutine (runtime.Goexit) in the release, whose
 	// outcome is then unknown (the session deletes the key again).
@@ -69,6 +79,9 @@ func (e *Election) lead(ctx context.Context, lead *Lock, onElected func(context.
 		return nil // resigned or closed before onElected could start
 	}
 	err := onElected(leaderCtx, lead)
+	if context.Cause(leaderCtx) == ErrPreempted {
+		return nil // it yields: the release hands the name over
+	}
 	if lost := lead.Err(); lost != nil {
 		if err != nil {
 			e.s.cfg.logger.Warn("redisleader: onElected returned after leadership ended",

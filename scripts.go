@@ -57,8 +57,9 @@ const luaFence = `local function readFence(key)
 end
 `
 
-// luaTake is a Lua function for the acquire scripts, after luaFence:
-// take(t) takes the free lock for ARGV[1] (token) with ARGV[3] (value) and
+// luaTake is Lua for the acquire scripts, after luaFence:
+// take(t, over) takes the free lock (over: the reservation for us that it
+// holds, see heir) for ARGV[1] (token) with ARGV[3] (value) and
 // ARGV[2] (TTL in ms), given TIME's reply t, and returns its fence, or nil
 // and an error reply, written nowhere, when the fence key (KEYS[2]) does
 // not hold a fence. The fence is max(stored + 1, server TIME in µs); when
@@ -68,11 +69,12 @@ end
 // otherwise count PX from the start of the script, a little before TIME;
 // Redlock relies on this, see quorum.acquire). Order: GET and validate the
 // fence key, PUBLISH "A" on the name's channel, SET the fence key, SET the
-// lock key (KEYS[1]) NX PXAT.
+// lock key (KEYS[1]) NX PXAT (over: PXAT). heir(v) tells whether a lock
+// value v is a transfer's reservation for our value (transfer.go).
 const luaTake = `local function expiresAt(t)
   return string.format('%.0f', t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[2]))
 end
-local function take(t)
+local function take(t, over)
   local fence = t[1] * 1000000 + t[2]
   local stored, err = readFence(KEYS[2])
   if err then return nil, err end
@@ -85,8 +87,17 @@ local function take(t)
   end
   call('PUBLISH', KEYS[1] .. ':ch', 'A')
   call('SET', KEYS[2], fs)
-  call('SET', KEYS[1], ARGV[1] .. '\n' .. fs .. '\n' .. ARGV[3], 'NX', 'PXAT', expiresAt(t))
+  if over then
+    call('SET', KEYS[1], ARGV[1] .. '\n' .. fs .. '\n' .. ARGV[3], 'PXAT', expiresAt(t))
+  else
+    call('SET', KEYS[1], ARGV[1] .. '\n' .. fs .. '\n' .. ARGV[3], 'NX', 'PXAT', expiresAt(t))
+  end
   return fence
+end
+local function heir(v)
+  if not v or ARGV[3] == '' or string.sub(v, 1, 1) ~= '\n' then return false end
+  local nl = string.find(v, '\n', 2, true)
+  return nl ~= nil and string.sub(v, nl + 1) == ARGV[3]
 end
 `
 
@@ -116,8 +127,9 @@ end
 // persistence, old snapshot) unless the server clock also goes back.
 // Numbers up to 2^53 are exact in Lua; µs since 1970 stay below that for
 // centuries.
-var acquireScript = newScript("2b0c7f8e5c5da51758de7648678c7bf6a160580e", guarded(luaFence+luaTake+`
+var acquireScript = newScript("a7fff7c13a832580c9c9704388bdc5cb271bbf1c", guarded(luaFence+luaTake+luaCand+`
 local cur = call('GET', KEYS[1])
+enlisting(3)
 local t = call('TIME')
 local now = t[1] * 1000000 + t[2]
 if cur then
@@ -126,10 +138,14 @@ if cur then
     local f = string.sub(cur, #ARGV[1] + 2)
     return {1, tonumber(string.sub(f, 1, string.find(f, '\n', 1, true) - 1)), now}
   end
-  return {0, cur, call('PTTL', KEYS[1])}
+  if not heir(cur) then
+    enlist(t)
+    return {0, cur, call('PTTL', KEYS[1])}
+  end
 end
-local fence, err = take(t)
+local fence, err = take(t, cur)
 if err then return err end
+enlist(t)
 return {1, fence, now}
 `))
 
@@ -247,6 +263,9 @@ func releaseArgs(l *Lock) []any { return []any{nil, nil, 1, l.lockArg, l.tokenAr
 // releaseCall is the release script call for l on one server: in fair mode,
 // the one that also wakes the head waiter.
 func releaseCall(l *Lock) call {
+	if l.succ != nil {
+		return l.handOffCall()
+	}
 	if l.s.cfg.fair {
 		return call{fairReleaseScript, []any{nil, nil, 3, l.lockArg, l.keys.queue(), l.keys.leases(), l.tokenArg}}
 	}
@@ -257,13 +276,4 @@ func releaseCall(l *Lock) call {
 // Proclaim of l's term, of value.
 func proclaimArgs(l *Lock, seq int64, value string) []any {
 	return []any{nil, nil, 2, l.lockArg, l.keys.seq(), l.tokenArg, seq, value}
-}
-
-// renewArgs returns the renew script's arguments for every lock.
-func (s *Session) renewArgs(locks []*Lock) [][]any {
-	argvs := make([][]any, len(locks))
-	for i, l := range locks {
-		argvs[i] = []any{nil, nil, 1, l.lockArg, l.tokenArg, s.ttlArg}
-	}
-	return argvs
 }

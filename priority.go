@@ -1,0 +1,305 @@
+package redisleader
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Preferred candidates (WithPriority; the model is in doc.go, section
+// Choosing the leader).
+//
+// A candidate that declares a priority is enlisted in two sorted sets in the
+// name's slot: the candidates (member: its value → priority) and their
+// leases (member → end, server ms). Every acquire attempt of the candidate
+// enlists it again for two TTLs (the attempt a follower makes anyway, about
+// one per TTL: no command of its own), and the leader's renewal does, which
+// also returns the best live candidate above the leader's priority. The
+// leader's Run then yields to it (ErrPreempted), once its term has lasted
+// its minimum term, and its release hands the name to the best candidate
+// above it (handOffScript in transfer.go). An entry whose lease passed is
+// skipped and pruned; one left by a candidate that died lives two TTLs, and
+// a hand-over to it costs one reservation (a TTL), never an overlap.
+
+// A CampaignOption sets how a candidate campaigns (Election.Campaign and
+// Election.Run).
+type CampaignOption func(*candidacy) error
+
+// maxPriority bounds a priority: Redis keeps it in a sorted set's score, a
+// double, exact up to 2^53.
+const maxPriority = 1<<53 - 1
+
+// WithPriority declares the candidate's priority p, in [-(2^53-1), 2^53-1]
+// (a version, a zone rank): a leader yields to a live candidate with a
+// strictly higher one (WithMinTerm says when), and hands the name to the
+// best such candidate when it releases it. Equal priorities never move
+// leadership. Candidates are told apart by their values.
+func WithPriority(p int64) CampaignOption {
+	return func(c *candidacy) error {
+		if p > maxPriority || p < -maxPriority {
+			return invalidf("priority %d is out of range: it must be within ±(2^53-1), exact in a Redis sorted set's score", p)
+		}
+		c.priority, c.prioritised = p, true
+		return nil
+	}
+}
+
+// NeverYield, given to WithMinTerm, keeps a leader with a priority leading
+// whatever candidate waits; it still hands the name to the best candidate
+// above it when it releases it.
+const NeverYield time.Duration = -1
+
+// WithMinTerm sets how long a leader with a priority leads before it yields
+// to a better candidate (hysteresis against flapping; default 0: as soon as
+// its renewal finds one), or NeverYield. Only Run yields: onElected's
+// context ends with cause ErrPreempted, and once onElected has returned Run
+// hands the name over and campaigns again. It requires WithPriority.
+func WithMinTerm(d time.Duration) CampaignOption {
+	return func(c *candidacy) error {
+		if d < 0 && d != NeverYield {
+			return invalidf("minimum term %v must not be negative (NeverYield: never yield)", d)
+		}
+		c.minTerm, c.minTermSet = d, true
+		return nil
+	}
+}
+
+// candidacy is a candidate's declared priority and yield policy, shared by
+// every acquisition of one Campaign or Run.
+type candidacy struct {
+	priority    int64
+	prioritised bool
+	minTerm     time.Duration // NeverYield: never
+	minTermSet  bool
+	prioArg     any // priority, boxed once
+	candKeys    [2]any
+}
+
+// candidacyOf applies opts for an election of k; it returns nil without
+// options, and an error matching ErrInvalid when they break a rule or the
+// session is a Redlock one.
+func (s *Session) candidacyOf(k keys, opts []CampaignOption) (*candidacy, error) {
+	if len(opts) == 0 {
+		return nil, nil
+	}
+	c := &candidacy{}
+	for _, o := range opts {
+		if o == nil {
+			return nil, invalidf("campaign option must not be nil")
+		}
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case !c.prioritised && c.minTermSet:
+		return nil, invalidf("WithMinTerm needs WithPriority")
+	case !c.prioritised:
+		return nil, nil
+	}
+	if _, redlock := s.place.(*quorum); redlock {
+		return nil, invalidf("priorities are not supported with Redlock (a reservation or a candidate list on a majority of nodes is not one fact)")
+	}
+	c.prioArg = strconv.FormatInt(c.priority, 10)
+	c.candKeys = [2]any{k.candidates(), k.candidateLeases()}
+	return c, nil
+}
+
+// withCandidate returns an acquire script's argument vector argv {_, _,
+// numkeys, keys..., args...} with the candidate's two keys after the others
+// and its priority last.
+func (c *candidacy) withCandidate(argv []any) []any {
+	n := argv[2].(int)
+	out := make([]any, 0, len(argv)+3)
+	out = append(out, argv[:3+n]...)
+	out[2] = n + 2
+	out = append(out, c.candKeys[:]...)
+	out = append(out, argv[3+n:]...)
+	return append(out, c.prioArg)
+}
+
+// succession is what a leadership's release does besides the delete: hand
+// the name to a named successor (Transfer), or to the best candidate above
+// the leader (a priority). Fields other than cand are under the Lock's mu.
+type succession struct {
+	cand    *candidacy // nil: no priority declared
+	heir    string     // Transfer's successor, "" if none
+	preempt func()     // Run's: ends onElected with ErrPreempted; nil once run
+}
+
+// candidate returns l's candidacy, or nil.
+func (l *Lock) candidate() *candidacy {
+	if l.succ == nil {
+		return nil
+	}
+	return l.succ.cand
+}
+
+// onPreempt arranges for f to run, once, when a better candidate waits and
+// l's minimum term has passed (preferred).
+func (l *Lock) onPreempt(f func()) {
+	if l.candidate() == nil {
+		return
+	}
+	l.mu.Lock()
+	l.succ.preempt = f
+	l.mu.Unlock()
+}
+
+// preferred is told by the heartbeat that a live candidate with a higher
+// priority waits: it preempts l's Run term if the policy lets it now.
+func (l *Lock) preferred() {
+	c := l.candidate()
+	if c == nil || c.minTerm == NeverYield {
+		return
+	}
+	l.mu.Lock()
+	f := l.succ.preempt
+	if f == nil || !l.delivered || time.Since(hookEpoch)-l.deliveredAt < c.minTerm {
+		f = nil
+	} else {
+		l.succ.preempt = nil
+	}
+	l.mu.Unlock()
+	if f != nil {
+		l.s.cfg.logger.Info("redisleader: a candidate with a higher priority waits; yielding", "election", l.keys.name, "fence", l.fence)
+		f()
+	}
+}
+
+// renewCall is the renewal of l: a candidate's also enlists it and reports
+// the best candidate above it.
+func (s *Session) renewCall(l *Lock) call {
+	if c := l.candidate(); c != nil {
+		return call{preferRenewScript, []any{nil, nil, 3, l.lockArg, c.candKeys[0], c.candKeys[1],
+			l.tokenArg, s.ttlArg, l.argv[argValue], c.prioArg}}
+	}
+	return call{renewScript, []any{nil, nil, 1, l.lockArg, l.tokenArg, s.ttlArg}}
+}
+
+// argValue is the slot of the value in Lock.argv (the acquire script's
+// ARGV[3]): the value the candidate campaigned with.
+const argValue = 7
+
+// luaCand is Lua for the scripts that enlist a candidate with a priority
+// (the acquire scripts, preferRenewScript) or pick one (handOffScript).
+// ARGV[3] is the candidate's value; its priority is the last ARGV.
+//
+//	enlisting(i)    before any write: KEYS[i] and KEYS[i+1], if given, are
+//	                the candidates and their leases; it checks their types
+//	enlist(t)       after the writes, given TIME's reply t: enlists the
+//	                candidate for two TTLs (ARGV[2]), prunes up to 16 passed
+//	                entries, and has both keys expire with the latest lease
+//	best(ck, lk, now, above, skip)  the live candidate with the highest
+//	                priority above above, other than skip, and its priority
+//	                (nil if none among the best 16)
+const luaCand = `local candKeys
+local function enlisting(i)
+  if not KEYS[i + 1] then return end
+  candKeys = {KEYS[i], KEYS[i + 1]}
+  call('ZSCORE', KEYS[i], ARGV[3])
+  call('ZSCORE', KEYS[i + 1], ARGV[3])
+end
+local function enlist(t)
+  if not candKeys then return end
+  local ck, lk = candKeys[1], candKeys[2]
+  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  local passed = call('ZRANGEBYSCORE', lk, '-inf', string.format('%.0f', now), 'LIMIT', 0, 16)
+  if #passed > 0 then
+    call('ZREM', ck, unpack(passed))
+    call('ZREM', lk, unpack(passed))
+  end
+  local ends = now + 2 * tonumber(ARGV[2])
+  call('ZADD', ck, ARGV[#ARGV], ARGV[3])
+  call('ZADD', lk, string.format('%.0f', ends), ARGV[3])
+  local top = call('ZRANGE', lk, -1, -1, 'WITHSCORES')
+  if top[2] and tonumber(top[2]) > ends then ends = tonumber(top[2]) end
+  call('PEXPIREAT', ck, string.format('%.0f', ends))
+  call('PEXPIREAT', lk, string.format('%.0f', ends))
+end
+local function best(ck, lk, now, above, skip)
+  local c = call('ZRANGE', ck, '+inf', '(' .. above, 'BYSCORE', 'REV', 'LIMIT', 0, 16, 'WITHSCORES')
+  for i = 1, #c, 2 do
+    if c[i] ~= skip then
+      local e = tonumber(call('ZSCORE', lk, c[i]))
+      if e and e > now then return c[i], tonumber(c[i + 1]) end
+    end
+  end
+  return nil
+end
+`
+
+// preferRenewScript is renewScript for a leader with a priority: it also
+// enlists the leader and reports the best live candidate above it.
+//
+//	KEYS[1] lock key, KEYS[2] candidates, KEYS[3] their leases
+//	ARGV[1] token, ARGV[2] TTL in ms, ARGV[3] value, ARGV[4] priority
+//
+// Replies 0 if the key is missing or holds another token (then it writes
+// nothing); 1 if renewed; {1, value} if renewed and the candidate with
+// value has a higher priority. Order: GET, the candidate reads, TIME,
+// PEXPIRE, then enlist.
+var preferRenewScript = newScript("841aac65e3e0c640188b89af6ea8bfa9b65c0af7", guarded(luaCand+`
+local cur = call('GET', KEYS[1])
+if not ours(cur) then return 0 end
+enlisting(2)
+local t = call('TIME')
+local better = best(KEYS[2], KEYS[3], t[1] * 1000 + math.floor(t[2] / 1000), tonumber(ARGV[4]), ARGV[3])
+call('PEXPIRE', KEYS[1], ARGV[2])
+enlist(t)
+if better then return {1, better} end
+return 1
+`))
+
+// A Candidate is a live candidate that declared a priority (WithPriority).
+type Candidate struct {
+	Value    string
+	Priority int64
+}
+
+// Candidates returns the live candidates of the election that declared a
+// priority, the leader among them if it did, best first (up to 100), with
+// one Redis call. Like Leader's, the answer may be stale when it is used.
+// It returns ErrInvalid on a Redlock session.
+func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
+	n, ok := e.s.place.(*node)
+	if !ok {
+		return nil, invalidf("Candidates: priorities are not supported with Redlock")
+	}
+	res, err := n.s.combine.call(ctx, time.Time{}, candidatesScript,
+		[]any{nil, nil, 2, e.keys.candidates(), e.keys.candidateLeases()}).Slice()
+	if err != nil && err != redis.Nil {
+		return nil, fmt.Errorf("redisleader: candidates of %q: %w", e.keys.name, err)
+	}
+	out := make([]Candidate, 0, len(res)/2)
+	for i := 0; i+1 < len(res); i += 2 {
+		v, _ := res[i].(string)
+		p, _ := strconv.ParseInt(fmt.Sprint(res[i+1]), 10, 64)
+		out = append(out, Candidate{Value: v, Priority: p})
+	}
+	return out, nil
+}
+
+// candidatesScript reads the live candidates, best first.
+//
+//	KEYS[1] candidates, KEYS[2] their leases
+//
+// Replies {value, priority, ...} for up to 100 live candidates. It writes
+// nothing.
+var candidatesScript = newScript("301fd2c04dcdfbe87f5b98d7bc8f80f135538611", guarded(`
+local t = call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local c = call('ZRANGE', KEYS[1], 0, 99, 'REV', 'WITHSCORES')
+local out = {}
+for i = 1, #c, 2 do
+  local e = tonumber(call('ZSCORE', KEYS[2], c[i]))
+  if e and e > now then
+    out[#out + 1] = c[i]
+    out[#out + 1] = string.format('%.0f', tonumber(c[i + 1]))
+  end
+end
+return out
+`))
