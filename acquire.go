@@ -85,7 +85,11 @@ func (s *Session) acquire(ctx context.Context, k keys, value string, m mode, c *
 		}
 	}
 	a.newLock()
-	return a.run(ctx)
+	l, err := a.run(ctx)
+	if err != nil && c != nil {
+		a.withdraw(ctx)
+	}
+	return l, err
 }
 
 // waitChannel is the channel on which the session's blocking acquisitions
@@ -455,13 +459,20 @@ func (l *Lock) abandon(ctx context.Context, unsure bool, lastErr, err error) err
 // with s.work.
 func (l *Lock) dispose(ctx context.Context, repeat bool) {
 	l.s.markStale(l, repeat)
+	l.s.soon(ctx, func(ctx context.Context) { _ = l.del(ctx) })
+}
+
+// soon runs f, a best-effort clean-up, within ctx, or in the background once
+// ctx has ended, so that the caller returns with its context whatever Redis
+// does. The caller must be registered with s.work.
+func (s *Session) soon(ctx context.Context, f func(context.Context)) {
 	if ctx.Err() == nil {
-		_ = l.del(ctx)
+		f(ctx)
 		return
 	}
-	l.s.work.Add(1) // Close waits for it
+	s.work.Add(1) // Close waits for it
 	go func() {
-		defer l.s.work.Done()
-		_ = l.del(context.WithoutCancel(ctx))
+		defer s.work.Done()
+		f(context.WithoutCancel(ctx))
 	}()
 }

@@ -119,18 +119,9 @@ func (a *acquisition) leave(ctx context.Context) {
 	a.queued = false
 	s, w := a.s, a.w
 	s.dropPlace(w)
-	del := func(ctx context.Context) {
+	s.soon(ctx, func(ctx context.Context) {
 		_ = s.combine.call(ctx, time.Time{}, leaveScript, []any{nil, nil, 3, w.keys.lock, w.keys.queue(), w.keys.leases(), w.id, s.ttlArg})
-	}
-	if ctx.Err() == nil {
-		del(ctx)
-		return
-	}
-	s.work.Add(1) // Close waits for it
-	go func() {
-		defer s.work.Done()
-		del(context.WithoutCancel(ctx))
-	}()
+	})
 }
 
 // luaQueue is Lua for the scripts of fair mode (fair.go), which keep a

@@ -121,9 +121,30 @@ func (c *candidacy) withCandidate(argv []any) []any {
 	return append(out, c.prioArg)
 }
 
+// withdraw takes a candidate that gives up out of the candidates, best
+// effort (an entry left behind lives two TTLs), so that no leader hands the
+// name to it.
+func (a *acquisition) withdraw(ctx context.Context) {
+	s, c := a.s, a.cand
+	s.soon(ctx, func(ctx context.Context) {
+		_ = s.combine.call(ctx, time.Time{}, withdrawScript, []any{nil, nil, 2, c.candKeys[0], c.candKeys[1], a.value})
+	})
+}
+
+// withdrawScript takes a candidate out of the candidates.
+//
+//	KEYS[1] candidates, KEYS[2] their leases
+//	ARGV[1] value
+//
+// Replies the number of entries removed.
+var withdrawScript = newScript("f92ccf8b73802bb11fb6a49e9d68bdb7d4db2104", guarded(`
+return call('ZREM', KEYS[1], ARGV[1]) + call('ZREM', KEYS[2], ARGV[1])
+`))
+
 // succession is what a leadership's release does besides the delete: hand
 // the name to a named successor (Transfer), or to the best candidate above
-// the leader (a priority). Fields other than cand are under the Lock's mu.
+// the leader (a priority). The Lock's mu guards its pointer (Transfer sets
+// it on a lock without a priority) and every field but cand.
 type succession struct {
 	cand    *candidacy // nil: no priority declared
 	heir    string     // Transfer's successor, "" if none
@@ -132,6 +153,12 @@ type succession struct {
 
 // candidate returns l's candidacy, or nil.
 func (l *Lock) candidate() *candidacy {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.candidateLocked()
+}
+
+func (l *Lock) candidateLocked() *candidacy {
 	if l.succ == nil {
 		return nil
 	}
@@ -141,27 +168,21 @@ func (l *Lock) candidate() *candidacy {
 // onPreempt arranges for f to run, once, when a better candidate waits and
 // l's minimum term has passed (preferred).
 func (l *Lock) onPreempt(f func()) {
-	if l.candidate() == nil {
-		return
-	}
 	l.mu.Lock()
-	l.succ.preempt = f
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	if l.candidateLocked() != nil {
+		l.succ.preempt = f
+	}
 }
 
 // preferred is told by the heartbeat that a live candidate with a higher
 // priority waits: it preempts l's Run term if the policy lets it now.
 func (l *Lock) preferred() {
-	c := l.candidate()
-	if c == nil || c.minTerm == NeverYield {
-		return
-	}
 	l.mu.Lock()
-	f := l.succ.preempt
-	if f == nil || !l.delivered || time.Since(hookEpoch)-l.deliveredAt < c.minTerm {
-		f = nil
-	} else {
-		l.succ.preempt = nil
+	var f func()
+	if c := l.candidateLocked(); c != nil && c.minTerm != NeverYield && l.succ.preempt != nil &&
+		l.delivered && time.Since(hookEpoch)-l.deliveredAt >= c.minTerm {
+		f, l.succ.preempt = l.succ.preempt, nil
 	}
 	l.mu.Unlock()
 	if f != nil {

@@ -263,8 +263,11 @@ func releaseArgs(l *Lock) []any { return []any{nil, nil, 1, l.lockArg, l.tokenAr
 // releaseCall is the release script call for l on one server: in fair mode,
 // the one that also wakes the head waiter.
 func releaseCall(l *Lock) call {
-	if l.succ != nil {
-		return l.handOffCall()
+	l.mu.Lock()
+	sc := l.succ
+	l.mu.Unlock()
+	if sc != nil {
+		return l.handOffCall(sc)
 	}
 	if l.s.cfg.fair {
 		return call{fairReleaseScript, []any{nil, nil, 3, l.lockArg, l.keys.queue(), l.keys.leases(), l.tokenArg}}

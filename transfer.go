@@ -41,7 +41,9 @@ var errRedlockTransfer = invalidf("Transfer is not supported with Redlock")
 // Between the hand-over and the successor's acquisition nobody else can
 // lead; if the successor has not taken the name within one TTL (WithTTL),
 // the reservation expires and anyone may: Transfer then returns an error
-// matching ErrNoSuccessor. It returns an error matching ErrInvalid, without
+// matching ErrNoSuccessor. Called from a Run term's onElected with its
+// context, it returns nil once it has ended the term: the hand-over follows
+// when onElected returns. It returns an error matching ErrInvalid, without
 // I/O, for an empty value, one over 64 KiB or on a Redlock session;
 // ErrNotLeader when this session does not lead (writing nothing); the
 // release's error; or ctx's error, which leaves the hand-over as it is.
@@ -75,6 +77,9 @@ func (e *Election) Transfer(ctx context.Context, to string) error {
 	from := time.Now()
 	if err := l.release(ctx, true); err != nil {
 		return err
+	}
+	if termsOf(ctx).has(l) {
+		return nil // from the term's own onElected: Run hands over once it returns
 	}
 	return e.awaitSuccessor(ctx, sub, to, from.Add(e.s.cfg.ttl+e.s.cfg.retryInterval))
 }
@@ -118,12 +123,12 @@ func (e *Election) awaitSuccessor(ctx context.Context, sub *subscription, to str
 // handOffCall is the release of a leadership with a succession: the name
 // goes to the heir, or to the best candidate above the leader's priority,
 // or is deleted as by the release scripts.
-func (l *Lock) handOffCall() call {
+func (l *Lock) handOffCall(sc *succession) call {
 	l.mu.Lock()
-	heir := l.succ.heir
+	heir := sc.heir
 	l.mu.Unlock()
 	var prio any = ""
-	if c := l.succ.cand; c != nil {
+	if c := sc.cand; c != nil {
 		prio = c.prioArg
 	}
 	k := l.keys

@@ -384,3 +384,65 @@ func TestForgedReservationCostsAtMostItsTTL(t *testing.T) {
 		assert.True(t, errors.Is(err, ErrLocked))
 	})
 }
+
+// TestCandidateWithdrawsWhenItGivesUp: a candidate whose Campaign ends
+// without leading leaves the candidates at once, so no leader hands the
+// name to it.
+func TestCandidateWithdrawsWhenItGivesUp(t *testing.T) {
+	_, c := newMini(t)
+	ctx := context.Background()
+	e := mustElection(t, newSession(t, c, fastOpts()...), "withdraw")
+	lead, err := e.Campaign(ctx, "leader", WithPriority(1))
+	require.NoError(t, err)
+	peer := mustElection(t, newSession(t, c, fastOpts()...), "withdraw")
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := peer.Campaign(pctx, "quitter", WithPriority(9)); done <- err }()
+	waitEnlisted(t, e, "quitter")
+	cancel()
+	assert.ErrorIs(t, recvWithin(t, done, time.Second, "Campaign returned"), context.Canceled)
+	// The withdrawal runs in the background once ctx has ended.
+	for deadline := time.Now().Add(2 * time.Second); ; {
+		cs, err := e.Candidates(ctx)
+		require.NoError(t, err)
+		if len(cs) == 1 {
+			assert.Equal(t, []Candidate{{"leader", 1}}, cs)
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the quitter did not withdraw: %v", cs)
+		runtimeYield()
+	}
+	require.NoError(t, lead.Release(ctx))
+	_, err = e.Leader(ctx)
+	assert.ErrorIs(t, err, ErrNoLeader, "released, not reserved for the quitter")
+}
+
+// TestTransferFromOnElected: called from onElected with its context,
+// Transfer ends the term and returns; the successor leads once onElected
+// has returned.
+func TestTransferFromOnElected(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		e := mustElection(t, newSession(t, b.client, fastOpts()...), "inside")
+		elected := make(chan struct{}, 1)
+		followers := make(chan map[string]<-chan *Lock, 1)
+		transferred := make(chan error, 1)
+		go func() {
+			_ = e.Run(ctx, "first", func(ctx context.Context, l *Lock) error {
+				elected <- struct{}{}
+				enlistAll(t, ctx, b, "inside", false, <-followers)
+				transferred <- e.Transfer(ctx, "next")
+				<-ctx.Done()
+				return nil
+			})
+		}()
+		recvWithin(t, elected, 2*time.Second, "first leads")
+		got := candidates(t, ctx, b, "inside", false, "next")
+		followers <- got
+		require.NoError(t, recvWithin(t, transferred, 2*time.Second, "Transfer returned"))
+		next := recvWithin(t, got["next"], 2*time.Second, "next leads")
+		require.NotNil(t, next)
+		assert.True(t, next.Held())
+	})
+}
