@@ -30,6 +30,8 @@ const (
 	aclIdentity = "+client|setinfo"
 	// aclFair is what WithFairness adds: the queue's sorted sets.
 	aclFair = "+exists +pexpireat +zadd +zcard +zrange +zrangebyscore +zrank +zrem +zscore"
+	// aclSuccession is what the README adds for priorities and Transfer.
+	aclSuccession = "+pexpireat +zadd +zrange +zrangebyscore +zrem +zscore"
 )
 
 // aclCommands are the commands the required rule allows.
@@ -557,5 +559,44 @@ func TestACLFair(t *testing.T) {
 			stats, err := admin.Info(ctx, "commandstats").Result()
 			return err == nil && strings.Contains(stats, "cmdstat_"+cmd+":calls=")
 		}, 2*time.Second, 10*time.Millisecond, "aclFair allows %s, which nothing used", cmd)
+	}
+}
+
+// TestACLSuccession: priorities and Transfer run as the least-privilege
+// user plus aclSuccession, with no denial, and use every command it adds.
+func TestACLSuccession(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	setUser(t, admin, "redisleader", aclRule, aclOptional, aclSuccession, identityRule(t, srv))
+	require.NoError(t, admin.ConfigResetStat(ctx).Err())
+	c := userClient(t, srv, "redisleader")
+	logOpt, logs := warnLog()
+	opts := fastOpts(logOpt)
+	e := mustElection(t, newSession(t, c, opts...), "acl-succession")
+	lead, err := e.Campaign(ctx, "a", WithPriority(1))
+	require.NoError(t, err)
+	next := make(chan *Lock, 1)
+	peer := mustElection(t, newSession(t, c, opts...), "acl-succession")
+	go func() {
+		l, err := peer.Campaign(ctx, "b", WithPriority(1))
+		assert.NoError(t, err)
+		next <- l
+	}()
+	waitEnlisted(t, e, "a", "b")
+	require.NoError(t, e.Transfer(ctx, "b"))
+	b := recvWithin(t, next, 5*time.Second, "b leads")
+	require.NotNil(t, b)
+	require.NoError(t, b.Release(ctx))
+	assert.Greater(t, b.Fence(), lead.Fence())
+
+	assert.Empty(t, aclLog(t, admin), "the server denied something")
+	assert.NotContains(t, logs.String(), "failed", "a call failed")
+	for _, f := range strings.Fields(aclSuccession) {
+		cmd := strings.TrimPrefix(f, "+")
+		assert.Eventually(t, func() bool {
+			stats, err := admin.Info(ctx, "commandstats").Result()
+			return err == nil && strings.Contains(stats, "cmdstat_"+cmd+":calls=")
+		}, 2*time.Second, 10*time.Millisecond, "aclSuccession allows %s, which nothing used", cmd)
 	}
 }

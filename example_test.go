@@ -223,6 +223,65 @@ func ExampleElection_Campaign() {
 // Resign during Run ends the term at once: onElected's context is cancelled
 // with cause ErrReleased, and Resign returns once Run has deleted the key,
 // after onElected returned. Run then campaigns again, until ctx ends.
+func ExampleElection_Transfer() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	defer client.Close()
+	ctx := context.Background()
+
+	// Two instances, each with its own session: version 1 leads.
+	old, err := redisleader.NewSession(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer old.Close(ctx)
+	oldElection, err := old.Election("scheduler")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := oldElection.Campaign(ctx, "v1:host-a", redisleader.WithPriority(1)); err != nil {
+		log.Fatal(err)
+	}
+	next, err := redisleader.NewSession(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer next.Close(ctx)
+	nextElection, err := next.Election("scheduler")
+	if err != nil {
+		log.Fatal(err)
+	}
+	elected := make(chan *redisleader.Lock)
+	go func() {
+		// Version 2 campaigns with a higher priority. (A Run leader would
+		// yield to it by itself; a Campaign leader hands over on release.)
+		l, err := nextElection.Campaign(ctx, "v2:host-b", redisleader.WithPriority(2))
+		if err != nil {
+			log.Fatal(err)
+		}
+		elected <- l
+	}()
+	// Hand over to v2:host-b: nobody else can lead in between. The name
+	// waits one TTL for it, so it may still be starting.
+	if err := oldElection.Transfer(ctx, "v2:host-b"); err != nil {
+		log.Fatal(err)
+	}
+	leadership := <-elected
+	fmt.Println("leader:", leadership.Value())
+	candidates, err := oldElection.Candidates(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("candidates:", candidates)
+	// Output:
+	// leader: v2:host-b
+	// candidates: [{v2:host-b 2}]
+}
+
 func ExampleElection_Resign() {
 	mr := miniredis.NewMiniRedis()
 	if err := mr.Start(); err != nil {
