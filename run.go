@@ -79,10 +79,11 @@ func (e *Election) lead(ctx context.Context, lead *Lock, onElected func(context.
 		return nil // resigned or closed before onElected could start
 	}
 	err := onElected(leaderCtx, lead)
-	if context.Cause(leaderCtx) == ErrPreempted {
-		return nil // it yields: the release hands the name over
+	lost := lead.Err()
+	if lost == nil && context.Cause(leaderCtx) == ErrPreempted {
+		lost = ErrPreempted // it yields: the release hands the name over
 	}
-	if lost := lead.Err(); lost != nil {
+	if lost != nil {
 		if err != nil {
 			e.s.cfg.logger.Warn("redisleader: onElected returned after leadership ended",
 				"election", e.keys.name, "fence", lead.Fence(), "why", lost, "err", err)
