@@ -84,11 +84,13 @@
 // and the leader's renewal finds the best one: a Run leader below it yields
 // (onElected's cause ErrPreempted), once its term has lasted WithMinTerm,
 // and any leader with a priority that releases hands the name to the best
-// candidate above it. Equal priorities never move leadership. An entry of a
-// candidate that died lives two TTLs; a forged one, like a forged
-// reservation, costs at most one reservation's TTL, never an overlap: the
-// successor takes the name as in any acquisition, with a higher fence. Not
-// with Redlock. transfer.go and priority.go describe the keys.
+// candidate above it. Equal priorities never move leadership, and Transfer
+// does not change priorities. A follower that died stays a candidate for
+// up to two TTLs, a leader for its lease; a hand-over to a dead or forged
+// candidate, like a forged reservation, costs one reservation's TTL, never
+// an overlap: the successor takes the name as in any acquisition, with a
+// higher fence. Not with Redlock. transfer.go and priority.go describe the
+// keys.
 //
 // # Topologies and Redlock
 //

@@ -60,7 +60,7 @@ func (e *Election) Campaign(ctx context.Context, value string, opts ...CampaignO
 	if err := checkValue(value); err != nil {
 		return nil, err
 	}
-	c, err := e.s.candidacyOf(e.keys, opts)
+	c, err := e.s.candidacyOf(e.keys, value, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -222,7 +222,7 @@ end
 // then (join) ZREM the dead, ZADD our place (kept if we have a live one) and
 // lease, and PEXPIREAT both queue keys to the latest lease end, so that no
 // queue key outlives its last waiter's lease.
-var fairAcquireScript = newScript("485fccac4dd558b4c55205b104ee558b2f2ac3fd", guarded(luaFence+luaTake+luaQueue+luaCand+`
+var fairAcquireScript = newScript("6c2c2a63f372455f581fff9589c28825096a4e77", guarded(luaFence+luaTake+luaQueue+luaCand+`
 local cur = call('GET', KEYS[1])
 local placed = call('ZSCORE', KEYS[3], ARGV[4])
 enlisting(5)
@@ -247,7 +247,7 @@ if (not cur and (not head or head == ARGV[4])) or heir(cur) then
   dead[#dead + 1] = ARGV[4]
   zremAll(KEYS[3], dead)
   zremAll(KEYS[4], dead)
-  enlist(t)
+  enlist(t, true)
   return {1, fence}
 end
 local pttl, ahead, headLeft = -2, 0, ttl
@@ -267,7 +267,7 @@ if ARGV[5] == '1' then
   call('PEXPIREAT', KEYS[3], string.format('%.0f', keep))
   call('PEXPIREAT', KEYS[4], string.format('%.0f', keep))
 end
-enlist(t)
+enlist(t, false)
 return {0, cur or false, pttl, ahead, headLeft}
 `))
 

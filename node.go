@@ -73,7 +73,7 @@ func (n *node) renew(ctx context.Context, locks []*Lock, waiters []*waiter, dead
 	out := make([]renewal, len(cmds))
 	for i, cmd := range cmds {
 		out[i] = renewReply(cmd)
-		if out[i] == (renewal{}) && ackErr != nil && i < len(locks) {
+		if !out[i].lost && out[i].err == nil && ackErr != nil && i < len(locks) {
 			out[i].err = ackErr
 		}
 	}

@@ -16,13 +16,15 @@ import (
 // name's slot: the candidates (member: its value → priority) and their
 // leases (member → end, server ms). Every acquire attempt of the candidate
 // enlists it again for two TTLs (the attempt a follower makes anyway, about
-// one per TTL: no command of its own), and the leader's renewal does, which
-// also returns the best live candidate above the leader's priority. The
+// one per TTL: no command of its own), and the leader's renewal does, for
+// one TTL (a leader that dies leaves with its lease), which also returns
+// the best live candidate above the leader's priority. The
 // leader's Run then yields to it (ErrPreempted), once its term has lasted
 // its minimum term, and its release hands the name to the best candidate
 // above it (handOffScript in transfer.go). An entry whose lease passed is
 // skipped and pruned; one left by a candidate that died lives two TTLs, and
-// a hand-over to it costs one reservation (a TTL), never an overlap.
+// a hand-over to it costs one reservation (a TTL), never an overlap, and
+// takes it out of the candidates.
 
 // A CampaignOption sets how a candidate campaigns (Election.Campaign and
 // Election.Run).
@@ -36,7 +38,8 @@ const maxPriority = 1<<53 - 1
 // (a version, a zone rank): a leader yields to a live candidate with a
 // strictly higher one (WithMinTerm says when), and hands the name to the
 // best such candidate when it releases it. Equal priorities never move
-// leadership. Candidates are told apart by their values.
+// leadership. Candidates are told apart by their values: a candidate with
+// a priority needs a non-empty one (ErrInvalid otherwise).
 func WithPriority(p int64) CampaignOption {
 	return func(c *candidacy) error {
 		if p > maxPriority || p < -maxPriority {
@@ -78,10 +81,11 @@ type candidacy struct {
 	candKeys    [2]any
 }
 
-// candidacyOf applies opts for an election of k; it returns nil without
+// candidacyOf applies opts for value's campaign in an election of k; it
+// returns nil without
 // options, and an error matching ErrInvalid when they break a rule or the
 // session is a Redlock one.
-func (s *Session) candidacyOf(k keys, opts []CampaignOption) (*candidacy, error) {
+func (s *Session) candidacyOf(k keys, value string, opts []CampaignOption) (*candidacy, error) {
 	if len(opts) == 0 {
 		return nil, nil
 	}
@@ -102,6 +106,9 @@ func (s *Session) candidacyOf(k keys, opts []CampaignOption) (*candidacy, error)
 	}
 	if _, redlock := s.place.(*quorum); redlock {
 		return nil, invalidf("priorities are not supported with Redlock (a reservation or a candidate list on a majority of nodes is not one fact)")
+	}
+	if value == "" {
+		return nil, invalidf("a candidate with a priority needs a value: candidates are told apart by their values")
 	}
 	c.prioArg = strconv.FormatInt(c.priority, 10)
 	c.candKeys = [2]any{k.candidates(), k.candidateLeases()}
@@ -206,48 +213,60 @@ func (s *Session) renewCall(l *Lock) call {
 const argValue = 7
 
 // luaCand is Lua for the scripts that enlist a candidate with a priority
-// (the acquire scripts, preferRenewScript) or pick one (handOffScript).
-// ARGV[3] is the candidate's value; its priority is the last ARGV.
+// (the acquire scripts, preferRenewScript) or pick one (handOffScript,
+// candidatesScript). ARGV[3] is the candidate's value; its priority is the
+// last ARGV, a decimal string (never turned into a Lua number, which keeps
+// 14 digits when it becomes a string again).
 //
 //	enlisting(i)    before any write: KEYS[i] and KEYS[i+1], if given, are
 //	                the candidates and their leases; it checks their types
-//	enlist(t)       after the writes, given TIME's reply t: enlists the
-//	                candidate for two TTLs (ARGV[2]), prunes up to 16 passed
-//	                entries, and has both keys expire with the latest lease
+//	enlist(t, leads)  after the writes, given TIME's reply t: enlists the
+//	                candidate for two TTLs (ARGV[2]), or one when it leads
+//	                (its renewals keep it; it dies with its lease), prunes
+//	                up to 16 passed entries, and has both keys expire with
+//	                the latest lease
+//	live(e, now)    whether a lease end e (a score, or nil) is live at now:
+//	                passed, or further than two of the longest TTLs (48 h:
+//	                not ours, a forged one) is not
 //	best(ck, lk, now, above, skip)  the live candidate with the highest
-//	                priority above above, other than skip, and its priority
-//	                (nil if none among the best 16)
+//	                priority above the decimal above, other than skip and
+//	                other than "" (nil if none among the best 16)
 const luaCand = `local candKeys
+local far = 2 * 86400000
+local function live(e, now)
+  e = tonumber(e)
+  return e ~= nil and e > now and e <= now + far
+end
 local function enlisting(i)
   if not KEYS[i + 1] then return end
   candKeys = {KEYS[i], KEYS[i + 1]}
   call('ZSCORE', KEYS[i], ARGV[3])
   call('ZSCORE', KEYS[i + 1], ARGV[3])
 end
-local function enlist(t)
+local function enlist(t, leads)
   if not candKeys then return end
   local ck, lk = candKeys[1], candKeys[2]
   local now = t[1] * 1000 + math.floor(t[2] / 1000)
   local passed = call('ZRANGEBYSCORE', lk, '-inf', string.format('%.0f', now), 'LIMIT', 0, 16)
+  local forged = call('ZRANGEBYSCORE', lk, string.format('(%.0f', now + far), '+inf', 'LIMIT', 0, 16)
+  for _, m in ipairs(forged) do passed[#passed + 1] = m end
   if #passed > 0 then
     call('ZREM', ck, unpack(passed))
     call('ZREM', lk, unpack(passed))
   end
-  local ends = now + 2 * tonumber(ARGV[2])
+  local ends = now + tonumber(ARGV[2])
+  if not leads then ends = ends + tonumber(ARGV[2]) end
   call('ZADD', ck, ARGV[#ARGV], ARGV[3])
   call('ZADD', lk, string.format('%.0f', ends), ARGV[3])
   local top = call('ZRANGE', lk, -1, -1, 'WITHSCORES')
-  if top[2] and tonumber(top[2]) > ends then ends = tonumber(top[2]) end
+  if top[2] and live(top[2], now) and tonumber(top[2]) > ends then ends = tonumber(top[2]) end
   call('PEXPIREAT', ck, string.format('%.0f', ends))
   call('PEXPIREAT', lk, string.format('%.0f', ends))
 end
 local function best(ck, lk, now, above, skip)
-  local c = call('ZRANGE', ck, '+inf', '(' .. above, 'BYSCORE', 'REV', 'LIMIT', 0, 16, 'WITHSCORES')
-  for i = 1, #c, 2 do
-    if c[i] ~= skip then
-      local e = tonumber(call('ZSCORE', lk, c[i]))
-      if e and e > now then return c[i], tonumber(c[i + 1]) end
-    end
+  local c = call('ZRANGE', ck, '+inf', '(' .. above, 'BYSCORE', 'REV', 'LIMIT', 0, 16)
+  for _, m in ipairs(c) do
+    if m ~= skip and m ~= '' and live(call('ZSCORE', lk, m), now) then return m end
   end
   return nil
 end
@@ -263,14 +282,14 @@ end
 // nothing); 1 if renewed; {1, value} if renewed and the candidate with
 // value has a higher priority. Order: GET, the candidate reads, TIME,
 // PEXPIRE, then enlist.
-var preferRenewScript = newScript("841aac65e3e0c640188b89af6ea8bfa9b65c0af7", guarded(luaCand+`
+var preferRenewScript = newScript("574190d626d6a77f485261186130c73b2e5a8477", guarded(luaCand+`
 local cur = call('GET', KEYS[1])
 if not ours(cur) then return 0 end
 enlisting(2)
 local t = call('TIME')
-local better = best(KEYS[2], KEYS[3], t[1] * 1000 + math.floor(t[2] / 1000), tonumber(ARGV[4]), ARGV[3])
+local better = best(KEYS[2], KEYS[3], t[1] * 1000 + math.floor(t[2] / 1000), ARGV[4], ARGV[3])
 call('PEXPIRE', KEYS[1], ARGV[2])
-enlist(t)
+enlist(t, true)
 if better then return {1, better} end
 return 1
 `))
@@ -310,14 +329,13 @@ func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
 //
 // Replies {value, priority, ...} for up to 100 live candidates. It writes
 // nothing.
-var candidatesScript = newScript("301fd2c04dcdfbe87f5b98d7bc8f80f135538611", guarded(`
+var candidatesScript = newScript("30a4ba66dab1e717a0e4b21ebb2f8cc32aa9e63a", guarded(luaCand+`
 local t = call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local c = call('ZRANGE', KEYS[1], 0, 99, 'REV', 'WITHSCORES')
 local out = {}
 for i = 1, #c, 2 do
-  local e = tonumber(call('ZSCORE', KEYS[2], c[i]))
-  if e and e > now then
+  if live(call('ZSCORE', KEYS[2], c[i]), now) then
     out[#out + 1] = c[i]
     out[#out + 1] = string.format('%.0f', tonumber(c[i + 1]))
   end

@@ -30,7 +30,7 @@ func (e *Election) Run(ctx context.Context, value string, onElected func(ctx con
 	if err := checkValue(value); err != nil {
 		return err
 	}
-	c, err := e.s.candidacyOf(e.keys, opts)
+	c, err := e.s.candidacyOf(e.keys, value, opts)
 	if err != nil {
 		return err
 	}

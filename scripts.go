@@ -127,7 +127,7 @@ end
 // persistence, old snapshot) unless the server clock also goes back.
 // Numbers up to 2^53 are exact in Lua; µs since 1970 stay below that for
 // centuries.
-var acquireScript = newScript("a7fff7c13a832580c9c9704388bdc5cb271bbf1c", guarded(luaFence+luaTake+luaCand+`
+var acquireScript = newScript("a85300710d4e14de58eda3cf7217226afa172764", guarded(luaFence+luaTake+luaCand+`
 local cur = call('GET', KEYS[1])
 enlisting(3)
 local t = call('TIME')
@@ -139,13 +139,13 @@ if cur then
     return {1, tonumber(string.sub(f, 1, string.find(f, '\n', 1, true) - 1)), now}
   end
   if not heir(cur) then
-    enlist(t)
+    enlist(t, false)
     return {0, cur, call('PTTL', KEYS[1])}
   end
 end
 local fence, err = take(t, cur)
 if err then return err end
-enlist(t)
+enlist(t, true)
 return {1, fence, now}
 `))
 

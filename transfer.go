@@ -43,7 +43,10 @@ var errRedlockTransfer = invalidf("Transfer is not supported with Redlock")
 // the reservation expires and anyone may: Transfer then returns an error
 // matching ErrNoSuccessor. Called from a Run term's onElected with its
 // context, it returns nil once it has ended the term: the hand-over follows
-// when onElected returns. It returns an error matching ErrInvalid, without
+// when onElected returns. Priorities still apply: a former leader that
+// campaigns on with a higher priority than the successor's takes the name
+// back once the successor's minimum term has passed (WithMinTerm).
+// It returns an error matching ErrInvalid, without
 // I/O, for an empty value, one over 64 KiB or on a Redlock session;
 // ErrNotLeader when this session does not lead (writing nothing); the
 // release's error; or ctx's error, which leaves the hand-over as it is.
@@ -138,7 +141,9 @@ func (l *Lock) handOffCall(sc *succession) call {
 
 // handOffScript ends a leadership with a succession: it replaces the lock
 // key, if it holds our token, with a reservation for the heir, or deletes
-// it when there is no heir; and takes the leader out of the candidates.
+// it when there is no heir; and takes the leader and the heir out of the
+// candidates (the heir enlists again as it takes the name, so a dead or
+// forged one costs one reservation, once).
 //
 //	KEYS[1] lock key, KEYS[2] queue, KEYS[3] leases (fair mode's; may not
 //	exist), KEYS[4] candidates, KEYS[5] their leases
@@ -152,13 +157,13 @@ func (l *Lock) handOffCall(sc *succession) call {
 // and the wake-ups (to every live fair waiter with an heir, as any of them
 // may be it; else to the head), ZREM us from the candidates, then SET the
 // reservation PX or DEL.
-var handOffScript = newScript("5a3e47b739fc3a69d3b3cd1e5f3bfa787a30e1d0", guarded(luaQueue+luaCand+`
+var handOffScript = newScript("caaf6fce5298629b875256adc6602dfa55791e60", guarded(luaQueue+luaCand+`
 local cur = call('GET', KEYS[1])
 if not ours(cur) then return 0 end
 call('ZSCORE', KEYS[4], ARGV[4])
 call('ZSCORE', KEYS[5], ARGV[4])
 local to = ARGV[2]
-if to == '' and ARGV[3] ~= '' then to = best(KEYS[4], KEYS[5], now, tonumber(ARGV[3]), ARGV[4]) or '' end
+if to == '' and ARGV[3] ~= '' then to = best(KEYS[4], KEYS[5], now, ARGV[3], ARGV[4]) or '' end
 local wake = {}
 if to ~= '' then
   for _, m in ipairs(call('ZRANGE', KEYS[2], 0, 999)) do
@@ -169,8 +174,8 @@ else
 end
 call('PUBLISH', KEYS[1] .. ':ch', 'R')
 for _, m in ipairs(wake) do call('PUBLISH', wakeChannel(KEYS[1], m), m) end
-call('ZREM', KEYS[4], ARGV[4])
-call('ZREM', KEYS[5], ARGV[4])
+call('ZREM', KEYS[4], ARGV[4], to)
+call('ZREM', KEYS[5], ARGV[4], to)
 if to == '' then
   call('DEL', KEYS[1])
   return 1
