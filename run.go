@@ -15,6 +15,9 @@ import (
 // the loss is logged, and one returned while still leading ends Run with it.
 // If onElected panics, Run resigns first and the panic goes on.
 //
+// After a Transfer, Run campaigns for its next term without its priority,
+// so that the transfer holds.
+//
 // With a priority (opts, WithPriority) a term ends with cause ErrPreempted
 // when a candidate with a higher one waits (WithMinTerm says when); Run then
 // hands the name to it once onElected has returned, and campaigns again.
@@ -34,12 +37,16 @@ func (e *Election) Run(ctx context.Context, value string, onElected func(ctx con
 	if err != nil {
 		return err
 	}
-	for {
-		lead, err := e.s.acquire(ctx, e.keys, value, runTerm, c)
+	for cand := c; ; {
+		lead, err := e.s.acquire(ctx, e.keys, value, runTerm, cand)
 		if err != nil {
 			return err
 		}
 		err = e.lead(ctx, lead, onElected)
+		cand = c
+		if lead.transferred() {
+			cand = nil // it stepped back: no priority until it leads again
+		}
 		if cerr := ctx.Err(); cerr != nil {
 			return cerr
 		}

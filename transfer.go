@@ -43,9 +43,10 @@ var errRedlockTransfer = invalidf("Transfer is not supported with Redlock")
 // the reservation expires and anyone may: Transfer then returns an error
 // matching ErrNoSuccessor. Called from a Run term's onElected with its
 // context, it returns nil once it has ended the term: the hand-over follows
-// when onElected returns. Priorities still apply: a former leader that
-// campaigns on with a higher priority than the successor's takes the name
-// back once the successor's minimum term has passed (WithMinTerm).
+// when onElected returns. Run then campaigns for its next term without
+// its priority, so a transfer to a lower priority holds; a former leader
+// that campaigns again itself (Campaign) with a higher priority than the
+// successor's takes the name back after the successor's minimum term.
 // It returns an error matching ErrInvalid, without
 // I/O, for an empty value, one over 64 KiB or on a Redlock session;
 // ErrNotLeader when this session does not lead (writing nothing); the
@@ -85,6 +86,13 @@ func (e *Election) Transfer(ctx context.Context, to string) error {
 		return nil // from the term's own onElected: Run hands over once it returns
 	}
 	return e.awaitSuccessor(ctx, sub, to, from.Add(e.s.cfg.ttl+e.s.cfg.retryInterval))
+}
+
+// transferred reports whether l's release was a Transfer's.
+func (l *Lock) transferred() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.succ != nil && l.succ.heir != ""
 }
 
 // setHeir names the successor that l's release hands the name to.
