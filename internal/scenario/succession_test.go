@@ -19,13 +19,15 @@ import (
 // TestScenarioSuccession runs the scenarios of leadership that moves on
 // purpose (issue 30: Transfer, priorities, minimum terms), each against its
 // own redis-server with Run children (runchild_test.go) as candidates:
-// P2 transfers, P4 faults in the middle of a hand-over.
+// P1 rolling deploys, P2 transfers, P4 faults in the middle of a hand-over.
 func TestScenarioSuccession(t *testing.T) {
+	p1RollingDeploys(t)
 	t.Run("P2", func(t *testing.T) { transfers(t, "P2", 200, true) })
 	t.Run("P2-fair", func(t *testing.T) { transfers(t, "P2-fair", 50, false, envFair+"=1") })
 	for _, kill := range []bool{true, false} {
-		id := "P4-transfer-" + map[bool]string{true: "kill", false: "pause"}[kill]
-		t.Run(id, func(t *testing.T) { transferFault(t, id, kill) })
+		id := map[bool]string{true: "kill", false: "pause"}[kill]
+		t.Run("P4-transfer-"+id, func(t *testing.T) { transferFault(t, "P4-transfer-"+id, kill) })
+		t.Run("P4-deploy-"+id, func(t *testing.T) { deployFault(t, "P4-deploy-"+id, kill) })
 	}
 }
 
