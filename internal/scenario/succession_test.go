@@ -19,16 +19,30 @@ import (
 // TestScenarioSuccession runs the scenarios of leadership that moves on
 // purpose (issue 30: Transfer, priorities, minimum terms), each against its
 // own redis-server with Run children (runchild_test.go) as candidates:
-// P1 rolling deploys, P2 transfers, P4 faults in the middle of a hand-over.
+// P1 rolling deploys, P2 transfers, P3 no flapping, P4 faults in the middle
+// of a hand-over, P5 a better candidate that left. Their candidates are all
+// child processes, so P3's two variants (30s each) and P5 run beside the
+// others.
 func TestScenarioSuccession(t *testing.T) {
-	p1RollingDeploys(t)
-	t.Run("P2", func(t *testing.T) { transfers(t, "P2", 200, true) })
-	t.Run("P2-fair", func(t *testing.T) { transfers(t, "P2-fair", 50, false, envFair+"=1") })
-	for _, kill := range []bool{true, false} {
-		id := map[bool]string{true: "kill", false: "pause"}[kill]
-		t.Run("P4-transfer-"+id, func(t *testing.T) { transferFault(t, "P4-transfer-"+id, kill) })
-		t.Run("P4-deploy-"+id, func(t *testing.T) { deployFault(t, "P4-deploy-"+id, kill) })
-	}
+	t.Run("all", func(t *testing.T) {
+		t.Run("P3", func(t *testing.T) {
+			t.Parallel()
+			t.Run("P3", func(t *testing.T) { t.Parallel(); noFlapping(t, "P3", 0) })
+			t.Run("P3-minterm", func(t *testing.T) { t.Parallel(); noFlapping(t, "P3-minterm", 3*ttl) })
+			t.Run("P5", func(t *testing.T) { t.Parallel(); leftCandidate(t) })
+		})
+		t.Run("P1-P2-P4", func(t *testing.T) {
+			t.Parallel()
+			p1RollingDeploys(t)
+			t.Run("P2", func(t *testing.T) { transfers(t, "P2", 200, true) })
+			t.Run("P2-fair", func(t *testing.T) { transfers(t, "P2-fair", 50, false, envFair+"=1") })
+			for _, kill := range []bool{true, false} {
+				id := map[bool]string{true: "kill", false: "pause"}[kill]
+				t.Run("P4-transfer-"+id, func(t *testing.T) { transferFault(t, "P4-transfer-"+id, kill) })
+				t.Run("P4-deploy-"+id, func(t *testing.T) { deployFault(t, "P4-deploy-"+id, kill) })
+			}
+		})
+	})
 }
 
 // claim serialises childHarness.
