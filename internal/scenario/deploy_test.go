@@ -58,7 +58,7 @@ func (f *fleet) handovers(n int) []time.Duration {
 	var out []time.Duration
 	for range n {
 		leader := h.lastAcquirer()
-		ended, next, back := h.expect(endedBy(leader)), h.expect(acquiredByOther(leader)), h.expect(attemptBy(leader))
+		ended, next, back := h.expect(endedBy(leader)), h.expect(acquiredByOther(leader)), h.expect(eventBy(kindAttempt, leader))
 		from := history.Now()
 		f.live[leader].send("resign")
 		h.wait(ended, 3*ttl, leader+" resigns")
@@ -74,26 +74,25 @@ func (f *fleet) handovers(n int) []time.Duration {
 // stopOrder returns the instances in the order to stop them: the leader at
 // position at, the others by name.
 func stopOrder(live map[string]*child, leader string, at int) []*child {
-	var order []*child
-	for _, n := range slices.Sorted(func(yield func(string) bool) {
-		for n := range live {
-			if n != leader && !yield(n) {
-				return
-			}
+	var others []string
+	for n := range live {
+		if n != leader {
+			others = append(others, n)
 		}
-	}) {
+	}
+	slices.Sort(others)
+	order := make([]*child, 0, len(live))
+	for _, n := range others {
 		order = append(order, live[n])
 	}
 	return slices.Insert(order, at, live[leader])
 }
 
 // step replaces old by a new instance called name: start it, wait until it
-// campaigns, stop old gracefully (nil: it is gone already).
+// campaigns, stop old gracefully.
 func (f *fleet) step(old *child, name string, v int) *child {
 	n := f.h.campaigning([]string{name}, f.env(v)...)[name]
-	if old != nil {
-		old.stop()
-	}
+	old.stop()
 	return n
 }
 
@@ -182,10 +181,10 @@ func p1RollingDeploys(t *testing.T) {
 // first, with a fault in the middle of the hand-over to the first new
 // instance: between the old leader's yield (its onElected ends with
 // ErrPreempted) and the new instance's acquisition, which successorDelay
-// keeps apart, the old leader is SIGKILLed, or
-// Redis is stopped (SIGSTOP) for 1.5 TTL. Someone must lead within the G8
-// bound (TTL + retry + jitter + call timeout) of the fault's end, nothing
-// may overlap, and the deploy goes on.
+// keeps apart, the old leader is SIGKILLed, or Redis is stopped (SIGSTOP)
+// for 1.5 TTL. Someone must lead within the G8 bound (TTL + retry +
+// jitter + call timeout) of the fault's end, nothing may overlap, and the
+// deploy goes on.
 func deployFault(t *testing.T, id string, kill bool) {
 	h := childHarness(t, id)
 	f := newFleet(h, true)

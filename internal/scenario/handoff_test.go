@@ -123,10 +123,10 @@ func (h *harness) fallbacks(cs map[string]*child) {
 const successorDelay = 25 * time.Millisecond
 
 // transferFault (P4): 4 Run children; twice the leader transfers to a
-// random other, whose replies are delayed (successorDelay); in the middle, once as Transfer starts
-// and once when the reservation is in Redis, the leader is SIGKILLed (kill)
-// or Redis is stopped for 1.5 TTL. Someone must lead within the G8 bound
-// of the fault's end, and nothing may overlap.
+// random other, whose replies are delayed (successorDelay); in the middle,
+// once as Transfer starts and once when the reservation is in Redis, the
+// leader is SIGKILLed (kill) or Redis is stopped for 1.5 TTL. Someone must
+// lead within the G8 bound of the fault's end, and nothing may overlap.
 func transferFault(t *testing.T, id string, kill bool) {
 	h := childHarness(t, id)
 	cs := h.elect(names("t", 4))

@@ -4,6 +4,7 @@ package scenario
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -65,10 +66,7 @@ func (h *harness) runChild(who string, env ...string) *child {
 	return h.child(who, "", append([]string{envRun + "=1"}, env...)...)
 }
 
-func attemptBy(who string) func(history.Event) bool {
-	return func(e history.Event) bool { return e.Kind == kindAttempt && e.Who == who }
-}
-
+// eventBy is the predicate of an event of a kind by who.
 func eventBy(kind, who string) func(history.Event) bool {
 	return func(e history.Event) bool { return e.Kind == kind && e.Who == who }
 }
@@ -80,7 +78,7 @@ func (h *harness) campaigning(names []string, env ...string) map[string]*child {
 	h.t.Helper()
 	var ws []*waiter
 	for _, n := range names {
-		ws = append(ws, h.expect(attemptBy(n)))
+		ws = append(ws, h.expect(eventBy(kindAttempt, n)))
 	}
 	cs := map[string]*child{}
 	for _, n := range names {
@@ -105,7 +103,7 @@ func (h *harness) elect(names []string, env ...string) map[string]*child {
 // join makes an idle Run child campaign and waits for its first attempt.
 func (c *child) join() {
 	c.h.t.Helper()
-	w := c.h.expect(attemptBy(c.who))
+	w := c.h.expect(eventBy(kindAttempt, c.who))
 	c.send("join")
 	c.h.wait(w, 10*time.Second, c.who+" campaigns")
 }
@@ -173,7 +171,6 @@ func (h *harness) leads(prefix string) func() bool {
 // of the term before it), and how long that term lasted.
 type change struct {
 	who, from string
-	start     int64 // CLOCK_MONOTONIC ns
 	vacancy   time.Duration
 	prevTerm  time.Duration
 }
@@ -186,8 +183,8 @@ func (h *harness) changes(from int64) []change {
 	for i := 1; i < len(ivs); i++ {
 		iv, p := ivs[i], ivs[i-1]
 		if iv.Start >= from {
-			out = append(out, change{who: iv.Who, from: p.Who, start: iv.Start,
-				vacancy: time.Duration(iv.Start - p.End), prevTerm: time.Duration(p.End - p.Start)})
+			out = append(out, change{who: iv.Who, from: p.Who, vacancy: time.Duration(iv.Start - p.End),
+				prevTerm: time.Duration(p.End - p.Start)})
 		}
 	}
 	return out
@@ -199,7 +196,7 @@ func pct(ds []time.Duration, p float64) time.Duration {
 		return 0
 	}
 	s := slices.Sorted(slices.Values(ds))
-	i := int(float64(len(s))*p+0.9999999) - 1
+	i := int(math.Ceil(p*float64(len(s)))) - 1
 	return s[min(max(i, 0), len(s)-1)]
 }
 
