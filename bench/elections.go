@@ -64,12 +64,12 @@ type won struct {
 	err  error
 }
 
-// startCampaign starts campaigning for e with value.
-func startCampaign(ctx context.Context, e *redisleader.Election, value string) *campaign {
+// startCampaign starts campaigning for e with value and opts.
+func startCampaign(ctx context.Context, e *redisleader.Election, value string, opts ...redisleader.CampaignOption) *campaign {
 	ctx, cancel := context.WithCancel(ctx)
 	c := &campaign{cancel: cancel, done: make(chan won, 1)}
 	go func() {
-		l, err := e.Campaign(ctx, value)
+		l, err := e.Campaign(ctx, value, opts...)
 		c.done <- won{lock: l, at: time.Now(), err: err}
 	}()
 	return c

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 
@@ -22,12 +23,24 @@ type load struct{ attempts, pubsub float64 }
 
 var followerKinds = []followerKind{
 	{"redisleader", "one Session per follower, each waiting in Election.Campaign, while a leader Session holds the name (taken with TryLock, so it has no pub/sub connection of its own); attempts = EVALSHA/EVAL − the leader's renewals (one PEXPIRE each), pub/sub = SUBSCRIBE, UNSUBSCRIBE, PING", libraryFollowerLoad},
+	{"redisleader-priority", "as `redisleader`, with priorities: follower i campaigns with value i and WithPriority(i+1), and the leader holds the name with Campaign and WithPriority(0), so every renewal of the leader finds a better candidate (a Campaign leader does not yield); the window starts once the leader's session has left the name's channel (a TTL after it won); attempts as for `redisleader`", priorityFollowerLoad},
 	{"poll-100ms", "one goroutine per follower sends SET NX PX every 100 ms while a raw leader holds; attempts = SET", pollFollowerLoad},
 }
 
 // libraryFollowerLoad measures the library's waiting candidates. The window
-// starts once the server has run every follower's first (failed) attempt.
+// starts once the server has run every follower's first (failed) attempt
+// (with priorities, and the leader's UNSUBSCRIBE).
 func libraryFollowerLoad(ctx context.Context, e *env, cfg config, name string) (load, error) {
+	return followerLoad(ctx, e, cfg, name, false)
+}
+
+// priorityFollowerLoad measures them with priorities (WithPriority).
+func priorityFollowerLoad(ctx context.Context, e *env, cfg config, name string) (load, error) {
+	return followerLoad(ctx, e, cfg, name, true)
+}
+
+// followerLoad is libraryFollowerLoad, with priorities when prio is set.
+func followerLoad(ctx context.Context, e *env, cfg config, name string, prio bool) (load, error) {
 	c := e.client()
 	defer c.Close()
 	list, closeAll, err := sessions(c, cfg.followers+1, redisleader.WithTTL(cfg.electionTTL))
@@ -35,24 +48,43 @@ func libraryFollowerLoad(ctx context.Context, e *env, cfg config, name string) (
 		return load{}, err
 	}
 	defer closeAll()
-	lead, err := list[0].TryLock(ctx, name)
+	all, err := elections(list, name)
 	if err != nil {
 		return load{}, err
 	}
-	followers, err := elections(list[1:], name)
+	first, err := commandCalls(ctx, e.admin)
 	if err != nil {
 		return load{}, err
 	}
+	var lead *redisleader.Lock
+	if prio {
+		lead, err = all[0].Campaign(ctx, "leader", redisleader.WithPriority(0))
+	} else {
+		lead, err = list[0].TryLock(ctx, name)
+	}
+	if err != nil {
+		return load{}, err
+	}
+	followers := all[1:]
 	before, err := commandCalls(ctx, e.admin)
 	if err != nil {
 		return load{}, err
 	}
-	for _, f := range followers {
-		c := startCampaign(ctx, f, "follower")
+	for i, f := range followers {
+		value, opts := "follower", []redisleader.CampaignOption(nil)
+		if prio {
+			value, opts = strconv.Itoa(i), []redisleader.CampaignOption{redisleader.WithPriority(int64(i + 1))}
+		}
+		c := startCampaign(ctx, f, value, opts...)
 		defer c.stop()
 	}
 	wctx, cancel := context.WithTimeout(ctx, sampleTimeout)
 	err = waitCalls(wctx, e.admin, before, "pttl", int64(cfg.followers))
+	if err == nil && prio {
+		// Campaign subscribed the leader to the name's channel, which it
+		// leaves a TTL after it won: not a follower's command.
+		err = waitCalls(wctx, e.admin, first, "unsubscribe", 1)
+	}
 	cancel()
 	if err != nil {
 		return load{}, err

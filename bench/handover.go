@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,15 +26,33 @@ type mechanism struct {
 
 var handoverMechanisms = []mechanism{
 	{"redisleader", "Lock.Release of the leader → a waiting candidate's Election.Campaign returns (two Sessions, roles alternate)", leaderHandovers},
+	{"transfer", "Election.Transfer(ctx, value) of the leader → the waiting candidate it names (by its value) returns from Election.Campaign (two Sessions, roles alternate; the call subscribes to the name's channel, then hands over)", transferHandovers},
 	{"raw-push", "floor: the leader runs GET==token → DEL + PUBLISH in one EVALSHA; the follower, SUBSCRIBEd before its first try, sends SET NX PX on the message", rawPushHandovers},
 	{"poll-100ms", "the follower sends SET NX PX every 100 ms; the leader releases (compare-and-delete) at a random point of that period", pollHandovers},
 }
 
-// leaderHandovers alternates leadership between two sessions. A follower is
-// known to wait once the server has run its first acquire attempt (the
-// script's PTTL call): Campaign subscribes before that attempt, so the
-// release that follows always reaches it.
+// leaderHandovers alternates leadership between two sessions by Release.
 func leaderHandovers(ctx context.Context, e *env, cfg config, name string) ([]time.Duration, error) {
+	return alternate(ctx, e, cfg, name, func(ctx context.Context, _ *redisleader.Election, lead *redisleader.Lock, _ string) error {
+		return lead.Release(ctx)
+	})
+}
+
+// transferHandovers alternates leadership between two sessions by Transfer
+// to the other's value.
+func transferHandovers(ctx context.Context, e *env, cfg config, name string) ([]time.Duration, error) {
+	return alternate(ctx, e, cfg, name, func(ctx context.Context, from *redisleader.Election, _ *redisleader.Lock, to string) error {
+		return from.Transfer(ctx, to)
+	})
+}
+
+// A handOff ends lead, the leadership of from, for the candidate
+// campaigning with value to.
+type handOff func(ctx context.Context, from *redisleader.Election, lead *redisleader.Lock, to string) error
+
+// alternate hands leadership back and forth between two sessions, which
+// campaign with the values "0" and "1", cfg.handovers times.
+func alternate(ctx context.Context, e *env, cfg config, name string, hand handOff) ([]time.Duration, error) {
 	c := e.client()
 	defer c.Close()
 	list, closeAll, err := sessions(c, 2, redisleader.WithTTL(lockTTL))
@@ -51,7 +70,8 @@ func leaderHandovers(ctx context.Context, e *env, cfg config, name string) ([]ti
 	}
 	var out []time.Duration
 	for i := range cfg.handovers {
-		d, next, err := leaderHandover(ctx, e, lead, candidates[(i+1)%2])
+		from, to := i%2, (i+1)%2
+		d, next, err := leaderHandover(ctx, e, lead, candidates[from], candidates[to], strconv.Itoa(to), hand)
 		if err != nil {
 			return nil, err
 		}
@@ -60,22 +80,25 @@ func leaderHandovers(ctx context.Context, e *env, cfg config, name string) ([]ti
 	return out, nil
 }
 
-// leaderHandover makes follower campaign, releases lead once the follower
-// waits, and returns the handover latency and the new leadership.
-func leaderHandover(ctx context.Context, e *env, lead *redisleader.Lock, follower *redisleader.Election) (time.Duration, *redisleader.Lock, error) {
+// leaderHandover makes follower campaign with value, hands lead over once
+// the follower waits, and returns the handover latency and the new
+// leadership. A follower is known to wait once the server has run its
+// first acquire attempt (the script's PTTL call): Campaign subscribes
+// before that attempt, so the release that follows always reaches it.
+func leaderHandover(ctx context.Context, e *env, lead *redisleader.Lock, from, follower *redisleader.Election, value string, hand handOff) (time.Duration, *redisleader.Lock, error) {
 	ctx, cancel := context.WithTimeout(ctx, sampleTimeout)
 	defer cancel()
 	before, err := commandCalls(ctx, e.admin)
 	if err != nil {
 		return 0, nil, err
 	}
-	c := startCampaign(ctx, follower, "next")
+	c := startCampaign(ctx, follower, value)
 	if err := waitCalls(ctx, e.admin, before, "pttl", 1); err != nil {
 		c.stop()
 		return 0, nil, err
 	}
 	t0 := time.Now()
-	if err := lead.Release(ctx); err != nil {
+	if err := hand(ctx, from, lead, value); err != nil {
 		c.stop()
 		return 0, nil, err
 	}

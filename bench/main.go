@@ -27,8 +27,9 @@ import (
 type config struct {
 	rounds int
 	quick  bool
-	// onlyLocks (-only locks) runs and reports the lock scenarios alone.
-	onlyLocks bool
+	// only (-only) runs and reports the lock scenarios ("locks") or the
+	// election scenarios ("elections") alone; "": everything.
+	only string
 
 	warmup, seqPairs int           // (a)
 	goroutines       int           // (b), (c)
@@ -73,18 +74,18 @@ func main() {
 	rounds := flags.Int("rounds", 5, "rounds; every scenario runs once per round with the contenders' order rotated")
 	quick := flags.Bool("quick", false, "one short round (under a minute) for CI; its numbers mean little")
 	out := flags.String("out", "RESULTS.md", "file the markdown report is written to (it is printed too)")
-	only := flags.String("only", "", `"locks": run only the lock scenarios (a)-(d), a few minutes instead of the full run`)
+	only := flags.String("only", "", `"locks": run only the lock scenarios (a)-(d), a few minutes instead of the full run; "elections": only the election scenarios (handovers, crash takeover, follower load)`)
 	_ = flags.Parse(os.Args[1:])
 	if *rounds < 1 {
 		fmt.Fprintln(os.Stderr, "bench: -rounds must be at least 1")
 		os.Exit(2)
 	}
-	if *only != "" && *only != "locks" {
-		fmt.Fprintf(os.Stderr, "bench: -only %q: the only choice is \"locks\"\n", *only)
+	if *only != "" && *only != "locks" && *only != "elections" {
+		fmt.Fprintf(os.Stderr, "bench: -only %q: the choices are \"locks\" and \"elections\"\n", *only)
 		os.Exit(2)
 	}
 	cfg := newConfig(*rounds, *quick)
-	cfg.onlyLocks = *only == "locks"
+	cfg.only = *only
 	os.Exit(run(cfg, *out))
 }
 
@@ -110,7 +111,7 @@ func run(cfg config, out string) int {
 	}
 	defer closeContenders()
 	var topo *topoEnv
-	if !cfg.onlyLocks {
+	if cfg.only == "" {
 		topo, err = e.topologies()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -119,21 +120,7 @@ func run(cfg config, out string) int {
 		defer topo.close()
 	}
 
-	ctx := context.Background()
-	res := newResults(cfg.rounds)
-	for round := range cfg.rounds {
-		progress("round %d/%d: locks", round+1, cfg.rounds)
-		runLocks(ctx, cfg, rotate(contenders, round), round, res.locks, &res.errs)
-		if cfg.onlyLocks {
-			continue
-		}
-		progress("round %d/%d: elections", round+1, cfg.rounds)
-		runElections(ctx, e, cfg, round, res.elections, &res.errs)
-		progress("round %d/%d: scale", round+1, cfg.rounds)
-		runScale(ctx, e, cfg, round, res.scale, &res.errs)
-		progress("round %d/%d: topologies", round+1, cfg.rounds)
-		runTopologies(ctx, topo, cfg, round, res.topo, &res.errs)
-	}
+	res := runRounds(cfg, e, contenders, topo)
 	report := render(cfg, contenders, res, time.Since(start))
 	fmt.Print(report)
 	if err := os.WriteFile(out, []byte(report), 0o644); err != nil {
@@ -146,6 +133,30 @@ func run(cfg config, out string) int {
 		return 1
 	}
 	return 0
+}
+
+// runRounds runs every round of the scenarios cfg selects (-only).
+func runRounds(cfg config, e *env, contenders []contender, topo *topoEnv) *results {
+	ctx := context.Background()
+	res := newResults(cfg.rounds)
+	for round := range cfg.rounds {
+		if cfg.only != "elections" {
+			progress("round %d/%d: locks", round+1, cfg.rounds)
+			runLocks(ctx, cfg, rotate(contenders, round), round, res.locks, &res.errs)
+		}
+		if cfg.only != "locks" {
+			progress("round %d/%d: elections", round+1, cfg.rounds)
+			runElections(ctx, e, cfg, round, res.elections, &res.errs)
+		}
+		if cfg.only != "" {
+			continue
+		}
+		progress("round %d/%d: scale", round+1, cfg.rounds)
+		runScale(ctx, e, cfg, round, res.scale, &res.errs)
+		progress("round %d/%d: topologies", round+1, cfg.rounds)
+		runTopologies(ctx, topo, cfg, round, res.topo, &res.errs)
+	}
+	return res
 }
 
 // results is everything measured in a run.

@@ -21,8 +21,13 @@ func (r *report) printf(format string, args ...any) { fmt.Fprintf(r, format, arg
 func render(cfg config, contenders []contender, res *results, took time.Duration) string {
 	r := &report{cfg: cfg, m: describeMachine()}
 	r.header(took)
-	if r.cfg.onlyLocks {
+	switch r.cfg.only {
+	case "locks":
 		r.locks(contenders, res.locks)
+		r.errors(res.errs.list)
+		return r.String()
+	case "elections":
+		r.elections(res.elections)
 		r.errors(res.errs.list)
 		return r.String()
 	}
@@ -40,8 +45,8 @@ func (r *report) header(took time.Duration) {
 	if r.cfg.quick {
 		kind = "quick run (-quick: short scenarios, one round; its numbers mean little)"
 	}
-	if r.cfg.onlyLocks {
-		kind = "lock scenarios only (-only locks)"
+	if r.cfg.only != "" {
+		kind = fmt.Sprintf("%s scenarios only (-only %s)", strings.TrimSuffix(r.cfg.only, "s"), r.cfg.only)
 	}
 	pinning := "not pinned"
 	if r.m.pinned {
@@ -83,27 +88,24 @@ func verdict(ok bool, s summary) string {
 func (r *report) targets(res *results) {
 	l, el, sc := res.locks, res.elections, res.scale
 	r.printf("## Targets\n\n| target | measured (redisleader) | met |\n|---|---|---|\n")
-	ratioRow := func(what string, s summary, ok bool, note string) {
-		r.printf("| %s | %s%s | %s |\n", what, ratioCell(s), note, verdict(ok, s))
-	}
 	p50 := l.seqP50.ratio("redisleader", baseline)
 	note := ""
 	if !r.m.pinned {
 		note = " (this run was not pinned: see the note above)"
 	}
-	ratioRow("acquire+release p50 ≤ 1.10× raw (pinned)", p50, p50.med <= 1.10, note)
+	r.ratioRow("acquire+release p50 ≤ 1.10× raw (pinned)", p50, p50.med <= 1.10, note)
 	par := l.parRate.ratio("redisleader", baseline)
-	ratioRow("16 goroutines, own keys: pairs/s ≥ 1.2× raw", par, par.med >= 1.2, "")
+	r.ratioRow("16 goroutines, own keys: pairs/s ≥ 1.2× raw", par, par.med >= 1.2, "")
 	acq := l.conAcq.ratio("redisleader", baseline)
-	ratioRow("16 goroutines, one key: acquisitions/s ≥ 1.0× raw", acq, acq.med >= 1.0, "")
+	r.ratioRow("16 goroutines, one key: acquisitions/s ≥ 1.0× raw", acq, acq.med >= 1.0, "")
 	fail := l.conFail.ratio("redisleader", baseline)
-	ratioRow("16 goroutines, one key: failed tries/s ≥ 1.0× raw", fail, fail.med >= 1.0, "")
+	r.ratioRow("16 goroutines, one key: failed tries/s ≥ 1.0× raw", fail, fail.med >= 1.0, "")
 	allocs := l.allocs.of("redisleader")
 	r.printf("| ≤ 25 allocs per acquire+release pair | %s | %s |\n", cell(allocs, "%.0f"), verdict(allocs.max <= 25, allocs))
 	seq3 := l.seqRate.ratio(rowRedlock3, rowRedsync3)
-	ratioRow("Redlock-3 sequential pairs/s ≥ redsync-3's", seq3, seq3.med >= 1.0, " (× redsync-3)")
+	r.ratioRow("Redlock-3 sequential pairs/s ≥ redsync-3's", seq3, seq3.med >= 1.0, " (× redsync-3)")
 	par3 := l.parRate.ratio(rowRedlock3, rowRedsync3)
-	ratioRow("Redlock-3 parallel pairs/s ≥ redsync-3's", par3, par3.med >= 1.0, " (× redsync-3)")
+	r.ratioRow("Redlock-3 parallel pairs/s ≥ redsync-3's", par3, par3.med >= 1.0, " (× redsync-3)")
 	// Auto-pipelining moves the floor: these rows say by how much, what the
 	// library keeps of it, and what the Session's coalescing adds there.
 	apFloor, apFloorFull := l.parRate.ratio(rowRawAP, baseline), l.parRate.ratio(rowRawAPFull, baseline)
@@ -120,16 +122,28 @@ func (r *report) targets(res *results) {
 	a3, r3 := l.allocs.of(rowRedlock3), l.allocs.of(rowRedsync3)
 	r.printf("| Redlock-3 allocs per pair ≤ redsync-3's | %s vs %s | %s |\n", cell(a3, "%.0f"), cell(r3, "%.0f"), verdict(a3.max <= r3.min, summary{n: min(a3.n, r3.n)}))
 
+	r.electionTargets(el, sc)
+}
+
+// ratioRow is a targets' row for a ratio.
+func (r *report) ratioRow(what string, s summary, ok bool, note string) {
+	r.printf("| %s | %s%s | %s |\n", what, ratioCell(s), note, verdict(ok, s))
+}
+
+// electionTargets are the targets' rows for elections and scale.
+func (r *report) electionTargets(el *electionResults, sc *scaleResults) {
 	h := describe(el.handover.all("redisleader"))
 	hs := summary{n: h.n}
 	r.printf("| graceful handover p50 ≤ 0.15 ms | %.3f ms | %s |\n", ms(h.p50), verdict(h.p50 <= 150*time.Microsecond, hs))
 	r.printf("| graceful handover p99 ≤ 0.30 ms | %.3f ms | %s |\n", ms(h.p99), verdict(h.p99 <= 300*time.Microsecond, hs))
 	hr := el.handover.p50s().ratio("redisleader", "raw-push")
-	ratioRow("graceful handover p50 ≤ 1.10× raw-push p50 (same rounds)", hr, hr.med <= 1.10, "")
+	r.ratioRow("graceful handover p50 ≤ 1.10× raw-push p50 (same rounds)", hr, hr.med <= 1.10, "")
 	c := describe(el.crash.all(crashRow))
 	r.printf("| crash takeover lag p99 ≤ 5 ms | %.3f ms | %s |\n", ms(c.p99), verdict(c.p99 <= 5*time.Millisecond, summary{n: c.n}))
 	load := scaled(el.attempts.plus(el.pubsub).of("redisleader"), r.cfg.electionTTL.Seconds())
 	r.printf("| ≤ 1 command per waiting follower per TTL (%d followers) | %s | %s |\n", r.cfg.followers, cell(load, "%.2f"), verdict(load.med <= 1, load))
+	prio := scaled(el.attempts.plus(el.pubsub).of("redisleader-priority"), r.cfg.electionTTL.Seconds())
+	r.printf("| ≤ 1 command per waiting follower per TTL, with priorities (%d followers) | %s | %s |\n", r.cfg.followers, cell(prio, "%.2f"), verdict(prio.med <= 1, prio))
 	cand := sc.candAttempts.plus(sc.candPubsub).of(strconv.Itoa(r.cfg.candidates))
 	r.printf("| ≤ 1 command per waiting follower per TTL (%d candidates) | %s | %s |\n", r.cfg.candidates, cell(cand, "%.2f"), verdict(cand.med <= 1, cand))
 
@@ -223,6 +237,7 @@ func (r *report) elections(el *electionResults) {
 		r.printf("| %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %s |\n", m.name, d.n, ms(d.p50), ms(d.p99), ms(d.mean), ms(d.min), ms(d.max),
 			cell(p50s.of(m.name), "%.3f"), ratioCell(p50s.ratio(m.name, "raw-push")))
 	}
+	r.printf("\nTransfer × Release, per-round p50s: %s.\n", ratioCell(p50s.ratio("transfer", "redisleader")))
 	c := describe(el.crash.all(crashRow))
 	r.printf("\n### Crash takeover lag (ms, Redis server clock)\n\n")
 	r.printf("A leader Session (TTL %v, renewing every TTL/3) is cut off at a random point of its renewal cycle while a candidate of another Session waits: it connects as its own ACL user, and `ACL DELUSER` closes its connections and refuses new ones atomically. The lag runs from the dead leader's key expiry (`PEXPIRETIME`, read after the cut) to the new leader's acquisition (its fence, the server's `TIME` in µs). %d samples per round.\n\n", cfg.crashTTL, cfg.crashes)
@@ -243,7 +258,7 @@ func (r *report) elections(el *electionResults) {
 		r.printf("| %s | %s | %s | %s | %s | %s |\n", f.name, cell(el.attempts.of(f.name), "%.2f"), cell(el.pubsub.of(f.name), "%.2f"),
 			cell(total.of(f.name), "%.2f"), ratioCell(total.ratio(f.name, "poll-100ms")), cell(scaled(total.of(f.name), cfg.electionTTL.Seconds()), "%.2f"))
 	}
-	r.printf("\n")
+	r.printf("\nWith priorities × without, all commands per follower: %s.\n\n", ratioCell(total.ratio("redisleader-priority", "redisleader")))
 }
 
 func (r *report) scale(sc *scaleResults) {
