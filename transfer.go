@@ -78,10 +78,10 @@ func (e *Election) Transfer(ctx context.Context, to string) error {
 	}
 	defer sub.Close()
 	l.setHeir(to)
-	from := time.Now()
 	if err := l.release(ctx, true); err != nil {
 		return err
 	}
+	from := time.Now() // the reservation is made: for a Run term, once onElected returned
 	if termsOf(ctx).has(l) {
 		return nil // from the term's own onElected: Run hands over once it returns
 	}
