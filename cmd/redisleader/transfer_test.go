@@ -96,6 +96,7 @@ func TestRunPriorityYieldsOnce(t *testing.T) {
 	lines = readMarker(t, s.marker)
 	require.Len(t, lines, 4)
 	assert.Equal(t, markerLine{value: "v2", pid: lines[2].pid, event: "term"}, lines[3])
+	assertOneAtATime(t, lines)
 }
 
 // --min-term holds a leader with a priority for that long before it yields.
@@ -164,6 +165,7 @@ func TestTransferCommand(t *testing.T) {
 	assert.GreaterOrEqual(t, took, time.Second, "another leader before the reservation expired")
 	b.stderr.waitContains(t, `; hand-over of job to nobody: transfer "job" to "nobody": the successor did not take leadership`)
 	stopAll(t, a, b)
+	assertOneAtATime(t, readMarker(t, s.marker))
 }
 
 // transfer when nobody leads: status 3 and nothing written. When the leader
@@ -222,6 +224,7 @@ func TestTransferWithPriorities(t *testing.T) {
 	lines = waitMarker(t, s.marker, 5)
 	assert.Equal(t, "v2", lines[4].value, "v1's release hands the name to the best candidate")
 	stopAll(t, v2)
+	assertOneAtATime(t, readMarker(t, s.marker))
 }
 
 var watchLineRE = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (.*)$`)
@@ -286,6 +289,7 @@ func TestStatusAndWatchShowPreferred(t *testing.T) {
 	wj.signal(t, syscall.SIGINT)
 	assert.Equal(t, exitOK, w.wait(t))
 	assert.Equal(t, exitOK, wj.wait(t))
+	assertOneAtATime(t, readMarker(t, s.marker))
 }
 
 // Bad --priority, --min-term and transfer input: one line naming the rule,
@@ -396,4 +400,92 @@ func TestACLPriorityAndTransfer(t *testing.T) {
 	for _, p := range []*cliProc{v0, v1, v2} {
 		assert.NotContains(t, p.stderr.String(), "permission", p.name)
 	}
+}
+
+// stubbornChild is a command that ignores SIGTERM and appends
+// "VALUE PID start FENCE" to $MARKER: it is still stopping (--grace) when
+// the test acts.
+const stubbornChild = `trap "" TERM; echo "$REDISLEADER_VALUE $$ start $REDISLEADER_FENCE" >> "$MARKER"; while :; do sleep 0.05; done`
+
+// The leader is SIGKILLed mid-transfer, while its command ignores the
+// SIGTERM: the command dies with it (the supervisor), the successor leads
+// only once the lease has expired, and transfer reports it (the only other
+// candidate is the successor).
+func TestTransferLeaderKilledMidTransfer(t *testing.T) {
+	t.Parallel()
+	s := newRunSetup(t)
+	a := startCLI(t, "run A", []string{"MARKER=" + s.marker}, "run", "--verbose", "--redis", s.url, "--name", "job",
+		"--value", "A", "--ttl", "1s", "--grace", "30s", "--", "sh", "-c", stubbornChild)
+	first := waitMarker(t, s.marker, 1)[0]
+	b := s.candidate(t, "trap", "B", "--ttl", "1s")
+	b.stderr.waitContains(t, "campaigning for leadership of job as B")
+	tr := startCLI(t, "transfer", nil, "transfer", "--redis", s.url, "job", "--to", "B", "--wait", "10s")
+	a.stderr.waitContains(t, "transfer of job to B requested; stopping")
+	killed := time.Now()
+	require.NoError(t, a.cmd.Process.Kill())
+	a.wait(t)
+	lines := waitMarker(t, s.marker, 2)
+	took := time.Since(killed)
+	assert.True(t, processGone(first.pid), "A's command outlived A into B's term")
+	assert.Equal(t, "B", lines[1].value)
+	assert.Greater(t, lines[1].fence, first.fence)
+	// A renewed at most TTL/3 before it was killed; nobody resigned.
+	assert.GreaterOrEqual(t, took, 500*time.Millisecond, "B led before A's lease could have expired")
+	assert.Less(t, took, 5*time.Second)
+	assert.Equal(t, exitOK, tr.wait(t), "transfer: %s", tr.stderr.String())
+	t.Logf("B led %v after the SIGKILL of A mid-transfer (TTL 1s)", took.Round(time.Millisecond))
+	stopAll(t, b)
+}
+
+// slowChild appends "VALUE PID start FENCE" to $MARKER, and on SIGTERM
+// appends "VALUE PID term" and takes 300ms more to exit.
+const slowChild = `trap 'echo "$REDISLEADER_VALUE $$ term" >> "$MARKER"; sleep 0.3; exit 0' TERM; echo "$REDISLEADER_VALUE $$ start $REDISLEADER_FENCE" >> "$MARKER"; while :; do sleep 0.05; done`
+
+// assertOneAtATime checks the marker file: every command started after the
+// previous one stopped, with a higher fence.
+func assertOneAtATime(t *testing.T, lines []markerLine) {
+	t.Helper()
+	running, fence := 0, int64(0)
+	for i, l := range lines {
+		switch l.event {
+		case "start":
+			assert.Equal(t, 0, running, "line %d: %v started while another command ran: %v", i, l, lines)
+			assert.Greater(t, l.fence, fence, "line %d: fence", i)
+			running, fence = l.pid, l.fence
+		case "term":
+			assert.Equal(t, running, l.pid, "line %d: %v", i, l)
+			running = 0
+		}
+	}
+}
+
+// Redis is paused (SIGSTOP) for 1.5 TTLs mid-transfer, while the leader's
+// command stops (or, if the hand-over came first, right after it): no two
+// commands run at once, a leader's lease that the pause outlived ends at
+// its local deadline, someone leads within a TTL and a margin after Redis
+// resumes, and transfer sees B lead (A does not campaign after a loss).
+func TestTransferRedisPausedMidTransfer(t *testing.T) {
+	t.Parallel()
+	s, srv := newRunServer(t)
+	a := startCLI(t, "run A", []string{"MARKER=" + s.marker}, "run", "--verbose", "--redis", s.url, "--name", "job",
+		"--value", "A", "--ttl", "1s", "--", "sh", "-c", slowChild)
+	waitMarker(t, s.marker, 1)
+	b := s.candidate(t, "trap", "B", "--ttl", "1s", "--again")
+	b.stderr.waitContains(t, "campaigning for leadership of job as B")
+	tr := startCLI(t, "transfer", nil, "transfer", "--redis", s.url, "job", "--to", "B", "--wait", "15s")
+	a.stderr.waitContains(t, "transfer of job to B requested; stopping")
+	srv.Pause(t)
+	<-time.After(1500 * time.Millisecond) // the length of the pause; the test waits for the processes below
+	before := len(readMarker(t, s.marker))
+	srv.Resume(t)
+	resumed := time.Now()
+	waitMarker(t, s.marker, before+1)
+	took := time.Since(resumed)
+	assert.Less(t, took, 3*time.Second, "nobody led %v after Redis resumed (TTL 1s)", took)
+	assert.Equal(t, exitOK, tr.wait(t), "transfer: %s", tr.stderr.String())
+	t.Logf("a leader %v after Redis resumed; A said:\n%s", took.Round(time.Millisecond), a.stderr.String())
+	stopAll(t, b)
+	a.signal(t, syscall.SIGTERM) // if it handed over before the pause, it campaigns still
+	a.wait(t)
+	assertOneAtATime(t, readMarker(t, s.marker))
 }
