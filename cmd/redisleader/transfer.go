@@ -27,14 +27,15 @@ import (
 //     --wait), subscribes to that channel during its term, and takes the
 //     request (reads and deletes it, in one script) when its term starts, on
 //     every message and once per --ttl: a lost message delays it by at most
-//     that. It stops COMMAND as on any end of leadership, then calls
-//     Election.Transfer, which hands the name over once COMMAND has exited.
+//     that. It stops COMMAND as on any end of leadership and, once COMMAND
+//     has exited, calls Election.Transfer, which hands the name over.
 //
 // A message is only a hint: run acts on the key, and transfer reports what
 // it reads from the lock key. Anyone who may write redisleader:* keys or
 // publish on redisleader:* channels can ask a transfer, as they can end a
-// term by deleting the lock key: a request costs at most one hand-over, and
-// a vacancy of one TTL when nobody campaigns with VALUE, never two leaders.
+// term by deleting the lock key: a request costs at most one hand-over (and,
+// with priorities, the yield back from a lower candidate), and a vacancy of
+// one TTL when nobody campaigns with VALUE, never two leaders.
 
 // Exit statuses of "redisleader transfer", besides exitOK (VALUE leads),
 // exitError, exitUsage, exitNoLeader (3: nobody leads, nothing was written),
