@@ -489,3 +489,32 @@ func TestTransferRedisPausedMidTransfer(t *testing.T) {
 	a.wait(t)
 	assertOneAtATime(t, readMarker(t, s.marker))
 }
+
+// On Redis Cluster the request key and channel share the election's slot:
+// run --priority yields, and transfer hands over, through any seed.
+func TestTransferAndPriorityOnCluster(t *testing.T) {
+	t.Parallel()
+	c := redisserver.StartCluster(t, 3)
+	addrs := c.Addrs()
+	seeds := []string{"--cluster", "--redis", "redis://" + addrs[0], "--redis", "redis://" + addrs[1]}
+	dir := t.TempDir()
+	s := runSetup{marker: filepath.Join(dir, "marker"), script: childScript(t, dir)}
+	cand := func(value string, flags ...string) *cliProc {
+		args := append([]string{"run", "--verbose", "--name", "job", "--value", value, "--ttl", "1s"}, seeds...)
+		args = append(append(args, flags...), "--", s.script)
+		return startCLI(t, "run "+value, []string{"MARKER=" + s.marker, "CHILD_MODE=trap"}, args...)
+	}
+	v1 := cand("v1", "--priority", "1")
+	waitMarker(t, s.marker, 1)
+	v2 := cand("v2", "--priority", "2")
+	lines := waitMarker(t, s.marker, 3)
+	assert.Equal(t, "v2", lines[2].value, "v1 yields to v2")
+	v0 := cand("v0", "--priority", "0", "--min-term", "1m")
+	v0.stderr.waitContains(t, "campaigning for leadership of job as v0")
+	code, out, errOut := runCLI(t, "transfer", "--cluster", "--redis", "redis://"+addrs[2], "job", "--to", "v0", "--wait", "10s")
+	require.Equal(t, exitOK, code, "stderr: %s", errOut)
+	lines = waitMarker(t, s.marker, 5)
+	assert.Equal(t, fmt.Sprintf("leader v0 (fence %d)\n", lines[4].fence), out)
+	stopAll(t, v0, v1, v2)
+	assertOneAtATime(t, readMarker(t, s.marker))
+}
