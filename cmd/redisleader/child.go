@@ -85,9 +85,7 @@ func (r *runner) runCommand(t *tenure, requests <-chan string) commandResult {
 			startGrace(syscall.SIGTERM)
 		case to := <-requests:
 			requests = nil
-			res.transferTo = to
-			r.log.warnf("transfer of %s to %s requested; stopping %s (SIGTERM, SIGKILL after %v)",
-				r.f.name, printable(to), r.display, r.f.grace)
+			r.transferRequested(to, &res)
 			signal(syscall.SIGTERM)
 			startGrace(syscall.SIGTERM)
 		case <-r.forwarded:
@@ -113,6 +111,14 @@ func (r *runner) termEnded(t *tenure, res *commandResult) {
 	res.lost = cmp.Or(t.lead.Err(), why)
 	r.log.errorf("leadership of %s lost (%s); stopping %s (SIGTERM, SIGKILL after %v)",
 		r.f.name, lossReason(res.lost), r.display, r.f.grace)
+}
+
+// transferRequested records in res that a transfer to value to was
+// requested while the command ran, and says so.
+func (r *runner) transferRequested(to string, res *commandResult) {
+	res.transferTo = to
+	r.log.warnf("transfer of %s to %s requested; stopping %s (SIGTERM, SIGKILL after %v)",
+		r.f.name, printable(to), r.display, r.f.grace)
 }
 
 var errNotStarted = errors.New("a signal arrived before the command started")

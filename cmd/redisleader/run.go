@@ -126,8 +126,9 @@ A job that cron starts on every host, to run once per tick:
     yields once, to the first new one.
   - "redisleader transfer NAME --to VALUE" makes the leader hand NAME over
     to the candidate whose --value is VALUE: COMMAND is stopped the same
-    way, and run campaigns again. Runs with --try or --wait (jobs) take no
-    transfer requests and no priority.
+    way, and run campaigns again, without its priority until it leads
+    again, so that a transfer to a lower priority holds. Runs with --try
+    or --wait (jobs) take no transfer requests and no priority.
   - redisleader prints only errors and warnings (to stderr), like flock(1):
     --verbose adds a line per step, --quiet leaves only errors.
 `,
@@ -219,12 +220,12 @@ func cmdRun(args []string, sigs <-chan os.Signal, stdout, stderr io.Writer) int 
 		return code
 	}
 	log.level = f.level()
+	if f.value == "" {
+		f.value = defaultValue()
+	}
 	opts, copts, msg := f.options()
 	if msg != "" {
 		return usageError(stderr, "run", "%s", msg)
-	}
-	if f.value == "" {
-		f.value = defaultValue()
 	}
 	if _, err := exec.LookPath(command[0]); err != nil {
 		log.errorf("cannot run %s: %v", command[0], trimPrefix(err))
@@ -288,16 +289,18 @@ func (f *runFlags) options() (opts []redisleader.Option, copts []redisleader.Cam
 	if msg != "" {
 		return nil, nil, msg
 	}
-	switch what, err := checkOffline(f.name, opts, "", copts...); what {
-	case "":
-		return opts, copts, ""
+	switch what, err := checkOffline(f.name, opts, f.value); what {
 	case "name":
 		return nil, nil, "invalid --name: " + trimPrefix(err)
 	case "campaign":
-		return nil, nil, "invalid " + prio + ": " + trimPrefix(err)
-	default:
+		return nil, nil, "invalid --value: " + trimPrefix(err)
+	case "options":
 		return nil, nil, cliOptionError(err)
 	}
+	if _, err := checkOffline(f.name, opts, f.value, copts...); err != nil {
+		return nil, nil, "invalid " + prio + ": " + trimPrefix(err)
+	}
+	return opts, copts, ""
 }
 
 // runner is one "redisleader run": it campaigns, runs the command while
@@ -403,22 +406,26 @@ func (r *runner) run(target *endpoint, opts []redisleader.Option) int {
 // terms campaigns and runs the command for each term: one, or with --again
 // until a signal or an error ends it. A term that gave leadership up on
 // purpose (to a candidate with a higher priority, or by a transfer) while
-// COMMAND ran is followed by a campaign in any case.
+// COMMAND ran is followed by a campaign in any case. After a transfer, run
+// campaigns without its priority until it leads again, as Election.Run
+// does, so that a transfer to a lower priority holds.
 func (r *runner) terms(e *redisleader.Election) int {
 	var next time.Time // when COMMAND may start again (--again, or after a yield)
+	prioritised := r.copts != nil
 	for {
 		ctx, cancel := context.WithCancel(context.Background())
 		if !r.waiting(cancel) {
 			cancel()
 			return r.stoppedCampaigning(r.signalled())
 		}
-		out, err := r.lead(ctx, cancel, e, next)
+		out, err := r.lead(ctx, cancel, e, next, prioritised)
 		r.waiting(nil)
 		cancel()
 		if err != nil {
 			return r.campaignFailed(err)
 		}
 		next = out.started.Add(minTermInterval)
+		prioritised = r.copts != nil && out.transferTo == ""
 		if code, again := r.finish(out); !again {
 			return code
 		}
@@ -426,15 +433,15 @@ func (r *runner) terms(e *redisleader.Election) int {
 }
 
 // lead campaigns until this process leads (or ctx ends) and runs one term.
-// With --priority, Election.Run campaigns, and runs the term as its
-// onElected, which then cancels ctx (cancel), so that Run returns once it
-// has released that one term (handing the name to a better candidate, if
-// one waits). Otherwise Campaign (or TryCampaign) campaigns.
-func (r *runner) lead(ctx context.Context, cancel context.CancelFunc, e *redisleader.Election, notBefore time.Time) (*termOutcome, error) {
-	if err := r.beforeCampaign(ctx, notBefore); err != nil {
+// With a priority (prioritised), Election.Run campaigns, and runs the term
+// as its onElected, which then cancels ctx (cancel), so that Run returns
+// once it has released that one term (handing the name to a better
+// candidate, if one waits). Otherwise Campaign (or TryCampaign) campaigns.
+func (r *runner) lead(ctx context.Context, cancel context.CancelFunc, e *redisleader.Election, notBefore time.Time, prioritised bool) (*termOutcome, error) {
+	if err := r.beforeCampaign(ctx, notBefore, prioritised); err != nil {
 		return nil, err
 	}
-	if r.copts == nil {
+	if !prioritised {
 		lead, err := r.campaignOnce(ctx, e)
 		r.waiting(nil)
 		if err != nil {
@@ -508,7 +515,7 @@ func (r *runner) stoppedCampaigning(sig syscall.Signal) int {
 
 // beforeCampaign waits until notBefore (the spacing of COMMAND's starts),
 // unless ctx ends first.
-func (r *runner) beforeCampaign(ctx context.Context, notBefore time.Time) error {
+func (r *runner) beforeCampaign(ctx context.Context, notBefore time.Time, prioritised bool) error {
 	if d := time.Until(notBefore); d > 0 {
 		t := time.NewTimer(d)
 		select {
@@ -519,8 +526,11 @@ func (r *runner) beforeCampaign(ctx context.Context, notBefore time.Time) error 
 		}
 	}
 	prio := ""
-	if r.copts != nil {
+	switch {
+	case prioritised:
 		prio = " with priority " + r.f.priority.String()
+	case r.copts != nil:
+		prio = " without its priority until it leads again (it handed leadership over)"
 	}
 	r.log.infof("campaigning for leadership of %s as %s%s", r.f.name, printable(r.f.value), prio)
 	return nil

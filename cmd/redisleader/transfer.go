@@ -34,8 +34,9 @@ import (
 // it reads from the lock key. Anyone who may write redisleader:* keys or
 // publish on redisleader:* channels can ask a transfer, as they can end a
 // term by deleting the lock key: a request costs at most one hand-over (and,
-// with priorities, the yield back from a lower candidate), and a vacancy of
-// one TTL when nobody campaigns with VALUE, never two leaders.
+// to a candidate with a lower priority than another's, the yield to that
+// one), and a vacancy of one TTL when nobody campaigns with VALUE, never two
+// leaders.
 
 // Exit statuses of "redisleader transfer", besides exitOK (VALUE leads),
 // exitError, exitUsage, exitNoLeader (3: nobody leads, nothing was written),
@@ -209,7 +210,7 @@ func (q *transferRequest) giveUp(ctx context.Context, c *nameCommand) int {
 	v, err := takeScript.Run(wctx, c.client, []string{q.key}, q.stored()).Text()
 	taken := errors.Is(err, redis.Nil) || err == nil && v != q.stored()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		c.log.errorf("cannot withdraw the request to transfer %s (it expires after --wait): %v", c.name, err)
+		c.log.errorf("cannot withdraw the request to transfer %s (it expires %v after --wait): %v", c.name, requestMargin, err)
 		return exitError
 	}
 	switch code := interrupted(ctx); {

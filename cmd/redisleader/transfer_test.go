@@ -194,16 +194,16 @@ func TestTransferNoLeaderAndNotTaken(t *testing.T) {
 	assert.Equal(t, exitOK, job.wait(t), "a signal during --hold keeps the command's status")
 }
 
-// A transfer to a lower-priority candidate held by --min-term: the leader
-// (a run with a priority, which campaigns with Election.Run) hands over,
-// and the successor keeps leading for its minimum term; when it stops, its
-// release hands the name back to the best candidate.
+// A transfer to a lower-priority candidate: the leader (a run with a
+// priority, which campaigns with Election.Run) hands over, then campaigns
+// without its priority until it leads again, so the transfer holds; when
+// the successor stops, the former leader leads again.
 func TestTransferWithPriorities(t *testing.T) {
 	t.Parallel()
 	s := newRunSetup(t)
 	v2 := s.candidate(t, "trap", "v2", "--ttl", "1s", "--priority", "2")
 	first := waitMarker(t, s.marker, 1)[0]
-	v1 := s.candidate(t, "trap", "v1", "--ttl", "1s", "--priority", "1", "--min-term", "1m")
+	v1 := s.candidate(t, "trap", "v1", "--ttl", "1s", "--priority", "1")
 	pollUntil(t, cliTimeout, "v1 to be a candidate", func() bool {
 		return strings.Contains(statusLine(t, s.url, "job"), "candidate v1 (priority 1)")
 	})
@@ -216,13 +216,15 @@ func TestTransferWithPriorities(t *testing.T) {
 	assert.Equal(t, "v1", lines[2].value)
 	assert.Equal(t, fmt.Sprintf("leader v1 (fence %d)\n", lines[2].fence), out)
 	v2.stderr.waitContains(t, "exited with status 0; handed job over to v1")
-	holdsFor(t, time.Second, s.marker, 3, v1, v2) // v1's renewals find v2 above it; --min-term holds
-	assert.Regexp(t, `^leader v1 \(fence \d+, ttl [0-9.]+m?s, priority 1\); preferred v2 \(priority 2\)$`, statusLines(t, s.url, "job")[0])
+	v2.stderr.waitContains(t, "campaigning for leadership of job as v2 without its priority until it leads again")
+	holdsFor(t, 1500*time.Millisecond, s.marker, 3, v1, v2) // v1's renewals find nobody above it
+	assert.Equal(t, []string{fmt.Sprintf("leader v1 (fence %d, priority 1, preferred)", lines[2].fence), "candidate v1 (priority 1, leader, preferred)"},
+		strings.Split(regexp.MustCompile(`, ttl [0-9.]+m?s`).ReplaceAllString(statusLine(t, s.url, "job"), ""), "\n"))
 
 	v1.signal(t, syscall.SIGTERM)
 	assert.Equal(t, 128+int(syscall.SIGTERM), v1.wait(t))
 	lines = waitMarker(t, s.marker, 5)
-	assert.Equal(t, "v2", lines[4].value, "v1's release hands the name to the best candidate")
+	assert.Equal(t, "v2", lines[4].value)
 	stopAll(t, v2)
 	assertOneAtATime(t, readMarker(t, s.marker))
 }
@@ -315,6 +317,7 @@ func TestPriorityAndTransferBadInput(t *testing.T) {
 		{"env priority with wait", []string{"REDISLEADER_PRIORITY=2"}, append(run, "--wait", "1s", "--", "true"), "redisleader run: $REDISLEADER_PRIORITY excludes --try and --wait"},
 		{"env min-term", []string{"REDISLEADER_PRIORITY=2", "REDISLEADER_MIN_TERM=-5s"}, append(run, "--", "true"), `redisleader run: invalid $REDISLEADER_MIN_TERM "-5s": must not be negative`},
 		{"env min-term without priority", []string{"REDISLEADER_MIN_TERM=5s"}, append(run, "--", "true"), "redisleader run: $REDISLEADER_MIN_TERM needs --priority"},
+		{"value too long", nil, append(run, "--value", strings.Repeat("v", 70000), "--priority", "1", "--", "true"), "redisleader run: invalid --value: value is 70000 bytes long; it must be at most 65536"},
 		{"transfer without --to", nil, []string{"transfer", "--redis", url, "job"}, "redisleader transfer: --to is required"},
 		{"transfer without name", nil, []string{"transfer", "--redis", url, "--to", "B"}, "redisleader transfer: missing NAME"},
 		{"transfer bad wait", nil, []string{"transfer", "--redis", url, "job", "--to", "B", "--wait", "0s"}, "redisleader transfer: invalid --wait 0s: must be positive"},
@@ -363,7 +366,7 @@ func TestACLPriorityAndTransfer(t *testing.T) {
 	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
 	require.NoError(t, err)
-	assert.Contains(t, string(readme), "`"+aclPriority+"` for priorities and transfers")
+	assert.Contains(t, string(readme), "`"+aclPriority+"` for `WithPriority` and `Transfer`")
 	s, srv := newRunServer(t)
 	s.url = aclUser(t, srv, "prio", cliACLRule, aclPriority)
 	plain := aclUser(t, srv, "plain", cliACLRule)
@@ -380,10 +383,8 @@ func TestACLPriorityAndTransfer(t *testing.T) {
 	})
 	code, _, errOut := runCLI(t, "transfer", "--redis", s.url, "job", "--to", "v0", "--wait", "10s")
 	require.Equal(t, exitOK, code, "stderr: %s", errOut)
-	// v2 is a candidate again once it campaigns again (its hand-over took
-	// it out of the list).
-	pollUntil(t, cliTimeout, "status to show v2 preferred", func() bool {
-		return regexp.MustCompile(`^leader v0 .*; preferred v2 \(priority 2\)$`).MatchString(statusLines(t, s.url, "job")[0])
+	pollUntil(t, cliTimeout, "status to show v1 preferred", func() bool { // v2 stepped back
+		return regexp.MustCompile(`^leader v0 .*; preferred v1 \(priority 1\)$`).MatchString(statusLines(t, s.url, "job")[0])
 	})
 	assert.Empty(t, srv.Do(t, "ACL", "LOG"), "denials with the documented rule")
 
