@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -19,16 +20,24 @@ type commandResult struct {
 	startErr   error            // why it did not start
 	notStarted bool             // a signal arrived before it could start
 	lost       error            // why leadership ended while it ran; nil if it did not
+	yielded    bool             // it was stopped to yield to a candidate with a higher priority
+	transferTo string           // it was stopped to hand leadership over to this value (a transfer)
 }
 
-// runCommand starts the command and waits for it to exit. If leadership is
-// lost meanwhile, the command gets SIGTERM, then SIGKILL after the grace
-// period; a forwarded signal is followed by SIGKILL after the grace period
-// too. Signals go to the command's process group unless --no-process-group,
-// and what is left of the group when the command exits is killed.
-func (r *runner) runCommand(lead *redisleader.Lock) commandResult {
+// movedOn reports whether the command was stopped to move leadership on
+// purpose: to yield it, or to hand it over.
+func (res *commandResult) movedOn() bool { return res.yielded || res.transferTo != "" }
+
+// runCommand starts the command and waits for it to exit. If the term ends
+// meanwhile (leadership lost, or yielded to a candidate with a higher
+// priority) or a transfer is requested (requests), the command gets
+// SIGTERM, then SIGKILL after the grace period; a forwarded signal is
+// followed by SIGKILL after the grace period too. Signals go to the
+// command's process group unless --no-process-group, and what is left of
+// the group when the command exits is killed.
+func (r *runner) runCommand(t *tenure, requests <-chan string) commandResult {
 	var res commandResult
-	c, exited, err := r.startCommand(lead)
+	c, exited, err := r.startCommand(t.lead)
 	if err != nil {
 		if err == errNotStarted {
 			res.notStarted = true
@@ -46,7 +55,7 @@ func (r *runner) runCommand(lead *redisleader.Lock) commandResult {
 			r.proc.signal(sig)
 		}
 	}
-	lost := lead.Done()
+	ended := t.ended
 	var (
 		grace   *time.Timer // started by the first SIGTERM or forwarded signal
 		kill    <-chan time.Time
@@ -69,11 +78,14 @@ func (r *runner) runCommand(lead *redisleader.Lock) commandResult {
 		case <-exited:
 			res.state = c.ProcessState
 			return res
-		case <-lost:
-			lost = nil
-			res.lost = lead.Err()
-			r.log.errorf("leadership of %s lost (%s); stopping %s (SIGTERM, SIGKILL after %v)",
-				r.f.name, lossReason(res.lost), r.display, r.f.grace)
+		case <-ended:
+			ended = nil
+			r.termEnded(t, &res)
+			signal(syscall.SIGTERM)
+			startGrace(syscall.SIGTERM)
+		case to := <-requests:
+			requests = nil
+			r.transferRequested(to, &res)
 			signal(syscall.SIGTERM)
 			startGrace(syscall.SIGTERM)
 		case <-r.forwarded:
@@ -84,6 +96,29 @@ func (r *runner) runCommand(lead *redisleader.Lock) commandResult {
 			signal(syscall.SIGKILL)
 		}
 	}
+}
+
+// termEnded records in res why term t ended while the command ran, and
+// says so.
+func (r *runner) termEnded(t *tenure, res *commandResult) {
+	why := t.cause()
+	if errors.Is(why, redisleader.ErrPreempted) {
+		res.yielded = true
+		r.log.warnf("yielding %s to a candidate with a higher priority; stopping %s (SIGTERM, SIGKILL after %v)",
+			r.f.name, r.display, r.f.grace)
+		return
+	}
+	res.lost = cmp.Or(t.lead.Err(), why)
+	r.log.errorf("leadership of %s lost (%s); stopping %s (SIGTERM, SIGKILL after %v)",
+		r.f.name, lossReason(res.lost), r.display, r.f.grace)
+}
+
+// transferRequested records in res that a transfer to value to was
+// requested while the command ran, and says so.
+func (r *runner) transferRequested(to string, res *commandResult) {
+	res.transferTo = to
+	r.log.warnf("transfer of %s to %s requested; stopping %s (SIGTERM, SIGKILL after %v)",
+		r.f.name, printable(to), r.display, r.f.grace)
 }
 
 var errNotStarted = errors.New("a signal arrived before the command started")

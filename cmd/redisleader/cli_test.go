@@ -658,6 +658,7 @@ func TestUsageAndConnectionErrors(t *testing.T) {
 		{"run unreachable", []string{"run", "--redis", down, "--name", "job", "--", "true"}, exitError, "redisleader: cannot reach Redis at " + down},
 		{"status unreachable", []string{"status", "--redis", down, "job"}, exitError, "redisleader: cannot reach Redis at"},
 		{"watch unreachable", []string{"watch", "--redis", down, "job"}, exitError, "redisleader: cannot reach Redis at"},
+		{"transfer unreachable", []string{"transfer", "--redis", down, "job", "--to", "B"}, exitError, "redisleader: cannot reach Redis at"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -679,7 +680,7 @@ func TestUsageAndConnectionErrors(t *testing.T) {
 // stdout, and exits 0.
 func TestHelp(t *testing.T) {
 	t.Parallel()
-	for _, cmd := range []string{"run", "status", "watch", "demo", "completion"} {
+	for _, cmd := range []string{"run", "status", "watch", "transfer", "demo", "completion"} {
 		code, out, errOut := runCLI(t, cmd, "--help")
 		assert.Equal(t, exitOK, code)
 		assert.Empty(t, errOut)

@@ -16,6 +16,7 @@ var commandFlags = []struct {
 	{"run", func() *flag.FlagSet { fs, _ := newRunFlags(); return fs }},
 	{"status", func() *flag.FlagSet { fs, _ := newStatusFlags(); return fs }},
 	{"watch", func() *flag.FlagSet { fs, _ := newWatchFlags(); return fs }},
+	{"transfer", func() *flag.FlagSet { fs, _ := newTransferFlags(); return fs }},
 	{"demo", func() *flag.FlagSet { fs, _ := newDemoFlags(); return fs }},
 	{"completion", nil},
 	{"version", nil},

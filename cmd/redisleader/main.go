@@ -7,6 +7,7 @@
 //	redisleader run --name NAME --try --hold 1m -- JOB  # a cron job, once per tick
 //	redisleader status [--check] NAME              # who leads now
 //	redisleader watch [--json] NAME                # one line per leader change
+//	redisleader transfer NAME --to VALUE           # hand leadership to VALUE
 //	redisleader completion bash|zsh|fish           # completion script
 //	redisleader version
 //
@@ -135,6 +136,8 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return cmdStatus(ctx, args[1:], stdout, stderr)
 	case "watch":
 		return cmdWatch(ctx, args[1:], stdout, stderr)
+	case "transfer":
+		return cmdTransfer(ctx, args[1:], stdout, stderr)
 	case "completion":
 		return cmdCompletion(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
@@ -156,6 +159,7 @@ Usage:
   redisleader run --name NAME [flags] -- COMMAND [ARGS] run COMMAND only while this process leads NAME
   redisleader status [--json] [--check] NAME            print who leads NAME now
   redisleader watch [--json] NAME                       print one line per leader change of NAME
+  redisleader transfer NAME --to VALUE                  make the run that leads NAME hand it over to VALUE
   redisleader demo [--redis URL]                        show elections at work (embedded Redis by default)
   redisleader completion bash|zsh|fish                  print a shell completion script
   redisleader version                                   print the version (also --version)

@@ -138,20 +138,27 @@ func trimPrefix(err error) string {
 	return strings.TrimPrefix(err.Error(), "redisleader: ")
 }
 
-// checkOffline reports what NewSession and Session.Election would reject,
-// without any I/O (neither does any, nor does closing a session that holds
-// nothing), so that a bad name or TTL is a usage error even when Redis is
-// unreachable. what is "options" or "name".
-func checkOffline(name string, opts ...redisleader.Option) (what string, err error) {
+// checkOffline reports what NewSession, Session.Election and
+// Election.Campaign would reject (a bad name, opts, value or copts) without
+// any I/O, so that bad input is a usage error even when Redis is
+// unreachable. None of them does I/O before its checks: Campaign, on the
+// session closed first, checks its value and options, then returns
+// ErrSessionClosed. what is "options", "name" or "campaign" (value or
+// copts).
+func checkOffline(name string, opts []redisleader.Option, value string, copts ...redisleader.CampaignOption) (what string, err error) {
 	client := redis.NewClient(&redis.Options{}) // never used: nothing below does I/O
 	defer client.Close()
 	s, err := redisleader.NewSession(client, opts...)
 	if err != nil {
 		return "options", err
 	}
-	defer s.Close(context.Background())
-	if _, err := s.Election(name); err != nil {
+	_ = s.Close(context.Background()) // it holds nothing: no I/O
+	e, err := s.Election(name)
+	if err != nil {
 		return "name", err
+	}
+	if _, err := e.Campaign(context.Background(), value, copts...); errors.Is(err, redisleader.ErrInvalid) {
+		return "campaign", err
 	}
 	return "", nil
 }

@@ -164,18 +164,22 @@ func TestPasswordNeverPrinted(t *testing.T) {
 		{[]string{"status", "job"}, -1, false},
 		{[]string{"status", "--json", "job"}, -1, false},
 		{[]string{"watch", "job"}, -1, false},
+		{[]string{"transfer", "nobody-leads", "--to", "B"}, -1, false}, // exitNoLeader for exitOK
 		{[]string{"run", "--name", "job", "--", "true"}, -1, false},
 		{[]string{"demo", "--ttl", "500ms"}, -1, true},
 		{[]string{"status", "--help"}, exitOK, false},
 		{[]string{"watch", "--help"}, exitOK, false},
+		{[]string{"transfer", "--help"}, exitOK, false},
 		{[]string{"run", "--help"}, exitOK, false},
 		{[]string{"demo", "--help"}, exitOK, false},
 		{[]string{"status", "--bogus", "job"}, exitUsage, false},
 		{[]string{"watch", "--bogus", "job"}, exitUsage, false},
+		{[]string{"transfer", "--bogus", "job", "--to", "B"}, exitUsage, false},
 		{[]string{"run", "--bogus", "--name", "job", "--", "true"}, exitUsage, false},
 		{[]string{"demo", "--bogus"}, exitUsage, false},
 		{[]string{"status"}, exitUsage, false},
 		{[]string{"watch"}, exitUsage, false},
+		{[]string{"transfer", "--to", "B"}, exitUsage, false},
 		{[]string{"run", "--name", "job"}, exitUsage, false},
 		{[]string{"demo", "extra"}, exitUsage, false},
 		{[]string{"help"}, exitOK, false},
@@ -245,6 +249,9 @@ func TestPasswordNeverPrinted(t *testing.T) {
 				want := p.code
 				if want < 0 {
 					want = c.code
+				}
+				if want == exitOK && p.code < 0 && p.args[0] == "transfer" {
+					want = exitNoLeader
 				}
 				name := fmt.Sprintf("%s/%s/%s", c.name, source, strings.Join(p.args, " "))
 				// The demos on the real server use the same election: one at a

@@ -26,7 +26,8 @@ import (
 //	N        COMMAND's own exit status when it exited by itself (128+n when a
 //	         signal n it did not get from redisleader killed it); without --again
 //	3        leadership was lost while COMMAND ran, and COMMAND was stopped;
-//	         without --again
+//	         without --again (one stopped to yield or hand over leadership
+//	         is followed by another campaign)
 //	75       --try found NAME led by another, or --wait ran out: COMMAND did
 //	         not run (EX_TEMPFAIL, "try again later")
 //	128+n    redisleader was stopped by signal n (130 for SIGINT, 143 for
@@ -36,8 +37,8 @@ import (
 //	         signal during --hold only ends the hold: COMMAND's status stands
 //	1        error: Redis unreachable at start, or a Redis error that
 //	         retrying cannot fix
-//	2        usage error: bad flag, missing --name, no COMMAND, bad --ttl,
-//	         malformed Redis URL
+//	2        usage error: bad flag, missing --name, no COMMAND, bad --ttl or
+//	         --priority, malformed Redis URL
 //	126      COMMAND could not be started
 //	127      COMMAND was not found
 const (
@@ -51,6 +52,11 @@ const (
 	defaultRunTTL   = 10 * time.Second
 	defaultGrace    = 10 * time.Second
 	defaultFenceEnv = "REDISLEADER_FENCE"
+	// Environment variables that stand in for --priority and --min-term (a
+	// flag wins over its variable). Like the connection's, they are read
+	// only once the flags have been parsed.
+	envPriority = "REDISLEADER_PRIORITY"
+	envMinTerm  = "REDISLEADER_MIN_TERM"
 	// minTermInterval spaces the starts of COMMAND with --again, so that a
 	// command that fails at once does not restart in a tight loop.
 	minTermInterval = time.Second
@@ -108,6 +114,21 @@ A job that cron starts on every host, to run once per tick:
     daemon), or if redisleader and the supervisor are both SIGKILLed before
     either can act (pkill -9 -f redisleader): kill redisleader, not both.
     With --no-process-group, only COMMAND's own process dies with it.
+  - --priority P (or $REDISLEADER_PRIORITY) campaigns with a priority. When
+    a candidate with a higher one campaigns for NAME, the leader yields:
+    COMMAND is stopped as when leadership is lost (SIGTERM, SIGKILL after
+    --grace); once it has exited, that candidate takes NAME, with nobody in
+    between, and run campaigns again (without --again too). --min-term D
+    (or $REDISLEADER_MIN_TERM) leads at least D before yielding; never:
+    never yield, but hand NAME to a better candidate when COMMAND exits.
+    Equal priorities never move leadership. A rolling deploy: start each
+    new instance with a higher priority than the old ones; the old leader
+    yields once, to the first new one.
+  - "redisleader transfer NAME --to VALUE" makes the leader hand NAME over
+    to the candidate whose --value is VALUE: COMMAND is stopped the same
+    way, and run campaigns again, without its priority until it leads
+    again, so that a transfer to a lower priority holds. Runs with --try
+    or --wait (jobs) take no transfer requests and no priority.
   - redisleader prints only errors and warnings (to stderr), like flock(1):
     --verbose adds a line per step, --quiet leaves only errors.
 `,
@@ -116,7 +137,8 @@ Exit status:
   N        COMMAND's exit status, when it exited by itself (128+n if a signal n
            killed it); without --again
   3        leadership was lost while COMMAND ran and COMMAND was stopped;
-           without --again
+           without --again (a COMMAND stopped to yield or hand over
+           leadership is followed by another campaign, never by an exit)
   75       --try: another process leads NAME; --wait: it still did after D.
            COMMAND did not run
   128+n    redisleader was stopped by signal n (130 SIGINT, 143 SIGTERM,
@@ -125,8 +147,8 @@ Exit status:
            exited, only ends the hold (the status is COMMAND's)
   1        error: Redis unreachable at start, or a Redis error that retrying
            cannot fix
-  2        usage error (a bad flag, --name or --ttl, no COMMAND, or a
-           malformed Redis URL)
+  2        usage error (a bad flag, --name, --ttl or --priority, no COMMAND,
+           or a malformed Redis URL)
   126, 127 COMMAND could not be started (127: not found)
 `,
 }
@@ -146,6 +168,8 @@ type runFlags struct {
 	noProcessGroup bool
 	fenceEnv       string
 	quiet, verbose bool
+	priority       priorityFlag
+	minTerm        minTermFlag
 }
 
 func newRunFlags() (*flag.FlagSet, *runFlags) {
@@ -163,6 +187,8 @@ func newRunFlags() (*flag.FlagSet, *runFlags) {
 	fs.BoolVar(&f.again, "again", false, "campaign again after COMMAND exits (default: exit after the first term)")
 	fs.BoolVar(&f.noProcessGroup, "no-process-group", false, "run COMMAND in redisleader's process group and signal its process only (on Linux,\nonly that process is killed if redisleader dies, not what it started)")
 	fs.StringVar(&f.fenceEnv, "fence-env", defaultFenceEnv, "environment `variable` that gives COMMAND the fencing token")
+	fs.Var(&f.priority, "priority", "campaign with priority `P`, an integer (default: $"+envPriority+"): the leader yields to a\ncandidate with a higher one (see --min-term); equal priorities never move leadership")
+	fs.Var(&f.minTerm, "min-term", "with --priority: lead at least `D` before yielding to a better candidate, or never\n(default: $"+envMinTerm+", else 0: yield at once)")
 	fs.BoolVar(&f.quiet, "quiet", false, "print errors only, not warnings about retried Redis errors")
 	fs.BoolVar(&f.verbose, "verbose", false, "also print a line for every step (campaigning, elected, exit, resigned)")
 	return fs, f
@@ -194,12 +220,12 @@ func cmdRun(args []string, sigs <-chan os.Signal, stdout, stderr io.Writer) int 
 		return code
 	}
 	log.level = f.level()
-	opts, msg := f.options()
-	if msg != "" {
-		return usageError(stderr, "run", "%s", msg)
-	}
 	if f.value == "" {
 		f.value = defaultValue()
+	}
+	opts, copts, msg := f.options()
+	if msg != "" {
+		return usageError(stderr, "run", "%s", msg)
 	}
 	if _, err := exec.LookPath(command[0]); err != nil {
 		log.errorf("cannot run %s: %v", command[0], trimPrefix(err))
@@ -208,7 +234,7 @@ func cmdRun(args []string, sigs <-chan os.Signal, stdout, stderr io.Writer) int 
 
 	// Set before the command can start, which publishes them to r.signal
 	// (under r.mu, with r.proc).
-	r.log, r.f, r.command, r.display = log, f, command, commandLine(command, target)
+	r.log, r.f, r.command, r.display, r.copts = log, f, command, commandLine(command, target), copts
 	opts = append(opts, redisleader.WithLogger(slog.New(warnHandler{log})))
 	return r.run(target, opts)
 }
@@ -251,20 +277,30 @@ func (f *runFlags) level() logLevel {
 	return levelWarn
 }
 
-// options are the library options the flags set, checked offline; msg
+// options are the library options the flags (and their environment
+// variables) set, the session's and the campaign's, checked offline; msg
 // says what is wrong with them or with --name.
-func (f *runFlags) options() (opts []redisleader.Option, msg string) {
+func (f *runFlags) options() (opts []redisleader.Option, copts []redisleader.CampaignOption, msg string) {
 	opts = []redisleader.Option{redisleader.WithTTL(f.ttl)}
 	if f.takeoverDelay > 0 {
 		opts = append(opts, redisleader.WithTakeoverDelay(f.takeoverDelay))
 	}
-	if what, err := checkOffline(f.name, opts...); err != nil {
-		if what == "name" {
-			return nil, "invalid --name: " + trimPrefix(err)
-		}
-		return nil, cliOptionError(err)
+	copts, prio, msg := f.campaignOptions()
+	if msg != "" {
+		return nil, nil, msg
 	}
-	return opts, ""
+	switch what, err := checkOffline(f.name, opts, f.value); what {
+	case "name":
+		return nil, nil, "invalid --name: " + trimPrefix(err)
+	case "campaign":
+		return nil, nil, "invalid --value: " + trimPrefix(err)
+	case "options":
+		return nil, nil, cliOptionError(err)
+	}
+	if _, err := checkOffline(f.name, opts, f.value, copts...); err != nil {
+		return nil, nil, "invalid " + prio + ": " + trimPrefix(err)
+	}
+	return opts, copts, ""
 }
 
 // runner is one "redisleader run": it campaigns, runs the command while
@@ -277,8 +313,10 @@ type runner struct {
 	display   string // the command line, shortened, for messages
 	stdout    io.Writer
 	stderr    io.Writer
-	forwarded chan struct{} // signalled when a signal was forwarded to the command
-	waitUntil time.Time     // with --wait: when run gives up; zero otherwise
+	forwarded chan struct{}                // signalled when a signal was forwarded to the command
+	waitUntil time.Time                    // with --wait: when run gives up; zero otherwise
+	copts     []redisleader.CampaignOption // --priority's; nil: none
+	client    redis.UniversalClient        // for transfer requests (transfer.go)
 
 	mu     sync.Mutex         // protects sig, proc and cancel
 	sig    syscall.Signal     // the first stop signal received; 0 before
@@ -346,6 +384,7 @@ func (r *runner) run(target *endpoint, opts []redisleader.Option) int {
 		return code
 	}
 	defer client.Close()
+	r.client = client
 	session, err := redisleader.NewSession(client, opts...)
 	if err != nil { // checked by checkOffline already, but for the client's kind
 		r.log.errorf("%s", cliOptionError(err))
@@ -365,27 +404,62 @@ func (r *runner) run(target *endpoint, opts []redisleader.Option) int {
 }
 
 // terms campaigns and runs the command for each term: one, or with --again
-// until a signal or an error ends it.
-func (r *runner) terms(election *redisleader.Election) int {
-	var next time.Time // with --again: when COMMAND may start again
+// until a signal or an error ends it. A term that gave leadership up on
+// purpose (to a candidate with a higher priority, or by a transfer) while
+// COMMAND ran is followed by a campaign in any case. After a transfer, run
+// campaigns without its priority until it leads again, as Election.Run
+// does, so that a transfer to a lower priority holds.
+func (r *runner) terms(e *redisleader.Election) int {
+	var next time.Time // when COMMAND may start again (--again, or after a yield)
+	prioritised := r.copts != nil
 	for {
 		ctx, cancel := context.WithCancel(context.Background())
 		if !r.waiting(cancel) {
 			cancel()
 			return r.stoppedCampaigning(r.signalled())
 		}
-		lead, err := r.campaign(ctx, election, next)
+		out, err := r.lead(ctx, cancel, e, next, prioritised)
 		r.waiting(nil)
 		cancel()
 		if err != nil {
 			return r.campaignFailed(err)
 		}
-		next = time.Now().Add(minTermInterval)
-		code, done := r.term(lead)
-		if done || !r.f.again {
+		next = out.started.Add(minTermInterval)
+		prioritised = r.copts != nil && out.transferTo == ""
+		if code, again := r.finish(out); !again {
 			return code
 		}
 	}
+}
+
+// lead campaigns until this process leads (or ctx ends) and runs one term.
+// With a priority (prioritised), Election.Run campaigns, and runs the term
+// as its onElected, which then cancels ctx (cancel), so that Run returns
+// once it has released that one term (handing the name to a better
+// candidate, if one waits). Otherwise Campaign (or TryCampaign) campaigns.
+func (r *runner) lead(ctx context.Context, cancel context.CancelFunc, e *redisleader.Election, notBefore time.Time, prioritised bool) (*termOutcome, error) {
+	if err := r.beforeCampaign(ctx, notBefore, prioritised); err != nil {
+		return nil, err
+	}
+	if !prioritised {
+		lead, err := r.campaignOnce(ctx, e)
+		r.waiting(nil)
+		if err != nil {
+			return nil, err
+		}
+		return r.term(e, &tenure{lead: lead, ended: lead.Done(), cause: lead.Err}), nil
+	}
+	var out *termOutcome
+	err := e.Run(ctx, r.f.value, func(termCtx context.Context, lead *redisleader.Lock) error {
+		defer cancel()
+		r.waiting(nil)
+		out = r.term(e, &tenure{lead: lead, ended: termCtx.Done(), cause: func() error { return context.Cause(termCtx) }, run: true})
+		return nil
+	}, r.copts...)
+	if out == nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // connect connects to Redis, waiting for its first reply no longer than
@@ -439,21 +513,27 @@ func (r *runner) stoppedCampaigning(sig syscall.Signal) int {
 	return 128 + int(sig)
 }
 
-// campaign waits until notBefore (--again spacing), then campaigns until
-// this process leads or ctx ends; with --try or --wait it gives up with
-// errBusy.
-func (r *runner) campaign(ctx context.Context, e *redisleader.Election, notBefore time.Time) (*redisleader.Lock, error) {
+// beforeCampaign waits until notBefore (the spacing of COMMAND's starts),
+// unless ctx ends first.
+func (r *runner) beforeCampaign(ctx context.Context, notBefore time.Time, prioritised bool) error {
 	if d := time.Until(notBefore); d > 0 {
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, ctx.Err()
+			return ctx.Err()
 		}
 	}
-	r.log.infof("campaigning for leadership of %s as %s", r.f.name, printable(r.f.value))
-	return r.campaignOnce(ctx, e)
+	prio := ""
+	switch {
+	case prioritised:
+		prio = " with priority " + r.f.priority.String()
+	case r.copts != nil:
+		prio = " without its priority until it leads again (it handed leadership over)"
+	}
+	r.log.infof("campaigning for leadership of %s as %s%s", r.f.name, printable(r.f.value), prio)
+	return nil
 }
 
 // campaignOnce campaigns as --try, --wait or neither say.
@@ -478,67 +558,121 @@ func (r *runner) campaignOnce(ctx context.Context, e *redisleader.Election) (*re
 	return lead, err
 }
 
+// A tenure is one term of leadership as run holds it.
+type tenure struct {
+	lead  *redisleader.Lock
+	ended <-chan struct{} // closed when the term ends: lead.Done, or the context of Election.Run's onElected
+	cause func() error    // why it ended: lead.Err, or that context's cause (ErrPreempted, or lead.Err)
+	run   bool            // held by Election.Run, which releases it once onElected has returned
+}
+
+// termOutcome is how a term went.
+type termOutcome struct {
+	started    time.Time
+	res        commandResult
+	held       bool         // --hold was kept after COMMAND had exited by itself
+	releaseErr error        // what the release of a term of Campaign returned
+	transferTo string       // the value leadership was handed over to (transfer.go); "" if none
+	handover   func() error // waits for that hand-over's outcome
+}
+
 // term runs the command for one term of leadership, holds it for --hold,
-// then resigns. It returns the exit status redisleader should end with and
-// whether it must end now (even with --again); otherwise code applies only
-// without --again.
-func (r *runner) term(lead *redisleader.Lock) (code int, done bool) {
-	r.log.infof("elected leader of %s (fence %d); starting %s", r.f.name, lead.Fence(), r.display)
-	res := r.runCommand(lead)
-	held := false
-	if res.state != nil && res.lost == nil && r.signalled() == 0 && r.f.hold > 0 {
-		r.hold(lead) // a signal now only ends the hold: COMMAND's status stands
-		held = true
+// and resigns, or hands leadership over if a transfer was requested. A term
+// of Election.Run is released by Run once onElected has returned.
+func (r *runner) term(e *redisleader.Election, t *tenure) *termOutcome {
+	out := &termOutcome{started: time.Now()}
+	r.log.infof("elected leader of %s (fence %d); starting %s", r.f.name, t.lead.Fence(), r.display)
+	w := r.watchTransfers()
+	out.res = r.runCommand(t, w.requests())
+	res := &out.res
+	to := res.transferTo
+	if res.state != nil && res.lost == nil && !res.movedOn() && r.signalled() == 0 && r.f.hold > 0 {
+		to = r.hold(t, w.requests()) // a signal now only ends the hold: COMMAND's status stands
+		out.held = true
 	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), resignTimeout)
-	err := lead.Release(ctx) // resign: the others are woken at once
-	cancel()
-	resigned, report := "resigned", r.log.infof
-	switch {
-	case res.lost != nil:
-		resigned, report = "not leading any more", r.log.errorf
-	case err != nil && !errors.Is(err, redisleader.ErrLost) && !errors.Is(err, redisleader.ErrSessionClosed):
-		resigned = fmt.Sprintf("could not resign (%v); the lease expires within its TTL", trimPrefix(err))
-		report = r.log.warnf
+	if w.stop(); to == "" {
+		to = w.pending() // taken as COMMAND exited: honoured, though COMMAND's status stands
 	}
+	if to != "" && res.lost == nil {
+		out.transferTo, out.handover = to, r.handOver(e, t, to)
+	}
+	if !t.run && (out.handover == nil || t.lead.Err() == nil) { // not handed over
+		ctx, cancel := context.WithTimeout(context.Background(), resignTimeout)
+		out.releaseErr = t.lead.Release(ctx) // resign: the others are woken at once
+		cancel()
+	}
+	return out
+}
 
+// finish reports how a term ended, and returns the exit status redisleader
+// should end with, or again to campaign again (an exit status then applies
+// only once a signal ends the campaign).
+func (r *runner) finish(out *termOutcome) (code int, again bool) {
+	res := out.res
+	resigned, report := r.released(out)
 	switch {
 	case res.notStarted:
 		sig := r.signalled()
 		r.log.infof("received %s before %s started; %s", signalName(sig), r.display, resigned)
-		return 128 + int(sig), true
+		return 128 + int(sig), false
 	case res.startErr != nil:
 		r.log.errorf("cannot start %s: %v; %s", r.display, trimPrefix(res.startErr), resigned)
-		return startFailure(res.startErr), true
+		return startFailure(res.startErr), false
 	}
 	report("%s %s; %s", r.display, describeExit(res.state), resigned)
 	switch sig := r.signalled(); {
-	case sig != 0 && !held:
-		return 128 + int(sig), true
+	case sig != 0 && !out.held:
+		return 128 + int(sig), false
 	case res.lost != nil:
-		return exitLost, false
+		return exitLost, r.f.again
+	case res.movedOn() && !out.held:
+		return exitOK, true // stopped to move leadership on purpose: a candidate still
 	default:
-		return exitStatus(res.state), false
+		return exitStatus(res.state), r.f.again
 	}
 }
 
+// released waits for the release or hand-over of a term and says how it
+// went, with the logger function for the line that reports it.
+func (r *runner) released(out *termOutcome) (string, func(string, ...any)) {
+	switch err := out.releaseErr; {
+	case out.res.lost != nil:
+		return "not leading any more", r.log.errorf
+	case out.handover != nil:
+		return r.handedOver(out.transferTo, out.handover())
+	case out.res.yielded:
+		return "yielded " + r.f.name + " to a candidate with a higher priority", r.log.infof
+	case err != nil && !errors.Is(err, redisleader.ErrLost) && !errors.Is(err, redisleader.ErrSessionClosed):
+		return fmt.Sprintf("could not resign (%v); the lease expires within its TTL", trimPrefix(err)), r.log.warnf
+	}
+	return "resigned", r.log.infof
+}
+
 // hold keeps leadership for --hold after the command exited, unless it is
-// lost or a signal ends the hold first (COMMAND has finished: the exit
-// status stays its own).
-func (r *runner) hold(lead *redisleader.Lock) {
+// lost, yielded, or a transfer or a signal ends the hold first (COMMAND has
+// finished: the exit status stays its own). It returns the value to hand
+// leadership over to, if a transfer was requested.
+func (r *runner) hold(t *tenure, requests <-chan string) (transferTo string) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.f.hold)
 	defer cancel()
 	if !r.waiting(cancel) {
-		return
+		return ""
 	}
 	defer r.waiting(nil)
 	r.log.infof("holding leadership of %s for %v (--hold)", r.f.name, r.f.hold)
 	select {
 	case <-ctx.Done():
-	case <-lead.Done():
-		r.log.warnf("leadership of %s lost during --hold (%s)", r.f.name, lossReason(lead.Err()))
+	case <-t.ended:
+		if why := t.cause(); errors.Is(why, redisleader.ErrPreempted) {
+			r.log.infof("a candidate with a higher priority waits; yielding %s during --hold", r.f.name)
+		} else {
+			r.log.warnf("leadership of %s lost during --hold (%s)", r.f.name, lossReason(why))
+		}
+	case to := <-requests:
+		r.log.infof("transfer of %s to %s requested during --hold", r.f.name, printable(to))
+		return to
 	}
+	return ""
 }
 
 // defaultValue is hostname:pid.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader"
 )
 
@@ -22,9 +23,20 @@ left of its lease, or "no leader". Flags may also come after NAME.
   leader host-a:1234 (fence 1795000000000000, ttl 9.874s)
   no leader
 
-With --json: {"name":"NAME","leader":{"value":"host-a:1234","fence":1795000000000000,"ttl_ms":9874}}
-or {"name":"NAME","leader":null}. With --check the exit status says it too
-(0 a leader, 3 none), for scripts: if redisleader status --check job >/dev/null; then ...
+With candidates that declared a priority (run --priority), the first line
+also says whether the leader is the preferred candidate (the one it yields
+to), and a line follows for each live candidate, best first:
+
+  leader host-a:1234 (fence 1795000000000000, ttl 9.874s, priority 1); preferred host-b:4321 (priority 2)
+  candidate host-b:4321 (priority 2, preferred)
+  candidate host-a:1234 (priority 1, leader)
+
+With --json: {"name":"NAME","leader":{"value":"host-a:1234","fence":1795000000000000,"ttl_ms":9874},"candidates":[]}
+or {"name":"NAME","leader":null,"candidates":[]}; each candidate is
+{"value":"host-b:4321","priority":2,"leader":false,"preferred":true}, and
+"candidates" is null when the Redis user may not read them. With --check
+the exit status says whether someone leads too (0 a leader, 3 none), for
+scripts: if redisleader status --check job >/dev/null; then ...
 Colour is used only when stdout is a terminal and NO_COLOR is not set.
 `,
 	exit: `
@@ -45,9 +57,16 @@ a UTC timestamp, until interrupted. Flags may also come after NAME.
   2026-11-29T10:00:00.123Z leader host-a:1234 (fence 1795000000000000)
   2026-11-29T10:00:12.456Z no leader
 
-With --json, one JSON object per line:
-  {"time":"2026-11-29T10:00:00.123Z","name":"NAME","leader":{"value":"host-a:1234","fence":1795000000000000}}
-  {"time":"2026-11-29T10:00:12.456Z","name":"NAME","leader":null}
+With candidates that declared a priority (run --priority), each line says
+who is preferred at that change, as status's first line does:
+
+  2026-11-29T10:00:12.456Z no leader; preferred host-b:4321 (priority 2)
+  2026-11-29T10:00:12.459Z leader host-b:4321 (fence 1795000000000001, priority 2, preferred)
+
+With --json, one JSON object per line, with the candidates as status --json
+shows them:
+  {"time":"2026-11-29T10:00:00.123Z","name":"NAME","leader":{"value":"host-a:1234","fence":1795000000000000},"candidates":[]}
+  {"time":"2026-11-29T10:00:12.456Z","name":"NAME","leader":null,"candidates":[]}
 
 A leader that resigns is seen at once; one that dies is seen when its lease
 expires. Colour is used only when stdout is a terminal and NO_COLOR is not set.
@@ -62,11 +81,12 @@ malformed Redis URL). While Redis is unreachable later, watch waits and retries.
 // exitNoLeader is status --check's exit status when nobody leads.
 const exitNoLeader = 3
 
-// nameFlags are the flags of status and watch.
+// nameFlags are the flags of status, watch and transfer.
 type nameFlags struct {
-	conn   connFlags
-	asJSON bool
-	check  bool // status only
+	conn     connFlags
+	asJSON   bool
+	check    bool           // status only
+	transfer *transferFlags // transfer's own; nil for status and watch
 }
 
 func newNameFlags(cmd, jsonUsage string) (*flag.FlagSet, *nameFlags) {
@@ -103,14 +123,14 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	defer c.close()
 	l, err := c.election.Leader(ctx)
-	if err != nil && !errors.Is(err, redisleader.ErrNoLeader) {
-		if code := interrupted(ctx); code >= 0 {
-			return code
-		}
-		c.log.errorf("%s", trimPrefix(err))
-		return exitError
-	}
 	leading := err == nil
+	var pref preference
+	if leading || errors.Is(err, redisleader.ErrNoLeader) {
+		pref, err = c.preference(ctx, l)
+	}
+	if err != nil {
+		return c.failed(ctx, "", err)
+	}
 	code = exitOK
 	if f.check && !leading {
 		code = exitNoLeader
@@ -118,9 +138,10 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 
 	if f.asJSON {
 		out := struct {
-			Name   string      `json:"name"`
-			Leader *leaderJSON `json:"leader"`
-		}{Name: c.name}
+			Name       string          `json:"name"`
+			Leader     *leaderJSON     `json:"leader"`
+			Candidates []candidateJSON `json:"candidates"`
+		}{Name: c.name, Candidates: pref.asJSON()}
 		if leading {
 			ms := l.TTL.Milliseconds()
 			out.Leader = &leaderJSON{Value: l.Value, Fence: l.Fence, TTLms: &ms}
@@ -132,11 +153,10 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	p := colour(stdout)
-	if !leading {
-		fmt.Fprintln(stdout, p.red("no leader"))
-		return code
+	fmt.Fprintln(stdout, leaderLine(p, l, fmt.Sprintf(", ttl %v", l.TTL.Round(time.Millisecond)), pref))
+	for _, line := range pref.candidateLines() {
+		fmt.Fprintln(stdout, line)
 	}
-	fmt.Fprintf(stdout, "leader %s (fence %d, ttl %v)\n", p.bold(p.green(printable(l.Value))), l.Fence, l.TTL.Round(time.Millisecond))
 	return code
 }
 
@@ -152,26 +172,26 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	enc := json.NewEncoder(stdout)
 	for l := range c.election.Observe(ctx) {
 		now := time.Now().UTC().Format("2006-01-02T15:04:05.000Z07:00")
-		if f.asJSON {
-			out := struct {
-				Time   string      `json:"time"`
-				Name   string      `json:"name"`
-				Leader *leaderJSON `json:"leader"`
-			}{Time: now, Name: c.name}
-			if l.Fence != 0 {
-				out.Leader = &leaderJSON{Value: l.Value, Fence: l.Fence}
-			}
-			if err := enc.Encode(out); err != nil {
-				c.log.errorf("writing output: %v", err)
-				return exitError
-			}
+		pref, err := c.preference(ctx, l)
+		if err != nil { // retried at the next change, as Observe retries
+			pref = preferenceOf(nil, l)
+		}
+		if !f.asJSON {
+			fmt.Fprintf(stdout, "%s %s\n", p.dim(now), leaderLine(p, l, "", pref))
 			continue
 		}
-		ts := p.dim(now)
-		if l.Fence == 0 {
-			fmt.Fprintf(stdout, "%s %s\n", ts, p.red("no leader"))
-		} else {
-			fmt.Fprintf(stdout, "%s leader %s (fence %d)\n", ts, p.bold(p.green(printable(l.Value))), l.Fence)
+		out := struct {
+			Time       string          `json:"time"`
+			Name       string          `json:"name"`
+			Leader     *leaderJSON     `json:"leader"`
+			Candidates []candidateJSON `json:"candidates"`
+		}{Time: now, Name: c.name, Candidates: pref.asJSON()}
+		if l.Fence != 0 {
+			out.Leader = &leaderJSON{Value: l.Value, Fence: l.Fence}
+		}
+		if err := enc.Encode(out); err != nil {
+			c.log.errorf("writing output: %v", err)
+			return exitError
 		}
 	}
 	if ctx.Err() == nil { // the channel closed by itself: the session closed
@@ -181,10 +201,50 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return exitOK
 }
 
-// nameCommand is status or watch with NAME's election open.
+// failed returns the exit status after err: 128+n if a stop signal n ended
+// ctx, otherwise exitError once it has said what failed (doing, if given)
+// and why.
+func (c *nameCommand) failed(ctx context.Context, doing string, err error) int {
+	if code := interrupted(ctx); code >= 0 {
+		return code
+	}
+	if doing != "" {
+		doing += ": "
+	}
+	c.log.errorf("%s%s", doing, trimPrefix(err))
+	return exitError
+}
+
+// leaderLine is how status and watch show l (Fence 0: nobody leads), with
+// extra after the fence, and who is preferred.
+func leaderLine(p painter, l redisleader.Leader, extra string, pref preference) string {
+	if l.Fence == 0 {
+		return p.red("no leader") + pref.describe("")
+	}
+	return fmt.Sprintf("leader %s (fence %d%s%s", p.bold(p.green(printable(l.Value))), l.Fence, extra, pref.describe(")"))
+}
+
+// preference reads the live candidates with a priority and says who is
+// preferred while l leads (Fence 0: nobody). A Redis user that may not read
+// them (it uses no priorities: README, ACL) gets none, and no error: the
+// library reports a denial as a Redis error "permission denied for ..."
+// (README, ACL), or Redis's own NOPERM.
+func (c *nameCommand) preference(ctx context.Context, l redisleader.Leader) (preference, error) {
+	cands, err := c.election.Candidates(ctx)
+	switch {
+	case redis.HasErrorPrefix(err, "permission denied") || redis.HasErrorPrefix(err, "NOPERM"):
+		return preferenceOf(nil, l), nil
+	case err != nil:
+		return preference{}, err
+	}
+	return preferenceOf(cands, l), nil
+}
+
+// nameCommand is status, watch or transfer with NAME's election open.
 type nameCommand struct {
 	name     string
 	election *redisleader.Election
+	client   redis.UniversalClient
 	log      *logger
 	close    func()
 }
@@ -197,18 +257,24 @@ func (f *nameFlags) start(ctx context.Context, fs *flag.FlagSet, h helpText, arg
 	if code >= 0 {
 		return nil, code
 	}
+	if f.transfer != nil {
+		if msg := f.transfer.invalid(name); msg != "" {
+			return nil, usageError(stderr, fs.Name(), "%s", msg)
+		}
+	}
 	log, target, code := f.conn.open(fs.Name(), stderr)
 	if code >= 0 {
 		return nil, code
 	}
-	election, closeAll, code := openElection(ctx, target, name, log)
+	c := &nameCommand{name: name, log: log}
+	c.election, c.client, c.close, code = openElection(ctx, target, name, log)
 	if code >= 0 {
 		if stopOK && ctx.Err() != nil { // interrupted before it could start
 			return nil, exitOK
 		}
 		return nil, code
 	}
-	return &nameCommand{name: name, election: election, log: log, close: closeAll}, -1
+	return c, -1
 }
 
 // parseName parses flags placed before or after the one NAME argument
@@ -242,30 +308,30 @@ func parseName(fs *flag.FlagSet, h helpText, args []string, stdout, stderr io.Wr
 	default:
 		return usageErr("expected one NAME, got %d: %s", len(names), printable(strings.Join(names, " ")))
 	}
-	if _, err := checkOffline(names[0]); err != nil {
+	if _, err := checkOffline(names[0], nil, ""); err != nil {
 		return usageErr("invalid NAME: %s", trimPrefix(err))
 	}
 	return names[0], -1
 }
 
 // openElection connects to Redis and opens a session on the election name.
-// It returns a function that closes both, or the exit code to return (with
-// the reason already logged).
-func openElection(ctx context.Context, target *endpoint, name string, log *logger) (*redisleader.Election, func(), int) {
+// It returns the client and a function that closes both, or the exit code
+// to return (with the reason already logged).
+func openElection(ctx context.Context, target *endpoint, name string, log *logger) (*redisleader.Election, redis.UniversalClient, func(), int) {
 	quietRedis()
 	client, err := connect(ctx, target)
 	if err != nil {
 		if code := interrupted(ctx); code >= 0 { // stopped, not unreachable
-			return nil, nil, code
+			return nil, nil, nil, code
 		}
 		log.errorf("%v", err)
-		return nil, nil, exitError
+		return nil, nil, nil, exitError
 	}
 	session, err := redisleader.NewSession(client)
 	if err != nil {
 		_ = client.Close()
 		log.errorf("%s", trimPrefix(err))
-		return nil, nil, exitError
+		return nil, nil, nil, exitError
 	}
 	closeAll := func() {
 		_ = session.Close(context.WithoutCancel(ctx))
@@ -275,7 +341,7 @@ func openElection(ctx context.Context, target *endpoint, name string, log *logge
 	if err != nil { // parseName checked the name already
 		closeAll()
 		log.errorf("%s", trimPrefix(err))
-		return nil, nil, exitUsage
+		return nil, nil, nil, exitUsage
 	}
-	return election, closeAll, -1
+	return election, client, closeAll, -1
 }
