@@ -270,11 +270,16 @@ func TestStatusAndWatchShowPreferred(t *testing.T) {
 	lines := waitMarker(t, s.marker, 3)
 	assert.Equal(t, "B", lines[2].value, "A's release hands the name to the best candidate")
 	got := w.stdout.waitLines(t, 4, "watch to see B lead")
+	// While the name is reserved for B, B is out of the candidates (it
+	// enlists again as it takes the name).
 	want := []string{"no leader", fmt.Sprintf("leader A (fence %d, priority 1, preferred)", fenceA),
-		"no leader; preferred B (priority 2)", fmt.Sprintf("leader B (fence %d, priority 2, preferred)", lines[2].fence)}
+		"no leader", fmt.Sprintf("leader B (fence %d, priority 2, preferred)", lines[2].fence)}
 	for i, l := range got {
 		m := watchLineRE.FindStringSubmatch(l)
 		require.NotNil(t, m, "watch line %q", l)
+		if i == 2 && m[1] == "no leader; preferred B (priority 2)" {
+			continue // the candidates were read after B took the name: two reads
+		}
 		assert.Equal(t, want[i], m[1])
 	}
 	jl := wj.stdout.waitLines(t, 4, "watch --json to see B lead")
