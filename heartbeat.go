@@ -128,21 +128,20 @@ func (s *Session) leasesFrom() time.Time {
 func (s *Session) goIdle() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.locks) > 0 || len(s.stale) > 0 || len(s.waiting) > 0 {
+	if len(s.locks) > 0 || len(s.stale) > 0 {
 		return false
 	}
 	s.idle = true
 	return true
 }
 
-// renewRound renews every held lock, and the place of every fair waiter,
-// in one round trip and reports how many locks are still held and how many
-// renewals of locks failed with an error (to be retried soon). The round's
-// context ends at the earliest local deadline. A waiter whose place could
-// not be renewed needs nothing done: its next attempt joins again.
+// renewRound renews every held lock in one round trip and reports how
+// many locks are still held and how many renewals failed with an error (to
+// be retried soon). The round's context ends at the earliest local
+// deadline.
 func (s *Session) renewRound(ctx context.Context) (held, failed int) {
-	locks, waiters := s.held(), s.waiters()
-	if len(locks) == 0 && len(waiters) == 0 {
+	locks := s.held()
+	if len(locks) == 0 {
 		return 0, 0
 	}
 	sent := time.Now()
@@ -158,10 +157,10 @@ func (s *Session) renewRound(ctx context.Context) (held, failed int) {
 		}
 		live = append(live, l)
 	}
-	if len(live) == 0 && len(waiters) == 0 {
+	if len(live) == 0 {
 		return 0, 0
 	}
-	outcomes, _ := s.place.renew(ctx, live, waiters, earliest)
+	outcomes := s.place.renew(ctx, live, earliest)
 	if ctx.Err() != nil {
 		return len(live), 0 // closing
 	}

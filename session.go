@@ -53,7 +53,7 @@ type Session struct {
 	names map[string]*Lock    // the held lock of each name in locks
 	stale map[*Lock]staleness // ended locks whose token may still be in Redis
 	terms map[*Lock]*term     // leaderships Election.Run releases itself
-	// waiting: fair acquisitions whose places in a queue the heartbeat renews
+	// waiting: fair acquisitions that may have a place in a queue
 	waiting   map[*waiter]struct{}
 	err       error         // nil until Close
 	idle      bool          // the heartbeat sleeps until kicked
