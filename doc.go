@@ -6,11 +6,12 @@
 // # Model
 //
 // A Session is one participant's lease: a TTL and one heartbeat goroutine
-// that renews every key the session holds, in one pipelined round trip per
-// round. A Lock is one acquisition of one name, with its own random token
-// and fence. It ends exactly once (Done is closed) and says why (Err):
-// released, lost (ErrNotOwner, ErrExpired), or the session closed.
-// Ownership ends at a local deadline (see Timing).
+// that renews every key the session holds once per renew interval, in one
+// pipelined round trip per slice of up to 100 keys (a session holding more
+// spreads its slices over the interval). A Lock is one acquisition of one
+// name, with its own random token and fence. It ends exactly once (Done is
+// closed) and says why (Err): released, lost (ErrNotOwner, ErrExpired), or
+// the session closed. Ownership ends at a local deadline (see Timing).
 //
 //	s, err := redisleader.NewSession(client, redisleader.WithTTL(10*time.Second))
 //	...

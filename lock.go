@@ -31,6 +31,9 @@ type Lock struct {
 	argv [8]any
 	// w is the fair acquisition this lock belongs to (nil by default).
 	w *waiter
+	// slot is the lock's slot in its session's ring (heartbeat.go) while it
+	// is registered; guarded by the session's mu.
+	slot int
 
 	mu       sync.Mutex    // protects value, deadline, renewed, err, done, onEnds, delivered(At)
 	value    string        // as acquired, then as last proclaimed
