@@ -134,7 +134,8 @@ func (s *Session) step(ctx context.Context, sc *schedule) {
 }
 
 // nextSlot returns the round's next occupied slot and when it is due, or
-// -1 and when the round ends.
+// -1 and the end of the round's span (the round ends then, or once its
+// last slice has ended, if later).
 func (s *Session) nextSlot(sc *schedule) (int, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -143,7 +144,7 @@ func (s *Session) nextSlot(sc *schedule) (int, time.Time) {
 			return i, sc.base.Add(time.Duration(i) * s.ring.gap)
 		}
 	}
-	return -1, sc.base.Add(s.ring.span()) // and not before its last slice ended: now
+	return -1, sc.base.Add(s.ring.span())
 }
 
 // slice renews locks, of slot, in one round trip. The slot's retry, if any,
