@@ -122,14 +122,18 @@ func (a *acquisition) run(ctx context.Context) (*Lock, error) {
 		if err := cmp.Or(s.Err(), ctx.Err()); err != nil {
 			return nil, a.abandon(ctx, a.lastErr, err)
 		}
+		var sent time.Time
+		if a.w != nil && a.mode != tryOnce {
+			sent = time.Now() // the attempt renews our place: its lease runs from here
+		}
 		r := a.l.attempt(ctx)
 		err := r.err
 		if s.cfg.test.attempt != nil {
 			s.cfg.test.attempt(name, err)
 		}
 		locked := errors.Is(err, ErrLocked)
-		if a.w != nil && a.mode != tryOnce {
-			a.trackPlace(err == nil)
+		if !sent.IsZero() {
+			a.trackPlace(err, sent)
 		}
 		switch {
 		case err == nil:
@@ -186,7 +190,8 @@ type acquisition struct {
 	l        *Lock         // the current attempt's lock and token
 	w        *waiter       // fair mode: our place in the queue
 	cand     *candidacy    // the candidate's priority, or nil
-	queued   bool          // fair mode: we may have a place, which the heartbeat renews
+	queued   bool          // fair mode: we may have a place in the queue
+	kept     time.Time     // fair mode: when the attempt that last renewed our place was sent
 	lastErr  error         // of the last attempt, if it failed with a Redis error
 	unsure   bool          // an attempt's outcome is unknown: our token may be, or get, in Redis
 	splits   int           // Redlock split votes in a row (backoff)
@@ -222,25 +227,48 @@ func (a *acquisition) newLock() {
 	}
 }
 
-// trackPlace keeps the heartbeat's renewal of a fair acquisition's place in
-// step with the last attempt: acquired (the script removed our place) or
-// not (we have one, or may have after an error).
-func (a *acquisition) trackPlace(acquired bool) {
+// trackPlace keeps the session's record of a fair acquisition's place in
+// step with its last attempt, sent at sent: acquired (the script removed our
+// place), not (we have one, or may have after an error), or queued behind
+// others (the script renewed our place's lease for a TTL).
+func (a *acquisition) trackPlace(err error, sent time.Time) {
 	switch {
-	case acquired && a.queued:
-		a.s.dropPlace(a.w)
+	case err == nil && a.queued:
+		a.s.dropWaiter(a.w)
 		a.queued = false
-	case !acquired && !a.queued:
-		a.s.keepPlace(a.w)
+	case err != nil && !a.queued:
+		a.s.addWaiter(a.w)
 		a.queued = true
+	}
+	if errors.Is(err, ErrLocked) {
+		a.kept = sent
 	}
 }
 
-// wait sleeps after a failed attempt r as delay says: until a message if
-// delay follows them, and in any case until this session takes the name
-// (Session.add wakes its waiters).
+// keepPlace shortens a queued fair waiter's wait d so that its next attempt,
+// which renews its place, reaches Redis before the place's lease can have
+// run out: sent within the lease's local validity less a call timeout (as a
+// lock's renewal is bounded by its deadline). The attempts a waiter makes
+// anyway (about one per TTL) keep its place so, with no command of its own.
+// Once that moment has passed (the attempts since failed), the place may be
+// lost, and the next attempt, whenever it comes, joins again at the back.
+func (a *acquisition) keepPlace(d time.Duration) time.Duration {
+	if !a.queued || a.kept.IsZero() {
+		return d
+	}
+	if left := time.Until(a.kept.Add(a.s.cfg.validity - a.s.cfg.callTimeout)); left > 0 {
+		return min(d, left)
+	}
+	return d
+}
+
+// wait sleeps after a failed attempt r as delay says (a queued fair waiter
+// no longer than keepPlace allows): until a message if delay follows them,
+// and in any case until this session takes the name (Session.add wakes its
+// waiters).
 func (a *acquisition) wait(ctx context.Context, r acquired, err error, locked bool) error {
 	d, follow := a.delay(r, err, locked)
+	d = a.keepPlace(d)
 	if a.s.cfg.test.pause != nil {
 		a.s.cfg.test.pause(d, follow)
 	}

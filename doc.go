@@ -6,11 +6,12 @@
 // # Model
 //
 // A Session is one participant's lease: a TTL and one heartbeat goroutine
-// that renews every key the session holds, in one pipelined round trip per
-// round. A Lock is one acquisition of one name, with its own random token
-// and fence. It ends exactly once (Done is closed) and says why (Err):
-// released, lost (ErrNotOwner, ErrExpired), or the session closed.
-// Ownership ends at a local deadline (see Timing).
+// that renews every key the session holds once per renew interval, in one
+// pipelined round trip per slice of up to 100 keys (a session holding more
+// spreads its slices over the interval). A Lock is one acquisition of one
+// name, with its own random token and fence. It ends exactly once (Done is
+// closed) and says why (Err): released, lost (ErrNotOwner, ErrExpired), or
+// the session closed. Ownership ends at a local deadline (see Timing).
 //
 //	s, err := redisleader.NewSession(client, redisleader.WithTTL(10*time.Second))
 //	...
@@ -56,7 +57,7 @@
 // After an attempt that failed for another reason than the name being held
 // (an error, a Redlock split vote), they wait the random retry delay,
 // whatever is released meanwhile; a queued fair waiter still hears its
-// wake-up. Messages are hints: what they report and act on is read from the
+// wake-up, and tries again before its place can lapse (see Fairness). Messages are hints: what they report and act on is read from the
 // lock key. A forged message only makes them read sooner; a lost one delays
 // them by at most the holder's remaining TTL.
 //
@@ -68,11 +69,13 @@
 // a release wakes only the first waiter. TryLock then succeeds only if the
 // name is free and nobody waits. In Run, a resigned leader campaigns again
 // at the back, so leadership passes around rather than back. A waiter's
-// place is a lease: one that dies, pauses, is cut off or gives up holds the
-// others up for at most one TTL (its own session's). Fairness holds among
-// the fair sessions of a name, so use one mode per name. It costs two keys
-// per name with waiters, and about four commands per waiter per TTL instead
-// of one. fair.go describes the queue.
+// place is a lease of one TTL (its own session's) from each of its
+// attempts, and a waiter tries again before it can lapse: one that dies,
+// pauses, is cut off or gives up holds the others up for at most one TTL.
+// Fairness holds among the fair sessions of a name, so use one mode per
+// name. It costs two keys per name with waiters, and a waiter's re-checks,
+// which keep its place: about one command per TTL, a few tenths more than
+// in default mode. fair.go describes the queue.
 //
 // # Choosing the leader
 //

@@ -2,8 +2,6 @@ package redisleader
 
 import (
 	"context"
-	"maps"
-	"slices"
 	"strconv"
 	"time"
 )
@@ -12,12 +10,14 @@ import (
 //
 // The queue of a name lives in the name's slot, next to the lock: a sorted
 // set of waiters by arrival (server TIME in µs) and a sorted set of their
-// leases (end in server ms). A waiter's place is a lease like a lock: the
-// acquire script gives it one TTL, and the session's heartbeat renews it in
-// the same pipelined round trip as the session's locks (keepPlaceScript). A
-// waiter whose lease has passed is skipped and pruned by every script that
-// reads the queue, so nobody waits behind it; if it comes back it joins
-// again, at the back. A waiter that gives up takes its place out and
+// leases (end in server ms). A waiter's place is a lease like a lock: each
+// attempt of the waiter gives it one TTL, and the waiter makes its next
+// attempt before that lease can run out (acquisition.keepPlace), so the
+// re-checks it makes about once per TTL anyway keep its place and it costs
+// no command of its own. A waiter whose lease has passed is skipped and
+// pruned by every script that reads the queue, so nobody waits behind it;
+// if it comes back it joins again, at the back. A waiter that gives up
+// takes its place out and
 // leaves a tombstone (a negative lease) for one TTL, so that an attempt of
 // its still on its way cannot queue it again as a ghost at its old place.
 // Both queue keys expire with the latest lease or tombstone (each write
@@ -58,10 +58,7 @@ type waiter struct {
 	// set for each Lock of the acquisition. Only the acquiring goroutine
 	// uses it.
 	argv [12]any
-	// keepArgv is keepPlaceScript's {_, _, 2, queue, leases, id, TTL}; only
-	// the heartbeat uses it.
-	keepArgv [7]any
-	sub      *subscription // the acquisition's, when it blocks
+	sub  *subscription // the acquisition's, when it blocks
 }
 
 // Argument slots of waiter.argv.
@@ -77,40 +74,31 @@ func (s *Session) newWaiter(k keys, value string, join bool) *waiter {
 		j = "1"
 	}
 	w.argv = [12]any{nil, nil, 4, k.lock, k.fence, q, l, nil, s.ttlArg, value, w.id, j}
-	w.keepArgv = [7]any{nil, nil, 2, q, l, w.id, s.ttlArg}
 	return w
 }
 
-// keepPlace registers w with the heartbeat, which renews its place from now
-// on.
-func (s *Session) keepPlace(w *waiter) {
+// addWaiter registers w as queued, so that the session wakes it when it
+// takes w's name (wakeWaitersLocked).
+func (s *Session) addWaiter(w *waiter) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err == nil {
 		s.waiting[w] = struct{}{}
-		s.wakeLocked()
 	}
 }
 
-// dropPlace stops the renewal of w's place.
-func (s *Session) dropPlace(w *waiter) {
+// dropWaiter unregisters w (see addWaiter).
+func (s *Session) dropWaiter(w *waiter) {
 	s.mu.Lock()
 	delete(s.waiting, w)
 	s.mu.Unlock()
 }
 
-// waiters returns the waiters whose places the heartbeat renews.
-func (s *Session) waiters() []*waiter {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Collect(maps.Keys(s.waiting))
-}
-
-// leave gives up a fair acquisition's place, if it may have one: the
-// heartbeat stops renewing it and it is removed from the queue, best effort
-// (if that fails, its lease ends within a TTL), with a tombstone that keeps
-// an attempt still on its way from queueing it again. Like dispose, it runs within
-// ctx, or in the background once ctx has ended. The caller must be
+// leave gives up a fair acquisition's place, if it may have one: it is
+// removed from the queue, best effort (if that fails, its lease ends within
+// a TTL), with a tombstone that keeps an attempt still on its way from
+// queueing it again. Like dispose, it runs within ctx, or in the background
+// once ctx has ended. The caller must be
 // registered with s.work.
 func (a *acquisition) leave(ctx context.Context) {
 	if a.w == nil || !a.queued {
@@ -118,7 +106,7 @@ func (a *acquisition) leave(ctx context.Context) {
 	}
 	a.queued = false
 	s, w := a.s, a.w
-	s.dropPlace(w)
+	s.dropWaiter(w)
 	s.soon(ctx, func(ctx context.Context) {
 		_ = s.combine.call(ctx, time.Time{}, leaveScript, []any{nil, nil, 3, w.keys.lock, w.keys.queue(), w.keys.leases(), w.id, s.ttlArg})
 	})
@@ -269,26 +257,6 @@ if ARGV[5] == '1' then
 end
 enlist(t, false)
 return {0, cur or false, pttl, ahead, headLeft}
-`))
-
-// keepPlaceScript renews a waiter's lease, if it still has a live one: a
-// waiter whose lease passed has lost its place and joins again, at the
-// back, on its next attempt.
-//
-//	KEYS[1] queue, KEYS[2] leases
-//	ARGV[1] waiter (member), ARGV[2] TTL in ms
-//
-// Replies 1 if renewed, 0 if the waiter has no live place (then it writes
-// nothing). It publishes nothing; its writes (ZADD the lease, PEXPIREAT
-// both keys to the latest lease end) come last.
-var keepPlaceScript = newScript("ae5774cc888f73b9f13f9cd62bd8eb36bfbb86e2", guarded(luaQueue+`
-if not lease(KEYS[2], ARGV[1]) or not call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
-local until_ = now + tonumber(ARGV[2])
-local keep = keepUntil(KEYS[2], until_)
-call('ZADD', KEYS[2], string.format('%.0f', until_), ARGV[1])
-call('PEXPIREAT', KEYS[1], string.format('%.0f', keep))
-call('PEXPIREAT', KEYS[2], string.format('%.0f', keep))
-return 1
 `))
 
 // leaveScript takes a waiter that gives up out of the queue, leaves its

@@ -615,3 +615,47 @@ return redis.call('DEL', KEYS[1])`, []string{k.lock, k.wakeChannel(s.id)}).Err()
 		assert.Less(t, time.Since(start), time.Second, "the head slept through an older release's wake-up")
 	})
 }
+
+// TestFairWaiterUpkeep: while a healthy holder keeps the name, a queued fair
+// waiter sends at most two scripts per TTL (issue 31). Its place used to be
+// renewed in every heartbeat round besides its re-checks: about four per
+// TTL with the default renew interval. Its re-checks, which renew the place
+// too, now come before the place's lease can run out, and the heartbeat
+// renews no place. The waiters also stay queued in order all along: the
+// first to queue leads first once the holder resigns.
+func TestFairWaiterUpkeep(t *testing.T) {
+	const ttl, ttls, waiters = 600 * time.Millisecond, 5, 4
+	srv := redisserver.Start(t)
+	ctx := context.Background()
+	timeouts := func(o *redis.Options) { o.ContextTimeoutEnabled = true }
+	holder, err := newSession(t, srv.Client(t, timeouts), WithFairness(), WithTTL(ttl)).Lock(ctx, "upkeep")
+	require.NoError(t, err)
+
+	c := srv.Client(t, timeouts)
+	count := &countingHook{scriptsOnly: true}
+	c.AddHook(count.hook())
+	led := make(chan int, waiters)
+	for i := range waiters {
+		hook, locked := queued()
+		s := newSession(t, c, WithFairness(), WithTTL(ttl), hook)
+		go func() {
+			if l, err := s.Lock(ctx, "upkeep"); err == nil {
+				led <- i
+				_ = l.Release(ctx)
+			}
+		}()
+		recvWithin(t, locked, 5*time.Second, fmt.Sprint("waiter ", i, " queued"))
+	}
+	before, start := count.n.Load(), time.Now()
+	<-time.After(ttls * ttl) // the measured window: nothing to wait for but time
+	scripts, took := count.n.Load()-before, time.Since(start)
+	perTTL := float64(scripts) / waiters / (float64(took) / float64(ttl))
+	t.Logf("%d scripts from %d waiters in %v: %.2f per waiter per TTL", scripts, waiters, took.Round(time.Millisecond), perTTL)
+	assert.LessOrEqual(t, perTTL, 2.0, "a queued waiter's upkeep")
+	require.True(t, holder.Held(), "the holder lost its lease during the measurement: %v", holder.Err())
+
+	require.NoError(t, holder.Release(ctx))
+	for i := range waiters {
+		assert.Equal(t, i, recvWithin(t, led, 5*time.Second, "the next waiter leads"), "fair order")
+	}
+}

@@ -3,20 +3,22 @@ package redisleader
 import (
 	"context"
 	"maps"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"time"
 )
 
 // heartbeat is the session's one goroutine. It sleeps while nothing is held;
-// otherwise it renews every held key each renew interval, on a schedule that
-// a round's duration does not shift (see below), and sooner (after a
-// jittered retry delay) when a round failed. It never decides that a lock is
-// lost by itself except on a "not owner" reply: deadlines are timer-driven.
+// otherwise it renews every held lock once each renew interval, in slices
+// spread over the interval (see ring), on a schedule that a slice's duration
+// does not shift, and retries a slice that failed after a jittered retry
+// delay. It never decides that a lock is lost by itself except on a "not
+// owner" reply: deadlines are timer-driven.
 //
-// After a hook fault (hookfaults.go) in a round or in the server check, a
-// new heartbeat takes over as after a failed round: it retries after the
-// retry delay, and checks the server once per session all the same.
+// After a hook fault (hookfaults.go) in a slice or in the server check, a
+// new heartbeat takes over as after a failed slice: it starts a round after
+// the retry delay, and checks the server once per session all the same.
 func (s *Session) heartbeat(ctx context.Context, retry bool) {
 	onGoexit(func() {
 		s.beat(ctx, retry)
@@ -30,81 +32,256 @@ func (s *Session) heartbeat(ctx context.Context, retry bool) {
 	})
 }
 
-// schedule is the heartbeat's timer: whether a round is armed, and when it
-// is due.
+// A round renews every held lock once: it walks the ring's slots, renewing
+// each occupied slot's locks in one pipelined round trip (a slice) at the
+// slot's offset from the round's start, and ends once every slot's offset
+// has passed and its last slice has ended, with the clean-up of stale
+// tokens. The next round starts a renew interval after this one started,
+// whatever its slices took, so that each lock is renewed every interval
+// exactly and each slice's leases run from its own send time: a waiter that
+// sleeps until a lease it saw can have expired never arrives just before
+// the renewal due then. But it starts later by as much as the round's last
+// slice ended late (as the TTL rules count a round that overran) when it
+// overran the next round's first slice, or when stale tokens wait for the
+// clean-up, which then gets a whole interval after that slice.
 type schedule struct {
-	t     *time.Timer
-	armed bool
-	due   time.Time
+	t       *time.Timer
+	active  bool      // a round is under way (else the heartbeat is idle)
+	base    time.Time // the round's start: slot i is due at base + i·gap
+	next    int       // the round's first slot not yet renewed
+	held    int       // live locks the round's slices renewed (or tried to)
+	failed  bool      // a slice of the round failed
+	lastDue time.Time // the due time and end of the round's last slice
+	lastEnd time.Time
+	retries []retry // failed slices, in the order they are due again
 }
 
-func (sc *schedule) arm(at time.Time) {
-	sc.due, sc.armed = at, true
-	sc.t.Reset(time.Until(at))
+// retry is a failed slice's locks, to be renewed again at at (unless their
+// slot's turn comes first).
+type retry struct {
+	at    time.Time
+	slot  int
+	locks []*Lock
+}
+
+// begin starts a round at base, whose slots before next are passed.
+func (sc *schedule) begin(base time.Time, next int) {
+	sc.active, sc.base, sc.next, sc.held, sc.failed = true, base, next, 0, false
+	sc.lastDue, sc.lastEnd = base, base
 }
 
 // beat runs rounds until ctx ends; with retry, the first one after the
 // retry delay.
 func (s *Session) beat(ctx context.Context, retry bool) {
-	sc := schedule{t: time.NewTimer(0)}
-	if !sc.t.Stop() {
-		<-sc.t.C
-	}
+	sc := schedule{t: time.NewTimer(time.Hour)}
+	sc.t.Stop()
 	defer sc.t.Stop()
 	if retry {
-		sc.arm(time.Now().Add(min(s.cfg.renewInterval, s.retryDelay())))
+		sc.begin(time.Now().Add(min(s.cfg.renewInterval, s.retryDelay())), 0)
 	}
 	for {
+		if sc.active {
+			s.step(ctx, &sc)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.kick:
-			if !sc.armed {
-				sc.arm(s.leasesFrom().Add(s.cfg.renewInterval))
+			if !sc.active {
+				// The round the held locks' leases began in: its slots
+				// due by now hold only fresh leases, renewed next round.
+				from := s.leasesFrom()
+				sc.begin(from, int(time.Since(from)/s.ring.gap)+1)
 			}
 			if !s.checked { // the first time the session holds something
 				s.checked = true
 				s.checkServer(ctx)
 			}
-			continue
 		case <-sc.t.C:
-			sc.armed = false
 		}
-		s.round(ctx, &sc)
 	}
 }
 
-// round renews every held lock once, cleans stale tokens up and arms the
-// next round, unless the heartbeat goes idle.
-func (s *Session) round(ctx context.Context, sc *schedule) {
+// step runs what is due (retries of failed slices, the round's slices in
+// slot order, the round's end), then arms the timer for what comes next,
+// unless the heartbeat goes idle.
+func (s *Session) step(ctx context.Context, sc *schedule) {
+	for ctx.Err() == nil {
+		now := time.Now()
+		if len(sc.retries) > 0 && !sc.retries[0].at.After(now) {
+			r := sc.retries[0]
+			sc.retries = sc.retries[1:]
+			s.slice(ctx, sc, r.slot, r.locks)
+			continue
+		}
+		slot, at := s.nextSlot(sc)
+		if len(sc.retries) > 0 && sc.retries[0].at.Before(at) {
+			at = sc.retries[0].at
+		}
+		switch {
+		case at.After(now):
+			sc.t.Reset(time.Until(at))
+			return
+		case slot >= 0:
+			sc.next = slot + 1
+			sc.lastDue = sc.base.Add(time.Duration(slot) * s.ring.gap)
+			s.slice(ctx, sc, slot, s.slotLocks(slot))
+			sc.lastEnd = time.Now()
+		case !s.endRound(ctx, sc):
+			return // idle
+		}
+	}
+}
+
+// nextSlot returns the round's next occupied slot and when it is due, or
+// -1 and the end of the round's span (the round ends then, or once its
+// last slice has ended, if later).
+func (s *Session) nextSlot(sc *schedule) (int, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := sc.next; i < len(s.ring.slots); i++ {
+		if len(s.ring.slots[i]) > 0 {
+			return i, sc.base.Add(time.Duration(i) * s.ring.gap)
+		}
+	}
+	return -1, sc.base.Add(s.ring.span())
+}
+
+// slice renews locks, of slot, in one round trip. The slot's retry, if any,
+// is dropped: this renewal supersedes it. A failed renewal is retried after
+// the retry delay, or with the slot's next turn if that comes first.
+func (s *Session) slice(ctx context.Context, sc *schedule, slot int, locks []*Lock) {
+	sc.retries = slices.DeleteFunc(sc.retries, func(r retry) bool { return r.slot == slot })
 	start := time.Now()
-	held, failures := s.renewRound(ctx)
-	s.cfg.hooks.round(start, held, failures)
-	failed := failures > 0
-	// Due an interval after this round was due, not after it ended: a
-	// schedule that drifts by each round's duration has a waiter, which
-	// sleeps until the lease it saw can have expired, arrive just before
-	// the renewal due then, and try again two thirds of a TTL later. But an
-	// interval after its end (as the TTL rules count) when the round
-	// overran the interval, or when stale tokens wait for the clean-up,
-	// which then gets a whole interval.
+	held, failed := s.renewSlice(ctx, locks)
+	s.cfg.hooks.round(start, held, len(failed))
+	sc.held += held
+	if len(failed) > 0 {
+		sc.failed = true
+		at := time.Now().Add(min(s.cfg.renewInterval, s.retryDelay()))
+		i, _ := slices.BinarySearchFunc(sc.retries, at, func(r retry, at time.Time) int { return r.at.Compare(at) })
+		sc.retries = slices.Insert(sc.retries, i, retry{at, slot, failed})
+	}
+	if held > 0 && s.cfg.test.round != nil {
+		s.cfg.test.round(held, len(failed) > 0)
+	}
+}
+
+// endRound ends a round (see schedule): it deletes stale tokens, unless
+// renewals are failing (never delay a retry), until the next round's first
+// slice is due (nor the next round: the TTL rules do not count the
+// clean-up), and starts the next round, or reports whether the heartbeat
+// went idle instead.
+func (s *Session) endRound(ctx context.Context, sc *schedule) (going bool) {
 	stale := s.staleLocks()
-	next := sc.due.Add(s.cfg.renewInterval)
-	if now := time.Now(); next.Before(now) || len(stale) > 0 {
-		next = now.Add(s.cfg.renewInterval)
+	next := sc.base.Add(s.cfg.renewInterval)
+	first := s.firstDue(next)
+	now := time.Now()
+	if late := sc.lastEnd.Sub(sc.lastDue); late > 0 && (len(stale) > 0 || first.Before(now)) {
+		next, first = next.Add(late), first.Add(late)
 	}
-	if !failed { // not while Redis misbehaves: never delay a renewal retry
-		s.cleanStale(ctx, stale, next) // nor the next round: the TTL rules do not count it
+	if behind := now.Sub(next.Add(s.ring.span())); behind > 0 { // a whole round late (a stalled heartbeat)
+		next, first = next.Add(behind), first.Add(behind)
 	}
-	if s.cfg.test.round != nil {
-		s.cfg.test.round(held, failed)
+	if len(sc.retries) == 0 {
+		s.cleanStale(ctx, stale, first)
 	}
-	switch {
-	case failed:
-		sc.arm(time.Now().Add(min(s.cfg.renewInterval, s.retryDelay())))
-	case held > 0 || !s.goIdle():
-		sc.arm(next)
+	if len(stale) > 0 && s.cfg.test.round != nil {
+		s.cfg.test.round(0, sc.failed)
 	}
+	if sc.held == 0 && len(sc.retries) == 0 && s.goIdle() {
+		sc.active = false
+		return false
+	}
+	sc.begin(next, 0)
+	return true
+}
+
+// The ring spreads a session's renewals over its renew interval, so that a
+// session holding many locks never sends Redis all their renewals at once:
+// other clients wait behind a slice at most. Each held lock has a slot,
+// fixed while it is held; slot i is renewed at offset i·gap of each round.
+// A slot takes sliceMax locks before the next one opens (or, once every
+// slot is that full, the least loaded takes the next), so a session holding
+// up to sliceMax locks renews them all in one round trip per interval, at
+// offset 0. Slots open in bit-reversed order (0, n/2, n/4, 3n/4, …), which
+// spreads any number of open slots evenly over the first half of the
+// interval; the second half is left to the clean-up of stale tokens.
+type ring struct {
+	slots []map[*Lock]struct{} // slot i's locks
+	order []int                // the order in which slots open
+	gap   time.Duration        // between two slots' offsets
+}
+
+const (
+	// sliceMax is how many renewals a slot takes before the next one
+	// opens: about 14 KB of requests, under the 16 KB that Redis reads
+	// from one client at a time (PROTO_IOBUF_LEN) before it serves others.
+	sliceMax = 100
+	// slotsMax bounds a ring's slots (the heartbeat scans them each round),
+	// and gapMin the time between two slots' offsets.
+	slotsMax = 1024
+	gapMin   = 500 * time.Microsecond
+)
+
+// newRing returns the ring of a renew interval: as many slots (a power of
+// two, up to slotsMax) as fit gapMin apart in half the interval.
+func newRing(interval time.Duration) ring {
+	k := 0
+	for 2<<k <= slotsMax && time.Duration(2<<k)*gapMin <= interval/2 {
+		k++
+	}
+	n := 1 << k
+	r := ring{slots: make([]map[*Lock]struct{}, n), order: make([]int, n), gap: interval / 2 / time.Duration(n)}
+	for i := range n {
+		r.order[i] = int(bits.Reverse(uint(i)) >> (bits.UintSize - k))
+	}
+	return r
+}
+
+// span is the part of a round over which the slots' offsets lie.
+func (r *ring) span() time.Duration { return time.Duration(len(r.slots)) * r.gap }
+
+// add gives l a slot (see ring). Session.mu must be held.
+func (r *ring) add(l *Lock) {
+	pick := -1
+	for _, i := range r.order {
+		if len(r.slots[i]) < sliceMax {
+			pick = i
+			break
+		}
+		if pick < 0 || len(r.slots[i]) < len(r.slots[pick]) {
+			pick = i
+		}
+	}
+	if r.slots[pick] == nil {
+		r.slots[pick] = make(map[*Lock]struct{})
+	}
+	r.slots[pick][l] = struct{}{}
+	l.slot = pick
+}
+
+// remove takes l out of its slot. Session.mu must be held.
+func (r *ring) remove(l *Lock) { delete(r.slots[l.slot], l) }
+
+// slotLocks returns the locks of slot i.
+func (s *Session) slotLocks(i int) []*Lock {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Collect(maps.Keys(s.ring.slots[i]))
+}
+
+// firstDue is when the first occupied slot of a round starting at base is
+// due, or base if none is.
+func (s *Session) firstDue(base time.Time) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, locks := range s.ring.slots {
+		if len(locks) > 0 {
+			return base.Add(time.Duration(i) * s.ring.gap)
+		}
+	}
+	return base
 }
 
 // leasesFrom is when the earliest lease of the held locks was last sent
@@ -128,23 +305,18 @@ func (s *Session) leasesFrom() time.Time {
 func (s *Session) goIdle() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.locks) > 0 || len(s.stale) > 0 || len(s.waiting) > 0 {
+	if len(s.locks) > 0 || len(s.stale) > 0 {
 		return false
 	}
 	s.idle = true
 	return true
 }
 
-// renewRound renews every held lock, and the place of every fair waiter,
-// in one round trip and reports how many locks are still held and how many
-// renewals of locks failed with an error (to be retried soon). The round's
-// context ends at the earliest local deadline. A waiter whose place could
-// not be renewed needs nothing done: its next attempt joins again.
-func (s *Session) renewRound(ctx context.Context) (held, failed int) {
-	locks, waiters := s.held(), s.waiters()
-	if len(locks) == 0 && len(waiters) == 0 {
-		return 0, 0
-	}
+// renewSlice renews locks in one round trip and reports how many were
+// still held and which renewals failed with an error (to be retried). The
+// slice's context ends at the earliest of their local deadlines, and each
+// lease renewed runs from the slice's send time.
+func (s *Session) renewSlice(ctx context.Context, locks []*Lock) (held int, failed []*Lock) {
 	sent := time.Now()
 	earliest := time.Time{}
 	live := locks[:0]
@@ -158,18 +330,18 @@ func (s *Session) renewRound(ctx context.Context) (held, failed int) {
 		}
 		live = append(live, l)
 	}
-	if len(live) == 0 && len(waiters) == 0 {
-		return 0, 0
+	if len(live) == 0 {
+		return 0, nil
 	}
-	outcomes, _ := s.place.renew(ctx, live, waiters, earliest)
+	outcomes := s.place.renew(ctx, live, earliest)
 	if ctx.Err() != nil {
-		return len(live), 0 // closing
+		return len(live), nil // closing
 	}
 	for i, r := range outcomes {
 		l := live[i]
 		switch {
 		case r.err != nil:
-			failed++
+			failed = append(failed, l)
 			if left := time.Until(l.Deadline()); left > 0 {
 				s.cfg.logger.Warn("redisleader: renewal failed; retrying until the local deadline",
 					"name", l.keys.name, "fence", l.fence, "deadline_in", left, "err", r.err)

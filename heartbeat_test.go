@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -354,5 +355,194 @@ func waitOrDone(ctx context.Context, d time.Duration) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// renewals records the renewal slices a client sends: when each started and
+// ended, and the lock keys it renewed.
+type renewals struct {
+	mu     sync.Mutex // protects slices
+	slices []renewalSlice
+	fail   func(keys []string) bool // fails a slice (without sending it) when it returns true
+}
+
+type renewalSlice struct {
+	start, end time.Time
+	keys       []string
+	failed     bool // by fail
+}
+
+func (r *renewals) hook() testHook {
+	return eachCall(func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+		if !isCall(cmds[0], renewScript) {
+			return send(ctx, cmds)
+		}
+		sl := renewalSlice{start: time.Now()}
+		for _, cmd := range cmds {
+			sl.keys = append(sl.keys, fmt.Sprint(cmd.Args()[argLockKey]))
+		}
+		var err error
+		if r.fail != nil && r.fail(sl.keys) {
+			sl.failed, err = true, errors.New("renewal slice failed (test)")
+			for _, cmd := range cmds {
+				cmd.SetErr(err)
+			}
+		} else {
+			err = send(ctx, cmds)
+		}
+		sl.end = time.Now()
+		r.mu.Lock()
+		r.slices = append(r.slices, sl)
+		r.mu.Unlock()
+		return err
+	})
+}
+
+// sent returns the slices recorded so far.
+func (r *renewals) sent() []renewalSlice {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.slices)
+}
+
+// tryLocks takes n names prefix-0 … prefix-(n-1) into locks (by key) and
+// records when each acquire was sent.
+func tryLocks(t *testing.T, s *Session, prefix string, n int, locks map[string]*Lock, sent map[string]time.Time) {
+	t.Helper()
+	for i := range n {
+		l, err := s.TryLock(context.Background(), fmt.Sprint(prefix, "-", i))
+		require.NoError(t, err)
+		l.mu.Lock()
+		locks[l.Key()], sent[l.Key()] = l, l.renewed
+		l.mu.Unlock()
+	}
+}
+
+// TestRenewalSlices: a session holding more locks than a slice takes
+// renews them in slices of at most sliceMax locks, one round trip each,
+// spread over the first half of the interval (issue 31: one round of 50k
+// renewals stalled every other client of the server). Every lock is renewed
+// once per interval, also one taken while rounds run (within an interval of
+// its acquire), and each lease runs from the send time of its own slice,
+// not from the round's start.
+func TestRenewalSlices(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	require.NoError(t, c.ScriptLoad(context.Background(), renewScript.src.(string)).Err()) // one pipeline per slice
+	rec := &renewals{}
+	c.AddHook(rec.hook())
+	const interval = 200 * time.Millisecond
+	var (
+		mu       sync.Mutex // protects locks, acquired, stale and checks
+		locks    = map[string]*Lock{}
+		acquired = map[string]time.Time{}
+		stale    []string // leases that do not run from their last slice's send time
+		checks   int
+	)
+	s := newSession(t, c, WithTTL(3*time.Second), WithRenewInterval(interval),
+		withRoundHook(func(int, bool) { // after a slice: the next is not under way
+			sent := rec.sent()
+			mu.Lock()
+			defer mu.Unlock()
+			checks++
+			for key, l := range locks {
+				if i := lastSliceOf(sent, key); i > 0 {
+					l.mu.Lock()
+					renewed := l.renewed
+					l.mu.Unlock()
+					if !renewed.After(sent[i-1].end) || renewed.After(sent[i].start) {
+						stale = append(stale, key)
+					}
+				}
+			}
+		}))
+	mu.Lock()
+	tryLocks(t, s, "sliced", 2*sliceMax+30, locks, acquired)
+	mu.Unlock()
+	<-time.After(interval + interval/3) // a round is under way: take more locks in its midst
+	mu.Lock()
+	tryLocks(t, s, "later", sliceMax/2, locks, acquired)
+	mu.Unlock()
+	<-time.After(3 * interval) // the measured window: rounds run meanwhile
+
+	renewedAt := map[string][]time.Time{}
+	starts := map[time.Duration]bool{} // slices' offsets in the interval, to 1/8 of it
+	sent := rec.sent()
+	for _, sl := range sent {
+		assert.LessOrEqual(t, len(sl.keys), sliceMax, "a slice of %d renewals", len(sl.keys))
+		for _, k := range sl.keys {
+			renewedAt[k] = append(renewedAt[k], sl.start)
+		}
+		starts[sl.start.Sub(sent[0].start).Round(interval/8)%interval] = true
+	}
+	assert.GreaterOrEqual(t, len(starts), 3, "the slices of a round start at once: %v", starts)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Empty(t, stale, "leases that did not run from their own slice's send time")
+	assert.Greater(t, checks, 8, "slices checked")
+	tolerance := interval / 4 // scheduling on a loaded machine
+	for k, at := range acquired {
+		times := append([]time.Time{at}, renewedAt[k]...)
+		require.GreaterOrEqual(t, len(times), 3, "%s renewed %d times in 3 intervals", k, len(times)-1)
+		for i := 1; i < len(times); i++ {
+			gap := times[i].Sub(times[i-1])
+			assert.Less(t, gap, interval+tolerance, "%s: renewal %d came %v after the one before (interval %v)", k, i, gap, interval)
+			if i > 1 { // the first may come soon after the acquire; a late one shortens the next gap
+				assert.Greater(t, gap, interval/2, "%s renewed twice in a round: renewal %d came %v after the one before", k, i, gap)
+			}
+		}
+	}
+}
+
+// lastSliceOf returns the index of the last slice of sent that renewed key,
+// or -1.
+func lastSliceOf(sent []renewalSlice, key string) int {
+	for i := len(sent) - 1; i >= 0; i-- {
+		if slices.Contains(sent[i].keys, key) {
+			return i
+		}
+	}
+	return -1
+}
+
+// TestFailedSliceRetriedAlone: a slice whose round trip failed is retried
+// after the retry delay, alone: the other slices keep their turns, one per
+// interval, and the failed slice's locks are renewed before their deadlines.
+func TestFailedSliceRetriedAlone(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	require.NoError(t, c.ScriptLoad(context.Background(), renewScript.src.(string)).Err())
+	var failing atomic.Pointer[string] // a key whose next slice fails
+	rec := &renewals{fail: func(keys []string) bool {
+		k := failing.Load()
+		return k != nil && slices.Contains(keys, *k) && failing.CompareAndSwap(k, nil)
+	}}
+	c.AddHook(rec.hook())
+	const interval, retry = 300 * time.Millisecond, 30 * time.Millisecond
+	s := newSession(t, c, WithTTL(3*time.Second), WithRenewInterval(interval), WithRetryInterval(retry), WithRetryJitter(0))
+	locks, acquired := map[string]*Lock{}, map[string]time.Time{}
+	tryLocks(t, s, "retried", 2*sliceMax+10, locks, acquired)
+	<-time.After(interval) // a round's slices have run
+	key := locks[newKeys("retried-0").lock].Key()
+	failing.Store(&key)
+	<-time.After(2 * interval) // the measured window: the failure, its retry, a round more
+
+	sent := rec.sent()
+	failed := slices.IndexFunc(sent, func(sl renewalSlice) bool { return sl.failed })
+	require.GreaterOrEqual(t, failed, 0, "no slice failed")
+	for i, sl := range sent[failed+1:] {
+		if !slices.Contains(sl.keys, key) {
+			assert.Empty(t, slices.DeleteFunc(slices.Clone(sl.keys), func(k string) bool { return !slices.Contains(sent[failed].keys, k) }),
+				"slice %d after the failure renewed locks of the failed slice along with others", i)
+			continue
+		}
+		assert.ElementsMatch(t, sent[failed].keys, sl.keys, "the retry renews the failed slice's locks, and only those")
+		after := sl.start.Sub(sent[failed].end)
+		assert.GreaterOrEqual(t, after, retry, "the retry came %v after the failure; the retry delay is %v", after, retry)
+		assert.Less(t, after, interval/2, "the retry came %v after the failure: it waited for the slot's next turn", after)
+		break
+	}
+	for _, l := range locks {
+		assert.True(t, l.Held(), "%s: %v", l.Key(), l.Err())
 	}
 }

@@ -28,9 +28,10 @@ type Hooks struct {
 	// Released: an acquisition ended because it was given up; Cause is
 	// ErrReleased (Release, or Run resigning) or ErrSessionClosed (Close).
 	Released func(EndEvent)
-	// RenewalRound: the heartbeat finished a renewal round for at least one
-	// live lock (whether or not the renewals succeeded; a round cut short by
-	// Close reports no failures).
+	// RenewalRound: the heartbeat finished a renewal round trip for at least
+	// one live lock: a slice of a round, which is all the locks of a session
+	// holding up to 100, or a retry of a failed slice (whether or not the
+	// renewals succeeded; one cut short by Close reports no failures).
 	RenewalRound func(RenewalEvent)
 	// LeaderChanged: an Observe goroutine is sending a state on its channel:
 	// first the current one (Initial), then one per change. Each Observe
@@ -58,10 +59,10 @@ type EndEvent struct {
 	Cause error         // why it ended: what Lock.Err returns from now on
 }
 
-// A RenewalEvent describes one renewal round of a session's heartbeat.
+// A RenewalEvent describes one renewal round trip of a session's heartbeat.
 type RenewalEvent struct {
-	Duration time.Duration // from the start of the round to its outcome
-	Locks    int           // locks the round renewed (or tried to)
+	Duration time.Duration // from the start of the round trip to its outcome
+	Locks    int           // locks the round trip renewed (or tried to)
 	// Failures is the number of those locks whose renewal failed with an
 	// error (they are retried soon; one that cannot be renewed before its
 	// local deadline is then Lost with ErrExpired). A "not owner" reply is

@@ -34,6 +34,9 @@ type Lock struct {
 	// succ is what an election's release does besides the delete
 	// (priority.go, transfer.go); nil for most.
 	succ *succession
+	// slot is the lock's slot in its session's ring (heartbeat.go) while it
+	// is registered; guarded by the session's mu.
+	slot int
 
 	mu       sync.Mutex    // protects value, deadline, renewed, err, done, onEnds, delivered(At)
 	value    string        // as acquired, then as last proclaimed

@@ -59,13 +59,10 @@ func (n *node) acquire(ctx context.Context, l *Lock, deadline time.Time) acquire
 	return r
 }
 
-func (n *node) renew(ctx context.Context, locks []*Lock, waiters []*waiter, deadline time.Time) (locksOut, waitersOut []renewal) {
-	calls := make([]call, 0, len(locks)+len(waiters))
+func (n *node) renew(ctx context.Context, locks []*Lock, deadline time.Time) []renewal {
+	calls := make([]call, 0, len(locks))
 	for _, l := range locks {
 		calls = append(calls, n.s.renewCall(l))
-	}
-	for _, w := range waiters {
-		calls = append(calls, call{keepPlaceScript, w.keepArgv[:]})
 	}
 	callCtx := n.s.bound(ctx, deadline)
 	cmds, ackErr := runCalls(callCtx, n.c, calls, n.s.cfg.acks)
@@ -73,11 +70,11 @@ func (n *node) renew(ctx context.Context, locks []*Lock, waiters []*waiter, dead
 	out := make([]renewal, len(cmds))
 	for i, cmd := range cmds {
 		out[i] = renewReply(cmd)
-		if !out[i].lost && out[i].err == nil && ackErr != nil && i < len(locks) {
+		if !out[i].lost && out[i].err == nil && ackErr != nil {
 			out[i].err = ackErr
 		}
 	}
-	return out[:len(locks)], out[len(locks):]
+	return out
 }
 
 func (n *node) release(ctx context.Context, l *Lock) deleted {

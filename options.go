@@ -71,7 +71,9 @@ func WithTTL(d time.Duration) Option {
 }
 
 // WithRenewInterval sets how often the session's heartbeat renews every key
-// it holds, in one pipelined round trip. The default is TTL/3; it must be at
+// it holds, in pipelined round trips of up to 100 keys (one for a session
+// that holds no more) spread over the first half of the interval. The
+// default is TTL/3; it must be at
 // least 1ms and at most TTL/3, so that at least two renewals fit in a lease.
 func WithRenewInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.renewInterval, c.renewIntervalSet = d, true })
@@ -138,7 +140,7 @@ func WithTakeoverDelay(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.takeoverDelay = d })
 }
 
-// WithReplicaAcks follows every acquire and renewal round, on the same
+// WithReplicaAcks follows every acquire and renewal round trip, on the same
 // connection, by WAIT n timeout, and counts it only if n replicas
 // acknowledged it. An unacknowledged acquire is not taken (its key is
 // deleted; TryLock returns ErrReplication, blocking acquisitions retry); an

@@ -14,11 +14,9 @@ type place interface {
 	// acquire makes one acquire attempt for l, bounded by ctx, the call
 	// timeout and deadline (the local deadline the lease would get).
 	acquire(ctx context.Context, l *Lock, deadline time.Time) acquired
-	// renew renews every lock and every waiter's place once, bounded by ctx,
-	// the call timeout and deadline (the earliest of the locks' local
-	// deadlines; zero: none). There are waiters only in fair mode, which a
-	// quorum refuses.
-	renew(ctx context.Context, locks []*Lock, waiters []*waiter, deadline time.Time) (locksOut, waitersOut []renewal)
+	// renew renews every lock once, bounded by ctx, the call timeout and
+	// deadline (the earliest of the locks' local deadlines; zero: none).
+	renew(ctx context.Context, locks []*Lock, deadline time.Time) []renewal
 	// release deletes l's token wherever the key still holds it.
 	release(ctx context.Context, l *Lock) deleted
 	// releaseAll is release for several locks at once, in one round trip,

@@ -341,7 +341,7 @@ func (q *quorum) raiseFence(ctx context.Context, cancel context.CancelFunc, l *L
 // (redlockRenewScript). A lock renewed by a quorum is renewed; one that
 // so many nodes no longer hold that no quorum is possible is lost;
 // otherwise its renewal failed.
-func (q *quorum) renew(ctx context.Context, locks []*Lock, _ []*waiter, deadline time.Time) (_, _ []renewal) {
+func (q *quorum) renew(ctx context.Context, locks []*Lock, deadline time.Time) []renewal {
 	renewed, notOwner, errs, lastErr := make([]int, len(locks)), make([]int, len(locks)), make([]int, len(locks)), make([]error, len(locks))
 	callCtx, cancel := q.deadlineCtx(ctx, deadline)
 	defer cancel()
@@ -382,7 +382,7 @@ func (q *quorum) renew(ctx context.Context, locks []*Lock, _ []*waiter, deadline
 				renewed[j], len(q.nodes), q.need, notOwner[j], cmp.Or(lastErr[j], errNoQuorum))
 		}
 	}
-	return out, nil
+	return out
 }
 
 // release is releaseAll for one lock, without its slices of calls.

@@ -177,7 +177,7 @@ func TestRedlockRenewalAndReleaseWriteTheFenceBack(t *testing.T) {
 		require.Less(t, lock, l.Fence(), "node %d before the first renewal", i+1)
 		require.Equal(t, lock, key, "node %d before the first renewal", i+1)
 	}
-	out, _ := s.place.renew(ctx, []*Lock{l}, nil, time.Time{})
+	out := s.place.renew(ctx, []*Lock{l}, time.Time{})
 	require.Equal(t, renewal{}, out[0])
 	for i, m := range ms {
 		lock, key := fenceOf(m)
@@ -229,7 +229,7 @@ func TestRedlockRenewalRefusesAForeignFenceKey(t *testing.T) {
 	require.NoError(t, ms[2].Set(l.keys.fence, "not a fence"))
 	ms[2].SetTTL(l.keys.lock, time.Second)
 	before, _ := ms[2].Get(l.keys.lock)
-	out, _ := s.place.renew(ctx, []*Lock{l}, nil, time.Time{})
+	out := s.place.renew(ctx, []*Lock{l}, time.Time{})
 	assert.Equal(t, renewal{}, out[0], "renewed on a quorum")
 	after, _ := ms[2].Get(l.keys.lock)
 	assert.Equal(t, before, after)
@@ -408,7 +408,7 @@ func TestRedlockLeaderReportsTheHoldersFence(t *testing.T) {
 	// After a renewal, a node that took the token late with its own, larger
 	// fence (node 0 here) is rewritten by the next renewal; until then, the
 	// largest is reported (see doc.go).
-	out, _ := s.place.renew(ctx, []*Lock{l}, nil, time.Time{})
+	out := s.place.renew(ctx, []*Lock{l}, time.Time{})
 	require.Equal(t, renewal{}, out[0])
 	late := l.fence + 1000
 	ms[0].Set(l.keys.lock, fmt.Sprintf("%s\n%d\n%s", l.token, late, l.value))
@@ -416,7 +416,7 @@ func TestRedlockLeaderReportsTheHoldersFence(t *testing.T) {
 	leader, err = mustElection(t, newRedlock(t, cs), "fenced").Leader(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, late, leader.Fence, "a late node's fence, until the next renewal")
-	out, _ = s.place.renew(ctx, []*Lock{l}, nil, time.Time{})
+	out = s.place.renew(ctx, []*Lock{l}, time.Time{})
 	require.Equal(t, renewal{}, out[0])
 	leader, err = mustElection(t, newRedlock(t, cs), "fenced").Leader(ctx)
 	require.NoError(t, err)

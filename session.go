@@ -34,8 +34,9 @@ type Client interface {
 }
 
 // A Session is one participant's lease on Redis: a TTL and one heartbeat
-// goroutine that renews every key the session holds, all in one pipelined
-// round trip per renewal round, plus (on first use) one pub/sub connection
+// goroutine that renews every key the session holds once per renewal round,
+// in pipelined round trips of up to 100 keys (heartbeat.go), plus (on first
+// use) one pub/sub connection
 // shared by everything in the session that waits for a name. Ownership of
 // each key ends at a local deadline (see the package documentation, section
 // Timing).
@@ -52,8 +53,9 @@ type Session struct {
 	locks map[*Lock]struct{}
 	names map[string]*Lock    // the held lock of each name in locks
 	stale map[*Lock]staleness // ended locks whose token may still be in Redis
+	ring  ring                // the slots of the locks' renewals (heartbeat.go)
 	terms map[*Lock]*term     // leaderships Election.Run releases itself
-	// waiting: fair acquisitions whose places in a queue the heartbeat renews
+	// waiting: fair acquisitions that may have a place in a queue
 	waiting   map[*waiter]struct{}
 	err       error         // nil until Close
 	idle      bool          // the heartbeat sleeps until kicked
@@ -121,6 +123,7 @@ func startSession(client Client, cfg config, newPlace func(*Session) place) *Ses
 		hbDone: make(chan struct{}),
 	}
 	s.waiting = make(map[*waiter]struct{})
+	s.ring = newRing(cfg.renewInterval)
 	s.newCombiner(&s.combine, client)
 	s.place = newPlace(s)
 	s.watch = &watcher{s: s, chans: make(map[string]*channelSubs)}
@@ -271,6 +274,7 @@ func (s *Session) add(l *Lock) error {
 		return s.err
 	}
 	s.locks[l] = struct{}{}
+	s.ring.add(l)
 	s.names[l.keys.name] = l
 	s.wakeLocked()
 	s.wakeWaitersLocked(l.keys.name)
@@ -302,7 +306,10 @@ func (s *Session) wakeLocked() {
 
 func (s *Session) remove(l *Lock) {
 	s.mu.Lock()
-	delete(s.locks, l)
+	if _, ok := s.locks[l]; ok {
+		delete(s.locks, l)
+		s.ring.remove(l)
+	}
 	if s.names[l.keys.name] == l {
 		delete(s.names, l.keys.name)
 	}

@@ -7,14 +7,17 @@ import (
 // testHooks are the points where tests and benchmarks watch or steer a
 // session. All are nil in production; the options below set them.
 type testHooks struct {
-	round   func(held int, failed bool)        // heartbeat goroutine, after each renewal round
+	round   func(held int, failed bool)        // heartbeat goroutine, after each slice of renewals and each clean-up of stale tokens (held 0)
 	attempt func(name string, err error)       // acquiring goroutine, after each acquire attempt
 	pause   func(d time.Duration, follow bool) // acquiring goroutine, before it waits to retry
 	armed   func(*Lock)                        // in arm, between registering the lock and its timer
 }
 
 // withRoundHook is an unexported option for tests: f runs on the heartbeat
-// goroutine after every renewal round.
+// goroutine after every slice of renewals that renewed (or tried to renew)
+// a live lock, with their number and whether one failed, and after every
+// clean-up of stale tokens, with held 0 and whether a slice of its round
+// failed.
 func withRoundHook(f func(held int, failed bool)) Option {
 	return optionFunc(func(c *config) { c.test.round = f })
 }

@@ -50,6 +50,11 @@ type config struct {
 	renewEvery  time.Duration // the renew interval while renewal rounds are timed
 	renewRounds int           // renewal rounds timed per size
 	candidates  int
+
+	pingLeases int           // leases one Session holds under the renewal load
+	pingTTL    time.Duration // their TTL
+	pingEvery  time.Duration // their renew interval
+	pingRounds int           // renewal rounds the PING latency is measured over
 }
 
 func newConfig(rounds int, quick bool) config {
@@ -59,12 +64,14 @@ func newConfig(rounds int, quick bool) config {
 		electionTTL: time.Second, followers: 10, loadWindow: 3 * time.Second,
 		scaleSizes: []int{1, 100, 1000, 10000}, scaleTTL: 30 * time.Second, renewEvery: 100 * time.Millisecond,
 		renewRounds: 15, candidates: 200,
+		pingLeases: 50000, pingTTL: 10 * time.Second, pingEvery: time.Second, pingRounds: 10,
 	}
 	if quick {
 		c.rounds, c.quick = 1, true
 		c.warmup, c.seqPairs, c.window, c.allocIters = 100, 1000, 300*time.Millisecond, 500
 		c.handovers, c.polls, c.crashes = 20, 5, 5
 		c.loadWindow, c.renewRounds = time.Second, 4
+		c.pingLeases, c.pingRounds = 5000, 3
 	}
 	return c
 }
@@ -74,14 +81,19 @@ func main() {
 	rounds := flags.Int("rounds", 5, "rounds; every scenario runs once per round with the contenders' order rotated")
 	quick := flags.Bool("quick", false, "one short round (under a minute) for CI; its numbers mean little")
 	out := flags.String("out", "RESULTS.md", "file the markdown report is written to (it is printed too)")
-	only := flags.String("only", "", `"locks": run only the lock scenarios (a)-(d), a few minutes instead of the full run; "elections": only the election scenarios (handovers, crash takeover, follower load)`)
+	only := flags.String("only", "", `"locks": run only the lock scenarios (a)-(d), a few minutes instead of the full run; "elections": only the election scenarios (handovers, crash takeover, follower load); "renewal": only the renewal load (other clients' PING while one Session renews its leases)`)
+	pingAddr := flags.String("pinger", "", "internal: run as the renewal load's pinger against this address")
+	pingFor := flags.Duration("ping-for", 0, "internal: how long the pinger runs")
 	_ = flags.Parse(os.Args[1:])
+	if *pingAddr != "" {
+		os.Exit(pinger(*pingAddr, *pingFor))
+	}
 	if *rounds < 1 {
 		fmt.Fprintln(os.Stderr, "bench: -rounds must be at least 1")
 		os.Exit(2)
 	}
-	if *only != "" && *only != "locks" && *only != "elections" {
-		fmt.Fprintf(os.Stderr, "bench: -only %q: the choices are \"locks\" and \"elections\"\n", *only)
+	if *only != "" && *only != "locks" && *only != "elections" && *only != "renewal" {
+		fmt.Fprintf(os.Stderr, "bench: -only %q: the choices are \"locks\", \"elections\" and \"renewal\"\n", *only)
 		os.Exit(2)
 	}
 	cfg := newConfig(*rounds, *quick)
@@ -140,6 +152,11 @@ func runRounds(cfg config, e *env, contenders []contender, topo *topoEnv) *resul
 	ctx := context.Background()
 	res := newResults(cfg.rounds)
 	for round := range cfg.rounds {
+		if cfg.only == "renewal" {
+			progress("round %d/%d: renewal load", round+1, cfg.rounds)
+			runPings(ctx, e, cfg, round, res.pings, &res.errs)
+			continue
+		}
 		if cfg.only != "elections" {
 			progress("round %d/%d: locks", round+1, cfg.rounds)
 			runLocks(ctx, cfg, rotate(contenders, round), round, res.locks, &res.errs)
@@ -153,6 +170,8 @@ func runRounds(cfg config, e *env, contenders []contender, topo *topoEnv) *resul
 		}
 		progress("round %d/%d: scale", round+1, cfg.rounds)
 		runScale(ctx, e, cfg, round, res.scale, &res.errs)
+		progress("round %d/%d: renewal load", round+1, cfg.rounds)
+		runPings(ctx, e, cfg, round, res.pings, &res.errs)
 		progress("round %d/%d: topologies", round+1, cfg.rounds)
 		runTopologies(ctx, topo, cfg, round, res.topo, &res.errs)
 	}
@@ -164,12 +183,13 @@ type results struct {
 	locks     *lockResults
 	elections *electionResults
 	scale     *scaleResults
+	pings     *pingResults
 	topo      *topoResults
 	errs      errorLog
 }
 
 func newResults(rounds int) *results {
-	return &results{locks: newLockResults(rounds), elections: newElectionResults(rounds), scale: newScaleResults(rounds), topo: newTopoResults(rounds)}
+	return &results{locks: newLockResults(rounds), elections: newElectionResults(rounds), scale: newScaleResults(rounds), pings: newPingResults(rounds), topo: newTopoResults(rounds)}
 }
 
 // env is the run's redis-servers and the client that inspects the first.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -10,22 +11,25 @@ import (
 	"github.com/redisleader/redisleader"
 )
 
-// renewStats describes a Session's renewal rounds.
+// renewStats describes a Session's renewal rounds. A round renews every
+// lock once, in slices (one pipeline each) spread over the first half of
+// the renew interval; a session holding up to 100 locks sends one slice.
 type renewStats struct {
-	rtt        time.Duration // median round trip of a round's pipeline (one EVALSHA for one lock)
-	round      time.Duration // mean time between round starts minus the renew interval: a whole round
+	slices     float64       // slices per round
+	rtt        time.Duration // median round trip of a slice (one EVALSHA for one lock)
+	drift      time.Duration // mean time between a lock's renewals minus the renew interval
 	cmdsPerSec float64       // commands the server ran per second
-	perLease   float64       // commands per lease per round
+	perLease   float64       // renewals per lease per round
 }
 
 // renewal holds n locks in one Session renewing every cfg.renewEvery and
-// times cfg.renewRounds consecutive rounds. Only renewals use the
-// Session's client meanwhile, so a go-redis hook on it sees exactly the
-// rounds; the server's counts are read between rounds.
+// records cfg.renewRounds rounds. Only renewals use the Session's client
+// meanwhile, so a go-redis hook on it sees exactly the slices; the
+// server's counts are read around them.
 func renewal(ctx context.Context, e *env, cfg config, prefix string, n int) (renewStats, error) {
 	c := e.client()
 	defer c.Close()
-	hook := &roundHook{ends: make(chan struct{}, cfg.renewRounds+2)}
+	hook := &roundHook{}
 	c.AddHook(hook)
 	s, err := redisleader.NewSession(c, redisleader.WithTTL(cfg.scaleTTL), redisleader.WithRenewInterval(cfg.renewEvery))
 	if err != nil {
@@ -35,49 +39,76 @@ func renewal(ctx context.Context, e *env, cfg config, prefix string, n int) (ren
 	if _, err := acquireMany(ctx, s, prefix, n, cfg.goroutines); err != nil {
 		return renewStats{}, err
 	}
-	wctx, cancel := context.WithTimeout(ctx, sampleTimeout+time.Duration(cfg.renewRounds)*(cfg.renewEvery+time.Second))
-	defer cancel()
-	hook.arm()
-	if err := hook.next(wctx); err != nil { // a whole round has run
-		return renewStats{}, err
-	}
 	before, err := commandCalls(ctx, e.admin)
 	if err != nil {
 		return renewStats{}, err
 	}
+	hook.arm()
 	t0 := time.Now()
-	for range cfg.renewRounds {
-		if err := hook.next(wctx); err != nil {
-			return renewStats{}, err
-		}
-	}
+	<-time.After(time.Duration(cfg.renewRounds+1) * cfg.renewEvery) // the measured window: rounds run meanwhile
+	calls := hook.disarm()
 	after, err := commandCalls(ctx, e.admin)
 	if err != nil {
 		return renewStats{}, err
 	}
-	elapsed := time.Since(t0)
-	starts, rtts := hook.disarm()
-	cmds := float64(scriptCalls(after.since(before)))
+	cmdsPerSec := float64(scriptCalls(after.since(before))) / time.Since(t0).Seconds()
+	return describeRounds(calls, n, cfg.renewEvery, cmdsPerSec)
+}
+
+// describeRounds summarises the rounds of a Session holding n locks from
+// its slices: those from one renewal of the first slice's first lock to its
+// last renewal are whole rounds, in which every lock is renewed once.
+func describeRounds(calls []sliceCall, n int, every time.Duration, cmdsPerSec float64) (renewStats, error) {
+	if len(calls) == 0 {
+		return renewStats{}, fmt.Errorf("no renewal in the window")
+	}
+	mark := calls[0].keys[0]
+	var marks []time.Time
+	for _, sl := range calls {
+		if slices.Contains(sl.keys, mark) {
+			marks = append(marks, sl.start)
+		}
+	}
+	rounds := len(marks) - 1
+	if rounds < 2 {
+		return renewStats{}, fmt.Errorf("%d renewal rounds in the window (renew interval %v)", rounds, every)
+	}
+	first, last := marks[0], marks[rounds]
+	var rtts []time.Duration
+	cmds, count := 0, 0
+	for _, sl := range calls {
+		if !sl.start.Before(first) && sl.start.Before(last) {
+			rtts = append(rtts, sl.rtt)
+			cmds += len(sl.keys)
+			count++
+		}
+	}
 	return renewStats{
+		slices:     float64(count) / float64(rounds),
 		rtt:        describe(rtts).p50,
-		round:      starts[len(starts)-1].Sub(starts[0])/time.Duration(len(starts)-1) - cfg.renewEvery,
-		cmdsPerSec: cmds / elapsed.Seconds(),
-		perLease:   cmds / float64(n) / float64(cfg.renewRounds),
+		drift:      last.Sub(first)/time.Duration(rounds) - every,
+		cmdsPerSec: cmdsPerSec,
+		perLease:   float64(cmds) / float64(n) / float64(rounds),
 	}, nil
 }
 
-// roundHook is a go-redis hook that times every script call through the
-// client while armed: a pipeline of EVALSHAs (a renewal round of several
-// locks) or a single one (the round of one lock). Other calls, such as the
-// HELLO pipeline of a new connection (which go-redis runs through the
-// client's hooks), are not rounds.
-type roundHook struct {
-	ends chan struct{} // one send per call that ended while armed
+// sliceCall is one script call through the client: a pipeline of
+// EVALSHAs (a slice of renewals) or a single one (the slice of one lock),
+// and the lock keys it renewed.
+type sliceCall struct {
+	start time.Time
+	rtt   time.Duration
+	keys  []string
+}
 
-	mu     sync.Mutex // protects everything below
-	armed  bool
-	starts []time.Time
-	rtts   []time.Duration
+// roundHook is a go-redis hook that records every script call through the
+// client while armed. Other calls, such as the HELLO pipeline of a new
+// connection (which go-redis runs through the client's hooks), are not
+// renewals.
+type roundHook struct {
+	mu    sync.Mutex // protects armed and calls
+	armed bool
+	calls []sliceCall
 }
 
 func (h *roundHook) arm() {
@@ -86,27 +117,16 @@ func (h *roundHook) arm() {
 	h.armed = true
 }
 
-// disarm stops recording and returns the start times and round trips of the
-// calls that ran while armed.
-func (h *roundHook) disarm() ([]time.Time, []time.Duration) {
+// disarm stops recording and returns the calls recorded.
+func (h *roundHook) disarm() []sliceCall {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.armed = false
-	return h.starts, h.rtts
+	return h.calls
 }
 
-// next waits for the next call to end.
-func (h *roundHook) next(ctx context.Context) error {
-	select {
-	case <-h.ends:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("waiting for a renewal round: %w", ctx.Err())
-	}
-}
-
-// timed runs call and records it if it is a round and the hook was armed
-// when it started.
+// timed runs call and records it if it is a renewal slice and the hook was
+// armed when it started.
 func (h *roundHook) timed(cmds []redis.Cmder, call func() error) error {
 	h.mu.Lock()
 	armed := h.armed
@@ -121,12 +141,12 @@ func (h *roundHook) timed(cmds []redis.Cmder, call func() error) error {
 	if armed {
 		d := time.Since(t)
 		h.mu.Lock()
-		h.starts, h.rtts = append(h.starts, t), append(h.rtts, d)
-		h.mu.Unlock()
-		select {
-		case h.ends <- struct{}{}:
-		default:
+		keys := make([]string, len(cmds))
+		for i, c := range cmds {
+			keys[i] = fmt.Sprint(c.Args()[3]) // EVALSHA sha 1 key …
 		}
+		h.calls = append(h.calls, sliceCall{t, d, keys})
+		h.mu.Unlock()
 	}
 	return err
 }

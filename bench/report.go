@@ -30,11 +30,17 @@ func render(cfg config, contenders []contender, res *results, took time.Duration
 		r.elections(res.elections)
 		r.errors(res.errs.list)
 		return r.String()
+	case "renewal":
+		r.pingTargets(res.pings)
+		r.pings(res.pings)
+		r.errors(res.errs.list)
+		return r.String()
 	}
 	r.targets(res)
 	r.locks(contenders, res.locks)
 	r.elections(res.elections)
 	r.scale(res.scale)
+	r.pings(res.pings)
 	r.topologies(res.topo)
 	r.errors(res.errs.list)
 	return r.String()
@@ -47,6 +53,9 @@ func (r *report) header(took time.Duration) {
 	}
 	if r.cfg.only != "" {
 		kind = fmt.Sprintf("%s scenarios only (-only %s)", strings.TrimSuffix(r.cfg.only, "s"), r.cfg.only)
+	}
+	if r.cfg.only == "renewal" {
+		kind = "renewal load only (-only renewal)"
 	}
 	pinning := "not pinned"
 	if r.m.pinned {
@@ -123,6 +132,8 @@ func (r *report) targets(res *results) {
 	r.printf("| Redlock-3 allocs per pair ≤ redsync-3's | %s vs %s | %s |\n", cell(a3, "%.0f"), cell(r3, "%.0f"), verdict(a3.max <= r3.min, summary{n: min(a3.n, r3.n)}))
 
 	r.electionTargets(el, sc)
+	r.pingRows(res.pings)
+	r.printf("\n")
 }
 
 // ratioRow is a targets' row for a ratio.
@@ -152,7 +163,43 @@ func (r *report) electionTargets(el *electionResults, sc *scaleResults) {
 	r.printf("| %s leases: goroutines O(1) (same Δ as with %s) | Δ %s vs Δ %s | %s |\n", large, small,
 		cell(g1, "%.0f"), cell(g0, "%.0f"), verdict(g1.max <= g0.min, summary{n: min(g0.n, g1.n)}))
 	heap := sc.heapPerLock.of(large)
-	r.printf("| %s leases: ≤ 4 KB heap per lease | %s B | %s |\n\n", large, cell(heap, "%.0f"), verdict(heap.med <= 4096, heap))
+	r.printf("| %s leases: ≤ 4 KB heap per lease | %s B | %s |\n", large, cell(heap, "%.0f"), verdict(heap.med <= 4096, heap))
+}
+
+// pingTargets is the targets table of a run of the renewal load alone.
+func (r *report) pingTargets(p *pingResults) {
+	r.printf("## Targets\n\n| target | measured (redisleader) | met |\n|---|---|---|\n")
+	r.pingRows(p)
+	r.printf("\n")
+}
+
+// pingRows are the renewal load's rows of the targets table.
+func (r *report) pingRows(p *pingResults) {
+	what := fmt.Sprintf("%d leases renewed every %v", r.cfg.pingLeases, r.cfg.pingEvery)
+	p99 := p.p99.ratio("redisleader", rowIdle)
+	r.printf("| %s: other clients' PING p99 ≤ 2× idle (same round) | %s (idle p99 %s ms) | %s |\n", what, ratioCell(p99),
+		cell(p.p99.of(rowIdle), "%.3f"), verdict(p99.med <= 2, p99))
+	mx := p.max.of("redisleader")
+	r.printf("| %s: other clients' PING max ≤ 2 ms | %s ms per round (idle: %s) | %s |\n", what, cell(mx, "%.2f"),
+		cell(p.max.of(rowIdle), "%.2f"), verdict(mx.med <= 2, mx))
+	per := p.perLease.of("redisleader")
+	r.printf("| %s: 1 command per lease per round | %s | %s |\n", what, cell(per, "%.2f"), verdict(per.med <= 1.01, per))
+}
+
+// pings reports the renewal load.
+func (r *report) pings(p *pingResults) {
+	cfg := r.cfg
+	r.printf("## Renewal load: other clients' latency\n\n")
+	r.printf("A child process (another client, one connection) sends PING every millisecond for %d renew intervals (%v each) and records each reply's latency: with the server idle, while one Session holds %d locks (TTL %v) and renews them every %v, and while raw go-redis renews as many keys every %v in one pipeline of compare-and-PEXPIRE scripts (the shape of the library's rounds before they were sliced). Loads in an order rotated by round. Percentiles pool every sample of every round; the × column is the per-round p99 over the same round's idle p99. Round trips per round: Hooks.RenewalRound calls (the raw load: pipelines). Commands per lease per round: PEXPIRE counted by the server.\n\n",
+		cfg.pingRounds, cfg.pingEvery, cfg.pingLeases, cfg.pingTTL, cfg.pingEvery, cfg.pingEvery)
+	r.printf("| during | samples | PING p50 ms | p99 ms | max ms | per-round p99 ms | per-round max ms | p99 × idle | round trips per round | commands per lease per round |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, row := range []string{rowIdle, "redisleader", rowOnePerRound} {
+		d := describe(p.lat.all(row))
+		r.printf("| %s | %d | %.3f | %.3f | %.3f | %s | %s | %s | %s | %s |\n", row, d.n, ms(d.p50), ms(d.p99), ms(d.max),
+			cell(p.p99.of(row), "%.3f"), cell(p.max.of(row), "%.2f"), ratioCell(p.p99.ratio(row, rowIdle)),
+			cell(p.trips.of(row), "%.0f"), cell(p.perLease.of(row), "%.2f"))
+	}
+	r.printf("\n")
 }
 
 // scaled multiplies a summary by k.
@@ -265,12 +312,13 @@ func (r *report) scale(sc *scaleResults) {
 	cfg := r.cfg
 	r.printf("## Scale\n\n### One Session holding N locks (TTL %v)\n\n", cfg.scaleTTL)
 	r.printf("- Footprint: `runtime.NumGoroutine()` and `HeapAlloc` after `runtime.GC()` with the locks held minus with none held, in the same Session after its connection pool has grown; heap per lock. A Session itself runs one goroutine (the heartbeat), plus a pub/sub reader once something waits. Default renew interval (TTL/3), so no round runs meanwhile.\n")
-	r.printf("- Renewal: a second Session holding as many locks, renewing every %v, %d consecutive rounds timed by a go-redis hook on its client (only renewals use it meanwhile). Round trip: the median of a round's pipeline (one EVALSHA for one lock). Whole round: mean interval between round starts minus the renew interval, i.e. including the client's own work. Commands: EVALSHA/EVAL counted by the server between rounds.\n\n", cfg.renewEvery, cfg.renewRounds)
-	r.printf("| locks | Δ goroutines | heap B/lock | round trip ms | whole round ms | commands/s (every %v) | commands per lease per round |\n|---|---|---|---|---|---|---|\n", cfg.renewEvery)
+	r.printf("- Renewal: a second Session holding as many locks, renewing every %v, %d consecutive rounds recorded by a go-redis hook on its client (only renewals use it meanwhile). A round renews every lock once, in slices of up to 100 (one pipeline each, a single EVALSHA for one lock) spread over the first half of the interval. Slice: the median round trip of one. Drift: the mean interval between a lock's renewals minus the renew interval (the schedule does not drift). Commands: EVALSHA/EVAL counted by the server, per second; per lease per round from the hook, over whole rounds.\n\n", cfg.renewEvery, cfg.renewRounds)
+	r.printf("| locks | Δ goroutines | heap B/lock | slices per round | slice ms | drift ms | commands/s (every %v) | commands per lease per round |\n|---|---|---|---|---|---|---|---|\n", cfg.renewEvery)
 	for _, n := range cfg.scaleSizes {
 		row := strconv.Itoa(n)
-		r.printf("| %d | %s | %s | %s | %s | %s | %s |\n", n, cell(sc.goroutines.of(row), "%.0f"), cell(sc.heapPerLock.of(row), "%.0f"),
-			cell(sc.rtt.of(row), "%.3f"), cell(sc.round.of(row), "%.3f"), cell(sc.cmdsPerSec.of(row), "%.0f"), cell(sc.perLease.of(row), "%.2f"))
+		r.printf("| %d | %s | %s | %s | %s | %s | %s | %s |\n", n, cell(sc.goroutines.of(row), "%.0f"), cell(sc.heapPerLock.of(row), "%.0f"),
+			cell(sc.slices.of(row), "%.1f"), cell(sc.rtt.of(row), "%.3f"), cell(sc.drift.of(row), "%.3f"),
+			cell(sc.cmdsPerSec.of(row), "%.0f"), cell(sc.perLease.of(row), "%.2f"))
 	}
 	row := strconv.Itoa(cfg.candidates)
 	r.printf("\n### %d candidates on one election (%d Sessions, one client, TTL %v)\n\n", cfg.candidates, cfg.candidates, cfg.electionTTL)

@@ -16,7 +16,7 @@ import (
 // candidates.
 type scaleResults struct {
 	goroutines, heapPerLock  *series // footprint
-	rtt, round               *series // renewal round: pipeline round trip and whole round, ms
+	slices, rtt, drift       *series // renewal rounds: slices per round; a slice's round trip and the schedule's drift (ms)
 	cmdsPerSec, perLease     *series // renewal commands per second, and per lease per round
 	electMs, candCmdsPerSec  *series // candidates: time to the first leader; commands/s while it holds
 	candAttempts, candPubsub *series // candidates: attempts and pub/sub commands per waiting candidate per TTL
@@ -25,7 +25,7 @@ type scaleResults struct {
 func newScaleResults(rounds int) *scaleResults {
 	return &scaleResults{
 		goroutines: newSeries(rounds), heapPerLock: newSeries(rounds),
-		rtt: newSeries(rounds), round: newSeries(rounds),
+		slices: newSeries(rounds), rtt: newSeries(rounds), drift: newSeries(rounds),
 		cmdsPerSec: newSeries(rounds), perLease: newSeries(rounds),
 		electMs: newSeries(rounds), candCmdsPerSec: newSeries(rounds),
 		candAttempts: newSeries(rounds), candPubsub: newSeries(rounds),
@@ -45,8 +45,9 @@ func runScale(ctx context.Context, e *env, cfg config, round int, res *scaleResu
 		}
 		r, err := renewal(ctx, e, cfg, prefix+":r", n)
 		if !errs.add("scale renewal", row+" locks", err) {
+			res.slices.set(row, round, r.slices)
 			res.rtt.set(row, round, ms(r.rtt))
-			res.round.set(row, round, ms(r.round))
+			res.drift.set(row, round, ms(r.drift))
 			res.cmdsPerSec.set(row, round, r.cmdsPerSec)
 			res.perLease.set(row, round, r.perLease)
 		}
