@@ -87,6 +87,28 @@ func scriptsPush(k keys) push {
 	}
 }
 
+// fairScriptsPush is scriptsPush for fair mode: fairAcquireScript, which
+// queues the follower (member "push.<token>", so its wake-ups come on k's
+// wake-up channel of session "push"), and fairReleaseScript, which wakes
+// the head waiter there.
+func fairScriptsPush(k keys) push {
+	return push{
+		ch: k.wakeChannel("push"),
+		take: func(ctx context.Context, c *redis.Client, token string) (bool, error) {
+			r, err := c.EvalSha(ctx, fairAcquireScript.sha.(string), []string{k.lock, k.fence, k.queue(), k.leases()},
+				token, "10000", "", "push."+token, "1").Slice()
+			return err == nil && len(r) >= 2 && r[0] == int64(1), err
+		},
+		resign: func(ctx context.Context, c *redis.Client, token string) error {
+			n, err := c.EvalSha(ctx, fairReleaseScript.sha.(string), []string{k.lock, k.queue(), k.leases()}, token).Int()
+			if err == nil && n != 1 {
+				err = fmt.Errorf("release of %s: %d, want 1", k.lock, n)
+			}
+			return err
+		},
+	}
+}
+
 // handover times one push handover: from just before the leader's resign to
 // the follower's successful take. The follower then resigns too.
 func (p push) handover(b *testing.B, c *redis.Client) time.Duration {
@@ -140,17 +162,25 @@ func (p push) handover(b *testing.B, c *redis.Client) time.Duration {
 // BenchmarkHandover: graceful handover latency, Resign → the waiting
 // follower's Campaign returns, alternating two candidates; next to the raw
 // push floor (rawPush) and the library's scripts pushed the same way
-// (scriptsPush), in the same loop.
+// (scriptsPush, fairScriptsPush), in the same loop. In fair mode a release
+// wakes the head waiter with a message addressed to it (fair.go) where the
+// floor's PUBLISH wakes its one subscriber: the same floor serves both.
 func BenchmarkHandover(b *testing.B) {
+	b.Run("default", func(b *testing.B) { benchLibHandover(b, scriptsPush(newKeys("scripts-lead"))) })
+	b.Run("fair", func(b *testing.B) {
+		benchLibHandover(b, fairScriptsPush(newKeys("scripts-lead")), WithFairness())
+	})
+}
+
+func benchLibHandover(b *testing.B, scripts push, opts ...Option) {
 	srv := redisserver.Start(b)
 	c := srv.Client(b, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
 	ctx := context.Background()
-	loadScripts(ctx, b, c)
-	scripts := scriptsPush(newKeys("scripts-lead"))
+	loadScripts(ctx, b, c, fairAcquireScript, fairReleaseScript)
 	hookA, waitingA := attempts()
 	hookB, waitingB := attempts()
-	ea := mustElection(b, newSession(b, c, hookA), "handover")
-	eb := mustElection(b, newSession(b, c, hookB), "handover")
+	ea := mustElection(b, newSession(b, c, append(opts, hookA)...), "handover")
+	eb := mustElection(b, newSession(b, c, append(opts, hookB)...), "handover")
 	lead, err := ea.Campaign(ctx, "a")
 	if err != nil {
 		b.Fatal(err)
@@ -187,8 +217,11 @@ func BenchmarkHandover(b *testing.B) {
 	_ = lead.Release(ctx)
 	reportLatency(b, "lib-", lib)
 	reportLatency(b, "rawpush-", raw)
-	b.ReportMetric(float64(percentile(lib, 0.5))/float64(percentile(raw, 0.5)), "lib/rawpush-p50")
-	b.ReportMetric(float64(percentile(pushed, 0.5))/float64(percentile(raw, 0.5)), "scriptspush/rawpush-p50")
+	for _, p := range []float64{0.5, 0.99} {
+		name := fmt.Sprintf("-p%.0f", p*100)
+		b.ReportMetric(float64(percentile(lib, p))/float64(percentile(raw, p)), "lib/rawpush"+name)
+		b.ReportMetric(float64(percentile(pushed, p))/float64(percentile(raw, p)), "scriptspush/rawpush"+name)
+	}
 }
 
 // BenchmarkCrashTakeover: the leader dies without releasing; the lag is
