@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -222,6 +223,63 @@ func benchLibHandover(b *testing.B, scripts push, opts ...Option) {
 		b.ReportMetric(float64(percentile(lib, p))/float64(percentile(raw, p)), "lib/rawpush"+name)
 		b.ReportMetric(float64(percentile(pushed, p))/float64(percentile(raw, p)), "scriptspush/rawpush"+name)
 	}
+}
+
+// BenchmarkHandoverBurst: a session holding n names closes (one pipelined
+// release) while another session waits for each name in a Lock of its own;
+// the latency runs to the last of those Locks returning. It shows what a
+// burst of wake-ups for one session costs, where a watcher that made
+// attempts one after another would queue them.
+func BenchmarkHandoverBurst(b *testing.B) {
+	const n = 64
+	srv := redisserver.Start(b)
+	c := srv.Client(b, func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.PoolSize = 2 * n })
+	ctx := context.Background()
+	var lat []time.Duration
+	for b.Loop() {
+		holder := newSession(b, c)
+		var mu sync.Mutex
+		waiting, all := map[string]bool{}, make(chan struct{})
+		follower := newSession(b, c, withAttemptHook(func(name string, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if errors.Is(err, ErrLocked) && !waiting[name] {
+				if waiting[name] = true; len(waiting) == n {
+					close(all) // each follower has found its name held once
+				}
+			}
+		}))
+		for i := range n {
+			if _, err := holder.Lock(ctx, fmt.Sprint("burst-", i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		ended := make(chan time.Time, n)
+		for i := range n {
+			go func() {
+				if _, err := follower.Lock(ctx, fmt.Sprint("burst-", i)); err != nil {
+					b.Error(err)
+				}
+				ended <- time.Now()
+			}()
+		}
+		<-all
+		start := time.Now()
+		if err := holder.Close(ctx); err != nil {
+			b.Fatal(err)
+		}
+		var last time.Time
+		for range n {
+			if t := <-ended; t.After(last) {
+				last = t
+			}
+		}
+		lat = append(lat, last.Sub(start))
+		if err := follower.Close(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportLatency(b, "burst-", lat)
 }
 
 // BenchmarkCrashTakeover: the leader dies without releasing; the lag is
