@@ -22,7 +22,7 @@ import (
 
 // autoPipeline returns c's AutoPipeline client, closed when the test ends
 // (before c, whose Cleanup was registered first).
-func autoPipeline(t *testing.T, c interface {
+func autoPipeline(t testing.TB, c interface {
 	AutoPipeline() (*redis.AutoPipeliner, error)
 }) *redis.AutoPipeliner {
 	t.Helper()
@@ -36,13 +36,25 @@ func autoPipeline(t *testing.T, c interface {
 // under it. Over a *redis.ClusterClient it is a cluster client (no
 // WithReplicaAcks, not a Redlock node), also when wrapped; over a
 // *redis.Client it is a client of one server.
+// Either way the session's combiner leaves the batching to it (combine.go,
+// Auto-pipelining).
 func TestAutoPipelineKinds(t *testing.T) {
 	cluster, _, cs := unreachableNodes(t)
 	ap := autoPipeline(t, cluster)
 	for _, cc := range []Client{ap, wrappedIface{ap}} {
-		t.Run(fmt.Sprintf("%T", cc), func(t *testing.T) { assertClusterKind(t, cc, cs) })
+		t.Run(fmt.Sprintf("%T", cc), func(t *testing.T) {
+			assertClusterKind(t, cc, cs)
+			assertDirect(t, cc, true)
+		})
 	}
-	assertPlainKind(t, autoPipeline(t, unreachableClient(t)), cs)
+	plain := autoPipeline(t, unreachableClient(t))
+	assertPlainKind(t, plain, cs)
+	full, err := unreachableClient(t).AutoPipelineWithOptions(&redis.AutoPipelineOptions{FullDuplex: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = full.Close() })
+	for _, c := range []Client{plain, full, &wrappedIface{full}} {
+		assertDirect(t, c, true)
+	}
 }
 
 // TestAutoPipelineOverClusterClient: on a 3-master Redis Cluster, sessions
@@ -113,4 +125,68 @@ func TestAutoPipelineReplicaAcks(t *testing.T) {
 	_, err = s.TryLock(ctx, "ap-unacked")
 	assert.ErrorIs(t, err, ErrReplication)
 	require.NoError(t, l.Release(ctx))
+}
+
+// TestAutoPipelineCallEndsWithItsContext: an AutoPipeline client runs each
+// command on a context of its own and returns only when the command's batch
+// has ended, yet a session's call on it ends with its caller's context, and
+// at its call deadline. One given up while its batch is on the wire holds
+// its key until that batch has ended: the session's next call on the key
+// (the acquisition's give-back, the stale-token cleanup or a Leader read)
+// reaches Redis only after it, while calls on other names go on. (Before,
+// the session's first two calls went to the client on their callers'
+// goroutines, which stayed with the batch.)
+func TestAutoPipelineCallEndsWithItsContext(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	// Batches in parallel: a held batch does not hold the others up.
+	ap, err := c.AutoPipelineWithOptions(&redis.AutoPipelineOptions{MaxConcurrentBatches: 4, Unordered: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ap.Close() })
+	h := &holdHook{}
+	ap.AddHook(h.hook())
+	const callTimeout = 300 * time.Millisecond
+	s := newSession(t, ap, WithTTL(3*time.Second), WithCallTimeout(callTimeout)) // renewal rounds (stale-token cleanup) every second
+	ctx := context.Background()
+	key := newKeys("ap-held").lock
+	held := h.rule(key, true)
+	freeHeld := freeing(t, held)
+
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	try := tryAll([]context.Context{cctx}, s, []string{"ap-held"})[0]
+	waitClosed(t, held.reached, 5*time.Second, "the TryLock's batch on the wire")
+	cancel()
+	res := recvWithin(t, try, 2*time.Second, "the TryLock cancelled while its batch was held")
+	require.ErrorIs(t, res.err, context.Canceled)
+	assert.NotErrorIs(t, res.err, ErrLocked, "an unknown outcome is never 'held by another'")
+
+	other := h.rule(newKeys("ap-deadline").lock, true)
+	freeOther := freeing(t, other)
+	start := time.Now()
+	_, err = s.TryLock(ctx, "ap-deadline")
+	took := time.Since(start)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, took, callTimeout+time.Second, "the TryLock ended long after its call deadline")
+	freeOther()
+
+	l, err := s.TryLock(ctx, "ap-free")
+	require.NoError(t, err, "a name whose calls nothing holds")
+	require.NoError(t, l.Release(ctx))
+
+	later := h.rule(key, true)
+	freeLater := freeing(t, later)
+	read := leaderAll(t, s, "ap-held")[0]
+	select {
+	case <-later.reached:
+		t.Fatal("a later call on the key reached Redis while the given-up TryLock's batch was held")
+	case <-time.After(200 * time.Millisecond): // a negative observation window, not a synchronisation
+	}
+	freeHeld()
+	waitClosed(t, later.reached, 5*time.Second, "a later call on the key, once the held batch ended")
+	freeLater()
+	_ = recvWithin(t, read, 5*time.Second, "the Leader read") // the given-up try's token may hold the name by then
+	waitFreed(t, func(k string) string { return ap.Get(ctx, k).Val() }, key, "the given-up TryLock's token stayed in Redis")
+	require.NoError(t, s.Close(ctx))
+	checkNoLeaks(t)
 }

@@ -79,6 +79,19 @@ import (
 // is retried in the background). A hook fault (hookfaults.go) fails every
 // call of its pipeline.
 //
+// Auto-pipelining. A client that batches the commands of its concurrent
+// callers by itself (go-redis's AutoPipeliner: autoPipelined) gets no
+// batches of ours: its combiner is direct. Queued calls would be batched
+// twice, and the maxOnWire calls sent at once would ride its batches while
+// the queue waited behind them. A direct combiner sends each call at once,
+// alone, on a goroutine of its own (as a release that takes nothing along),
+// and its caller waits for the reply as a queued caller does. Such a client
+// runs a command on a context of its own and returns only when its batch
+// has ended; the goroutine is what still lets each caller return at its
+// own context or call deadline. A call given up while on the wire holds its
+// key as in a batch, so the order per key above holds as it is; one given
+// up before is not sent.
+//
 // No goroutine is left: a flusher ends when the queue is empty, and Close
 // waits until nothing is on the wire.
 
@@ -97,9 +110,10 @@ type combiner struct {
 	s       *Session
 	client  Client
 	cluster bool // client is a Cluster's: a release takes only a call on its own name along
+	direct  bool // client batches its callers' commands itself: no call waits for a slot or a batch (see Auto-pipelining)
 	mu      sync.Mutex
 	onWire  int        // calls and flushers on the wire, at most maxOnWire
-	carried int        // releases' pipelines with calls taken along, on the wire (not counted in onWire)
+	carried int        // releases' pipelines with calls taken along, and direct calls, on the wire (not counted in onWire)
 	closed  bool       // after Close: calls go straight to Redis, uncounted
 	queue   []*pending // waiting to be sent, oldest first
 	idle    []*pending // pendings for reuse
@@ -127,7 +141,7 @@ type pending struct {
 // newCombiner makes the combiner of s's calls through client; Close waits
 // for it (Session.closeCombiners).
 func (s *Session) newCombiner(c *combiner, client Client) *combiner {
-	c.s, c.client, c.cluster = s, client, kindOf(client) == kindCluster
+	c.s, c.client, c.cluster, c.direct = s, client, kindOf(client) == kindCluster, autoPipelined(client)
 	c.drained.L = &c.mu
 	s.combiners = append(s.combiners, c)
 	return c
@@ -162,7 +176,7 @@ func (c *combiner) send(ctx context.Context, deadline time.Time, sc *script, arg
 		return errCmd(ctx, argv, err)
 	}
 	along, key := c.alongLocked(callCtx, argv, coalesce)
-	if c.closed || (coalesce && c.onWire < maxOnWire && len(c.queue) == 0) || (!coalesce && along == 0) {
+	if c.closed || !c.direct && (coalesce && c.onWire < maxOnWire && len(c.queue) == 0 || !coalesce && along == 0) {
 		if coalesce && !c.closed {
 			c.onWire++
 			defer c.passSlot() // also when a hook on the client panics
@@ -170,15 +184,19 @@ func (c *combiner) send(ctx context.Context, deadline time.Time, sc *script, arg
 		c.mu.Unlock()
 		return sc.run(callCtx, c.client, argv)
 	}
+	if c.direct && callCtx.Err() != nil { // given up before it was sent
+		c.mu.Unlock()
+		return errCmd(ctx, argv, callCtx.Err())
+	}
 	p := c.getLocked()
 	p.s, p.argv = sc, append(p.argv[:0], argv...)
 	p.until, _ = callCtx.Deadline() // bound's result always has one
 	p.ctx = callCtx
-	if coalesce {
+	if coalesce && !c.direct {
 		c.queue = append(c.queue, p)
 		c.mu.Unlock()
 	} else {
-		c.carryLocked(p, along, key) // unlocks c.mu
+		c.carryLocked(p, along, key) // unlocks c.mu; along is 0 when direct
 	}
 	return c.reply(ctx, p, argv)
 }
@@ -203,7 +221,8 @@ func (c *combiner) alongLocked(ctx context.Context, argv []any, coalesce bool) (
 }
 
 // carryLocked sends the release p with along queued calls (on key, unless
-// nil) right behind it, a round trip sooner than from the queue. It unlocks
+// nil) right behind it, a round trip sooner than from the queue, or, on a
+// direct combiner, any call p alone; on a goroutine of its own. It unlocks
 // c.mu.
 func (c *combiner) carryLocked(p *pending, along int, key any) {
 	batch := c.takeLocked(append(make([]*pending, 0, along+1), p), along, key)
