@@ -9,6 +9,7 @@ package redisleader
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"testing"
 	"time"
@@ -189,4 +190,153 @@ func TestAutoPipelineCallEndsWithItsContext(t *testing.T) {
 	waitFreed(t, func(k string) string { return ap.Get(ctx, k).Val() }, key, "the given-up TryLock's token stayed in Redis")
 	require.NoError(t, s.Close(ctx))
 	checkNoLeaks(t)
+}
+
+// apOnly runs BenchmarkAutoPipelineParallel's window of that name alone
+// (for a CPU profile of it): go test -tags autopipeline -bench
+// AutoPipelineParallel -ap.only lib-ap -cpuprofile cpu.out.
+var apOnly = flag.String("ap.only", "", "BenchmarkAutoPipelineParallel: run only the window of this name")
+
+// apBench is a redis-server with the scripts loaded, a plain client for it
+// (ContextTimeoutEnabled) and its AutoPipeliners, half and full duplex.
+type apBench struct {
+	c          *redis.Client
+	half, full *redis.AutoPipeliner
+}
+
+func newAPBench(b *testing.B) apBench {
+	srv := redisserver.Start(b)
+	c := srv.Client(b, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	ctx := context.Background()
+	loadScripts(ctx, b, c)
+	if err := rawRelease.Load(ctx, c).Err(); err != nil {
+		b.Fatal(err)
+	}
+	full, err := c.AutoPipelineWithOptions(&redis.AutoPipelineOptions{FullDuplex: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = full.Close() })
+	return apBench{c: c, half: autoPipeline(b, c), full: full}
+}
+
+// coalescing returns a session on c whose combiner coalesces its calls as it
+// does on a plain client, as it did on every client before it left the
+// batching to auto-pipelining clients: the "before" of the same run.
+func coalescing(b *testing.B, c Client) *Session {
+	s := newSession(b, c, WithTTL(10*time.Second))
+	s.combine.direct = false // before any call
+	return s
+}
+
+// BenchmarkAutoPipelineParallel compares, on the work of 16 goroutines each
+// on its own name doing acquire+release pairs, windows that alternate (as
+// BenchmarkLockParallel does) on one redis-server, for each client: the
+// plain one (no suffix), its AutoPipeline() (-ap, half duplex) and a
+// full-duplex AutoPipeliner (-ap-fd):
+//
+//   - raw: the floor, SET NX PX + the rawRelease EVALSHA;
+//   - scripts: our acquire and release scripts by EVALSHA with no library,
+//     which no client that keeps their contract can beat;
+//   - lib: TryLock + Release on one Session;
+//   - lib-coalescing (auto-pipelining clients only): the same on a Session
+//     that coalesces its calls on them as on a plain client (before).
+//
+// It reports what BenchmarkLockParallel does, and the ratios of each
+// library window to the floor and the scripts on the same client:
+//
+//	go test -tags autopipeline -run '^$' -bench AutoPipelineParallel -benchtime 5x .
+func BenchmarkAutoPipelineParallel(b *testing.B) {
+	const goroutines, window = 16, 300 * time.Millisecond
+	e := newAPBench(b)
+	ctx := context.Background()
+	var windows []parWindow
+	add := func(name string, try func(i int) (int, error)) {
+		if *apOnly == "" || *apOnly == name {
+			windows = append(windows, parWindow{name, func() int64 {
+				done, _, _ := hammer(b, goroutines, window, try)
+				return done
+			}})
+		}
+	}
+	var over [][2]string
+	for _, cl := range []struct {
+		suffix string
+		c      interface {
+			Client
+			redis.Cmdable
+		}
+	}{{"", e.c}, {"-ap", e.half}, {"-ap-fd", e.full}} {
+		sfx := cl.suffix
+		scriptKeys, fences := make([]keys, goroutines), make([]int64, goroutines)
+		for i := range scriptKeys {
+			scriptKeys[i] = newKeys(fmt.Sprintf("scripts%s-par-%d", sfx, i))
+		}
+		add("raw"+sfx, func(i int) (int, error) { return 1, rawPairOn(ctx, cl.c, fmt.Sprintf("raw%s-par-%d", sfx, i)) })
+		add("scripts"+sfx, func(i int) (f int, err error) {
+			fences[i], err = scriptsPairOn(ctx, cl.c, scriptKeys[i], fences[i])
+			return 1, err
+		})
+		libs := []string{"lib" + sfx}
+		s := newSession(b, cl.c, WithTTL(10*time.Second))
+		add(libs[0], func(i int) (int, error) { return 1, pairOn(ctx, s, fmt.Sprintf("lib%s-par-%d", sfx, i)) })
+		if sfx != "" {
+			libs = append(libs, "lib-coalescing"+sfx)
+			before := coalescing(b, cl.c)
+			add(libs[1], func(i int) (int, error) { return 1, pairOn(ctx, before, fmt.Sprintf("lib-co%s-par-%d", sfx, i)) })
+		}
+		for _, l := range libs {
+			over = append(over, [2]string{l, "raw" + sfx}, [2]string{l, "scripts" + sfx})
+		}
+		over = append(over, [2]string{"scripts" + sfx, "raw" + sfx})
+	}
+	if len(windows) == 0 {
+		b.Fatalf("-ap.only %q: no such window", *apOnly)
+	}
+	if *apOnly != "" {
+		over = nil
+	}
+	compareWindows(ctx, b, []*redis.Client{e.c}, windows, over...)
+}
+
+// BenchmarkAutoPipelinePairRatio alternates, on a half-duplex AutoPipeliner,
+// one sequential pair of each of raw (the floor), lib (TryLock + Release)
+// and lib-coalescing (the same on a session that coalesces, see
+// coalescing), and reports each one's median latency and the library's
+// ratios to raw: what a lone caller pays on an auto-pipelining client.
+//
+//	go test -tags autopipeline -run '^$' -bench AutoPipelinePairRatio -benchtime 5000x .
+func BenchmarkAutoPipelinePairRatio(b *testing.B) {
+	e := newAPBench(b)
+	ctx := context.Background()
+	s, before := newSession(b, e.half, WithTTL(10*time.Second)), coalescing(b, e.half)
+	raw, lib, co := alternate(b,
+		func() {
+			if err := rawPairOn(ctx, e.half, "raw-key"); err != nil {
+				b.Fatal(err)
+			}
+		},
+		func() { libPair(ctx, b, s) },
+		func() { libPair(ctx, b, before) })
+	b.ReportMetric(float64(raw.p50().Nanoseconds())/1e3, "raw-p50-µs")
+	b.ReportMetric(float64(lib.p50().Nanoseconds())/1e3, "lib-p50-µs")
+	b.ReportMetric(float64(lib.p50())/float64(raw.p50()), "lib/raw-p50")
+	b.ReportMetric(float64(co.p50())/float64(raw.p50()), "lib-coalescing/raw-p50")
+}
+
+// BenchmarkAutoPipelinePair measures one acquire+release pair on a
+// half-duplex AutoPipeliner next to the raw floor on it, for allocations
+// (as BenchmarkLockPair does on a plain client).
+//
+//	go test -tags autopipeline -run '^$' -bench 'AutoPipelinePair$' -benchmem .
+func BenchmarkAutoPipelinePair(b *testing.B) {
+	e := newAPBench(b)
+	s := newSession(b, e.half, WithTTL(10*time.Second))
+	ctx := context.Background()
+	loopAllocs(b, "raw", func(b *testing.B) {
+		if err := rawPairOn(ctx, e.half, "raw-key"); err != nil {
+			b.Fatal(err)
+		}
+	})
+	loopAllocs(b, "redisleader", func(b *testing.B) { libPair(ctx, b, s) })
 }

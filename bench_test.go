@@ -32,8 +32,9 @@ func rawPair(ctx context.Context, b *testing.B, c *redis.Client) {
 	}
 }
 
-// rawPairOn is one raw acquire+release of key.
-func rawPairOn(ctx context.Context, c *redis.Client, key string) error {
+// rawPairOn is one raw acquire+release of key, on a client or an
+// auto-pipelining one (autopipeline_test.go).
+func rawPairOn(ctx context.Context, c redis.Cmdable, key string) error {
 	token := benchToken()
 	ok, err := c.SetNX(ctx, key, token, 10*time.Second).Result()
 	if err != nil || !ok {
@@ -82,15 +83,24 @@ func acquiredFence(cmd *redis.Cmd, key string, prev int64) (int64, error) {
 // release scripts run by EVALSHA on c, one after the other, with a fresh
 // token; it returns the fence, which must be above prev.
 func scriptsPair(ctx context.Context, b *testing.B, c *redis.Client, k keys, prev int64) int64 {
-	token := benchToken()
-	f, err := acquiredFence(c.EvalSha(ctx, acquireScript.sha.(string), []string{k.lock, k.fence}, token, "10000", ""), k.lock, prev)
+	f, err := scriptsPairOn(ctx, c, k, prev)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if r, err := c.EvalSha(ctx, releaseScript.sha.(string), []string{k.lock}, token).Int64(); err != nil || r != 1 {
-		b.Fatalf("release %s: %d %v, want 1", k.lock, r, err)
-	}
 	return f
+}
+
+// scriptsPairOn is scriptsPair on any client, returning its error.
+func scriptsPairOn(ctx context.Context, c redis.Cmdable, k keys, prev int64) (int64, error) {
+	token := benchToken()
+	f, err := acquiredFence(c.EvalSha(ctx, acquireScript.sha.(string), []string{k.lock, k.fence}, token, "10000", ""), k.lock, prev)
+	if err != nil {
+		return 0, err
+	}
+	if r, err := c.EvalSha(ctx, releaseScript.sha.(string), []string{k.lock}, token).Int64(); err != nil || r != 1 {
+		return 0, fmt.Errorf("release %s: %d %v, want 1", k.lock, r, err)
+	}
+	return f, nil
 }
 
 func libPair(ctx context.Context, b *testing.B, s *Session) {
