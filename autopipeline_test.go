@@ -198,7 +198,9 @@ func TestAutoPipelineCallEndsWithItsContext(t *testing.T) {
 var apOnly = flag.String("ap.only", "", "BenchmarkAutoPipelineParallel: run only the window of this name")
 
 // apBench is a redis-server with the scripts loaded, a plain client for it
-// (ContextTimeoutEnabled) and its AutoPipeliners, half and full duplex.
+// (ContextTimeoutEnabled), and AutoPipeliners, half and full duplex, each of
+// a client of its own: a client has one AutoPipeliner, made by the first
+// call, whose options later calls do not change.
 type apBench struct {
 	c          *redis.Client
 	half, full *redis.AutoPipeliner
@@ -206,18 +208,25 @@ type apBench struct {
 
 func newAPBench(b *testing.B) apBench {
 	srv := redisserver.Start(b)
-	c := srv.Client(b, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	client := func() *redis.Client {
+		return srv.Client(b, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	}
+	c := client()
 	ctx := context.Background()
 	loadScripts(ctx, b, c)
 	if err := rawRelease.Load(ctx, c).Err(); err != nil {
 		b.Fatal(err)
 	}
-	full, err := c.AutoPipelineWithOptions(&redis.AutoPipelineOptions{FullDuplex: true})
+	full, err := client().AutoPipelineWithOptions(&redis.AutoPipelineOptions{FullDuplex: true})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = full.Close() })
-	return apBench{c: c, half: autoPipeline(b, c), full: full}
+	e := apBench{c: c, half: autoPipeline(b, client()), full: full}
+	if e.half.Config().FullDuplex || !e.full.Config().FullDuplex {
+		b.Fatal("the AutoPipeliners are not half and full duplex")
+	}
+	return e
 }
 
 // coalescing returns a session on c whose combiner coalesces its calls as it
