@@ -9,8 +9,10 @@ package redisleader
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -192,6 +194,50 @@ func TestAutoPipelineCallEndsWithItsContext(t *testing.T) {
 	checkNoLeaks(t)
 }
 
+// TestAutoPipelineOneCallPerName: on an AutoPipeline client, a session's
+// call on a name waits while another of its calls on the name is on the
+// wire (here a Leader read, held by a hook), and is not sent until then;
+// calls on other names are not held up. A release is not queued: it goes
+// at once and takes the queued call on its name along, which so returns
+// while the first read is still held.
+func TestAutoPipelineOneCallPerName(t *testing.T) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	ap, err := c.AutoPipelineWithOptions(&redis.AutoPipelineOptions{MaxConcurrentBatches: 4, Unordered: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ap.Close() })
+	h := &holdHook{}
+	ap.AddHook(h.hook())
+	s := newSession(t, ap)
+	ctx := context.Background()
+	l, err := s.TryLock(ctx, "ap-one")
+	require.NoError(t, err)
+
+	first := h.rule(l.Key(), true)
+	freeFirst := freeing(t, first)
+	reads := leaderAll(t, s, "ap-one")
+	waitClosed(t, first.reached, 5*time.Second, "the first Leader read on the wire")
+	second := leaderAll(t, s, "ap-one")[0]
+	waitQueued(t, s, 1)
+	other, err := s.TryLock(ctx, "ap-other")
+	require.NoError(t, err, "a call on another name, while the first read is held")
+	require.NoError(t, other.Release(ctx))
+	assert.Equal(t, 1, s.queued(), "the second read left the queue while the first was on the wire")
+
+	require.NoError(t, l.Release(ctx))
+	err = recvWithin(t, second, 5*time.Second, "the second read, taken along by the release")
+	assert.ErrorIs(t, err, ErrNoLeader, "the second read ran after the release, in its pipeline")
+	select {
+	case err := <-reads[0]:
+		t.Fatalf("the held read returned (%v)", err)
+	default:
+	}
+	freeFirst()
+	assert.ErrorIs(t, recvWithin(t, reads[0], 5*time.Second, "the first read"), ErrNoLeader, "the held read reached Redis after the release")
+	require.NoError(t, s.Close(ctx))
+	checkNoLeaks(t)
+}
+
 // apOnly runs BenchmarkAutoPipelineParallel's window of that name alone
 // (for a CPU profile of it): go test -tags autopipeline -bench
 // AutoPipelineParallel -ap.only lib-ap -cpuprofile cpu.out.
@@ -348,4 +394,83 @@ func BenchmarkAutoPipelinePair(b *testing.B) {
 		}
 	})
 	loopAllocs(b, "redisleader", func(b *testing.B) { libPair(ctx, b, s) })
+}
+
+// BenchmarkAutoPipelineContended compares, on one name tried by 16
+// goroutines at once (a try that succeeds releases at once), windows that
+// alternate, 300 ms each, on each AutoPipeliner (-ap half duplex, -ap-fd
+// full): raw (SET NX PX, then rawRelease), lib (TryLock, then Release) and
+// lib-coalescing (the same on a session that coalesces, see coalescing).
+// It reports the median acquisitions/s and failed tries/s of each, and of
+// the library windows over raw on the same client in the same iteration:
+//
+//	go test -tags autopipeline -run '^$' -bench AutoPipelineContended -benchtime 5x .
+func BenchmarkAutoPipelineContended(b *testing.B) {
+	const goroutines, window = 16, 300 * time.Millisecond
+	e := newAPBench(b)
+	ctx := context.Background()
+	type win struct {
+		name, floor string
+		try         func() (bool, error)
+	}
+	var wins []win
+	for _, cl := range []struct {
+		suffix string
+		c      *redis.AutoPipeliner
+	}{{"-ap", e.half}, {"-ap-fd", e.full}} {
+		raw := "raw" + cl.suffix
+		wins = append(wins, win{raw, raw, func() (bool, error) {
+			token := benchToken()
+			ok, err := cl.c.SetNX(ctx, "contended-"+raw, token, 10*time.Second).Result()
+			if err != nil || !ok {
+				return false, err
+			}
+			return true, rawRelease.Run(ctx, cl.c, []string{"contended-" + raw}, token).Err()
+		}})
+		for _, s := range []struct {
+			name string
+			s    *Session
+		}{{"lib" + cl.suffix, newSession(b, cl.c, WithTTL(10*time.Second))}, {"lib-coalescing" + cl.suffix, coalescing(b, cl.c)}} {
+			wins = append(wins, win{s.name, raw, func() (bool, error) {
+				l, err := s.s.TryLock(ctx, "contended-"+s.name)
+				switch {
+				case errors.Is(err, ErrLocked):
+					return false, nil
+				case err != nil:
+					return false, err
+				}
+				return true, l.Release(ctx)
+			}})
+		}
+	}
+	acq, failed := make(map[string][]float64), make(map[string][]float64)
+	for b.Loop() {
+		for _, w := range wins {
+			got, not, took := hammer(b, goroutines, window, func(int) (int, error) {
+				ok, err := w.try()
+				if ok {
+					return 1, err
+				}
+				return 0, err
+			})
+			acq[w.name] = append(acq[w.name], float64(got)/took.Seconds())
+			failed[w.name] = append(failed[w.name], float64(not)/took.Seconds())
+		}
+	}
+	median := func(xs []float64) float64 {
+		xs = slices.Clone(xs)
+		slices.Sort(xs)
+		return xs[len(xs)/2]
+	}
+	for _, w := range wins {
+		b.ReportMetric(median(acq[w.name]), w.name+"-acq/s")
+		b.ReportMetric(median(failed[w.name]), w.name+"-failed/s")
+		if w.name != w.floor {
+			rs := make([]float64, len(acq[w.name]))
+			for i, a := range acq[w.name] {
+				rs[i] = a / acq[w.floor][i]
+			}
+			b.ReportMetric(median(rs), w.name+"/"+w.floor+"-acq")
+		}
+	}
 }
