@@ -9,7 +9,6 @@ package redisleader
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"slices"
@@ -130,6 +129,20 @@ func TestAutoPipelineReplicaAcks(t *testing.T) {
 	require.NoError(t, l.Release(ctx))
 }
 
+// heldAutoPipeline returns an AutoPipeliner on a redis-server of its own
+// (closed when the test ends), with a holdHook on it, that runs batches in
+// parallel: one the hook holds does not hold the others up.
+func heldAutoPipeline(t *testing.T) (*redis.AutoPipeliner, *holdHook) {
+	t.Helper()
+	c := redisserver.Start(t).Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	ap, err := c.AutoPipelineWithOptions(&redis.AutoPipelineOptions{MaxConcurrentBatches: 4, Unordered: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ap.Close() })
+	h := &holdHook{}
+	ap.AddHook(h.hook())
+	return ap, h
+}
+
 // TestAutoPipelineCallEndsWithItsContext: an AutoPipeline client runs each
 // command on a context of its own and returns only when the command's batch
 // has ended, yet a session's call on it ends with its caller's context, and
@@ -140,14 +153,7 @@ func TestAutoPipelineReplicaAcks(t *testing.T) {
 // the session's first two calls went to the client on their callers'
 // goroutines, which stayed with the batch.)
 func TestAutoPipelineCallEndsWithItsContext(t *testing.T) {
-	srv := redisserver.Start(t)
-	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
-	// Batches in parallel: a held batch does not hold the others up.
-	ap, err := c.AutoPipelineWithOptions(&redis.AutoPipelineOptions{MaxConcurrentBatches: 4, Unordered: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = ap.Close() })
-	h := &holdHook{}
-	ap.AddHook(h.hook())
+	ap, h := heldAutoPipeline(t)
 	const callTimeout = 300 * time.Millisecond
 	s := newSession(t, ap, WithTTL(3*time.Second), WithCallTimeout(callTimeout)) // renewal rounds (stale-token cleanup) every second
 	ctx := context.Background()
@@ -167,7 +173,7 @@ func TestAutoPipelineCallEndsWithItsContext(t *testing.T) {
 	other := h.rule(newKeys("ap-deadline").lock, true)
 	freeOther := freeing(t, other)
 	start := time.Now()
-	_, err = s.TryLock(ctx, "ap-deadline")
+	_, err := s.TryLock(ctx, "ap-deadline")
 	took := time.Since(start)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Less(t, took, callTimeout+time.Second, "the TryLock ended long after its call deadline")
@@ -201,13 +207,7 @@ func TestAutoPipelineCallEndsWithItsContext(t *testing.T) {
 // at once and takes the queued call on its name along, which so returns
 // while the first read is still held.
 func TestAutoPipelineOneCallPerName(t *testing.T) {
-	srv := redisserver.Start(t)
-	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
-	ap, err := c.AutoPipelineWithOptions(&redis.AutoPipelineOptions{MaxConcurrentBatches: 4, Unordered: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = ap.Close() })
-	h := &holdHook{}
-	ap.AddHook(h.hook())
+	ap, h := heldAutoPipeline(t)
 	s := newSession(t, ap)
 	ctx := context.Background()
 	l, err := s.TryLock(ctx, "ap-one")
@@ -431,30 +431,14 @@ func BenchmarkAutoPipelineContended(b *testing.B) {
 			name string
 			s    *Session
 		}{{"lib" + cl.suffix, newSession(b, cl.c, WithTTL(10*time.Second))}, {"lib-coalescing" + cl.suffix, coalescing(b, cl.c)}} {
-			wins = append(wins, win{s.name, raw, func() (bool, error) {
-				l, err := s.s.TryLock(ctx, "contended-"+s.name)
-				switch {
-				case errors.Is(err, ErrLocked):
-					return false, nil
-				case err != nil:
-					return false, err
-				}
-				return true, l.Release(ctx)
-			}})
+			wins = append(wins, win{s.name, raw, func() (bool, error) { return tryPair(ctx, s.s, "contended-"+s.name) }})
 		}
 	}
 	acq, failed := make(map[string][]float64), make(map[string][]float64)
 	for b.Loop() {
 		for _, w := range wins {
-			got, not, took := hammer(b, goroutines, window, func(int) (int, error) {
-				ok, err := w.try()
-				if ok {
-					return 1, err
-				}
-				return 0, err
-			})
-			acq[w.name] = append(acq[w.name], float64(got)/took.Seconds())
-			failed[w.name] = append(failed[w.name], float64(not)/took.Seconds())
+			a, f := contendedRates(b, goroutines, window, w.try)
+			acq[w.name], failed[w.name] = append(acq[w.name], a), append(failed[w.name], f)
 		}
 	}
 	median := func(xs []float64) float64 {

@@ -769,6 +769,32 @@ func alternate(b *testing.B, raw, lib, scripts func()) (_, _, _ timings) {
 	return ts[0], ts[1], ts[2]
 }
 
+// tryPair is one TryLock of name on s, released at once when it succeeds;
+// a name held by another is (false, nil).
+func tryPair(ctx context.Context, s *Session, name string) (bool, error) {
+	l, err := s.TryLock(ctx, name)
+	switch {
+	case errors.Is(err, ErrLocked):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return true, l.Release(ctx)
+}
+
+// contendedRates runs try on n goroutines for d (as hammer does) and
+// returns its successful and its failed tries per second.
+func contendedRates(b *testing.B, n int, d time.Duration, try func() (bool, error)) (acq, failed float64) {
+	got, not, took := hammer(b, n, d, func(int) (int, error) {
+		ok, err := try()
+		if ok {
+			return 1, err
+		}
+		return 0, err
+	})
+	return float64(got) / took.Seconds(), float64(not) / took.Seconds()
+}
+
 // BenchmarkLockContended compares, on one key tried by 16 goroutines at
 // once (a try acquires and, when it succeeds, releases at once), four
 // windows that alternate, 300 ms each, on the same redis-server: raw (SET NX
@@ -805,16 +831,7 @@ func BenchmarkLockContended(b *testing.B) {
 			}
 			return true, rawRelease.Run(ctx, c, []string{"contended-raw"}, token).Err()
 		}},
-		{"lib", func() (bool, error) {
-			l, err := s.TryLock(ctx, "contended-lib")
-			switch {
-			case errors.Is(err, ErrLocked):
-				return false, nil
-			case err != nil:
-				return false, err
-			}
-			return true, l.Release(ctx)
-		}},
+		{"lib", func() (bool, error) { return tryPair(ctx, s, "contended-lib") }},
 		{"scripts", func() (bool, error) {
 			token := benchToken()
 			r, err := c.EvalSha(ctx, acquireScript.sha.(string), []string{k.lock, k.fence}, token, "10000", "").Slice()
@@ -852,15 +869,8 @@ func BenchmarkLockContended(b *testing.B) {
 	acq, failed := make([][]float64, len(windows)+1), make([][]float64, len(windows))
 	for b.Loop() {
 		for w, win := range windows {
-			got, not, took := hammer(b, goroutines, window, func(int) (int, error) {
-				ok, err := win.try()
-				if ok {
-					return 1, err
-				}
-				return 0, err
-			})
-			acq[w] = append(acq[w], float64(got)/took.Seconds())
-			failed[w] = append(failed[w], float64(not)/took.Seconds())
+			a, f := contendedRates(b, goroutines, window, win.try)
+			acq[w], failed[w] = append(acq[w], a), append(failed[w], f)
 		}
 		got, _, took := hammer(b, 1, window, func(int) (int, error) { return 1, chain() })
 		acq[len(windows)] = append(acq[len(windows)], float64(got)/took.Seconds())
