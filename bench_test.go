@@ -32,9 +32,8 @@ func rawPair(ctx context.Context, b *testing.B, c *redis.Client) {
 	}
 }
 
-// rawPairOn is one raw acquire+release of key, on a client or an
-// auto-pipelining one (autopipeline_test.go).
-func rawPairOn(ctx context.Context, c redis.Cmdable, key string) error {
+// rawPairOn is one raw acquire+release of key.
+func rawPairOn(ctx context.Context, c *redis.Client, key string) error {
 	token := benchToken()
 	ok, err := c.SetNX(ctx, key, token, 10*time.Second).Result()
 	if err != nil || !ok {
@@ -83,24 +82,15 @@ func acquiredFence(cmd *redis.Cmd, key string, prev int64) (int64, error) {
 // release scripts run by EVALSHA on c, one after the other, with a fresh
 // token; it returns the fence, which must be above prev.
 func scriptsPair(ctx context.Context, b *testing.B, c *redis.Client, k keys, prev int64) int64 {
-	f, err := scriptsPairOn(ctx, c, k, prev)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return f
-}
-
-// scriptsPairOn is scriptsPair on any client, returning its error.
-func scriptsPairOn(ctx context.Context, c redis.Cmdable, k keys, prev int64) (int64, error) {
 	token := benchToken()
 	f, err := acquiredFence(c.EvalSha(ctx, acquireScript.sha.(string), []string{k.lock, k.fence}, token, "10000", ""), k.lock, prev)
 	if err != nil {
-		return 0, err
+		b.Fatal(err)
 	}
 	if r, err := c.EvalSha(ctx, releaseScript.sha.(string), []string{k.lock}, token).Int64(); err != nil || r != 1 {
-		return 0, fmt.Errorf("release %s: %d %v, want 1", k.lock, r, err)
+		b.Fatalf("release %s: %d %v, want 1", k.lock, r, err)
 	}
-	return f, nil
+	return f
 }
 
 func libPair(ctx context.Context, b *testing.B, s *Session) {
@@ -769,32 +759,6 @@ func alternate(b *testing.B, raw, lib, scripts func()) (_, _, _ timings) {
 	return ts[0], ts[1], ts[2]
 }
 
-// tryPair is one TryLock of name on s, released at once when it succeeds;
-// a name held by another is (false, nil).
-func tryPair(ctx context.Context, s *Session, name string) (bool, error) {
-	l, err := s.TryLock(ctx, name)
-	switch {
-	case errors.Is(err, ErrLocked):
-		return false, nil
-	case err != nil:
-		return false, err
-	}
-	return true, l.Release(ctx)
-}
-
-// contendedRates runs try on n goroutines for d (as hammer does) and
-// returns its successful and its failed tries per second.
-func contendedRates(b *testing.B, n int, d time.Duration, try func() (bool, error)) (acq, failed float64) {
-	got, not, took := hammer(b, n, d, func(int) (int, error) {
-		ok, err := try()
-		if ok {
-			return 1, err
-		}
-		return 0, err
-	})
-	return float64(got) / took.Seconds(), float64(not) / took.Seconds()
-}
-
 // BenchmarkLockContended compares, on one key tried by 16 goroutines at
 // once (a try acquires and, when it succeeds, releases at once), four
 // windows that alternate, 300 ms each, on the same redis-server: raw (SET NX
@@ -831,7 +795,16 @@ func BenchmarkLockContended(b *testing.B) {
 			}
 			return true, rawRelease.Run(ctx, c, []string{"contended-raw"}, token).Err()
 		}},
-		{"lib", func() (bool, error) { return tryPair(ctx, s, "contended-lib") }},
+		{"lib", func() (bool, error) {
+			l, err := s.TryLock(ctx, "contended-lib")
+			switch {
+			case errors.Is(err, ErrLocked):
+				return false, nil
+			case err != nil:
+				return false, err
+			}
+			return true, l.Release(ctx)
+		}},
 		{"scripts", func() (bool, error) {
 			token := benchToken()
 			r, err := c.EvalSha(ctx, acquireScript.sha.(string), []string{k.lock, k.fence}, token, "10000", "").Slice()
@@ -869,8 +842,15 @@ func BenchmarkLockContended(b *testing.B) {
 	acq, failed := make([][]float64, len(windows)+1), make([][]float64, len(windows))
 	for b.Loop() {
 		for w, win := range windows {
-			a, f := contendedRates(b, goroutines, window, win.try)
-			acq[w], failed[w] = append(acq[w], a), append(failed[w], f)
+			got, not, took := hammer(b, goroutines, window, func(int) (int, error) {
+				ok, err := win.try()
+				if ok {
+					return 1, err
+				}
+				return 0, err
+			})
+			acq[w] = append(acq[w], float64(got)/took.Seconds())
+			failed[w] = append(failed[w], float64(not)/took.Seconds())
 		}
 		got, _, took := hammer(b, 1, window, func(int) (int, error) { return 1, chain() })
 		acq[len(windows)] = append(acq[len(windows)], float64(got)/took.Seconds())

@@ -103,35 +103,3 @@ func kindOfValue(v reflect.Value, depth int) clientKind {
 	}
 	return kind
 }
-
-// autoPipelined reports whether c is go-redis's AutoPipeliner (from
-// AutoPipeline, AutoPipelineWithOptions or AsyncAutoPipeline on a Client or
-// ClusterClient, go-redis v9.22+), or a wrapper of the user's that embeds
-// one as kindOf sees wrappers (a pointer or interface field, up to 4 deep).
-// Such a client batches the commands of concurrent callers by itself, so
-// the session's combiner does not (combine.go, Auto-pipelining). The type
-// is recognised by name: go.mod pins a go-redis without it.
-func autoPipelined(c Client) bool { return autoPipelinedValue(reflect.ValueOf(c), 4) }
-
-func autoPipelinedValue(v reflect.Value, depth int) bool {
-	for v.Kind() == reflect.Interface || v.Kind() == reflect.Pointer {
-		if v.IsNil() {
-			return false
-		}
-		v = v.Elem()
-	}
-	if v.Kind() != reflect.Struct {
-		return false
-	}
-	t := v.Type()
-	if t.PkgPath() == redisPkg {
-		return t.Name() == "AutoPipeliner"
-	}
-	for i := range t.NumField() {
-		f := t.Field(i)
-		if depth > 0 && f.Anonymous && f.Type.Implements(clientType) && autoPipelinedValue(v.Field(i), depth-1) {
-			return true
-		}
-	}
-	return false
-}

@@ -79,23 +79,6 @@ import (
 // is retried in the background). A hook fault (hookfaults.go) fails every
 // call of its pipeline.
 //
-// Auto-pipelining. A client that batches the commands of its concurrent
-// callers by itself (go-redis's AutoPipeliner: autoPipelined) gets no
-// batches of ours: its combiner is direct. Queued calls would be batched
-// twice, and the maxOnWire calls sent at once would ride its batches while
-// the queue waited behind them. A direct combiner sends a call at once, on
-// a goroutine of its own, unless a call of the session on the same lock
-// key is on the wire; then it queues until the key is free, oldest first.
-// A release is never queued and takes the oldest call queued on its key
-// along, as on a Cluster: tries of one name by many of the session's
-// goroutines hand it on a round trip at a time, instead of crowding the
-// client's batches with tries that find it still held. Such a client
-// runs a command on a context of its own and returns only when its batch
-// has ended; the goroutine is what still lets each caller return at its
-// own context or call deadline, as a queued caller does (reply). A call
-// given up while on the wire holds its key as in a batch, so the order per
-// key above holds as it is.
-//
 // No goroutine is left: a flusher ends when the queue is empty, and Close
 // waits until nothing is on the wire.
 
@@ -114,10 +97,9 @@ type combiner struct {
 	s       *Session
 	client  Client
 	cluster bool // client is a Cluster's: a release takes only a call on its own name along
-	direct  bool // client batches its callers' commands itself: a call waits for its key only (see Auto-pipelining)
 	mu      sync.Mutex
 	onWire  int        // calls and flushers on the wire, at most maxOnWire
-	carried int        // releases' pipelines with calls taken along, and direct calls, on the wire (not counted in onWire)
+	carried int        // releases' pipelines with calls taken along, on the wire (not counted in onWire)
 	closed  bool       // after Close: calls go straight to Redis, uncounted
 	queue   []*pending // waiting to be sent, oldest first
 	idle    []*pending // pendings for reuse
@@ -127,9 +109,6 @@ type combiner struct {
 	// command may still reach Redis, and no later call on the key is sent
 	// before then.
 	unsettled map[any][]*pending
-	// busy counts, on a direct combiner, the calls on the wire per lock
-	// key; a call on a busy key (but a release) waits in the queue.
-	busy map[any]int
 }
 
 // pending is one queued call.
@@ -148,7 +127,7 @@ type pending struct {
 // newCombiner makes the combiner of s's calls through client; Close waits
 // for it (Session.closeCombiners).
 func (s *Session) newCombiner(c *combiner, client Client) *combiner {
-	c.s, c.client, c.cluster, c.direct = s, client, kindOf(client) == kindCluster, autoPipelined(client)
+	c.s, c.client, c.cluster = s, client, kindOf(client) == kindCluster
 	c.drained.L = &c.mu
 	s.combiners = append(s.combiners, c)
 	return c
@@ -183,7 +162,7 @@ func (c *combiner) send(ctx context.Context, deadline time.Time, sc *script, arg
 		return errCmd(ctx, argv, err)
 	}
 	along, key := c.alongLocked(callCtx, argv, coalesce)
-	if c.closed || !c.direct && (coalesce && c.onWire < maxOnWire && len(c.queue) == 0 || !coalesce && along == 0) {
+	if c.closed || (coalesce && c.onWire < maxOnWire && len(c.queue) == 0) || (!coalesce && along == 0) {
 		if coalesce && !c.closed {
 			c.onWire++
 			defer c.passSlot() // also when a hook on the client panics
@@ -191,20 +170,16 @@ func (c *combiner) send(ctx context.Context, deadline time.Time, sc *script, arg
 		c.mu.Unlock()
 		return sc.run(callCtx, c.client, argv)
 	}
-	if c.direct && callCtx.Err() != nil { // given up before it was sent
-		c.mu.Unlock()
-		return errCmd(ctx, argv, callCtx.Err())
-	}
 	p := c.getLocked()
 	p.s, p.argv = sc, append(p.argv[:0], argv...)
 	p.until, _ = callCtx.Deadline() // bound's result always has one
 	p.ctx = callCtx
-	if coalesce && (!c.direct || c.busy[lockKeyOf(argv)] > 0) {
+	if coalesce {
 		c.queue = append(c.queue, p)
+		c.mu.Unlock()
 	} else {
-		c.goLocked(c.takeLocked(append(make([]*pending, 0, along+1), p), along, key))
+		c.carryLocked(p, along, key) // unlocks c.mu
 	}
-	c.mu.Unlock()
 	return c.reply(ctx, p, argv)
 }
 
@@ -215,12 +190,11 @@ func (c *combiner) alongLocked(ctx context.Context, argv []any, coalesce bool) (
 		return 0, nil
 	}
 	c.pruneLocked()
-	if !c.cluster && !c.direct {
+	if !c.cluster {
 		return min(len(c.queue), maxBatch-1), nil
 	}
 	// Only the oldest call on its own name, in its slot: a call for another
-	// node could hold the release up with it (on a direct combiner, the
-	// others wait for their own keys).
+	// node could hold the release up with it.
 	key = lockKeyOf(argv)
 	if slices.ContainsFunc(c.queue, func(q *pending) bool { return lockKeyOf(q.argv) == key }) {
 		return 1, key
@@ -228,56 +202,22 @@ func (c *combiner) alongLocked(ctx context.Context, argv []any, coalesce bool) (
 	return 0, key
 }
 
-// goLocked sends batch, taken from the queue, on a goroutine of its own:
-// a release with the calls it takes along, a round trip sooner than from
-// the queue, or on a direct combiner any call. A direct combiner's keys
-// are busy meanwhile; when the batch has ended, the oldest queued call on
-// each key it frees is sent the same way.
-func (c *combiner) goLocked(batch []*pending) {
+// carryLocked sends the release p with along queued calls (on key, unless
+// nil) right behind it, a round trip sooner than from the queue. It unlocks
+// c.mu.
+func (c *combiner) carryLocked(p *pending, along int, key any) {
+	batch := c.takeLocked(append(make([]*pending, 0, along+1), p), along, key)
 	c.carried++
-	keys := c.busyLocked(batch)
+	c.mu.Unlock()
 	go func() {
 		defer func() { // also when a hook ends the goroutine
 			c.mu.Lock()
 			c.carried--
-			c.freeLocked(keys)
 			c.drainedLocked()
 			c.mu.Unlock()
 		}()
 		c.sendBatch(batch, nil)
 	}()
-}
-
-// busyLocked marks the keys of batch's calls busy, on a direct combiner,
-// and returns them (nil on another).
-func (c *combiner) busyLocked(batch []*pending) (keys []any) {
-	if !c.direct {
-		return nil
-	}
-	if c.busy == nil {
-		c.busy = make(map[any]int)
-	}
-	for _, p := range batch {
-		key := lockKeyOf(p.argv)
-		c.busy[key]++
-		keys = append(keys, key)
-	}
-	return keys
-}
-
-// freeLocked ends the calls on keys that busyLocked marked, and sends the
-// oldest queued call on each key they leave free.
-func (c *combiner) freeLocked(keys []any) {
-	for _, key := range keys {
-		if c.busy[key]--; c.busy[key] > 0 {
-			continue
-		}
-		delete(c.busy, key)
-		c.pruneLocked()
-		if slices.ContainsFunc(c.queue, func(q *pending) bool { return lockKeyOf(q.argv) == key }) {
-			c.goLocked(c.takeLocked(make([]*pending, 0, 1), 1, key))
-		}
-	}
 }
 
 // reply waits for p's reply until p's caller gives up (p.ctx ends). A call

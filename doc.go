@@ -131,9 +131,8 @@
 //   - An acquisition that gives up after an attempt of unknown outcome
 //     deletes its token, and the heartbeat deletes it again until it must
 //     have expired.
-//   - Overlapping calls of a session share pipelines (combine.go), or the
-//     batches of an auto-pipelining client; each still ends with its own
-//     context and call timeout.
+//   - Overlapping calls of a session share pipelines (combine.go); each
+//     still ends with its own context and call timeout.
 //
 // # Guarantees
 //

@@ -213,18 +213,6 @@ func TestWrappedClusterClient(t *testing.T) {
 	for _, w := range []Client{wrappedClient{c}, &wrappedClient{c}, wrappedIface{c}} {
 		assertPlainKind(t, w, cs)
 	}
-	for _, w := range []Client{c, wrappedIface{c}, cluster, &wrappedCluster{cluster}} {
-		assertDirect(t, w, false)
-	}
-}
-
-// assertDirect checks whether a session on c leaves the batching of its
-// calls to c, as it does on an auto-pipelining client (combine.go).
-func assertDirect(t *testing.T, c Client, want bool) {
-	t.Helper()
-	s := newSession(t, c)
-	assert.Equal(t, want, s.combine.direct, "%T: the session's combiner is direct", c)
-	require.NoError(t, s.Close(context.Background()))
 }
 
 // assertClusterKind checks that NewSession and NewRedlockSession treat cc

@@ -119,9 +119,8 @@ func (e *env) contenders() ([]contender, func(), error) {
 	}
 	// sessionPool hands each worker the next of n sessions on c, so that 16
 	// goroutines use 16 sessions: a session with one caller never queues a
-	// call (its coalescing stays idle), which shows what the coalescing adds
-	// on a plain client, and what one session for all costs on a client that
-	// batches by itself (where no session coalesces).
+	// call (its coalescing stays idle), which shows what the coalescing
+	// adds on a client that batches by itself.
 	sessionPool := func(c redisleader.Client, n int) (func() *redisleader.Session, error) {
 		var list []*redisleader.Session
 		for range n {
@@ -192,7 +191,7 @@ func (e *env) contenders() ([]contender, func(), error) {
 			func(key string) worker { return &leaderWorker{s: apFullSession, name: key} }},
 		{rowLeaderSessions, fmt.Sprintf("this library on a plain client, %d Sessions handed to the goroutines in turn (a Session with one caller never coalesces)", poolSessions),
 			func(key string) worker { return &leaderWorker{s: plainSessions(), name: key} }},
-		{rowLeaderAPSessions, fmt.Sprintf("this library over rdb.AutoPipeline() (half duplex), %d Sessions handed out in turn (no Session coalesces on an AutoPipeliner: it batches)", poolSessions),
+		{rowLeaderAPSessions, fmt.Sprintf("this library over rdb.AutoPipeline() (half duplex), %d Sessions handed out in turn: auto-pipelining without the Session's coalescing", poolSessions),
 			func(key string) worker { return &leaderWorker{s: apSessions(), name: key} }},
 		{rowLeaderAPFullSess, fmt.Sprintf("the same over the full-duplex AutoPipeliner, %d Sessions handed out in turn", poolSessions),
 			func(key string) worker { return &leaderWorker{s: apFullSessions(), name: key} }},

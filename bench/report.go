@@ -116,8 +116,7 @@ func (r *report) targets(res *results) {
 	par3 := l.parRate.ratio(rowRedlock3, rowRedsync3)
 	r.ratioRow("Redlock-3 parallel pairs/s ≥ redsync-3's", par3, par3.med >= 1.0, " (× redsync-3)")
 	// Auto-pipelining moves the floor: these rows say by how much, what the
-	// library keeps of it, and what one Session for all goroutines costs
-	// against one each.
+	// library keeps of it, and what the Session's coalescing adds there.
 	apFloor, apFloorFull := l.parRate.ratio(rowRawAP, baseline), l.parRate.ratio(rowRawAPFull, baseline)
 	r.printf("| (reference) 16 goroutines, own keys: the floor auto-pipelined, half / full duplex | %s / %s (× raw) | |\n", ratioCell(apFloor), ratioCell(apFloorFull))
 	apLib, apLibFull := l.parRate.ratio(rowLeaderAP, rowRawAP), l.parRate.ratio(rowLeaderAPFull, rowRawAPFull)
@@ -126,7 +125,7 @@ func (r *report) targets(res *results) {
 	r.printf("| (reference) 16 goroutines, own keys: redisleader auto-pipelined, half / full duplex | %s / %s (× redisleader plain) | |\n", ratioCell(apGain), ratioCell(apGainFull))
 	coalPlain, coalAP := l.parRate.ratio("redisleader", rowLeaderSessions), l.parRate.ratio(rowLeaderAP, rowLeaderAPSessions)
 	coalAPFull := l.parRate.ratio(rowLeaderAPFull, rowLeaderAPFullSess)
-	r.printf("| (reference) 16 goroutines, own keys: one Session × 16 Sessions, plain / auto-pipelined half / full duplex | %s / %s / %s | |\n", ratioCell(coalPlain), ratioCell(coalAP), ratioCell(coalAPFull))
+	r.printf("| (reference) 16 goroutines, own keys: one coalescing Session × 16 Sessions, plain / auto-pipelined half / full duplex | %s / %s / %s | |\n", ratioCell(coalPlain), ratioCell(coalAP), ratioCell(coalAPFull))
 	lib3, rs3 := l.seqRate.ratio(rowRedlock3, rowRaw3), l.seqRate.ratio(rowRedsync3, rowRaw3)
 	r.printf("| (reference) sequential pairs/s × raw-3, Redlock-3 / redsync-3 | %s / %s | |\n", ratioCell(lib3), ratioCell(rs3))
 	a3, r3 := l.allocs.of(rowRedlock3), l.allocs.of(rowRedsync3)
@@ -265,19 +264,6 @@ func (r *report) locks(contenders []contender, l *lockResults) {
 	r.printf("### (d) Allocations per acquire+release pair (testing.Benchmark, ReportAllocs, %dx, 1 goroutine)\n\n", cfg.allocIters)
 	r.printf("| contender | allocs | × raw | bytes | × raw | ns/pair | × raw |\n|---|---|---|---|---|---|---|\n")
 	rows(value(l.allocs, "%.0f"), ratio(l.allocs), value(l.bytes, "%.0f"), ratio(l.bytes), value(l.ns, "%.0f"), ratio(l.ns))
-	r.autoPipelining(l)
-}
-
-// autoPipelining says what the library keeps of the floor on each
-// AutoPipeliner: per-round ratios of its rows there to that floor.
-func (r *report) autoPipelining(l *lockResults) {
-	r.printf("### Auto-pipelining: each library row over the floor on the same AutoPipeliner\n\n")
-	r.printf("| contender | floor | (b) own keys, pairs/s | (c) one key, acquisitions/s | (a) sequential p50 |\n|---|---|---|---|---|\n")
-	for _, row := range [][2]string{{rowLeaderAP, rowRawAP}, {rowLeaderAPSessions, rowRawAP}, {rowLeaderAPFull, rowRawAPFull}, {rowLeaderAPFullSess, rowRawAPFull}} {
-		r.printf("| %s | %s | %s | %s | %s |\n", row[0], row[1],
-			ratioCell(l.parRate.ratio(row[0], row[1])), ratioCell(l.conAcq.ratio(row[0], row[1])), ratioCell(l.seqP50.ratio(row[0], row[1])))
-	}
-	r.printf("\n")
 }
 
 func (r *report) elections(el *electionResults) {
