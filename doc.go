@@ -6,9 +6,8 @@
 // # Model
 //
 // A Session is one participant's lease: a TTL and one heartbeat goroutine
-// that renews every key the session holds once per renew interval, in one
-// pipelined round trip per slice of up to 100 keys (a session holding more
-// spreads its slices over the interval). A Lock is one acquisition of one
+// that renews every key the session holds once per renew interval
+// (heartbeat.go says how). A Lock is one acquisition of one
 // name, with its own random token and fence. It ends exactly once (Done is
 // closed) and says why (Err): released, lost (ErrNotOwner, ErrExpired), or
 // the session closed. Ownership ends at a local deadline (see Timing).
@@ -56,9 +55,9 @@
 // interval while their subscription is unconfirmed or the key has no TTL.
 // After an attempt that failed for another reason than the name being held
 // (an error, a Redlock split vote), they wait the random retry delay,
-// whatever is released meanwhile; a queued fair waiter still hears its
-// wake-up, and tries again before its place can lapse (see Fairness). Messages are hints: what they report and act on is read from the
-// lock key. A forged message only makes them read sooner; a lost one delays
+// whatever is released meanwhile (a queued fair waiter still hears its
+// wake-up). Messages are hints: what they report and act on is read from
+// the lock key. A forged message only makes them read sooner; a lost one delays
 // them by at most the holder's remaining TTL.
 //
 // # Fairness
@@ -68,32 +67,25 @@
 // acquisitions are served in the order Redis saw their first attempts, and
 // a release wakes only the first waiter. TryLock then succeeds only if the
 // name is free and nobody waits. In Run, a resigned leader campaigns again
-// at the back, so leadership passes around rather than back. A waiter's
-// place is a lease of one TTL (its own session's) from each of its
-// attempts, and a waiter tries again before it can lapse: one that dies,
-// pauses, is cut off or gives up holds the others up for at most one TTL.
-// Fairness holds among the fair sessions of a name, so use one mode per
-// name. It costs two keys per name with waiters, and a waiter's re-checks,
-// which keep its place: about one command per TTL, a few tenths more than
-// in default mode. fair.go describes the queue.
+// at the back, so leadership passes around rather than back. A waiter
+// that dies, pauses, is cut off or gives up holds the others up for at
+// most one TTL (its own session's). Fairness holds among the fair sessions
+// of a name, so use one mode per name. A waiter costs about one command
+// per TTL, as in default mode; fair.go describes the queue and its costs.
 //
 // # Choosing the leader
 //
 // Election.Transfer hands leadership to the candidate campaigning with a
-// given value: the leader's key becomes a reservation only that candidate
-// can take, so nobody else leads in between; unused, it expires after one
-// TTL and the name is free to anyone. A candidate may declare a priority
-// (WithPriority). Candidates are enlisted by the attempts they make anyway,
-// and the leader's renewal finds the best one: a Run leader below it yields
-// (onElected's cause ErrPreempted), once its term has lasted WithMinTerm,
-// and any leader with a priority that releases hands the name to the best
-// candidate above it. Equal priorities never move leadership, and Transfer
-// does not change priorities. A follower that died stays a candidate for
-// up to two TTLs, a leader for its lease; a hand-over to a dead or forged
-// candidate, like a forged reservation, costs one reservation's TTL, never
-// an overlap: the successor takes the name as in any acquisition, with a
-// higher fence. Not with Redlock. transfer.go and priority.go describe the
-// keys.
+// given value; nobody else leads in between, and if that candidate does
+// not take it within one TTL the name is free to anyone. A candidate may
+// declare a priority (WithPriority), at no extra command while it waits: a
+// Run leader below a waiting candidate yields to it (onElected's cause
+// ErrPreempted) once its term has lasted WithMinTerm, and any leader with
+// a priority that releases hands the name to the best candidate above it.
+// Equal priorities never move leadership. A dead or forged candidate costs
+// at most one TTL without a leader, never an overlap: the successor takes
+// the name as in any acquisition, with a higher fence. Not with Redlock.
+// transfer.go, priority.go and docs/MECHANISMS.md say how.
 //
 // # Topologies and Redlock
 //
