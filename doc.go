@@ -145,8 +145,8 @@
 //     can act late. Only a resource that checks the fence stops that.
 //   - Forward steps of the Redis host's wall clock expire keys early.
 //   - Data loss (a restart without persistence, a restore) drops or revives keys.
-//   - Failover with asynchronous replication can lose the key, or promote a
-//     replica that issues lower fences (README, Guarantees and limits).
+//   - Failover with asynchronous replication can lose the key, or hand every
+//     later owner a lower or an equal fence (README, Guarantees and limits).
 //   - Eviction (volatile-* or allkeys-*) of the lock or fence: use noeviction.
 //   - Host suspend: Go's monotonic clock stops while the host sleeps.
 //
