@@ -201,6 +201,24 @@ func dropClient(t testing.TB, addr string, drop *atomic.Int32, configure func(*r
 	return c
 }
 
+// serverChecked returns a channel closed once a session on c has run its
+// background check of the server's settings (the pipeline that reads INFO
+// replication), whatever the server answered.
+func serverChecked(c *redis.Client) <-chan struct{} {
+	done := make(chan struct{})
+	var once sync.Once
+	c.AddHook(testHook{pipeline: func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+		err := send(ctx, cmds)
+		for _, cmd := range cmds {
+			if cmd.Name() == "info" {
+				once.Do(func() { close(done) })
+			}
+		}
+		return err
+	}})
+	return done
+}
+
 var errCrashed = errors.New("crashed (test)")
 
 // crash stops a session as if its process had died: the heartbeat, pub/sub

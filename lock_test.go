@@ -73,9 +73,13 @@ func TestReleaseWithLostReply(t *testing.T) {
 		ctx := context.Background()
 		var drop atomic.Int32
 		c := dropClient(t, b.addr, &drop, nil)
+		checked := serverChecked(c)
 		s := newSession(t, c)
 		l, err := s.TryLock(ctx, "lost-release-reply")
 		require.NoError(t, err)
+		// The session checks the server's settings once it first holds a
+		// lock, in the background; the reply to drop is the delete's.
+		waitClosed(t, checked, 5*time.Second, "the session's check of the server's settings")
 		drop.Store(1) // the delete runs; its reply is lost; go-redis re-sends it
 		assert.NoError(t, l.Release(ctx), "a retried delete that finds the key gone is no loss")
 		assert.Zero(t, drop.Load())
