@@ -582,7 +582,7 @@ type termOutcome struct {
 func (r *runner) term(e *redisleader.Election, t *tenure) *termOutcome {
 	out := &termOutcome{started: time.Now()}
 	r.log.infof("elected leader of %s (fence %d); starting %s", r.f.name, t.lead.Fence(), r.display)
-	w := r.watchTransfers()
+	w := r.watchTransfers(t.lead.Fence())
 	out.res = r.runCommand(t, w.requests())
 	res := &out.res
 	to := res.transferTo

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,18 +18,43 @@ import (
 // Transfer requests: "redisleader transfer NAME --to VALUE" asks the run
 // that leads NAME to hand leadership over to the candidate campaigning with
 // VALUE. Election.Transfer must be called by the leader's own session, so
-// the request goes through Redis:
+// the request goes through Redis. The whole protocol is in this file: the
+// format (transferRequest.stored), one script (requestScript), its callers.
 //
-//   - transfer stores "<id>\n<VALUE>" at redisleader:{NAME}:transfer, with a
-//     TTL, and publishes a hint on the channel of the same name; then it
-//     watches the leader (Observe) until VALUE leads, and withdraws the
-//     request if no leader has taken it when it gives up.
+//   - A request is "<id> <fence>\n<VALUE>" at redisleader:{NAME}:transfer:
+//     a random id, and the fence of the term it addresses (the one transfer
+//     read from the lock key). It lives --wait plus requestMargin.
+//   - transfer stores it, publishes a hint on the channel of the key's name,
+//     and watches the leader (Observe) until VALUE leads. When another term
+//     starts and the request is still there (the term it addressed ended
+//     without taking it), transfer addresses it to that term, and hints
+//     again. The request ends with transfer: whatever ends it (VALUE leads,
+//     another does after a hand-over, --wait, a signal, an error), transfer
+//     withdraws the request if it is still its own. Only a transfer that is
+//     SIGKILLed (or cannot reach Redis as it exits) leaves it, to expire.
 //   - A run that leads NAME, and campaigns until it leads (no --try or
 //     --wait), subscribes to that channel during its term, and takes the
-//     request (reads and deletes it, in one script) when its term starts, on
-//     every message and once per --ttl: a lost message delays it by at most
-//     that. It stops COMMAND as on any end of leadership and, once COMMAND
-//     has exited, calls Election.Transfer, which hands the name over.
+//     request (reads and deletes it, in one script) if it names its own
+//     term's fence: when its term starts, on every message and once per
+//     --ttl (a lost message delays it by at most that). A request for
+//     another term it leaves as it is. It stops COMMAND as on any end of
+//     leadership and, once COMMAND has exited, calls Election.Transfer,
+//     which hands the name over.
+//
+// Why the fence, and not a creation time: the fence names exactly one term.
+// It is issued by Redis and compared for equality, so no clock is involved.
+// A time read from Redis TIME would have to be compared with the start of
+// the term on the same clock, which the leader does not know (its fence
+// may run ahead of the clock), and which a failover to a replica whose
+// clock is behind moves back. A fence repeats only where the lock itself
+// fails (a failover that lost the fence key); a stale request then costs at
+// most one hand-over, as below. The fence transfer reads (Election.Leader)
+// is the one the leader holds (Lock.Fence): they differ only on Redlock
+// before its first renewal, and run does not use Redlock.
+//
+// Versions: a run from before fences reads "<id> <fence>" as an id, and
+// hands over to VALUE as before; this run leaves an older transfer's
+// request ("<id>\n<VALUE>", no fence) as it is, and that transfer exits 5.
 //
 // A message is only a hint: run acts on the key, and transfer reports what
 // it reads from the lock key. Anyone who may write redisleader:* keys or
@@ -65,8 +91,11 @@ after NAME. It prints the new leader as status does:
 
   leader host-b:4321 (fence 1795000000000001)
 
-The request is a Redis key that transfer deletes when it gives up; if
-transfer dies, the key expires 5s after --wait.
+The request is a Redis key that names the leader's term (its fence): only
+that term's leader acts on it, and if that term ends without taking it,
+transfer addresses it to the next term. It ends with transfer: transfer
+deletes it as it exits, whatever its status; only a transfer that is killed
+(SIGKILL) leaves it behind, and it expires 5s after --wait.
 `,
 	exit: `
 Exit status:
@@ -137,23 +166,31 @@ func cmdTransfer(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	case from.Value == q.to:
 		return q.done(stdout, from)
 	}
+	q.fence = from.Fence
 	if err := q.send(ctx, c.client); err != nil {
+		q.withdraw(ctx, c) // it may have been stored all the same
 		return c.failed(ctx, "cannot ask for the transfer of "+c.name, err)
 	}
-	return q.await(ctx, c, from, changes, stdout)
+	return q.await(ctx, c, changes, stdout)
 }
 
 // requestKey is the key, and the channel, of NAME's transfer requests: in
 // the election's hash slot, and under the ACL rule's redisleader:* patterns.
 func requestKey(name string) string { return "redisleader:{" + name + "}:transfer" }
 
-// transferRequest is one request of the transfer command.
+// transferRequest is one request of the transfer command, addressed to the
+// term whose fence is fence.
 type transferRequest struct {
 	key, id, to string
+	fence       int64
 	wait        time.Duration
 }
 
-func (q *transferRequest) stored() string { return q.id + "\n" + q.to }
+// stored is the request as stored: "<id> <fence>\n<VALUE>" (requestScript
+// reads the fence).
+func (q *transferRequest) stored() string {
+	return q.id + " " + strconv.FormatInt(q.fence, 10) + "\n" + q.to
+}
 
 // send stores the request and publishes the hint. A request of another
 // transfer, if any, is replaced. The request outlives --wait by
@@ -167,17 +204,24 @@ func (q *transferRequest) send(ctx context.Context, c redis.UniversalClient) err
 }
 
 // await waits for the leader changes until VALUE leads, or another does
-// after the request was taken, and returns the exit status.
-func (q *transferRequest) await(ctx context.Context, c *nameCommand, from redisleader.Leader, changes <-chan redisleader.Leader, stdout io.Writer) int {
+// after the request was taken, and returns the exit status. The request is
+// withdrawn on the way out, if it is still there.
+func (q *transferRequest) await(ctx context.Context, c *nameCommand, changes <-chan redisleader.Leader, stdout io.Writer) int {
 	for l := range changes {
 		switch {
 		case l.Fence != 0 && l.Value == q.to:
+			q.withdraw(ctx, c) // if not taken, its term has ended: nobody would take it, but it ends here
 			return q.done(stdout, l)
-		case l.Fence == 0 || l.Fence == from.Fence:
+		case l.Fence == 0 || l.Fence == q.fence:
 			continue // the hand-over under way, or the same term
 		}
-		// A new leader; it may still take the request if the last did not.
-		if taken, err := q.taken(ctx, c.client); err == nil && taken {
+		// Another term: the one addressed has ended, and took the request
+		// (then it handed over to another than VALUE) or not (then it goes
+		// to this term).
+		switch moved, err := q.readdress(ctx, c.client, l.Fence); {
+		case err != nil && ctx.Err() == nil:
+			c.log.warnf("cannot address the request to transfer %s to the term of %s (fence %d): %v", c.name, printable(l.Value), l.Fence, trimPrefix(err))
+		case err == nil && !moved:
 			c.log.errorf("%s did not take leadership of %s: %s leads (fence %d)", q.to, c.name, l.Value, l.Fence)
 			return exitNoSuccessor
 		}
@@ -192,25 +236,43 @@ func (q *transferRequest) done(stdout io.Writer, l redisleader.Leader) int {
 	return exitOK
 }
 
-// taken reports whether a leader has taken the request (it is not stored
-// any more, or another request replaced it).
-func (q *transferRequest) taken(ctx context.Context, c redis.UniversalClient) (bool, error) {
-	v, err := c.Get(ctx, q.key).Result()
-	if errors.Is(err, redis.Nil) {
-		return true, nil
+// readdress addresses the request to the term with fence, if it is still
+// stored as this transfer made it, and hints the leader; moved is false if
+// it is not (a leader took it, or another request replaced it).
+func (q *transferRequest) readdress(ctx context.Context, c redis.UniversalClient, fence int64) (moved bool, err error) {
+	next := *q
+	next.fence = fence
+	switch moved, _, err = takeRequest(ctx, c, q.key, q.stored(), "", next.stored()); {
+	case errors.Is(err, redis.Nil):
+		return false, nil
+	case !moved || err != nil:
+		return false, err
 	}
-	return v != q.stored(), err
+	q.fence = fence
+	_ = c.Publish(ctx, q.key, "T").Err() // a hint: without it, the leader reads it within its --ttl
+	return true, nil
+}
+
+// withdraw deletes the request if it is still stored as this transfer made
+// it (also once ctx has ended), and reports whether it was not (taken: a
+// leader took it, or another request replaced it). If Redis could not be
+// asked, it says so and returns ok false.
+func (q *transferRequest) withdraw(ctx context.Context, c *nameCommand) (taken, ok bool) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pingTimeout)
+	defer cancel()
+	took, _, err := takeRequest(wctx, c.client, q.key, q.stored(), "", "")
+	if err != nil && !errors.Is(err, redis.Nil) {
+		c.log.errorf("cannot withdraw the request to transfer %s (it expires %v after --wait): %v", c.name, requestMargin, trimPrefix(err))
+		return false, false
+	}
+	return !took, true
 }
 
 // giveUp withdraws the request unless a leader has taken it, once ctx has
 // ended (--wait, or a signal), and returns the exit status.
 func (q *transferRequest) giveUp(ctx context.Context, c *nameCommand) int {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pingTimeout)
-	defer cancel()
-	v, err := takeScript.Run(wctx, c.client, []string{q.key}, q.stored()).Text()
-	taken := errors.Is(err, redis.Nil) || err == nil && v != q.stored()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		c.log.errorf("cannot withdraw the request to transfer %s (it expires %v after --wait): %v", c.name, requestMargin, err)
+	taken, ok := q.withdraw(ctx, c)
+	if !ok {
 		return exitError
 	}
 	switch code := interrupted(ctx); {
@@ -230,38 +292,64 @@ func (q *transferRequest) giveUp(ctx context.Context, c *nameCommand) int {
 	return exitBusy
 }
 
-// takeScript takes a transfer request: it deletes the key if it holds one
-// ("<id>\n<value>") and ARGV[1] is "" (run's take) or the request itself
-// (transfer's withdrawal), and returns what the key held (nil: nothing). A
-// value that is no request is left as it is.
+// requestScript takes a transfer request. The request it takes is the
+// one stored, if it is ARGV[1] (transfer's own), or, if ARGV[1] is "", if
+// its fence is ARGV[2] (run's take: a request addressed to its term). It
+// deletes it, or replaces it with ARGV[3] if that is not "" (transfer's
+// readdress), keeping its TTL. It returns {1 if it took it else 0, what the
+// key held}, or nil if the key does not exist. Anything else, a request for
+// another term or a value that is no request, is left as it is.
 //
-//	KEYS[1] the request key; ARGV[1] the request to take, or "" for any
-var takeScript = redis.NewScript(`
+//	KEYS[1] the request key; ARGV[1] the request, ARGV[2] a fence, ARGV[3] its replacement
+var requestScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
-if v and string.find(v, '\n', 1, true) and (ARGV[1] == '' or v == ARGV[1]) then
+if not v then return false end
+local mine = v == ARGV[1]
+if ARGV[1] == '' then mine = string.match(v, '^%S+ (%d+)\n') == ARGV[2] end
+if mine and ARGV[3] ~= '' then
+  redis.call('SET', KEYS[1], ARGV[3], 'KEEPTTL')
+elseif mine then
   redis.call('DEL', KEYS[1])
 end
-return v
+return {mine and 1 or 0, v}
 `)
 
-// transferWatch takes the transfer requests for NAME during one term of a
-// run that leads it: at most one per term.
-type transferWatch struct {
-	taken  chan string // receives the value of the request taken
-	cancel context.CancelFunc
-	done   chan struct{} // closed when the watch has ended
-	warned bool          // a key that is no request was reported
+// takeRequest runs requestScript on key, and returns whether it took the
+// request and what the key held; the error is redis.Nil if there was none.
+func takeRequest(ctx context.Context, c redis.Scripter, key, request, fence, replacement string) (took bool, held string, err error) {
+	res, err := requestScript.Run(ctx, c, []string{key}, request, fence, replacement).Slice()
+	if err != nil {
+		return false, "", err
+	}
+	if len(res) == 2 {
+		n, ok := res[0].(int64)
+		if held, isString := res[1].(string); ok && isString {
+			return n == 1, held, nil
+		}
+	}
+	return false, "", fmt.Errorf("unexpected reply to the transfer request script: %d elements", len(res))
 }
 
-// watchTransfers starts watching for transfer requests, if this run takes
-// them (it campaigns until it leads); otherwise it returns nil, which takes
-// none. stop ends it.
-func (r *runner) watchTransfers() *transferWatch {
+// transferWatch takes the transfer requests for NAME during one term of a
+// run that leads it: at most one per term, addressed to that term.
+type transferWatch struct {
+	fence   string      // the term's fence, as requests name it
+	taken   chan string // receives the value of the request taken
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when the watch has ended
+	warned  bool          // a key that is no request was reported
+	ignored bool          // a request for another term was reported
+}
+
+// watchTransfers starts watching for transfer requests addressed to the
+// term with fence, if this run takes them (it campaigns until it leads);
+// otherwise it returns nil, which takes none. stop ends it.
+func (r *runner) watchTransfers(fence int64) *transferWatch {
 	if r.f.try || r.f.wait > 0 {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &transferWatch{taken: make(chan string, 1), cancel: cancel, done: make(chan struct{})}
+	w := &transferWatch{fence: strconv.FormatInt(fence, 10), taken: make(chan string, 1), cancel: cancel, done: make(chan struct{})}
 	go w.run(ctx, r)
 	return w
 }
@@ -336,13 +424,13 @@ func subscribeHints(ctx context.Context, c redis.UniversalClient, channel string
 	return sub.Channel()
 }
 
-// take takes the pending request, if any, and returns its value, or "" if
-// there is none to act on (none, one for this run's own value, or an
-// error, reported).
+// take takes the pending request addressed to this term, if any, and
+// returns its value, or "" if there is none to act on (none, one for
+// another term, one for this run's own value, or an error, reported).
 func (w *transferWatch) take(ctx context.Context, r *runner, key string) string {
 	cctx, cancel := context.WithTimeout(ctx, r.f.ttl/3)
 	defer cancel()
-	v, err := takeScript.Run(cctx, r.client, []string{key}, "").Text()
+	took, v, err := takeRequest(cctx, r.client, key, "", w.fence, "")
 	switch {
 	case errors.Is(err, redis.Nil) || ctx.Err() != nil:
 		return ""
@@ -355,9 +443,14 @@ func (w *transferWatch) take(ctx context.Context, r *runner, key string) string 
 	case !ok && !w.warned:
 		w.warned = true
 		r.log.warnf("%s holds %d bytes that are no transfer request; left as they are", key, len(v))
+	case !ok:
+	case !took && !w.ignored:
+		w.ignored = true
+		r.log.infof("ignoring a request to transfer %s made for another term (not for fence %s); left as it is", r.f.name, w.fence)
+	case !took:
 	case to == r.f.value:
 		r.log.infof("transfer of %s to %s requested: it leads already", r.f.name, printable(to))
-	case ok && to != "":
+	case to != "":
 		return to
 	}
 	return ""
