@@ -193,9 +193,9 @@ func ExampleElection_Run() {
 
 	ctx, stop := context.WithCancel(context.Background()) // in a service: ends at shutdown
 	err = election.Run(ctx, "host-a:8080", func(leaderCtx context.Context, leadership *redisleader.Lock) error {
-		fmt.Println("elected, fence:", leadership.Fence() > 0) // pass the fence with every write
-		stop()                                                 // for the example: shut down during the first term
-		<-leaderCtx.Done()                                     // leadership lost, resigned, or ctx ended: stop the leader's work
+		fmt.Println("elected, fence:", leadership.Fence() > 0)
+		stop()             // for the example: shut down now
+		<-leaderCtx.Done() // lost, resigned or ctx ended: stop the work
 		return nil
 	})
 	fmt.Println("Run returned:", err)
