@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The least-privilege ACL user the README documents (section "ACL"): the
+// The least-privilege ACL user docs/operations.md documents (section "ACL"): the
 // required rule, and what the optional features add.
 const (
 	aclRule = "on >secret resetkeys resetchannels ~redisleader:* &redisleader:* -@all " +
@@ -30,7 +30,7 @@ const (
 	aclIdentity = "+client|setinfo"
 	// aclFair is what WithFairness adds: the queue's sorted sets.
 	aclFair = "+exists +pexpireat +zadd +zcard +zrange +zrangebyscore +zrank +zrem +zscore"
-	// aclSuccession is what the README adds for priorities and Transfer.
+	// aclSuccession is what docs/operations.md adds for priorities and Transfer.
 	aclSuccession = "+pexpireat +zadd +zrange +zrangebyscore +zrem +zscore"
 )
 
@@ -94,9 +94,9 @@ func aclLog(t testing.TB, admin *redis.Client) []any {
 }
 
 // TestReadmeDocumentsTheACLRule: the rules the tests here run with are the
-// ones the README tells operators to use.
+// ones the operations guide (docs/operations.md, ACL) tells operators to use.
 func TestReadmeDocumentsTheACLRule(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
+	readme, err := os.ReadFile("docs/operations.md")
 	require.NoError(t, err)
 	rule := strings.Replace(aclRule, ">secret", ">PASSWORD", 1)
 	assert.Contains(t, string(readme), "ACL SETUSER redisleader "+rule)
@@ -493,8 +493,8 @@ func TestPermanentACLErrors(t *testing.T) {
 	assert.True(t, permanent(&aclError{"permission denied for TIME (ACL): ERR The user executing the script can't run this command or subcommand"}))
 }
 
-// TestACLFair: fair mode runs as the documented user plus aclFair (the
-// README's ACL section): waiters queue, their re-checks renew their places,
+// TestACLFair: fair mode runs as the documented user plus aclFair (see
+// docs/operations.md, section ACL): waiters queue, their re-checks renew their places,
 // a release wakes the head, a waiter gives up; nothing is denied, and every
 // command aclFair adds is used.
 func TestACLFair(t *testing.T) {

@@ -34,7 +34,7 @@ func (s *Session) checkServer(ctx context.Context) {
 		unchecked = append(unchecked, errs...)
 	})
 	if len(unchecked) > 0 && ctx.Err() == nil {
-		s.cfg.logger.Warn("redisleader: could not check the Redis server's settings (eviction policy, persistence, replicas), so a setting under which Redis can lose locks would go unnoticed; allow this user CONFIG GET and INFO (see the README's ACL section), or check them yourself",
+		s.cfg.logger.Warn("redisleader: could not check the Redis server's settings (eviction policy, persistence, replicas), so a setting under which Redis can lose locks would go unnoticed; allow this user CONFIG GET and INFO (see docs/operations.md, ACL), or check them yourself",
 			"err", errors.Join(unchecked...))
 	}
 }

@@ -94,8 +94,8 @@
 // holds a name while a quorum of independent servers hold its token, so a
 // minority may be down. A forward clock step or a restart without
 // persistence on one node can let two owners' quorums overlap on that node.
-// docs/MECHANISMS.md has its rounds and fences; the README compares the
-// topologies.
+// docs/MECHANISMS.md has its rounds and fences; docs/topologies.md compares
+// the topologies.
 //
 // # Timing
 //
@@ -146,7 +146,7 @@
 //   - Forward steps of the Redis host's wall clock expire keys early.
 //   - Data loss (a restart without persistence, a restore) drops or revives keys.
 //   - Failover with asynchronous replication can lose the key, or hand every
-//     later owner a lower or an equal fence (README, Guarantees and limits).
+//     later owner a lower or an equal fence (docs/guarantees.md).
 //   - Eviction (volatile-* or allkeys-*) of the lock or fence: use noeviction.
 //   - Host suspend: Go's monotonic clock stops while the host sleeps.
 //
@@ -157,7 +157,7 @@
 //
 // A name's keys and channels are redisleader:{name} and redisleader:{name}:*
 // (keys.go has the layout). Names are 1 to 512 bytes of UTF-8 without '{',
-// '}' or control characters. The README lists the commands a Redis user
+// '}' or control characters. docs/operations.md lists the commands a Redis user
 // needs. A denial is a permanent error naming the command or channel, and
 // the denied attempt has written nothing.
 package redisleader

@@ -15,8 +15,8 @@ import (
 // A lock in a few lines: one session per process, one Lock per critical
 // section. The examples run on miniredis, an in-process Redis for tests.
 func Example() {
-	mr := miniredis.NewMiniRedis()
-	if err := mr.Start(); err != nil {
+	mr, err := miniredis.Run() // in production: your Redis
+	if err != nil {
 		log.Fatal(err)
 	}
 	defer mr.Close()
@@ -29,30 +29,71 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer session.Close(ctx)
-
-	lock, err := session.Lock(ctx, "nightly-report")
+	lock, err := session.Lock(ctx, "nightly-report") // waits while another session holds it
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("acquired", lock.Name(), "held:", lock.Held())
-
-	// Meanwhile nobody else gets it.
-	other, err := redisleader.NewSession(client)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer other.Close(ctx)
-	_, err = other.TryLock(ctx, "nightly-report")
-	fmt.Println("other session:", errors.Is(err, redisleader.ErrLocked))
-
+	fmt.Println("held:", lock.Held(), "fence:", lock.Fence() > 0) // pass the fence with every write
+	// ... the work; stop it when lock.Done() closes (lock.Err() says why)
 	if err := lock.Release(ctx); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("released:", errors.Is(lock.Err(), redisleader.ErrReleased))
 	// Output:
-	// acquired nightly-report held: true
-	// other session: true
+	// held: true fence: true
 	// released: true
+}
+
+// TryLock makes one attempt: another owner's name is ErrLocked. Lock waits,
+// and a release wakes it at once. With WithFairness waiters are served first
+// come, first served.
+func ExampleSession_TryLock() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	defer client.Close()
+	ctx := context.Background()
+
+	holder, err := redisleader.NewSession(client, redisleader.WithFairness())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	waiter, err := redisleader.NewSession(client, redisleader.WithFairness())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer waiter.Close(ctx)
+
+	first, err := holder.Lock(ctx, "nightly-report")
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = waiter.TryLock(ctx, "nightly-report")
+	fmt.Println("TryLock while held:", errors.Is(err, redisleader.ErrLocked))
+
+	acquired := make(chan *redisleader.Lock)
+	go func() {
+		next, err := waiter.Lock(ctx, "nightly-report") // waits for the release
+		if err != nil {
+			log.Fatal(err)
+		}
+		acquired <- next
+	}()
+	if err := first.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	next := <-acquired
+	fmt.Println("Lock after the release, fence higher:", next.Fence() > first.Fence())
+	if err := next.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// TryLock while held: true
+	// Lock after the release, fence higher: true
 }
 
 // Work under a lock stops as soon as the lock is lost: Done is closed by a
@@ -133,14 +174,13 @@ func ExampleLock_Fence() {
 // lost, waits for it to return before resigning, and campaigns again, until
 // ctx ends.
 func ExampleElection_Run() {
-	mr := miniredis.NewMiniRedis()
-	if err := mr.Start(); err != nil {
+	mr, err := miniredis.Run() // in production: your Redis
+	if err != nil {
 		log.Fatal(err)
 	}
 	defer mr.Close()
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
 	defer client.Close()
-
 	session, err := redisleader.NewSession(client)
 	if err != nil {
 		log.Fatal(err)
@@ -153,16 +193,14 @@ func ExampleElection_Run() {
 
 	ctx, stop := context.WithCancel(context.Background()) // in a service: ends at shutdown
 	err = election.Run(ctx, "host-a:8080", func(leaderCtx context.Context, leadership *redisleader.Lock) error {
-		fmt.Println("elected: scheduling jobs with fence > 0:", leadership.Fence() > 0)
-		stop() // for the example: shut down during the first term
-		<-leaderCtx.Done()
-		fmt.Println("term over:", context.Cause(leaderCtx))
+		fmt.Println("elected, fence:", leadership.Fence() > 0)
+		stop()             // for the example: shut down now
+		<-leaderCtx.Done() // lost, resigned or ctx ended: stop the work
 		return nil
 	})
 	fmt.Println("Run returned:", err)
 	// Output:
-	// elected: scheduling jobs with fence > 0: true
-	// term over: context canceled
+	// elected, fence: true
 	// Run returned: context canceled
 }
 
@@ -470,4 +508,76 @@ func ExampleFencedSet() {
 	// Output:
 	// stale write refused: true
 	// balance: 100
+}
+
+// Ownership ends at a local deadline that comes before Redis can expire the
+// key. When Redis stops answering, renewals fail, and a timer ends the lock
+// at that deadline with ErrExpired: nobody else can have it yet.
+func ExampleLock_Deadline() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	defer client.Close()
+	ctx := context.Background()
+
+	const ttl = 200 * time.Millisecond // short, for the example; the default is 15s
+	session, err := redisleader.NewSession(client, redisleader.WithTTL(ttl))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer session.Close(ctx)
+	lock, err := session.Lock(ctx, "migrations")
+	if err != nil {
+		log.Fatal(err)
+	}
+	// D = send time + TTL·(1−ρ) − margin: 200ms·0.99 − 5ms after the acquire
+	// was sent, while Redis keeps the key at least TTL after that.
+	fmt.Println("local deadline within the TTL:", time.Until(lock.Deadline()) < ttl)
+
+	mr.SetError("LOADING Redis is loading the dataset in memory") // every call fails now
+	<-lock.Done()
+	fmt.Println("expired:", errors.Is(lock.Err(), redisleader.ErrExpired), "held:", lock.Held())
+	mr.SetError("")
+	// Output:
+	// local deadline within the TTL: true
+	// expired: true held: false
+}
+
+// Hooks report acquisitions, losses, releases and renewal rounds, for
+// metrics (adapters/prometheus and adapters/otel turn them into metrics);
+// CheckHealth (and HealthHandler, over HTTP) says whether the session renews.
+func ExampleWithHooks() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	defer client.Close()
+	ctx := context.Background()
+
+	hooks := redisleader.Hooks{ // called on the library's goroutines: must not block
+		Acquired: func(e redisleader.AcquireEvent) { fmt.Println("acquired", e.Name) },
+		Released: func(e redisleader.EndEvent) { fmt.Println("released", e.Name, "cause:", e.Cause) },
+	}
+	session, err := redisleader.NewSession(client, redisleader.WithHooks(hooks))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer session.Close(ctx)
+	lock, err := session.Lock(ctx, "nightly-report")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("healthy:", session.CheckHealth(time.Second) == nil)
+	if err := lock.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// acquired nightly-report
+	// healthy: true
+	// released nightly-report cause: redisleader: released
 }

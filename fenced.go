@@ -50,7 +50,7 @@ const maxFence = 1<<53 - 1
 // A stale fence returns an error matching ErrStaleFence; bad input, one
 // matching ErrInvalid; neither writes. After another error the write may or
 // may not have happened: repeat it with the same fence. The call ends with
-// ctx or within one second. The README's Fenced writes has the rules.
+// ctx or within one second. docs/fencing.md has the rules.
 func FencedSet(ctx context.Context, c Client, key, value string, fence int64) error {
 	return fencedWrite(ctx, c, key, fence, []any{nil, nil, 1, key, fence, value})
 }

@@ -527,7 +527,7 @@ func TestFencedLockFenceAtTheBound(t *testing.T) {
 		"the lock's fence %d is refused by FencedSet", l.Fence())
 }
 
-// The documented limit of fenced writes (README, Fenced writes: Failover):
+// The documented limit of fenced writes (docs/fencing.md, Fenced writes: Failover):
 // replication is asynchronous and fenced writes do not wait for replicas,
 // so a failover can bring back an older {value, fence}. Here the replica
 // stops replicating just before the new owner's fence-10 write and is then
@@ -550,13 +550,13 @@ func TestFencedFailoverLimitIsDocumented(t *testing.T) {
 	require.NoError(t, r.SlaveOf(ctx, "no", "one").Err()) // the link is cut; later this replica is promoted
 	acked := FencedSet(ctx, p, "acct", "new owner", 10)
 	stale := FencedSet(ctx, r, "acct", "late write of the old owner", 7) // clients follow the failover
-	// The documented limit (README, Fenced writes: Failover): both accepted.
+	// The documented limit (docs/fencing.md, Fenced writes: Failover): both accepted.
 	assert.NoError(t, acked)
 	assert.NoError(t, stale, "after a failover the key came back with fence 5, so fence 7 is accepted")
-	readme, err := os.ReadFile("README.md")
+	guide, err := os.ReadFile("docs/fencing.md")
 	require.NoError(t, err)
-	assert.Contains(t, string(readme), "after a failover (or a restore from an older snapshot) the key can come back",
-		"the README states this limit")
+	assert.Contains(t, string(guide), "after a failover (or a restore from an older snapshot) the key can come back",
+		"docs/fencing.md states this limit")
 }
 
 // FencedDel frees memory on a full Redis (noeviction): it deletes first,

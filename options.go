@@ -145,7 +145,7 @@ func WithTakeoverDelay(d time.Duration) Option {
 // acknowledged it. An unacknowledged acquire is not taken (its key is
 // deleted; TryLock returns ErrReplication, blocking acquisitions retry); an
 // unacknowledged renewal is retried until the local deadline. This narrows
-// failovers, but WAIT is not consensus: see the README's topologies.
+// failovers, but WAIT is not consensus: see docs/topologies.md.
 //
 // The default is off. n must be at least 1, and timeout a positive whole
 // number of milliseconds below the call timeout, leaving 1/hz of room (an

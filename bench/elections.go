@@ -32,6 +32,19 @@ const crashRow = "redisleader"
 // runElections runs the election scenarios once, mechanisms and follower
 // kinds in an order rotated by round.
 func runElections(ctx context.Context, e *env, cfg config, round int, res *electionResults, errs *errorLog) {
+	runHandovers(ctx, e, cfg, round, res, errs)
+	for _, f := range rotate(followerKinds, round) {
+		l, err := f.run(ctx, e, cfg, fmt.Sprintf("bench:load:%s:r%d", f.name, round))
+		if !errs.add("follower load", f.name, err) {
+			res.attempts.set(f.name, round, l.attempts)
+			res.pubsub.set(f.name, round, l.pubsub)
+		}
+	}
+}
+
+// runHandovers runs the graceful handovers, mechanisms in an order rotated
+// by round, and the crash takeovers.
+func runHandovers(ctx context.Context, e *env, cfg config, round int, res *electionResults, errs *errorLog) {
 	for _, m := range rotate(handoverMechanisms, round) {
 		d, err := m.run(ctx, e, cfg, fmt.Sprintf("bench:handover:%s:r%d", m.name, round))
 		if !errs.add("handover", m.name, err) {
@@ -41,13 +54,6 @@ func runElections(ctx context.Context, e *env, cfg config, round int, res *elect
 	lags, err := crashTakeovers(ctx, e, cfg, round)
 	if !errs.add("crash takeover", crashRow, err) {
 		res.crash.add(crashRow, round, lags)
-	}
-	for _, f := range rotate(followerKinds, round) {
-		l, err := f.run(ctx, e, cfg, fmt.Sprintf("bench:load:%s:r%d", f.name, round))
-		if !errs.add("follower load", f.name, err) {
-			res.attempts.set(f.name, round, l.attempts)
-			res.pubsub.set(f.name, round, l.pubsub)
-		}
 	}
 }
 

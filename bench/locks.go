@@ -16,6 +16,7 @@ type lockResults struct {
 	parRate                 *series // (b) pairs/s
 	conAcq, conFail         *series // (c) successful and failed tries/s
 	allocs, bytes, ns       *series // (d) per pair
+	pairs                   *pooled // (a) every timed pair's latency, for -samples
 }
 
 func newLockResults(rounds int) *lockResults {
@@ -24,6 +25,7 @@ func newLockResults(rounds int) *lockResults {
 		parRate: newSeries(rounds),
 		conAcq:  newSeries(rounds), conFail: newSeries(rounds),
 		allocs: newSeries(rounds), bytes: newSeries(rounds), ns: newSeries(rounds),
+		pairs: newPooled(rounds),
 	}
 }
 
@@ -43,22 +45,11 @@ func pair(ctx context.Context, w worker) error {
 // order, scenario by scenario, so that a scenario's contenders run close
 // together in time.
 func runLocks(ctx context.Context, cfg config, order []contender, round int, res *lockResults, errs *errorLog) {
-	key := func(c contender, scenario string) string {
-		return fmt.Sprintf("bench:%s:r%d:%s", c.name, round, scenario)
-	}
-	for _, c := range order {
-		rate, p50, p99, err := sequential(ctx, c.worker(key(c, "a")), cfg.warmup, cfg.seqPairs)
-		if errs.add("(a) sequential", c.name, err) {
-			continue
-		}
-		res.seqRate.set(c.name, round, rate)
-		res.seqP50.set(c.name, round, us(p50))
-		res.seqP99.set(c.name, round, us(p99))
-	}
+	runSequential(ctx, cfg, order, round, res, errs)
 	for _, c := range order {
 		workers := make([]worker, cfg.goroutines)
 		for i := range workers {
-			workers[i] = c.worker(fmt.Sprintf("%s:%d", key(c, "b"), i))
+			workers[i] = c.worker(fmt.Sprintf("%s:%d", lockKey(c, round, "b"), i))
 		}
 		acq, failed, elapsed, err := hammer(ctx, workers, cfg.window)
 		if err == nil && failed > 0 {
@@ -72,7 +63,7 @@ func runLocks(ctx context.Context, cfg config, order []contender, round int, res
 	for _, c := range order {
 		workers := make([]worker, cfg.goroutines)
 		for i := range workers {
-			workers[i] = c.worker(key(c, "c"))
+			workers[i] = c.worker(lockKey(c, round, "c"))
 		}
 		acq, failed, elapsed, err := hammer(ctx, workers, cfg.window)
 		if errs.add("(c) contended", c.name, err) {
@@ -82,7 +73,7 @@ func runLocks(ctx context.Context, cfg config, order []contender, round int, res
 		res.conFail.set(c.name, round, float64(failed)/elapsed.Seconds())
 	}
 	for _, c := range order {
-		r, err := allocations(ctx, c.worker(key(c, "d")))
+		r, err := allocations(ctx, c.worker(lockKey(c, round, "d")))
 		if errs.add("(d) allocations", c.name, err) {
 			continue
 		}
@@ -92,27 +83,46 @@ func runLocks(ctx context.Context, cfg config, order []contender, round int, res
 	}
 }
 
+// lockKey is contender c's key for scenario in round.
+func lockKey(c contender, round int, scenario string) string {
+	return fmt.Sprintf("bench:%s:r%d:%s", c.name, round, scenario)
+}
+
+// runSequential runs scenario (a), sequential pairs, once for each
+// contender in the given order.
+func runSequential(ctx context.Context, cfg config, order []contender, round int, res *lockResults, errs *errorLog) {
+	for _, c := range order {
+		d, rate, err := sequential(ctx, c.worker(lockKey(c, round, "a")), cfg.warmup, cfg.seqPairs)
+		if errs.add("(a) sequential", c.name, err) {
+			continue
+		}
+		l := describe(d)
+		res.seqRate.set(c.name, round, rate)
+		res.seqP50.set(c.name, round, us(l.p50))
+		res.seqP99.set(c.name, round, us(l.p99))
+		res.pairs.add(c.name, round, d)
+	}
+}
+
 // sequential runs warmup untimed pairs, then n timed ones, one after the
-// other on one goroutine, and returns pairs/s and the per-pair p50 and p99.
-func sequential(ctx context.Context, w worker, warmup, n int) (rate float64, p50, p99 time.Duration, err error) {
+// other on one goroutine, and returns each pair's latency and pairs/s.
+func sequential(ctx context.Context, w worker, warmup, n int) (d []time.Duration, rate float64, err error) {
 	for range warmup {
 		if err := pair(ctx, w); err != nil {
-			return 0, 0, 0, err
+			return nil, 0, err
 		}
 	}
-	d := make([]time.Duration, n)
+	d = make([]time.Duration, n)
 	start := time.Now()
 	for i := range d {
 		t := time.Now()
 		err := pair(ctx, w)
 		d[i] = time.Since(t)
 		if err != nil {
-			return 0, 0, 0, err
+			return nil, 0, err
 		}
 	}
-	elapsed := time.Since(start)
-	l := describe(d)
-	return float64(n) / elapsed.Seconds(), l.p50, l.p99, nil
+	return d, float64(n) / time.Since(start).Seconds(), nil
 }
 
 // hammer runs one goroutine per worker, each trying (and on success

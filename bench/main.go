@@ -15,12 +15,14 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/bench/internal/latency"
 )
 
 // config is what one run does; quick shrinks everything for CI.
@@ -28,8 +30,11 @@ type config struct {
 	rounds int
 	quick  bool
 	// only (-only) runs and reports the lock scenarios ("locks") or the
-	// election scenarios ("elections") alone; "": everything.
+	// election scenarios ("elections") alone, and so on (see main); "":
+	// everything.
 	only string
+	// samples (-samples) is the file the latency distributions go to; "": none.
+	samples string
 
 	warmup, seqPairs int           // (a)
 	goroutines       int           // (b), (c)
@@ -81,7 +86,8 @@ func main() {
 	rounds := flags.Int("rounds", 5, "rounds; every scenario runs once per round with the contenders' order rotated")
 	quick := flags.Bool("quick", false, "one short round (under a minute) for CI; its numbers mean little")
 	out := flags.String("out", "RESULTS.md", "file the markdown report is written to (it is printed too)")
-	only := flags.String("only", "", `"locks": run only the lock scenarios (a)-(d), a few minutes instead of the full run; "elections": only the election scenarios (handovers, crash takeover, follower load); "renewal": only the renewal load (other clients' PING while one Session renews its leases)`)
+	only := flags.String("only", "", `"locks": run only the lock scenarios (a)-(d), a few minutes instead of the full run; "elections": only the election scenarios (handovers, crash takeover, follower load); "renewal": only the renewal load (other clients' PING while one Session renews its leases); "latency": only sequential pairs, handovers and crash takeovers, for -samples (the report is printed, not written)`)
+	samples := flags.String("samples", "", "also write the latency distributions of the pairs and handovers measured to this JSON file (cmd/figures plots it)")
 	pingAddr := flags.String("pinger", "", "internal: run as the renewal load's pinger against this address")
 	pingFor := flags.Duration("ping-for", 0, "internal: how long the pinger runs")
 	_ = flags.Parse(os.Args[1:])
@@ -92,12 +98,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -rounds must be at least 1")
 		os.Exit(2)
 	}
-	if *only != "" && *only != "locks" && *only != "elections" && *only != "renewal" {
-		fmt.Fprintf(os.Stderr, "bench: -only %q: the choices are \"locks\", \"elections\" and \"renewal\"\n", *only)
+	if !slices.Contains([]string{"", "locks", "elections", "renewal", "latency"}, *only) {
+		fmt.Fprintf(os.Stderr, "bench: -only %q: the choices are \"locks\", \"elections\", \"renewal\" and \"latency\"\n", *only)
 		os.Exit(2)
 	}
 	cfg := newConfig(*rounds, *quick)
-	cfg.only = *only
+	cfg.only, cfg.samples = *only, *samples
 	os.Exit(run(cfg, *out))
 }
 
@@ -135,11 +141,10 @@ func run(cfg config, out string) int {
 	res := runRounds(cfg, e, contenders, topo)
 	report := render(cfg, contenders, res, time.Since(start))
 	fmt.Print(report)
-	if err := os.WriteFile(out, []byte(report), 0o644); err != nil {
+	if err := writeOut(cfg, res, report, out); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 1
 	}
-	progress("report written to %s", out)
 	if n := len(res.errs.list); n > 0 {
 		fmt.Fprintf(os.Stderr, "bench: %d errors (see the report)\n", n)
 		return 1
@@ -147,11 +152,61 @@ func run(cfg config, out string) int {
 	return 0
 }
 
+// writeOut writes the report to out (not for -only latency, whose report
+// has no tables) and the latency distributions to cfg.samples.
+func writeOut(cfg config, res *results, report, out string) error {
+	if cfg.only != "latency" {
+		if err := os.WriteFile(out, []byte(report), 0o644); err != nil {
+			return err
+		}
+		progress("report written to %s", out)
+	}
+	if cfg.samples == "" {
+		return nil
+	}
+	m := describeMachine()
+	f := &latency.File{
+		Run: fmt.Sprintf("go run . %s on %d× %s, Redis %s, %s", strings.Join(os.Args[1:], " "),
+			m.online, m.cpu, serverVersion(m.redis), time.Now().UTC().Format("2006-01-02")),
+		Pairs: map[string]latency.Dist{}, Handovers: map[string]latency.Dist{},
+	}
+	for row := range res.locks.pairs.rows {
+		f.Pairs[row] = latency.Of(res.locks.pairs.all(row))
+	}
+	for row := range res.elections.handover.rows {
+		f.Handovers[row] = latency.Of(res.elections.handover.all(row))
+	}
+	if lags := res.elections.crash.all(crashRow); len(lags) > 0 {
+		f.Handovers["crash"] = latency.Of(lags)
+	}
+	if err := f.Write(cfg.samples); err != nil {
+		return err
+	}
+	progress("latency distributions written to %s", cfg.samples)
+	return nil
+}
+
+// serverVersion picks the version (v=7.0.15) out of redis-server --version.
+func serverVersion(s string) string {
+	for _, f := range strings.Fields(s) {
+		if v, ok := strings.CutPrefix(f, "v="); ok {
+			return v
+		}
+	}
+	return s
+}
+
 // runRounds runs every round of the scenarios cfg selects (-only).
 func runRounds(cfg config, e *env, contenders []contender, topo *topoEnv) *results {
 	ctx := context.Background()
 	res := newResults(cfg.rounds)
 	for round := range cfg.rounds {
+		if cfg.only == "latency" {
+			progress("round %d/%d: sequential pairs, handovers", round+1, cfg.rounds)
+			runSequential(ctx, cfg, rotate(contenders, round), round, res.locks, &res.errs)
+			runHandovers(ctx, e, cfg, round, res.elections, &res.errs)
+			continue
+		}
 		if cfg.only == "renewal" {
 			progress("round %d/%d: renewal load", round+1, cfg.rounds)
 			runPings(ctx, e, cfg, round, res.pings, &res.errs)

@@ -30,6 +30,9 @@ func render(cfg config, contenders []contender, res *results, took time.Duration
 		r.elections(res.elections)
 		r.errors(res.errs.list)
 		return r.String()
+	case "latency": // the numbers go to -samples
+		r.errors(res.errs.list)
+		return r.String()
 	case "renewal":
 		r.pingTargets(res.pings)
 		r.pings(res.pings)

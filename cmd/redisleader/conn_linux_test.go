@@ -91,7 +91,7 @@ func readRESP(r *bufio.Reader) ([]string, error) {
 	return args, nil
 }
 
-// The password applies to every node (README, Connecting), the Sentinels
+// The password applies to every node (docs/operations.md, Connecting), the Sentinels
 // included: a Sentinel that requires one (requirepass in sentinel.conf) gets
 // AUTH with it, and the password is still never printed.
 func TestSentinelGetsThePassword(t *testing.T) {

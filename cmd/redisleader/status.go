@@ -226,9 +226,9 @@ func leaderLine(p painter, l redisleader.Leader, extra string, pref preference) 
 
 // preference reads the live candidates with a priority and says who is
 // preferred while l leads (Fence 0: nobody). A Redis user that may not read
-// them (it uses no priorities: README, ACL) gets none, and no error: the
+// them (it uses no priorities: docs/operations.md, ACL) gets none, and no error: the
 // library reports a denial as a Redis error "permission denied for ..."
-// (README, ACL), or Redis's own NOPERM.
+// (docs/operations.md, ACL), or Redis's own NOPERM.
 func (c *nameCommand) preference(ctx context.Context, l redisleader.Leader) (preference, error) {
 	cands, err := c.election.Candidates(ctx)
 	switch {

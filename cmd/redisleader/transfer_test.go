@@ -340,7 +340,7 @@ func TestPriorityAndTransferBadInput(t *testing.T) {
 	assert.EqualValues(t, 0, srv.Do(t, "DBSIZE"), "bad input wrote to Redis")
 }
 
-// ACL rules of the README (section ACL), as the library's acl_test.go has
+// ACL rules of docs/operations.md (section ACL), as the library's acl_test.go has
 // them, with what the settings check and priorities and transfers add.
 const (
 	cliACLRule  = "on >secret resetkeys resetchannels ~redisleader:* &redisleader:* -@all +evalsha +eval +get +set +pexpire +pttl +time +del +publish +subscribe +unsubscribe +ping +config|get +info"
@@ -364,12 +364,12 @@ func aclUser(t *testing.T, srv *redisserver.Server, name string, rules ...string
 	return "redis://" + name + ":secret@" + srv.Addr()
 }
 
-// The least-privilege user of the README, with aclPriority, runs
+// The least-privilege user of docs/operations.md, with aclPriority, runs
 // candidates with priorities, a transfer, and status, and Redis logs no
 // denial. Without aclPriority, status still works: it shows no candidates.
 func TestACLPriorityAndTransfer(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/operations.md")
 	require.NoError(t, err)
 	assert.Contains(t, string(readme), "`"+aclPriority+"` for `WithPriority` and `Transfer`")
 	s, srv := newRunServer(t)
