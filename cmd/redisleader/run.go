@@ -201,7 +201,8 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // forwarded to COMMAND while it runs, and ends the campaign (or keeps it
 // from starting) while it does not.
 func cmdRun(args []string, sigs <-chan os.Signal, stdout, stderr io.Writer) int {
-	r := &runner{stdout: stdout, stderr: stderr, forwarded: make(chan struct{}, 1)}
+	r := &runner{stdout: stdout, stderr: stderr, forwarded: make(chan struct{}, 1), renewed: make(chan struct{}, 1)}
+	defer r.catchJobControl()()
 	go func() {
 		for sig := range sigs {
 			r.signal(sig)
@@ -235,7 +236,8 @@ func cmdRun(args []string, sigs <-chan os.Signal, stdout, stderr io.Writer) int 
 	// Set before the command can start, which publishes them to r.signal
 	// (under r.mu, with r.proc).
 	r.log, r.f, r.command, r.display, r.copts = log, f, command, commandLine(command, target), copts
-	opts = append(opts, redisleader.WithLogger(slog.New(warnHandler{log})))
+	opts = append(opts, redisleader.WithLogger(slog.New(warnHandler{log})),
+		redisleader.WithHooks(redisleader.Hooks{RenewalRound: r.renewalRound}))
 	return r.run(target, opts)
 }
 
@@ -314,6 +316,7 @@ type runner struct {
 	stdout    io.Writer
 	stderr    io.Writer
 	forwarded chan struct{}                // signalled when a signal was forwarded to the command
+	renewed   chan struct{}                // signalled after a renewal round (renewalRound)
 	waitUntil time.Time                    // with --wait: when run gives up; zero otherwise
 	copts     []redisleader.CampaignOption // --priority's; nil: none
 	client    redis.UniversalClient        // for transfer requests (transfer.go)
