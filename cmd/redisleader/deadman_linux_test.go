@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -75,14 +76,31 @@ func receive[T any](t *testing.T, c <-chan T, within time.Duration, what string)
 	}
 }
 
-// A run stopped (SIGSTOP: it cannot act) past its lease while another run
-// campaigns for the name: its supervisor stops COMMAND on its own by the
-// lease's deadline, before the other run's COMMAND starts. COMMAND ignores
-// SIGTERM, so only the switch's SIGKILL ends it. Before the switch, COMMAND
-// ran on and the two jobs overlapped. Once continued, the stopped run
-// reports the loss (exit status 3).
+// A run stopped past its lease while another run campaigns for the name:
+// by SIGSTOP (it cannot act), or by Ctrl-Z (SIGTSTP: COMMAND stops with it).
+// Its supervisor stops COMMAND on its own by the lease's deadline, before
+// the other run's COMMAND starts. COMMAND ignores SIGTERM, so only the
+// switch's SIGKILL ends it. Before the switch, COMMAND ran on (or stayed
+// stopped, to run on at fg) and the two jobs overlapped. Once continued,
+// the stopped run reports the loss (exit status 3).
 func TestRunStoppedPastLeaseStopsCommand(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		sig  syscall.Signal
+	}{{"SIGSTOP", syscall.SIGSTOP}, {"Ctrl-Z", syscall.SIGTSTP}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			margin := stopPastLease(t, tc.sig)
+			t.Logf("%s: a's COMMAND ended %v before b's started", tc.name, margin)
+		})
+	}
+}
+
+// stopPastLease runs the scenario of TestRunStoppedPastLeaseStopsCommand,
+// with sig to stop the first run, and returns the margin: the time from
+// the end of its COMMAND to the start of the next leader's.
+func stopPastLease(t *testing.T, sig syscall.Signal) time.Duration {
 	srv := redisserver.Start(t)
 	dir := t.TempDir()
 	fifoA, a := watchJob(t, dir, "a")
@@ -95,7 +113,7 @@ func TestRunStoppedPastLeaseStopsCommand(t *testing.T) {
 	runB := startCLI(t, "run b", []string{"FIFO=" + fifoB}, append([]string{args[0], "--value", "b"}, args[1:]...)...)
 	runB.stderr.waitContains(t, "campaigning for leadership")
 
-	require.NoError(t, syscall.Kill(runA.cmd.Process.Pid, syscall.SIGSTOP))
+	require.NoError(t, syscall.Kill(runA.cmd.Process.Pid, sig))
 	t.Cleanup(func() { _ = syscall.Kill(runA.cmd.Process.Pid, syscall.SIGCONT) })
 	startB := receive(t, b.started, 3*time.Second, "b's COMMAND to start once a's lease has expired")
 	var endA time.Time
@@ -105,7 +123,6 @@ func TestRunStoppedPastLeaseStopsCommand(t *testing.T) {
 		t.Fatalf("a's COMMAND (PID %d) still runs 2s after b's started: two jobs at once", pidA)
 	}
 	margin := startB.Sub(endA)
-	t.Logf("a's COMMAND ended %v before b's started", margin)
 	require.Positive(t, margin, "a's COMMAND ended %v after b's started: two jobs at once", -margin)
 
 	require.NoError(t, syscall.Kill(runA.cmd.Process.Pid, syscall.SIGCONT))
@@ -113,4 +130,34 @@ func TestRunStoppedPastLeaseStopsCommand(t *testing.T) {
 	assert.Contains(t, runA.stderr.String(), "the supervisor stopped")
 	runB.signal(t, syscall.SIGTERM)
 	runB.wait(t)
+	return margin
+}
+
+// stopped reports whether pid is stopped (job control), from its State in
+// /proc/PID/status.
+func stopped(t *testing.T, pid int) bool {
+	return strings.HasPrefix(procStatus(t, pid, "State"), "T")
+}
+
+// Ctrl-Z (SIGTSTP to run, whose process group is the terminal's, not
+// COMMAND's) stops COMMAND with run, as a shell user expects, and fg
+// (SIGCONT) continues both: a pause shorter than the lease ends nothing.
+// Before, run stopped alone and COMMAND ran on.
+func TestRunCtrlZStopsCommandWithRun(t *testing.T) {
+	t.Parallel()
+	srv := redisserver.Start(t)
+	pidfile := filepath.Join(t.TempDir(), "pid")
+	p := startCLI(t, "run", []string{"PIDFILE=" + pidfile},
+		"run", "--redis", "redis://"+srv.Addr(), "--name", "job", "--ttl", "10s", "--", "sh", "-c", `echo $$ > "$PIDFILE"; exec sleep 30`)
+	job, run := readPID(t, pidfile), p.cmd.Process.Pid
+	t.Cleanup(func() { _ = syscall.Kill(run, syscall.SIGCONT) })
+	p.signal(t, syscall.SIGTSTP)
+	pollUntil(t, cliTimeout, "run to stop", func() bool { return stopped(t, run) })
+	pollUntil(t, 2*time.Second, "COMMAND to stop with run", func() bool { return stopped(t, job) })
+	p.signal(t, syscall.SIGCONT)
+	pollUntil(t, 2*time.Second, "COMMAND to continue with run", func() bool { return !stopped(t, job) })
+	assert.False(t, stopped(t, run), "run is still stopped")
+	assert.NotNil(t, srv.Do(t, "GET", "redisleader:{job}"), "run does not lead after a short Ctrl-Z")
+	p.signal(t, syscall.SIGTERM)
+	assert.Equal(t, 128+int(syscall.SIGTERM), p.wait(t), "stderr: %s", p.stderr.String())
 }
