@@ -48,48 +48,63 @@ func (r *runner) runCommand(t *tenure, requests <-chan string) commandResult {
 	}
 
 	ended := t.ended
-	var (
-		grace   *time.Timer // started by the first SIGTERM or forwarded signal
-		kill    <-chan time.Time
-		stopSig syscall.Signal // the signal that began the grace period
-	)
-	defer func() {
-		if grace != nil {
-			grace.Stop()
-		}
-	}()
-	startGrace := func(sig syscall.Signal) {
-		if grace == nil {
-			stopSig = sig
-			grace = time.NewTimer(r.f.grace)
-			kill = grace.C
-		}
-	}
+	var g grace
+	defer g.stop()
 	for {
 		select {
 		case <-exited:
 			res.state = c.ProcessState
-			r.stoppedBySupervisor(t, &res)
+			r.stoppedBySupervisor(t, &res, g.killed)
 			return res
 		case <-r.renewed:
 			r.tellLease(t.lead)
 		case <-ended:
 			ended = nil
-			if r.termEnded(t, &res, exited) {
-				startGrace(syscall.SIGTERM)
-			}
+			r.termEnded(t, &res)
+			r.signalChild(syscall.SIGTERM)
+			g.start(syscall.SIGTERM, r.f.grace)
 		case to := <-requests:
 			requests = nil
 			r.transferRequested(to, &res)
 			r.signalChild(syscall.SIGTERM)
-			startGrace(syscall.SIGTERM)
+			g.start(syscall.SIGTERM, r.f.grace)
 		case <-r.forwarded:
-			startGrace(r.signalled())
-		case <-kill:
-			kill = nil
-			r.log.errorf("%s still runs %v after %s; sending SIGKILL", r.display, r.f.grace, signalName(stopSig))
+			g.start(r.signalled(), r.f.grace)
+		case <-g.over():
+			g.killed = true
+			r.log.errorf("%s still runs %v after %s; sending SIGKILL", r.display, r.f.grace, signalName(g.sig))
 			r.signalChild(syscall.SIGKILL)
 		}
+	}
+}
+
+// A grace is the time the command has to exit after the first SIGTERM or
+// forwarded signal, before SIGKILL.
+type grace struct {
+	timer  *time.Timer    // nil until it starts
+	sig    syscall.Signal // the signal that began it
+	killed bool           // it is over: run sent SIGKILL
+}
+
+// start starts the grace period d, for sig, unless it has started already.
+func (g *grace) start(sig syscall.Signal, d time.Duration) {
+	if g.timer == nil {
+		g.sig, g.timer = sig, time.NewTimer(d)
+	}
+}
+
+// over returns the channel that says when the grace period is over; nil
+// before it starts and once run has sent SIGKILL.
+func (g *grace) over() <-chan time.Time {
+	if g.timer == nil || g.killed {
+		return nil
+	}
+	return g.timer.C
+}
+
+func (g *grace) stop() {
+	if g.timer != nil {
+		g.timer.Stop()
 	}
 }
 
@@ -102,48 +117,43 @@ func (r *runner) signalChild(sig syscall.Signal) {
 	}
 }
 
-// termEnded records in res why term t ended while the command ran, says
-// so, and sends the command SIGTERM. It does nothing and reports false if
-// the command has exited already (exited): how it ended says why (its
-// supervisor may have stopped it: stoppedBySupervisor).
-func (r *runner) termEnded(t *tenure, res *commandResult, exited <-chan struct{}) bool {
-	select {
-	case <-exited:
-		return false
-	default:
-	}
+// termEnded records in res why term t ended while the command ran, and
+// says so.
+func (r *runner) termEnded(t *tenure, res *commandResult) {
 	why := t.cause()
 	if errors.Is(why, redisleader.ErrPreempted) {
 		res.yielded = true
 		r.log.warnf("yielding %s to a candidate with a higher priority; stopping %s (SIGTERM, SIGKILL after %v)",
 			r.f.name, r.display, r.f.grace)
-	} else {
-		res.lost = cmp.Or(t.lead.Err(), why)
-		r.log.errorf("leadership of %s lost (%s); stopping %s (SIGTERM, SIGKILL after %v)",
-			r.f.name, lossReason(res.lost), r.display, r.f.grace)
+		return
 	}
-	r.signalChild(syscall.SIGTERM)
-	return true
+	res.lost = cmp.Or(t.lead.Err(), why)
+	r.log.errorf("leadership of %s lost (%s); stopping %s (SIGTERM, SIGKILL after %v)",
+		r.f.name, lossReason(res.lost), r.display, r.f.grace)
 }
 
 // errLeaseEnding is why a term ended whose lease was about to expire
 // unrenewed when the supervisor stopped COMMAND (stoppedBySupervisor).
 var errLeaseEnding = errors.New("the lease was about to expire unrenewed")
 
-// stoppedBySupervisor records in res, as a loss, that the command's
-// supervisor stopped it on its own because the lease was about to end
-// (deadman_linux.go): it was killed by a SIGKILL that run did not send,
-// with less than stopBudget left on the lease. run may have been stopped
-// meanwhile (Ctrl-Z, SIGSTOP), or unable to renew.
-func (r *runner) stoppedBySupervisor(t *tenure, res *commandResult) {
+// stoppedBySupervisor says so, and records in res as a loss, if the
+// command's supervisor stopped it on its own because the lease was about to
+// end (deadman_linux.go): it was killed by a SIGKILL that run did not send
+// (runKilled), with less than stopBudget left on the lease. run may have
+// been stopped meanwhile (Ctrl-Z, SIGSTOP) or unable to renew; once it runs
+// again, it may see the lease end before the command's exit.
+func (r *runner) stoppedBySupervisor(t *tenure, res *commandResult, runKilled bool) {
 	sig, killed := killedBy(res.state)
-	if superviseArg == "" || r.f.noProcessGroup || !killed || sig != syscall.SIGKILL ||
-		res.lost != nil || res.movedOn() || r.signalled() != 0 ||
-		time.Now().Before(t.lead.Deadline().Add(-r.stopBudget())) {
+	if superviseArg == "" || r.f.noProcessGroup || !killed || sig != syscall.SIGKILL || runKilled ||
+		res.movedOn() || r.signalled() != 0 || time.Now().Before(t.lead.Deadline().Add(-r.stopBudget())) {
+		return
+	}
+	if res.lost != nil { // said already
+		r.log.errorf("the supervisor had stopped %s by the lease's deadline", r.display)
 		return
 	}
 	res.lost = cmp.Or(t.lead.Err(), errLeaseEnding)
-	r.log.errorf("leadership of %s lost (%s); the supervisor stopped %s before the lease's deadline",
+	r.log.errorf("leadership of %s lost (%s); the supervisor stopped %s by the lease's deadline",
 		r.f.name, lossReason(res.lost), r.display)
 }
 

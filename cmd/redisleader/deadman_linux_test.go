@@ -127,7 +127,7 @@ func stopPastLease(t *testing.T, sig syscall.Signal) time.Duration {
 
 	require.NoError(t, syscall.Kill(runA.cmd.Process.Pid, syscall.SIGCONT))
 	assert.Equal(t, exitLost, runA.wait(t), "stderr: %s", runA.stderr.String())
-	assert.Contains(t, runA.stderr.String(), "the supervisor stopped")
+	assert.Contains(t, runA.stderr.String(), "by the lease's deadline")
 	runB.signal(t, syscall.SIGTERM)
 	runB.wait(t)
 	return margin
