@@ -102,6 +102,13 @@ A job that cron starts on every host, to run once per tick:
     or the key was deleted or taken), COMMAND gets SIGTERM, then SIGKILL after
     --grace. The next leader may start meanwhile: keep --grace short, or have
     COMMAND pass its fence to what it writes to.
+  - On Linux the lease bounds COMMAND even when redisleader cannot run
+    (Ctrl-Z, SIGSTOP, a starved host): the supervisor (below) sends the
+    group SIGTERM once the lease has min(--grace, TTL/4) left unrenewed, and
+    SIGKILL at its deadline, about TTL/50 before the key can expire in Redis
+    and another leader start. Ctrl-Z stops COMMAND with redisleader and fg
+    continues both; a pause past the lease ends the term (exit status 3).
+    Not with --no-process-group, which has no supervisor.
   - When COMMAND exits, redisleader resigns at once (after --hold), so that
     another candidate takes over without waiting for the lease to expire.
     Without --again it then exits; with --again it campaigns again (starting
