@@ -27,23 +27,13 @@ import (
 // min_margin_ms is the time from the stopped COMMAND's death to the next
 // one's start.
 func TestScenarioCLI(t *testing.T) {
-	bin := buildCLI(t, t.TempDir())
+	bin := buildBinary(t, t.TempDir(), "redisleader", "github.com/redisleader/redisleader/cmd/redisleader")
 	for _, tc := range []struct {
 		id  string
 		sig syscall.Signal
 	}{{"C1", syscall.SIGSTOP}, {"C1-ctrlz", syscall.SIGTSTP}} {
 		t.Run(tc.id, func(t *testing.T) { c1StoppedRun(t, newHarness(t, tc.id), bin, tc.sig) })
 	}
-}
-
-// buildCLI builds cmd/redisleader into dir.
-func buildCLI(t *testing.T, dir string) string {
-	t.Helper()
-	bin := filepath.Join(dir, "redisleader")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/redisleader/redisleader/cmd/redisleader").CombinedOutput(); err != nil {
-		t.Fatalf("go build cmd/redisleader: %v\n%s", err, out)
-	}
-	return bin
 }
 
 // cliJob is the COMMAND of C1: it ignores SIGTERM, so that only SIGKILL
