@@ -39,10 +39,10 @@ const envTestHold = "REDISLEADER_TEST_HOLD_START"
 // never closes the pipe early: the supervisor reads end-of-file only when
 // run has died, even by SIGKILL, and then SIGKILLs the whole group, itself
 // included. Nothing else can make it do that: a signal can come from
-// anyone (kill -USR1 0 in the job). The
-// supervisor sends run's signals to the group once COMMAND has started, not
-// before, and COMMAND gets Pdeathsig SIGKILL: it dies with the supervisor,
-// however the supervisor dies. When only the supervisor dies, run (while it
+// anyone (kill -USR1 0 in the job). The supervisor sends run's signals to
+// the group once COMMAND has started, not before, and COMMAND gets
+// Pdeathsig SIGKILL: it dies with the supervisor, however the supervisor
+// dies. When only the supervisor dies, run (while it
 // runs) kills the rest of the group. So COMMAND never outlives run or the
 // supervisor; the rest of the group outlives them only if both die by
 // SIGKILL before either could act (kill -9 of both, pkill -9 -f redisleader)
