@@ -42,12 +42,12 @@ const envTestHold = "REDISLEADER_TEST_HOLD_START"
 // anyone (kill -USR1 0 in the job). The supervisor sends run's signals to
 // the group once COMMAND has started, not before, and COMMAND gets
 // Pdeathsig SIGKILL: it dies with the supervisor, however the supervisor
-// dies. When only the supervisor dies, run (while it
-// runs) kills the rest of the group. So COMMAND never outlives run or the
-// supervisor; the rest of the group outlives them only if both die by
-// SIGKILL before either could act (kill -9 of both, pkill -9 -f redisleader)
-// or if it left the group (setsid, a daemon). The supervisor exits as
-// COMMAND did, so run sees COMMAND's status.
+// dies. When only the supervisor dies, run (while it runs) kills the rest
+// of the group. So COMMAND never outlives run or the supervisor; the rest
+// of the group outlives them only if both die by SIGKILL before either
+// could act (kill -9 of both, pkill -9 -f redisleader) or if it left the
+// group (setsid, a daemon). The supervisor exits as COMMAND did, so run
+// sees COMMAND's status.
 //
 // Without group (--no-process-group), COMMAND is run's direct child and
 // Pdeathsig SIGKILLs it when run dies: its own process only, not what it
