@@ -47,54 +47,73 @@ func (r *runner) runCommand(t *tenure, requests <-chan string) commandResult {
 		return res
 	}
 
-	// signal signals the command unless it has exited.
-	signal := func(sig syscall.Signal) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if r.proc != nil {
-			r.proc.signal(sig)
-		}
-	}
 	ended := t.ended
-	var (
-		grace   *time.Timer // started by the first SIGTERM or forwarded signal
-		kill    <-chan time.Time
-		stopSig syscall.Signal // the signal that began the grace period
-	)
-	defer func() {
-		if grace != nil {
-			grace.Stop()
-		}
-	}()
-	startGrace := func(sig syscall.Signal) {
-		if grace == nil {
-			stopSig = sig
-			grace = time.NewTimer(r.f.grace)
-			kill = grace.C
-		}
-	}
+	var g grace
+	defer g.stop()
 	for {
 		select {
 		case <-exited:
 			res.state = c.ProcessState
+			r.stoppedBySupervisor(t, &res, g.killed)
 			return res
+		case <-r.renewed:
+			r.tellLease(t.lead)
 		case <-ended:
 			ended = nil
 			r.termEnded(t, &res)
-			signal(syscall.SIGTERM)
-			startGrace(syscall.SIGTERM)
+			r.signalChild(syscall.SIGTERM)
+			g.start(syscall.SIGTERM, r.f.grace)
 		case to := <-requests:
 			requests = nil
 			r.transferRequested(to, &res)
-			signal(syscall.SIGTERM)
-			startGrace(syscall.SIGTERM)
+			r.signalChild(syscall.SIGTERM)
+			g.start(syscall.SIGTERM, r.f.grace)
 		case <-r.forwarded:
-			startGrace(r.signalled())
-		case <-kill:
-			kill = nil
-			r.log.errorf("%s still runs %v after %s; sending SIGKILL", r.display, r.f.grace, signalName(stopSig))
-			signal(syscall.SIGKILL)
+			g.start(r.signalled(), r.f.grace)
+		case <-g.over():
+			g.killed = true
+			r.log.errorf("%s still runs %v after %s; sending SIGKILL", r.display, r.f.grace, signalName(g.sig))
+			r.signalChild(syscall.SIGKILL)
 		}
+	}
+}
+
+// A grace is the time the command has to exit after the first SIGTERM or
+// forwarded signal, before SIGKILL.
+type grace struct {
+	timer  *time.Timer    // nil until it starts
+	sig    syscall.Signal // the signal that began it
+	killed bool           // it is over: run sent SIGKILL
+}
+
+// start starts the grace period d, for sig, unless it has started already.
+func (g *grace) start(sig syscall.Signal, d time.Duration) {
+	if g.timer == nil {
+		g.sig, g.timer = sig, time.NewTimer(d)
+	}
+}
+
+// over returns the channel that says when the grace period is over; nil
+// before it starts and once run has sent SIGKILL.
+func (g *grace) over() <-chan time.Time {
+	if g.timer == nil || g.killed {
+		return nil
+	}
+	return g.timer.C
+}
+
+func (g *grace) stop() {
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+}
+
+// signalChild signals the command unless it has exited.
+func (r *runner) signalChild(sig syscall.Signal) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.proc != nil {
+		r.proc.signal(sig)
 	}
 }
 
@@ -111,6 +130,31 @@ func (r *runner) termEnded(t *tenure, res *commandResult) {
 	res.lost = cmp.Or(t.lead.Err(), why)
 	r.log.errorf("leadership of %s lost (%s); stopping %s (SIGTERM, SIGKILL after %v)",
 		r.f.name, lossReason(res.lost), r.display, r.f.grace)
+}
+
+// errLeaseEnding is why a term ended whose lease was about to expire
+// unrenewed when the supervisor stopped COMMAND (stoppedBySupervisor).
+var errLeaseEnding = errors.New("the lease was about to expire unrenewed")
+
+// stoppedBySupervisor says so, and records in res as a loss, if the
+// command's supervisor stopped it on its own because the lease was about to
+// end (deadman_linux.go): it was killed by a SIGKILL that run did not send
+// (runKilled), with less than stopBudget left on the lease. run may have
+// been stopped meanwhile (Ctrl-Z, SIGSTOP) or unable to renew; once it runs
+// again, it may see the lease end before the command's exit.
+func (r *runner) stoppedBySupervisor(t *tenure, res *commandResult, runKilled bool) {
+	sig, killed := killedBy(res.state)
+	if superviseArg == "" || r.f.noProcessGroup || !killed || sig != syscall.SIGKILL || runKilled ||
+		res.movedOn() || r.signalled() != 0 || time.Now().Before(t.lead.Deadline().Add(-r.stopBudget())) {
+		return
+	}
+	if res.lost != nil { // said already
+		r.log.errorf("the supervisor had stopped %s by the lease's deadline", r.display)
+		return
+	}
+	res.lost = cmp.Or(t.lead.Err(), errLeaseEnding)
+	r.log.errorf("leadership of %s lost (%s); the supervisor stopped %s by the lease's deadline",
+		r.f.name, lossReason(res.lost), r.display)
 }
 
 // transferRequested records in res that a transfer to value to was
@@ -139,6 +183,8 @@ func (r *runner) startCommand(lead *redisleader.Lock) (c *exec.Cmd, exited chan 
 		r.f.fenceEnv+"="+strconv.FormatInt(lead.Fence(), 10))
 	c.WaitDelay = time.Second // when stdout or stderr is not a file: don't hang on pipes held by grandchildren
 
+	ch := &child{group: group, ctl: ctl}
+	ch.tellLease(lead.Deadline(), r.stopBudget()) // first: the supervisor starts COMMAND only once it has a lease
 	started := make(chan error, 1)
 	exited = make(chan struct{})
 	go func() {
@@ -156,7 +202,8 @@ func (r *runner) startCommand(lead *redisleader.Lock) (c *exec.Cmd, exited chan 
 		}
 		closeAll(c.ExtraFiles) // the supervisor's end of ctl, which has its own copy
 		if err == nil {
-			r.proc = &child{proc: c.Process, group: group, ctl: ctl}
+			ch.proc = c.Process
+			r.proc = ch
 		}
 		r.mu.Unlock()
 		started <- err
@@ -186,8 +233,33 @@ func closeAll(files []*os.File) {
 // child is the command while it runs, as run signals it.
 type child struct {
 	proc  *os.Process
-	group bool     // signals go to its process group
-	ctl   *os.File // the pipe to the supervisor (see newCommand), or nil
+	group bool      // signals go to its process group
+	ctl   *os.File  // the pipe to the supervisor (see newCommand), or nil
+	told  time.Time // the last lease deadline told the supervisor (tellLease)
+}
+
+// stopBudget is how long before the lease's deadline the supervisor begins
+// to stop COMMAND on its own (deadman_linux.go): --grace, but at most a
+// quarter of the TTL, so that a lease renewed on time never comes close.
+func (r *runner) stopBudget() time.Duration { return min(r.f.grace, r.f.ttl/4) }
+
+// tellLease tells the command's supervisor, if it runs, the lease's new
+// deadline after a renewal.
+func (r *runner) tellLease(lead *redisleader.Lock) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.proc != nil {
+		r.proc.tellLease(lead.Deadline(), r.stopBudget())
+	}
+}
+
+// renewalRound is the session's RenewalRound hook: it wakes runCommand,
+// which tells the supervisor the new deadline. It never blocks.
+func (r *runner) renewalRound(redisleader.RenewalEvent) {
+	select {
+	case r.renewed <- struct{}{}:
+	default:
+	}
 }
 
 // signal sends sig to the command: through its supervisor if it has one

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"syscall"
+	"time"
 )
 
 // childProcAttr returns nil: neither Pdeathsig nor process groups exist here.
@@ -23,3 +24,9 @@ func signalCommand(p *os.Process, sig syscall.Signal, _ bool) error { return p.S
 const superviseArg = ""
 
 func supervise([]string) int { return exitUsage }
+
+// tellLease does nothing: there is no supervisor here.
+func (c *child) tellLease(time.Time, time.Duration) {}
+
+// catchJobControl does nothing: Ctrl-Z stops redisleader, as the shell does.
+func (r *runner) catchJobControl() (stop func()) { return func() {} }

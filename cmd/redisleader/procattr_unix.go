@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"syscall"
+	"time"
 )
 
 // childProcAttr puts the command in a new process group with group. There
@@ -28,3 +29,10 @@ func newCommand(args []string, group bool) (*exec.Cmd, *os.File, error) {
 const superviseArg = ""
 
 func supervise([]string) int { return exitUsage }
+
+// tellLease does nothing: there is no supervisor here.
+func (c *child) tellLease(time.Time, time.Duration) {}
+
+// catchJobControl does nothing: Ctrl-Z stops redisleader (and COMMAND only
+// with --no-process-group, in the terminal's process group).
+func (r *runner) catchJobControl() (stop func()) { return func() {} }

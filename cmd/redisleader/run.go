@@ -102,6 +102,13 @@ A job that cron starts on every host, to run once per tick:
     or the key was deleted or taken), COMMAND gets SIGTERM, then SIGKILL after
     --grace. The next leader may start meanwhile: keep --grace short, or have
     COMMAND pass its fence to what it writes to.
+  - On Linux the lease bounds COMMAND even when redisleader cannot run
+    (Ctrl-Z, SIGSTOP, a starved host): the supervisor (below) sends the
+    group SIGTERM once the lease has min(--grace, TTL/4) left unrenewed, and
+    SIGKILL at its deadline, about TTL/50 before the key can expire in Redis
+    and another leader start. Ctrl-Z stops COMMAND with redisleader and fg
+    continues both; a pause past the lease ends the term as a loss. Not
+    with --no-process-group, which has no supervisor.
   - When COMMAND exits, redisleader resigns at once (after --hold), so that
     another candidate takes over without waiting for the lease to expire.
     Without --again it then exits; with --again it campaigns again (starting
@@ -201,7 +208,8 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // forwarded to COMMAND while it runs, and ends the campaign (or keeps it
 // from starting) while it does not.
 func cmdRun(args []string, sigs <-chan os.Signal, stdout, stderr io.Writer) int {
-	r := &runner{stdout: stdout, stderr: stderr, forwarded: make(chan struct{}, 1)}
+	r := &runner{stdout: stdout, stderr: stderr, forwarded: make(chan struct{}, 1), renewed: make(chan struct{}, 1)}
+	defer r.catchJobControl()()
 	go func() {
 		for sig := range sigs {
 			r.signal(sig)
@@ -235,7 +243,8 @@ func cmdRun(args []string, sigs <-chan os.Signal, stdout, stderr io.Writer) int 
 	// Set before the command can start, which publishes them to r.signal
 	// (under r.mu, with r.proc).
 	r.log, r.f, r.command, r.display, r.copts = log, f, command, commandLine(command, target), copts
-	opts = append(opts, redisleader.WithLogger(slog.New(warnHandler{log})))
+	opts = append(opts, redisleader.WithLogger(slog.New(warnHandler{log})),
+		redisleader.WithHooks(redisleader.Hooks{RenewalRound: r.renewalRound}))
 	return r.run(target, opts)
 }
 
@@ -314,6 +323,7 @@ type runner struct {
 	stdout    io.Writer
 	stderr    io.Writer
 	forwarded chan struct{}                // signalled when a signal was forwarded to the command
+	renewed   chan struct{}                // signalled after a renewal round (renewalRound)
 	waitUntil time.Time                    // with --wait: when run gives up; zero otherwise
 	copts     []redisleader.CampaignOption // --priority's; nil: none
 	client    redis.UniversalClient        // for transfer requests (transfer.go)

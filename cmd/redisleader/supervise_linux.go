@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -32,18 +33,21 @@ const envTestHold = "REDISLEADER_TEST_HOLD_START"
 // With group, run starts a supervisor (this binary, through /proc/self/exe,
 // which works even if the file was replaced since) that leads a new process
 // group and starts COMMAND in that group. run writes to ctl the signals it
-// sends the command (a byte each) and never closes it early: the supervisor
-// reads end-of-file only when run has died, even by SIGKILL, and then
-// SIGKILLs the whole group, itself included. Nothing else can make it do
-// that: a signal can come from anyone (kill -USR1 0 in the job). The
-// supervisor sends run's signals to the group once COMMAND has started, not
-// before, and COMMAND gets Pdeathsig SIGKILL: it dies with the supervisor,
-// however the supervisor dies. When only the supervisor dies, run (while it
-// runs) kills the rest of the group. So COMMAND never outlives run or the
-// supervisor; the rest of the group outlives them only if both die by
-// SIGKILL before either could act (kill -9 of both, pkill -9 -f redisleader)
-// or if it left the group (setsid, a daemon). The supervisor exits as
-// COMMAND did, so run sees COMMAND's status.
+// sends the command (a byte each), and the lease before the supervisor
+// starts and after each renewal (deadman_linux.go: the supervisor stops
+// COMMAND by the lease's deadline on its own, should run stop or hang). It
+// never closes the pipe early: the supervisor reads end-of-file only when
+// run has died, even by SIGKILL, and then SIGKILLs the whole group, itself
+// included. Nothing else can make it do that: a signal can come from
+// anyone (kill -USR1 0 in the job). The supervisor sends run's signals to
+// the group once COMMAND has started, not before, and COMMAND gets
+// Pdeathsig SIGKILL: it dies with the supervisor, however the supervisor
+// dies. When only the supervisor dies, run (while it runs) kills the rest
+// of the group. So COMMAND never outlives run or the supervisor; the rest
+// of the group outlives them only if both die by SIGKILL before either
+// could act (kill -9 of both, pkill -9 -f redisleader) or if it left the
+// group (setsid, a daemon). The supervisor exits as COMMAND did, so run
+// sees COMMAND's status.
 //
 // Without group (--no-process-group), COMMAND is run's direct child and
 // Pdeathsig SIGKILLs it when run dies: its own process only, not what it
@@ -71,7 +75,9 @@ func newCommand(args []string, group bool) (cmd *exec.Cmd, ctl *os.File, err err
 
 // supervise is the supervisor's main: args are "-- COMMAND [ARGS...]". It
 // returns only COMMAND's exit status; when COMMAND was killed by a signal,
-// the supervisor dies of the same signal.
+// the supervisor dies of the same signal. It starts COMMAND once run has
+// told it the lease, and stops COMMAND by the lease's deadline unless run
+// tells it a later one (deadman_linux.go).
 func supervise(args []string) int {
 	if len(args) < 2 || args[0] != "--" || !startedByRun() {
 		fmt.Fprintln(os.Stderr, "redisleader: internal supervisor mode: started by redisleader run only")
@@ -80,23 +86,25 @@ func supervise(args []string) int {
 	command := args[1:]
 	// Anyone may signal the group (run, the job itself, an operator): the
 	// supervisor survives it and COMMAND gets it. The stop signals are
-	// caught, as in run; the others do not end a Go program.
+	// caught, as in run, and SIGTSTP; the others do not end or stop a Go
+	// program.
 	caught := make(chan os.Signal, 4)
 	catchSignals(caught)
+	catchTSTP(caught)
 	ctl := os.NewFile(ctlFD, "run")
 	syscall.CloseOnExec(ctlFD) // between run and the supervisor only: not for COMMAND
-	fromRun := make(chan syscall.Signal, 64)
-	runGone := make(chan struct{})
-	go readRun(ctl, fromRun, runGone)
+	from := &fromRun{signals: make(chan syscall.Signal, 64), leases: make(chan lease, 4), gone: make(chan struct{})}
+	go from.read(ctl)
 	holdForTest()
 
 	// Pdeathsig follows the thread that starts COMMAND: this one, locked
 	// to this goroutine for good, lives as long as the process.
 	runtime.LockOSThread()
+	var first lease
 	select {
-	case <-runGone:
+	case <-from.gone:
 		return exitError // run died before COMMAND started
-	default:
+	case first = <-from.leases: // run writes it before it starts this process
 	}
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
@@ -110,14 +118,32 @@ func supervise(args []string) int {
 		_ = cmd.Wait()
 		close(exited)
 	}()
+	return from.supervise(cmd, exited, newDeadman(first), caught)
+}
+
+// supervise passes run's signals on to COMMAND's group, moves the switch to
+// each lease run tells, and kills the group when run dies or the switch
+// says so, until COMMAND has exited (exited); it returns COMMAND's status.
+func (from *fromRun) supervise(cmd *exec.Cmd, exited <-chan struct{}, sw *deadman, caught <-chan os.Signal) int {
 	for {
 		select {
-		case <-runGone:
+		case <-from.gone:
 			_ = syscall.Kill(0, syscall.SIGKILL) // this process group: COMMAND, what it started, and this process
-		case sig := <-fromRun: // sent before COMMAND started too: it gets it now
-			_ = syscall.Kill(0, sig) // this process catches it
+		case sig := <-from.signals: // sent before COMMAND started too: it gets it now
+			if sw.passes(sig) {
+				_ = syscall.Kill(0, sig) // this process catches it (SIGCONT does nothing to it)
+			}
+		case l := <-from.leases:
+			sw.arm(l)
+		case <-sw.stop.C:
+			sw.fire()
+		case <-sw.kill.C:
+			_ = syscall.Kill(0, syscall.SIGKILL) // the lease's deadline: nothing of the group outlives it
 		case <-caught:
 		case <-exited:
+			if sw.fired { // run may be stopped: what COMMAND left is killed now, with this process
+				_ = syscall.Kill(0, syscall.SIGKILL)
+			}
 			ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 			if ws.Signaled() {
 				dieOf(ws.Signal())
@@ -136,27 +162,44 @@ func startedByRun() bool {
 		syscall.Fstat(ctlFD, &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFIFO
 }
 
-// readRun passes on the signals that run writes to ctl, those that the
-// supervisor catches, and closes gone when run has died (end of file: no
-// process holds the write end any more).
-func readRun(ctl *os.File, signals chan<- syscall.Signal, gone chan<- struct{}) {
-	defer close(gone)
-	buf := make([]byte, 16)
+// fromRun is what the supervisor reads from run.
+type fromRun struct {
+	signals chan syscall.Signal // to pass on to the group
+	leases  chan lease          // each lease run tells
+	gone    chan struct{}       // closed when run has died
+}
+
+// read passes on the signals and leases that run writes to ctl, and closes
+// gone when run has died (end of file: no process holds the write end any
+// more).
+func (from *fromRun) read(ctl *os.File) {
+	defer close(from.gone)
+	in := bufio.NewReader(ctl)
+	var msg [leaseMsgLen - 1]byte
 	for {
-		n, err := ctl.Read(buf)
-		for _, b := range buf[:n] {
-			if sig := syscall.Signal(b); forwardable(sig) {
-				signals <- sig
-			}
-		}
+		b, err := in.ReadByte()
 		if err != nil {
 			return
 		}
+		if b != leaseMsg {
+			if sig := syscall.Signal(b); forwardable(sig) {
+				from.signals <- sig
+			}
+			continue
+		}
+		if _, err := io.ReadFull(in, msg[:]); err != nil {
+			return
+		}
+		from.leases <- parseLease(msg[:])
 	}
 }
 
-// forwardable reports whether sig is a stop signal the supervisor catches.
+// forwardable reports whether sig is a signal that run passes on: a stop
+// signal the supervisor catches, or SIGTSTP and SIGCONT (job control).
 func forwardable(sig syscall.Signal) bool {
+	if sig == syscall.SIGTSTP || sig == syscall.SIGCONT {
+		return true
+	}
 	for _, s := range stopSignals {
 		if s == sig {
 			return !ignoredAtStart(s)

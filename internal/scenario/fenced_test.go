@@ -24,7 +24,7 @@ import (
 // its write resumes and writes after its successor has: its write is
 // refused, every write of the successor is accepted.
 func TestScenarioFencedWrites(t *testing.T) {
-	bin := buildFencedWriter(t, t.TempDir())
+	bin := buildBinary(t, t.TempDir(), "fencedwriter", "./testdata/fencedwriter")
 	t.Run("S29", func(t *testing.T) {
 		h := newHarness(t, "S29")
 		s29PausedWriter(t, h, bin, []string{h.srv.Addr()}, false, func() redisleader.Client {
@@ -42,12 +42,12 @@ func TestScenarioFencedWrites(t *testing.T) {
 	})
 }
 
-// buildFencedWriter builds testdata/fencedwriter into dir.
-func buildFencedWriter(t *testing.T, dir string) string {
+// buildBinary builds the command pkg into dir/name.
+func buildBinary(t *testing.T, dir, name, pkg string) string {
 	t.Helper()
-	bin := filepath.Join(dir, "fencedwriter")
-	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/fencedwriter").CombinedOutput(); err != nil {
-		t.Fatalf("go build ./testdata/fencedwriter: %v\n%s", err, out)
+	bin := filepath.Join(dir, name)
+	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
 	}
 	return bin
 }
