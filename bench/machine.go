@@ -24,6 +24,7 @@ var modulesOfInterest = []string{
 	"github.com/redis/go-redis/v9",
 	"github.com/bsm/redislock",
 	"github.com/go-redsync/redsync/v4",
+	"go.etcd.io/etcd/client/v3",
 	"github.com/redisleader/redisleader",
 }
 

@@ -7,7 +7,9 @@
 // It starts its own redis-servers on free loopback ports, runs every scenario
 // once per round with the contenders' order rotated each round, takes every
 // ratio within a round, reports median [min–max] over rounds, stops the
-// servers, and exits non-zero if any contender failed.
+// servers, and exits non-zero if any contender failed. The latency run
+// (-only latency) also measures etcd's lock and election recipes on a
+// private etcd when one is installed (etcd.go).
 package main
 
 import (
@@ -37,6 +39,7 @@ type config struct {
 	samples string
 
 	warmup, seqPairs int           // (a)
+	etcdPairs        int           // (a) for etcd, whose pairs are raft writes
 	goroutines       int           // (b), (c)
 	window           time.Duration // (b), (c)
 	allocIters       int           // (d)
@@ -64,7 +67,7 @@ type config struct {
 
 func newConfig(rounds int, quick bool) config {
 	c := config{
-		rounds: rounds, warmup: 500, seqPairs: 20000, goroutines: 16, window: 2 * time.Second, allocIters: 5000,
+		rounds: rounds, warmup: 500, seqPairs: 20000, etcdPairs: 2000, goroutines: 16, window: 2 * time.Second, allocIters: 5000,
 		handovers: 40, polls: 40, crashes: 20, crashTTL: 200 * time.Millisecond,
 		electionTTL: time.Second, followers: 10, loadWindow: 3 * time.Second,
 		scaleSizes: []int{1, 100, 1000, 10000}, scaleTTL: 30 * time.Second, renewEvery: 100 * time.Millisecond,
@@ -73,7 +76,7 @@ func newConfig(rounds int, quick bool) config {
 	}
 	if quick {
 		c.rounds, c.quick = 1, true
-		c.warmup, c.seqPairs, c.window, c.allocIters = 100, 1000, 300*time.Millisecond, 500
+		c.warmup, c.seqPairs, c.etcdPairs, c.window, c.allocIters = 100, 1000, 200, 300*time.Millisecond, 500
 		c.handovers, c.polls, c.crashes = 20, 5, 5
 		c.loadWindow, c.renewRounds = time.Second, 4
 		c.pingLeases, c.pingRounds = 5000, 3
@@ -86,7 +89,7 @@ func main() {
 	rounds := flags.Int("rounds", 5, "rounds; every scenario runs once per round with the contenders' order rotated")
 	quick := flags.Bool("quick", false, "one short round (under a minute) for CI; its numbers mean little")
 	out := flags.String("out", "RESULTS.md", "file the markdown report is written to (it is printed too)")
-	only := flags.String("only", "", `"locks": run only the lock scenarios (a)-(d), a few minutes instead of the full run; "elections": only the election scenarios (handovers, crash takeover, follower load); "renewal": only the renewal load (other clients' PING while one Session renews its leases); "latency": only sequential pairs, handovers and crash takeovers, for -samples (the report is printed, not written)`)
+	only := flags.String("only", "", `"locks": run only the lock scenarios (a)-(d), a few minutes instead of the full run; "elections": only the election scenarios (handovers, crash takeover, follower load); "renewal": only the renewal load (other clients' PING while one Session renews its leases); "latency": only sequential pairs, handovers and crash takeovers, and etcd's pairs and handovers if an etcd binary is installed, for -samples (the report is printed, not written)`)
 	samples := flags.String("samples", "", "also write the latency distributions of the pairs and handovers measured to this JSON file (cmd/figures plots it)")
 	pingAddr := flags.String("pinger", "", "internal: run as the renewal load's pinger against this address")
 	pingFor := flags.Duration("ping-for", 0, "internal: how long the pinger runs")
@@ -137,8 +140,18 @@ func run(cfg config, out string) int {
 		}
 		defer topo.close()
 	}
+	var etcd *etcdServer // the latency run's etcd rows, if etcd is installed
+	if cfg.only == "latency" {
+		if etcd, err = startEtcdIfInstalled(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		if etcd != nil {
+			defer etcd.stop()
+		}
+	}
 
-	res := runRounds(cfg, e, contenders, topo)
+	res := runRounds(cfg, e, contenders, topo, etcd)
 	report := render(cfg, contenders, res, time.Since(start))
 	fmt.Print(report)
 	if err := writeOut(cfg, res, report, out); err != nil {
@@ -165,9 +178,13 @@ func writeOut(cfg config, res *results, report, out string) error {
 		return nil
 	}
 	m := describeMachine()
+	servers := "Redis " + serverVersion(m.redis)
+	if len(res.locks.pairs.all(etcdRow)) > 0 {
+		servers += ", etcd " + etcdVersion()
+	}
 	f := &latency.File{
-		Run: fmt.Sprintf("go run . %s on %d× %s, Redis %s, %s", strings.Join(os.Args[1:], " "),
-			m.online, m.cpu, serverVersion(m.redis), time.Now().UTC().Format("2006-01-02")),
+		Run: fmt.Sprintf("go run . %s on %d× %s, %s, %s", strings.Join(os.Args[1:], " "),
+			m.online, m.cpu, servers, time.Now().UTC().Format("2006-01-02")),
 		Pairs: map[string]latency.Dist{}, Handovers: map[string]latency.Dist{},
 	}
 	for row := range res.locks.pairs.rows {
@@ -196,8 +213,9 @@ func serverVersion(s string) string {
 	return s
 }
 
-// runRounds runs every round of the scenarios cfg selects (-only).
-func runRounds(cfg config, e *env, contenders []contender, topo *topoEnv) *results {
+// runRounds runs every round of the scenarios cfg selects (-only), and the
+// etcd rows of the latency run when etcd is not nil.
+func runRounds(cfg config, e *env, contenders []contender, topo *topoEnv, etcd *etcdServer) *results {
 	ctx := context.Background()
 	res := newResults(cfg.rounds)
 	for round := range cfg.rounds {
@@ -205,6 +223,9 @@ func runRounds(cfg config, e *env, contenders []contender, topo *topoEnv) *resul
 			progress("round %d/%d: sequential pairs, handovers", round+1, cfg.rounds)
 			runSequential(ctx, cfg, rotate(contenders, round), round, res.locks, &res.errs)
 			runHandovers(ctx, e, cfg, round, res.elections, &res.errs)
+			if etcd != nil {
+				runEtcd(ctx, etcd, cfg, round, res)
+			}
 			continue
 		}
 		if cfg.only == "renewal" {

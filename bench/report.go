@@ -83,7 +83,7 @@ func (r *report) header(took time.Duration) {
 	r.printf("- Every round runs every scenario once per contender, with the contenders' order rotated by one each round.\n")
 	r.printf("- Cells are median [min–max] over rounds. A × column is the median [min–max] of per-round ratios to the baseline measured in the same round, so drift between rounds hits both sides of each ratio.\n")
 	r.printf("- Latency pools (handover, crash) give percentiles over all samples of all rounds, and the per-round p50 as median [min–max].\n")
-	r.printf("- etcd, optional in the issue, is not a contender here; the shared perf anchors (`shared/research/perf-anchors.md`) have its numbers on this machine.\n\n")
+	r.printf("- etcd is measured only by the latency run (`-only latency`, when an etcd binary is installed): its Mutex pairs and Resign → Campaign handovers go to `-samples` and the plot, not to these tables.\n\n")
 }
 
 // verdict marks a measured value against its target.

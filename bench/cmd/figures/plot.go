@@ -20,19 +20,21 @@ var (
 		{"redisleader", "redisleader", "#1f77b4", false},
 		{"redislock", "bsm/redislock", "#2ca02c", false},
 		{"redsync-1", "redsync, one server", "#ff7f0e", false},
+		{"etcd", "etcd: Mutex Lock+Unlock", "#e377c2", false},
 	}
 	handoverCurves = []curve{
 		{"raw-push", "raw push floor: DEL+PUBLISH → SET NX", "#000000", true},
 		{"redisleader", "redisleader: Release → Campaign", "#1f77b4", false},
 		{"transfer", "redisleader: Transfer", "#9467bd", false},
 		{"poll-100ms", "polling every 100 ms", "#8c564b", false},
+		{"etcd", "etcd: Resign → Campaign", "#e377c2", false},
 		{"crash", "redisleader: crash, lag after expiry", "#d62728", false},
 	}
 )
 
 // Layout of the latency plot, in pixels.
 const (
-	plotWidth, plotHeight = 1000.0, 500.0
+	plotWidth, plotHeight = 1000.0, 520.0
 	panelW, panelH        = 410.0, 270.0
 	panelTop              = 70.0
 )
