@@ -259,6 +259,58 @@ func transferRacingRelease(t *testing.T, b *backend, how string, run bool) {
 	}
 }
 
+// TestTransferConcurrentCallsOneOutcome: Transfer(b), Transfer(c) and
+// Resign of one leadership, let loose at once, round after round, with no
+// step held: one of them ends it; a Transfer returns nil only if its
+// successor then leads, and otherwise ErrNotLeader (never ErrNoSuccessor:
+// b and c campaign), naming the other Transfer's successor only if that
+// one returned nil.
+func TestTransferConcurrentCallsOneOutcome(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		for round := range 10 {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			name := fmt.Sprintf("free-race-%d", round)
+			e := mustElection(t, newSession(t, b.client, fastOpts()...), name)
+			_, err := e.TryCampaign(ctx, "a")
+			require.NoError(t, err)
+			enlistAll(t, ctx, b, name, false, candidates(t, ctx, b, name, false, "b", "c"))
+			start := make(chan struct{})
+			calls := map[string]func() error{
+				"b":      func() error { return e.Transfer(ctx, "b") },
+				"c":      func() error { return e.Transfer(ctx, "c") },
+				"Resign": func() error { return e.Resign(ctx) },
+			}
+			res := map[string]chan error{}
+			for who, call := range calls {
+				res[who] = make(chan error, 1)
+				go func() { <-start; res[who] <- call() }()
+			}
+			close(start)
+			got := map[string]error{}
+			for who := range calls {
+				got[who] = recvWithin(t, res[who], 5*time.Second, who)
+			}
+			require.NoError(t, got["Resign"])
+			for to, other := range map[string]string{"b": "c", "c": "b"} {
+				err := got[to]
+				if err == nil {
+					who, lerr := e.Leader(ctx)
+					require.NoError(t, lerr)
+					assert.Equal(t, to, who.Value, "round %d: Transfer(%s) returned nil", round, to)
+					continue
+				}
+				assert.ErrorIs(t, err, ErrNotLeader, "round %d: Transfer(%s): %v", round, to, err)
+				assert.NotErrorIs(t, err, ErrNoSuccessor, "round %d", round)
+				if strings.Contains(err.Error(), fmt.Sprintf("hands it to %q", other)) {
+					assert.NoError(t, got[other], "round %d: Transfer(%s) names %s as the successor", round, to, other)
+				}
+			}
+			assert.False(t, got["b"] == nil && got["c"] == nil, "round %d: both Transfers returned nil", round)
+			cancel()
+		}
+	})
+}
+
 // TestTransferToOwnValue: a Transfer to the value this leader campaigned
 // with, or last proclaimed, asks for what holds already (that value leads):
 // it returns nil at once, with no command on the name and no subscription,
