@@ -349,7 +349,10 @@ func (l *Lock) endTo(err error, heir string) bool {
 		return false
 	}
 	if heir != "" {
-		l.setHeirLocked(heir)
+		if l.succ == nil {
+			l.succ = &succession{}
+		}
+		l.succ.heir = heir
 	}
 	fs := l.endLocked(err)
 	l.mu.Unlock()

@@ -81,7 +81,7 @@ func (e *Election) Transfer(ctx context.Context, to string) error {
 	switch {
 	case l == nil:
 		return fmt.Errorf("redisleader: transfer %q: %w", e.keys.name, ErrNotLeader)
-	case to == l.argv[argValue] || to == l.Value():
+	case l.isOwn(to):
 		return nil // to leads already: the CLI's transfer exits 0 too
 	}
 	// Subscribed before the hand-over, so that the successor's "A" is heard.
@@ -113,12 +113,12 @@ func (l *Lock) heir() string {
 	return l.succ.heir
 }
 
-// setHeirLocked names the successor that l's release hands the name to.
-func (l *Lock) setHeirLocked(to string) {
-	if l.succ == nil {
-		l.succ = &succession{}
-	}
-	l.succ.heir = to
+// isOwn reports whether to is l's own value: the one it campaigned with,
+// or the one it last proclaimed.
+func (l *Lock) isOwn(to string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return to == l.argv[argValue] || to == l.value
 }
 
 // endedBefore is what a Transfer to to returns when l ended before it could
