@@ -52,8 +52,9 @@ var (
 	// ErrNoLeader is returned by Election.Leader when nobody leads.
 	ErrNoLeader = errors.New("redisleader: no leader")
 
-	// ErrNotLeader is returned by Election.Proclaim when this session does
-	// not lead the election.
+	// ErrNotLeader is returned by Election.Proclaim and Election.Transfer
+	// when this session does not lead the election, or its leadership ended
+	// while the call ran (the error then also matches why: ErrReleased, say).
 	ErrNotLeader = errors.New("redisleader: this session does not lead the election")
 )
 

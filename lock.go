@@ -178,22 +178,36 @@ func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, false)
 // release is Release; for a Run term, wait says whether to wait for Run's
 // delete (Election.Resign) or not (Lock.Release).
 func (l *Lock) release(ctx context.Context, wait bool) error {
-	err := l.check()
-	if err == nil || err == ErrReleased {
-		if t := l.s.termOf(l); t != nil {
-			return l.resignTerm(ctx, t, wait)
-		}
+	if err := l.check(); err != nil && err != ErrReleased {
+		return err // lost, or the session closed: nothing of ours to delete
 	}
-	if err == nil {
-		if l.end(ErrReleased) {
-			return l.del(ctx)
-		}
-		err = l.check() // it ended meanwhile
+	t := l.s.termOf(l)
+	if ended, err := l.resign(ctx, t, "", wait); ended {
+		return err
 	}
-	if err == ErrReleased {
-		return nil
+	switch err := l.Err(); {
+	case err != ErrReleased:
+		return err // lost meanwhile
+	case t != nil:
+		return l.awaitTerm(ctx, t, wait) // resigned before: Run's delete all the same
 	}
-	return err
+	return nil
+}
+
+// resign is the one transition by which a holder gives l up (Release,
+// Resign, Transfer): if l is still held, it ends l with ErrReleased and
+// with heir ("": none) as the successor its release hands the name to, both
+// at once, then deletes the key or hands it over; for a Run term t, Run does
+// that once onElected has returned (awaitTerm). ended reports whether this
+// call made the transition; if not, l had ended and Err (and heir) say how.
+func (l *Lock) resign(ctx context.Context, t *term, heir string, wait bool) (ended bool, err error) {
+	if l.check() != nil || !l.endTo(ErrReleased, heir) {
+		return false, nil
+	}
+	if t != nil {
+		return true, l.awaitTerm(ctx, t, wait)
+	}
+	return true, l.del(ctx)
 }
 
 // del runs the compare-and-delete for this lock's token, once the
@@ -323,11 +337,22 @@ func (l *Lock) lose(why error) {
 
 // end ends the lock with err unless it already ended, reporting whether it
 // did, and unregisters it from its session (the heartbeat stops renewing it).
-func (l *Lock) end(err error) bool {
+func (l *Lock) end(err error) bool { return l.endTo(err, "") }
+
+// endTo is end that also names heir, unless "", as the successor that the
+// lock's release hands the name to (Transfer): one step, so that of
+// concurrent ends one wins, and the heir is that one's or none.
+func (l *Lock) endTo(err error, heir string) bool {
 	l.mu.Lock()
 	if l.err != nil {
 		l.mu.Unlock()
 		return false
+	}
+	if heir != "" {
+		if l.succ == nil {
+			l.succ = &succession{}
+		}
+		l.succ.heir = heir
 	}
 	fs := l.endLocked(err)
 	l.mu.Unlock()

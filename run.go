@@ -44,7 +44,7 @@ func (e *Election) Run(ctx context.Context, value string, onElected func(ctx con
 		}
 		err = e.lead(ctx, lead, onElected)
 		cand = c
-		if lead.transferred() {
+		if lead.heir() != "" {
 			cand = nil // it stepped back: no priority until it leads again
 		}
 		if cerr := ctx.Err(); cerr != nil {
@@ -195,11 +195,10 @@ func (s *Session) termOf(l *Lock) *term {
 	return s.terms[l]
 }
 
-// resignTerm is Release of an Election.Run term: it ends the lock, leaving
-// the delete to Run, and with wait waits until Run has done it (not when
-// ctx comes from the term's own onElected, which cannot return meanwhile).
-func (l *Lock) resignTerm(ctx context.Context, t *term, wait bool) error {
-	l.end(ErrReleased)
+// awaitTerm waits, with wait, until Run has deleted or handed over its
+// resigned term l (not when ctx comes from the term's own onElected, which
+// cannot return meanwhile), and returns what that returned.
+func (l *Lock) awaitTerm(ctx context.Context, t *term, wait bool) error {
 	if !wait || termsOf(ctx).has(l) {
 		return nil
 	}

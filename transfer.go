@@ -18,6 +18,25 @@ import (
 // script wakes the waiters (every message on the name's channel, and every
 // live fair waiter, since any of them may be the successor). When the
 // reservation expires unused, the name is free to anyone.
+//
+// One transition ends a leadership given up by its holder (Lock.resign):
+// ending the Lock and naming the heir happen in one step under its mutex,
+// and only then is the key deleted or handed over (for a Run term, by Run
+// once onElected has returned). Of concurrent Transfers, Resigns and
+// Releases of one leadership exactly one makes it; a Transfer that finds the
+// leadership ended by another call writes nothing and says what happened
+// (ErrNotLeader with the end's reason, and the other Transfer's successor),
+// except that one to the same successor waits for that hand-over as if it
+// were its own. While the other call's hand-over is on its way, Leader
+// still reads the ended leadership: awaitSuccessor knows it by its fence
+// and waits on, so no caller reports it as a rival.
+//
+// After a Transfer, Run campaigns without its priority, so that a transfer
+// to a lower priority holds; a former leader that campaigns again itself
+// (Campaign) with a higher priority than the successor's takes the name
+// back after the successor's minimum term. A Transfer to the leader's own
+// value (campaigned or proclaimed) asks for what already holds: it returns
+// nil without I/O, as the CLI's transfer exits 0 when VALUE leads.
 
 // ErrNoSuccessor is returned by Election.Transfer when the named successor
 // did not take leadership within the bound (one TTL): it is not
@@ -35,22 +54,16 @@ var errRedlockTransfer = invalidf("Transfer is not supported with Redlock")
 
 // Transfer hands this session's leadership of the election to the
 // candidate campaigning (Campaign or Run) with value to, and returns nil
-// once that candidate leads, as read from Redis. The leadership ends with
-// ErrReleased first; for a term of Run, Transfer waits until onElected has
-// returned and Run has handed the name over, and Run then campaigns again.
-// Between the hand-over and the successor's acquisition nobody else can
-// lead; if the successor has not taken the name within one TTL (WithTTL),
-// the reservation expires and anyone may: Transfer then returns an error
-// matching ErrNoSuccessor. Called from a Run term's onElected with its
-// context, it returns nil once it has ended the term: the hand-over follows
-// when onElected returns. Run then campaigns for its next term without
-// its priority, so a transfer to a lower priority holds; a former leader
-// that campaigns again itself (Campaign) with a higher priority than the
-// successor's takes the name back after the successor's minimum term.
-// It returns an error matching ErrInvalid, without
-// I/O, for an empty value, one over 64 KiB or on a Redlock session;
-// ErrNotLeader when this session does not lead (writing nothing); the
-// release's error; or ctx's error, which leaves the hand-over as it is.
+// once it leads, as read from Redis; nobody else leads in between. The
+// leadership ends with ErrReleased first; a Run term's onElected returns
+// before the hand-over (a Transfer from onElected, with its context,
+// returns once the term has ended), then Run campaigns without its priority.
+// To this leader's own value (campaigned or proclaimed) it returns nil at
+// once. Errors: ErrNoSuccessor if to has not led within one TTL (WithTTL;
+// then anyone may); ErrInvalid, without I/O, for an empty value, one over
+// 64 KiB or a Redlock session; ErrNotLeader, writing nothing, if this session
+// does not lead or its leadership ended first (the error says how); the
+// release's error; or ctx's, which leaves the hand-over as it is.
 func (e *Election) Transfer(ctx context.Context, to string) error {
 	switch err := checkValue(to); {
 	case err != nil:
@@ -65,11 +78,11 @@ func (e *Election) Transfer(ctx context.Context, to string) error {
 		return err
 	}
 	l := e.s.leading(e.keys.name)
-	if l == nil {
+	switch {
+	case l == nil:
 		return fmt.Errorf("redisleader: transfer %q: %w", e.keys.name, ErrNotLeader)
-	}
-	if to == l.argv[argValue] {
-		return invalidf("Transfer: %q is this leader's own value", to)
+	case l.isOwn(to):
+		return nil // to leads already: the CLI's transfer exits 0 too
 	}
 	// Subscribed before the hand-over, so that the successor's "A" is heard.
 	sub, err := e.s.watch.subscribe(ctx, e.keys.channel(), "")
@@ -77,53 +90,75 @@ func (e *Election) Transfer(ctx context.Context, to string) error {
 		return err
 	}
 	defer sub.Close()
-	l.setHeir(to)
-	if err := l.release(ctx, true); err != nil {
+	ended, err := l.resign(ctx, e.s.termOf(l), to, true)
+	switch {
+	case !ended && l.heir() != to:
+		return l.endedBefore(to)
+	case err != nil:
 		return err
-	}
-	from := time.Now() // the reservation is made: for a Run term, once onElected returned
-	if termsOf(ctx).has(l) {
+	case termsOf(ctx).has(l):
 		return nil // from the term's own onElected: Run hands over once it returns
 	}
-	return e.awaitSuccessor(ctx, sub, to, from.Add(e.s.cfg.ttl+e.s.cfg.retryInterval))
+	return e.awaitSuccessor(ctx, sub, l.fence, to, time.Now().Add(e.s.cfg.ttl+e.s.cfg.retryInterval))
 }
 
-// transferred reports whether l's release was a Transfer's.
-func (l *Lock) transferred() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.succ != nil && l.succ.heir != ""
-}
-
-// setHeir names the successor that l's release hands the name to.
-func (l *Lock) setHeir(to string) {
+// heir returns the successor that l's release hands the name to, if a
+// Transfer ended l ("" otherwise).
+func (l *Lock) heir() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.succ == nil {
-		l.succ = &succession{}
+		return ""
 	}
-	l.succ.heir = to
+	return l.succ.heir
+}
+
+// isOwn reports whether to is l's own value: the one it campaigned with,
+// or the one it last proclaimed.
+func (l *Lock) isOwn(to string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return to == l.argv[argValue] || to == l.value
+}
+
+// endedBefore is what a Transfer to to returns when l ended before it could
+// hand l over: how l ended, and where the name went if another Transfer
+// took it there.
+func (l *Lock) endedBefore(to string) error {
+	why, how := l.Err(), "it ended first"
+	switch heir := l.heir(); {
+	case heir != "":
+		how = fmt.Sprintf("another Transfer hands it to %q", heir)
+	case why == ErrReleased:
+		how = "it was released first (Resign, Release, or Run)"
+	}
+	return fmt.Errorf("redisleader: transfer %q to %q: %w: %s: %w", l.keys.name, to, ErrNotLeader, how, why)
 }
 
 // awaitSuccessor reads who leads, after every message on sub, until to
 // does (nil), another candidate does or the reservation can have expired
-// unused at until (ErrNoSuccessor), or ctx ends.
-func (e *Election) awaitSuccessor(ctx context.Context, sub *subscription, to string, until time.Time) error {
+// unused at until (ErrNoSuccessor), or ctx ends. A leader with the fence of
+// the leadership handed over (from) is that one's key, its hand-over still
+// on the way (another Transfer's, to the same value): it waits on.
+func (e *Election) awaitSuccessor(ctx context.Context, sub *subscription, from int64, to string, until time.Time) error {
 	for {
 		who, err := e.Leader(ctx)
+		former := err == nil && who.Fence == from
 		switch {
+		case former:
 		case err == nil && who.Value == to:
 			return nil
 		case err == nil:
 			return fmt.Errorf("redisleader: transfer %q to %q: %w; %q leads instead", e.keys.name, to, ErrNoSuccessor, who.Value)
 		case !errors.Is(err, ErrNoLeader) && ctx.Err() != nil:
 			return fmt.Errorf("redisleader: transfer %q to %q: %w", e.keys.name, to, ctx.Err())
-		case !time.Now().Before(until):
+		}
+		if !time.Now().Before(until) {
 			return fmt.Errorf("redisleader: transfer %q to %q: %w within the TTL; the name is free to anyone", e.keys.name, to, ErrNoSuccessor)
 		}
 		d := time.Until(until)
-		if err != nil && !errors.Is(err, ErrNoLeader) {
-			d = min(d, e.s.retryDelay()) // a Redis error: read again soon
+		if former || err != nil && !errors.Is(err, ErrNoLeader) {
+			d = min(d, e.s.retryDelay()) // a Redis error, or the hand-over not made yet: read again soon
 		}
 		if err := e.s.wait(ctx, sub, d); err != nil {
 			return fmt.Errorf("redisleader: transfer %q to %q: %w", e.keys.name, to, err)
