@@ -363,8 +363,10 @@ func (c *combiner) takeLocked(batch []*pending, n int, key any) []*pending {
 }
 
 // sendBatch sends batch, taken from the queue, as one pipeline bounded by
-// its latest deadline, and delivers each reply (or settles the call whose
-// caller gave up); it returns calls (scratch space) for reuse.
+// its latest deadline (on a Cluster, one per master: runCalls), and
+// delivers each reply (or settles the call whose caller gave up), on a
+// Cluster as soon as its master's pipeline has ended; it returns calls
+// (scratch space) for reuse.
 func (c *combiner) sendBatch(batch []*pending, calls []call) []call {
 	var until time.Time
 	calls = calls[:0]
@@ -375,7 +377,11 @@ func (c *combiner) sendBatch(batch []*pending, calls []call) []call {
 		calls = append(calls, call{p.s, p.argv})
 	}
 	ctx := &boundCtx{Context: context.Background(), deadline: until, states: &c.s.dones}
-	var cmds []*redis.Cmd
+	var (
+		cmds     []*redis.Cmd
+		answered []bool // by ready; under c.mu
+		ready    func([]int, []*redis.Cmd)
+	)
 	failed := errHookGoexit // until runCalls returns: a hook may end the goroutine
 	defer func() {
 		unbind(ctx)
@@ -384,17 +390,30 @@ func (c *combiner) sendBatch(batch []*pending, calls []call) []call {
 		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if failed != nil {
-			for _, p := range batch {
-				c.answerLocked(p, errCmd(context.Background(), p.argv, failed))
-			}
-			return
-		}
 		for i, p := range batch {
-			c.answerLocked(p, cmds[i])
+			switch {
+			case answered != nil && answered[i]: // p may already serve another call
+			case failed != nil:
+				c.answerLocked(p, errCmd(context.Background(), p.argv, failed))
+			default:
+				c.answerLocked(p, cmds[i])
+			}
 		}
 	}()
-	cmds, failed = runCalls(ctx, c.client, calls, replicaAcks{})
+	if c.cluster {
+		ready = func(idx []int, cmds []*redis.Cmd) {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if answered == nil {
+				answered = make([]bool, len(batch))
+			}
+			for _, i := range idx {
+				c.answerLocked(batch[i], cmds[i])
+				answered[i] = true
+			}
+		}
+	}
+	cmds, failed = runCalls(ctx, c.client, calls, replicaAcks{}, ready)
 	return calls
 }
 
