@@ -62,16 +62,20 @@ import (
 //     number (proclaimScript).
 //   - Replies are matched to commands one by one; runCalls re-sends a
 //     command that met a server without its script (NOSCRIPT) as EVAL, and
-//     rewrites denied commands, per command. On a Cluster, go-redis splits a
-//     pipeline by slot and follows redirections per command.
+//     rewrites denied commands, per command. On a Cluster, runCalls sends a
+//     batch as one pipeline per master, concurrently (call.go), go-redis
+//     follows redirections per command, and each caller has its reply as
+//     soon as its own master's pipeline has ended: a master that stopped
+//     answering fails and delays only its own calls of the batch.
 //
 // What changes: a batched command (a release with calls taken along too)
 // runs on a context without its caller's values (hooks on the user's client
-// see one ProcessPipelineHook call with the batch's context, on a goroutine
-// of the session), and a server that stops answering holds up the session's
-// queued calls, each until its own deadline, once maxOnWire calls are stuck
-// on it. On a Cluster, calls for a name on a healthy node can so wait
-// behind a node that stopped answering; a Redlock node holds up only its
+// see one ProcessPipelineHook call with the batch's context, on a Cluster
+// one per master, on goroutines of the session), and a server that stops
+// answering holds up the session's queued calls, each until its own
+// deadline, once maxOnWire calls are stuck on it. On a Cluster, calls for a
+// name on a healthy node can so wait in the queue behind a node that
+// stopped answering (not in a batch); a Redlock node holds up only its
 // own queue, which no operation waits for once a quorum answered. A release
 // that took calls along runs first in Redis, but its caller has its reply
 // only with the whole pipeline's (go-redis reads them all): its context can
