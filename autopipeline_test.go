@@ -34,15 +34,20 @@ func autoPipeline(t *testing.T, c interface {
 
 // TestAutoPipelineKinds: an AutoPipeline client has the kind of the client
 // under it. Over a *redis.ClusterClient it is a cluster client (no
-// WithReplicaAcks, not a Redlock node), also when wrapped; over a
-// *redis.Client it is a client of one server.
+// WithReplicaAcks, not a Redlock node, its pipelines sent per master),
+// also when wrapped; over a *redis.Client it is a client of one server.
 func TestAutoPipelineKinds(t *testing.T) {
 	cluster, _, cs := unreachableNodes(t)
 	ap := autoPipeline(t, cluster)
 	for _, cc := range []Client{ap, wrappedIface{ap}} {
-		t.Run(fmt.Sprintf("%T", cc), func(t *testing.T) { assertClusterKind(t, cc, cs) })
+		t.Run(fmt.Sprintf("%T", cc), func(t *testing.T) {
+			assertClusterKind(t, cc, cs)
+			assert.Same(t, cluster, clusterOf(cc), "runCalls finds the Cluster client under it")
+		})
 	}
-	assertPlainKind(t, autoPipeline(t, unreachableClient(t)), cs)
+	plain := autoPipeline(t, unreachableClient(t))
+	assertPlainKind(t, plain, cs)
+	assert.Nil(t, clusterOf(plain))
 }
 
 // TestAutoPipelineOverClusterClient: on a 3-master Redis Cluster, sessions

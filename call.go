@@ -3,7 +3,9 @@ package redisleader
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -124,7 +126,7 @@ func (s *script) runAll(ctx context.Context, c Client, argvs [][]any, acks repli
 	for i, argv := range argvs {
 		calls[i] = call{s, argv}
 	}
-	return runCalls(ctx, c, calls, acks)
+	return runCalls(ctx, c, calls, acks, nil)
 }
 
 // call is one script call of a pipeline: the script and its argument vector.
@@ -133,18 +135,31 @@ type call struct {
 	argv []any
 }
 
-// runCalls executes every call in one round trip (a pipeline; on Redis
-// Cluster one per node), and re-sends as EVAL, in a second round trip, those
-// that met a server without their script. Replies and errors are read from
-// the returned commands, in the order of calls. With acks on (n > 0) each
-// pipeline ends with WAIT on the same connection, and runCalls returns an
-// error unless enough replicas acknowledged every write (see
-// replicaAcks.check). A single call without acks is sent as a plain command.
-func runCalls(ctx context.Context, c Client, calls []call, acks replicaAcks) ([]*redis.Cmd, error) {
+// runCalls executes every call in one round trip (a pipeline), and re-sends
+// as EVAL, in a second round trip, those that met a server without their
+// script. Replies and errors are read from the returned commands, in the
+// order of calls. With acks on (n > 0) each pipeline ends with WAIT on the
+// same connection, and runCalls returns an error unless enough replicas
+// acknowledged every write (see replicaAcks.check). A single call without
+// acks is sent as a plain command. On Redis Cluster the calls are sent per
+// master (byNode), and ready, if not nil, is told each master's calls as
+// soon as their commands are final.
+func runCalls(ctx context.Context, c Client, calls []call, acks replicaAcks, ready func(idx []int, cmds []*redis.Cmd)) ([]*redis.Cmd, error) {
 	if len(calls) == 1 && acks.n == 0 {
 		return []*redis.Cmd{calls[0].s.run(ctx, c, calls[0].argv)}, nil
 	}
 	cmds := make([]*redis.Cmd, len(calls))
+	if cc := clusterOf(c); cc != nil {
+		if groups := byNode(ctx, cc, calls); len(groups) > 1 {
+			return cmds, runGroups(ctx, c, calls, cmds, groups, acks, ready)
+		}
+	}
+	return cmds, runPipeline(ctx, c, calls, cmds, acks)
+}
+
+// runPipeline is runCalls's round trip (and its NOSCRIPT re-send) for
+// calls, whose commands it stores in cmds.
+func runPipeline(ctx context.Context, c Client, calls []call, cmds []*redis.Cmd, acks replicaAcks) error {
 	pipe := c.Pipeline()
 	for i, cl := range calls {
 		cl.argv[0], cl.argv[1] = "evalsha", cl.s.sha
@@ -178,7 +193,93 @@ func runCalls(ctx context.Context, c Client, calls []call, acks replicaAcks) ([]
 	for i, cl := range calls {
 		denied(cmds[i], cl.argv)
 	}
-	return cmds, acks.check(wait, wait2)
+	return acks.check(wait, wait2)
+}
+
+// Per master on Redis Cluster. go-redis splits a Cluster pipeline by node
+// and runs the nodes' parts concurrently, but as one operation: it returns
+// once every node has answered or failed, and when a node's part times out
+// as the context ends, the error goes to every command of the pipeline that
+// has none, also those whose replies healthy masters had already sent
+// (ClusterClient.processPipeline: setCmdsErr after its retry sleep). One
+// silent master then failed every renewal of a slice, and a session lost
+// all its locks. So runCalls groups the calls itself, by the master that
+// serves their lock key's slot in the client's slot map (the key is
+// KEYS[1]; every key of a call shares its hash tag), and sends each group
+// as a pipeline of its own through c, concurrently, each bounded by ctx:
+// a call's outcome depends only on its own master, a healthy master's
+// replies are final as soon as they arrive (ready), and go-redis still
+// follows MOVED and ASK per command inside each group. Every caller of
+// runCalls (renewal slices, the stale-token clean-up, Close's deletes, the
+// combiner's batches) gets this. A plain client keeps one pipeline.
+
+// group is the calls of one pipeline on Redis Cluster: their indexes, and
+// the master that serves them (nil: unknown, left to go-redis's routing).
+type group struct {
+	node *redis.Client
+	idx  []int
+}
+
+// byNode groups calls by the master that serves their lock key's slot, in
+// cc's slot map now. A key it cannot place (no slot map yet) goes to the
+// nil group, which go-redis routes as it routes any pipeline.
+func byNode(ctx context.Context, cc *redis.ClusterClient, calls []call) []group {
+	var groups []group
+	for i, cl := range calls {
+		var node *redis.Client
+		if key, ok := lockKeyOf(cl.argv).(string); ok {
+			node, _ = cc.MasterForKey(ctx, key)
+		}
+		j := slices.IndexFunc(groups, func(g group) bool { return g.node == node })
+		if j < 0 {
+			j = len(groups)
+			groups = append(groups, group{node: node})
+		}
+		groups[j].idx = append(groups[j].idx, i)
+	}
+	return groups
+}
+
+// runGroups runs each group as its own pipeline (runPipeline), on a
+// goroutine of its own, and returns once all have ended (each by ctx's
+// end), with the first error of their WAITs. A group whose goroutine a
+// hook ended (runtime.Goexit) fails with errHookGoexit where it has no
+// reply.
+func runGroups(ctx context.Context, c Client, calls []call, cmds []*redis.Cmd, groups []group, acks replicaAcks, ready func([]int, []*redis.Cmd)) error {
+	errs := make([]error, len(groups))
+	var wg sync.WaitGroup
+	for gi, g := range groups {
+		wgGo(&wg, func() {
+			sub := make([]call, len(g.idx))
+			for j, i := range g.idx {
+				sub[j] = calls[i]
+			}
+			out := make([]*redis.Cmd, len(sub))
+			returned := false
+			defer func() { // also when a hook ends the goroutine
+				for j, i := range g.idx {
+					if out[j] == nil {
+						out[j] = errCmd(ctx, calls[i].argv, errHookGoexit)
+					} else if !returned {
+						failUnsent(out[j:j+1], errHookGoexit)
+					}
+					cmds[i] = out[j]
+				}
+				if ready != nil {
+					ready(g.idx, cmds)
+				}
+			}()
+			errs[gi] = runPipeline(ctx, c, sub, out, acks)
+			returned = true
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // replicaAcks is the WithReplicaAcks safety level: how many replicas must

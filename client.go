@@ -32,8 +32,9 @@ var (
 	clusterType = reflect.TypeFor[interface {
 		ForEachMaster(context.Context, func(context.Context, *redis.Client) error) error
 	}]()
-	ringType = reflect.TypeFor[interface{ SetAddrs(map[string]string) }]()
-	redisPkg = reflect.TypeFor[redis.Client]().PkgPath()
+	ringType          = reflect.TypeFor[interface{ SetAddrs(map[string]string) }]()
+	redisPkg          = reflect.TypeFor[redis.Client]().PkgPath()
+	clusterClientType = reflect.TypeFor[*redis.ClusterClient]()
 	// redisClients are go-redis's clients proper, whose kind their methods
 	// tell; their fields that implement Client are caches and back
 	// references (their AutoPipeliners), not clients they stand on.
@@ -60,9 +61,25 @@ const ringRejectf = "%s (%T) is or wraps a *redis.Ring: each Ring client decides
 //     A client held in a named field is not seen, and a nil embedded
 //     interface is passed over (the wrapper may implement the methods
 //     itself).
-func kindOf(c Client) clientKind { return kindOfValue(reflect.ValueOf(c), 4) }
+func kindOf(c Client) clientKind { return kindOfValue(reflect.ValueOf(c), 4, nil) }
 
-func kindOfValue(v reflect.Value, depth int) clientKind {
+// clusterOf returns the *redis.ClusterClient that c is, or wraps as kindOf
+// sees through wrappers, or nil; runCalls groups a pipeline's calls by its
+// masters. A plain client costs no reflection.
+func clusterOf(c Client) (cc *redis.ClusterClient) {
+	switch c := c.(type) {
+	case *redis.Client:
+		return nil
+	case *redis.ClusterClient:
+		return c
+	}
+	kindOfValue(reflect.ValueOf(c), 4, &cc)
+	return cc
+}
+
+// kindOfValue is kindOf for v, up to depth wrappers deep; with cluster not
+// nil, it also stores there the first *redis.ClusterClient it meets.
+func kindOfValue(v reflect.Value, depth int, cluster **redis.ClusterClient) clientKind {
 	switch v.Kind() {
 	case reflect.Invalid:
 		return kindNil
@@ -70,11 +87,16 @@ func kindOfValue(v reflect.Value, depth int) clientKind {
 		if v.IsNil() {
 			return kindNil
 		}
-		return kindOfValue(v.Elem(), depth)
+		return kindOfValue(v.Elem(), depth, cluster)
 	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.Func, reflect.Slice:
 		if v.IsNil() {
 			return kindNil
 		}
+	}
+	if cluster != nil && *cluster == nil && v.Type() == clusterClientType {
+		// UnsafePointer, not Interface: v may be an unexported field (an
+		// AutoPipeliner's), whose value Interface refuses to return.
+		*cluster = (*redis.ClusterClient)(v.UnsafePointer())
 	}
 	kind := kindPlain
 	switch t := v.Type(); {
@@ -97,7 +119,7 @@ func kindOfValue(v reflect.Value, depth int) clientKind {
 		if f.Type.Kind() == reflect.Interface && fv.IsNil() {
 			continue // a test double that implements the methods itself, say
 		}
-		if k := kindOfValue(fv, depth-1); k != kindNil || !inRedis {
+		if k := kindOfValue(fv, depth-1, cluster); k != kindNil || !inRedis {
 			kind = max(kind, k)
 		}
 	}

@@ -62,16 +62,20 @@ import (
 //     number (proclaimScript).
 //   - Replies are matched to commands one by one; runCalls re-sends a
 //     command that met a server without its script (NOSCRIPT) as EVAL, and
-//     rewrites denied commands, per command. On a Cluster, go-redis splits a
-//     pipeline by slot and follows redirections per command.
+//     rewrites denied commands, per command. On a Cluster, runCalls sends a
+//     batch as one pipeline per master, concurrently (call.go), go-redis
+//     follows redirections per command, and each caller has its reply as
+//     soon as its own master's pipeline has ended: a master that stopped
+//     answering fails and delays only its own calls of the batch.
 //
 // What changes: a batched command (a release with calls taken along too)
 // runs on a context without its caller's values (hooks on the user's client
-// see one ProcessPipelineHook call with the batch's context, on a goroutine
-// of the session), and a server that stops answering holds up the session's
-// queued calls, each until its own deadline, once maxOnWire calls are stuck
-// on it. On a Cluster, calls for a name on a healthy node can so wait
-// behind a node that stopped answering; a Redlock node holds up only its
+// see one ProcessPipelineHook call with the batch's context, on a Cluster
+// one per master, on goroutines of the session), and a server that stops
+// answering holds up the session's queued calls, each until its own
+// deadline, once maxOnWire calls are stuck on it. On a Cluster, calls for a
+// name on a healthy node can so wait in the queue behind a node that
+// stopped answering (not in a batch); a Redlock node holds up only its
 // own queue, which no operation waits for once a quorum answered. A release
 // that took calls along runs first in Redis, but its caller has its reply
 // only with the whole pipeline's (go-redis reads them all): its context can
@@ -363,8 +367,10 @@ func (c *combiner) takeLocked(batch []*pending, n int, key any) []*pending {
 }
 
 // sendBatch sends batch, taken from the queue, as one pipeline bounded by
-// its latest deadline, and delivers each reply (or settles the call whose
-// caller gave up); it returns calls (scratch space) for reuse.
+// its latest deadline (on a Cluster, one per master: runCalls), and
+// delivers each reply (or settles the call whose caller gave up), on a
+// Cluster as soon as its master's pipeline has ended; it returns calls
+// (scratch space) for reuse.
 func (c *combiner) sendBatch(batch []*pending, calls []call) []call {
 	var until time.Time
 	calls = calls[:0]
@@ -375,7 +381,11 @@ func (c *combiner) sendBatch(batch []*pending, calls []call) []call {
 		calls = append(calls, call{p.s, p.argv})
 	}
 	ctx := &boundCtx{Context: context.Background(), deadline: until, states: &c.s.dones}
-	var cmds []*redis.Cmd
+	var (
+		cmds     []*redis.Cmd
+		answered []bool // by ready; under c.mu
+		ready    func([]int, []*redis.Cmd)
+	)
 	failed := errHookGoexit // until runCalls returns: a hook may end the goroutine
 	defer func() {
 		unbind(ctx)
@@ -384,17 +394,30 @@ func (c *combiner) sendBatch(batch []*pending, calls []call) []call {
 		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if failed != nil {
-			for _, p := range batch {
-				c.answerLocked(p, errCmd(context.Background(), p.argv, failed))
-			}
-			return
-		}
 		for i, p := range batch {
-			c.answerLocked(p, cmds[i])
+			switch {
+			case answered != nil && answered[i]: // p may already serve another call
+			case failed != nil:
+				c.answerLocked(p, errCmd(context.Background(), p.argv, failed))
+			default:
+				c.answerLocked(p, cmds[i])
+			}
 		}
 	}()
-	cmds, failed = runCalls(ctx, c.client, calls, replicaAcks{})
+	if c.cluster {
+		ready = func(idx []int, cmds []*redis.Cmd) {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if answered == nil {
+				answered = make([]bool, len(batch))
+			}
+			for _, i := range idx {
+				c.answerLocked(batch[i], cmds[i])
+				answered[i] = true
+			}
+		}
+	}
+	cmds, failed = runCalls(ctx, c.client, calls, replicaAcks{}, ready)
 	return calls
 }
 

@@ -337,16 +337,18 @@ func TestNoScriptInABatch(t *testing.T) {
 }
 
 // On a Cluster a batch holds names of several slots, on several nodes:
-// each command goes to its slot's owner.
+// each command goes to its slot's owner, in one pipeline per master
+// (runCalls), which holds all the batch's names that master serves.
 func TestBatchAcrossClusterSlots(t *testing.T) {
 	cl := redisserver.StartCluster(t, 3)
 	c := cl.Client(t)
 	g, s, first := gatedSession(t, c)
 	var names []string
-	owners := map[*redisserver.Server]bool{}
+	owners := map[*redisserver.Server][]string{}
 	for i := 0; len(owners) < 3 || len(names) < 6; i++ {
 		name := fmt.Sprintf("slots-%d", i)
-		owners[cl.Owner(redisserver.Slot(newKeys(name).lock))] = true
+		owner := cl.Owner(redisserver.Slot(newKeys(name).lock))
+		owners[owner] = append(owners[owner], name)
 		names = append(names, name)
 	}
 	results := tryAll(background(len(names)), s, names)
@@ -366,7 +368,18 @@ func TestBatchAcrossClusterSlots(t *testing.T) {
 		assert.Equal(t, res.l.token, h.token)
 		require.NoError(t, res.l.Release(context.Background()))
 	}
-	sentTogether(t, g, names...)
+	ownerOf := map[string]*redisserver.Server{}
+	for owner, on := range owners {
+		sentTogether(t, g, on...)
+		for _, k := range prefixed(on...) {
+			ownerOf[k] = owner
+		}
+	}
+	for _, batch := range g.recorded() {
+		for _, k := range batch {
+			assert.Same(t, ownerOf[batch[0]], ownerOf[k], "a pipeline holds names of two masters: %v", batch)
+		}
+	}
 	require.NoError(t, s.Close(context.Background()))
 	checkNoLeaks(t)
 }

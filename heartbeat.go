@@ -312,10 +312,12 @@ func (s *Session) goIdle() bool {
 	return true
 }
 
-// renewSlice renews locks in one round trip and reports how many were
-// still held and which renewals failed with an error (to be retried). The
-// slice's context ends at the earliest of their local deadlines, and each
-// lease renewed runs from the slice's send time.
+// renewSlice renews locks in one round trip (on a Cluster, one per master,
+// concurrently: a silent master fails only its own locks' renewals; see
+// runCalls) and reports how many were still held and which renewals
+// failed with an error (to be retried). The slice's context ends at the
+// earliest of their local deadlines, and each lease renewed runs from the
+// slice's send time.
 func (s *Session) renewSlice(ctx context.Context, locks []*Lock) (held int, failed []*Lock) {
 	sent := time.Now()
 	earliest := time.Time{}

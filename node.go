@@ -65,7 +65,7 @@ func (n *node) renew(ctx context.Context, locks []*Lock, deadline time.Time) []r
 		calls = append(calls, n.s.renewCall(l))
 	}
 	callCtx := n.s.bound(ctx, deadline)
-	cmds, ackErr := runCalls(callCtx, n.c, calls, n.s.cfg.acks)
+	cmds, ackErr := runCalls(callCtx, n.c, calls, n.s.cfg.acks, nil)
 	unbind(callCtx)
 	out := make([]renewal, len(cmds))
 	for i, cmd := range cmds {
@@ -96,7 +96,7 @@ func (n *node) releaseAll(ctx context.Context, locks []*Lock, deadline time.Time
 			break // the deletes fail with the context's error
 		}
 	}
-	cmds, _ := runCalls(callCtx, n.c, calls, replicaAcks{})
+	cmds, _ := runCalls(callCtx, n.c, calls, replicaAcks{}, nil)
 	unbind(callCtx)
 	out := make([]deleted, len(cmds))
 	for i, cmd := range cmds {
