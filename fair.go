@@ -210,7 +210,7 @@ end
 // then (join) ZREM the dead, ZADD our place (kept if we have a live one) and
 // lease, and PEXPIREAT both queue keys to the latest lease end, so that no
 // queue key outlives its last waiter's lease.
-var fairAcquireScript = newScript("6c2c2a63f372455f581fff9589c28825096a4e77", guarded(luaFence+luaTake+luaQueue+luaCand+`
+var fairAcquireScript = newScript("bb4ad3c92f49c41e2d44e00b3d26e3497fa238fe", guarded(luaFence+luaTake+luaQueue+luaCand+`
 local cur = call('GET', KEYS[1])
 local placed = call('ZSCORE', KEYS[3], ARGV[4])
 enlisting(5)
@@ -255,7 +255,7 @@ if ARGV[5] == '1' then
   call('PEXPIREAT', KEYS[3], string.format('%.0f', keep))
   call('PEXPIREAT', KEYS[4], string.format('%.0f', keep))
 end
-enlist(t, false)
+enlist(t, false, pttl)
 return {0, cur or false, pttl, ahead, headLeft}
 `))
 

@@ -15,16 +15,19 @@ import (
 // A candidate that declares a priority is enlisted in two sorted sets in the
 // name's slot: the candidates (member: its value → priority) and their
 // leases (member → end, server ms). Every acquire attempt of the candidate
-// enlists it again for two TTLs (the attempt a follower makes anyway, about
-// one per TTL: no command of its own), and the leader's renewal does, for
-// one TTL (a leader that dies leaves with its lease), which also returns
-// the best live candidate above the leader's priority. The
+// enlists it again (the attempt a follower makes anyway: no command of its
+// own) until its next attempt can have come, plus its TTL: a follower
+// attempts within its TTL or, waiting for the holder, once the holder's
+// lease can have expired, which the attempt reads (PTTL), so an entry
+// outlives its candidate's own TTL when the leader's is longer. The
+// leader's renewal enlists it for one TTL (a leader that dies leaves with
+// its lease), and returns the best live candidate above its priority. The
 // leader's Run then yields to it (ErrPreempted), once its term has lasted
 // its minimum term, and its release hands the name to the best candidate
 // above it (handOffScript in transfer.go). An entry whose lease passed is
-// skipped and pruned; one left by a candidate that died lives two TTLs, and
-// a hand-over to it costs one reservation (a TTL), never an overlap, and
-// takes it out of the candidates.
+// skipped and pruned; one left by a candidate that died lives until its
+// next attempt would have come, plus a TTL, and a hand-over to it costs one
+// reservation (a TTL), never an overlap, and takes it out of the candidates.
 
 // A CampaignOption sets how a candidate campaigns (Election.Campaign and
 // Election.Run).
@@ -129,8 +132,8 @@ func (c *candidacy) withCandidate(argv []any) []any {
 }
 
 // withdraw takes a candidate that gives up out of the candidates, best
-// effort (an entry left behind lives two TTLs), so that no leader hands the
-// name to it.
+// effort (an entry left behind lives until the candidate's next attempt
+// would have come, plus a TTL), so that no leader hands the name to it.
 func (a *acquisition) withdraw(ctx context.Context) {
 	s, c, value := a.s, a.cand, a.value // not a: the closure would move every acquisition to the heap
 	s.soon(ctx, func(ctx context.Context) {
@@ -220,11 +223,14 @@ const argValue = 7
 //
 //	enlisting(i)    before any write: KEYS[i] and KEYS[i+1], if given, are
 //	                the candidates and their leases; it checks their types
-//	enlist(t, leads)  after the writes, given TIME's reply t: enlists the
-//	                candidate for two TTLs (ARGV[2]), or one when it leads
-//	                (its renewals keep it; it dies with its lease), prunes
-//	                up to 16 passed entries, and has both keys expire with
-//	                the latest lease
+//	enlist(t, leads, wait)  after the writes, given TIME's reply t: enlists
+//	                the candidate until its next attempt can have come, plus
+//	                a TTL (ARGV[2]): a follower's next attempt comes within a
+//	                TTL or, waiting for the holder, once the holder's lease
+//	                can have expired (wait, its PTTL in ms); one TTL when it
+//	                leads (its renewals keep it; it dies with its lease). It
+//	                prunes up to 16 passed entries, and has both keys expire
+//	                with the latest lease
 //	live(e, now)    whether a lease end e (a score, or nil) is live at now:
 //	                passed, or further than two of the longest TTLs (48 h:
 //	                not ours, a forged one) is not
@@ -243,7 +249,7 @@ local function enlisting(i)
   call('ZSCORE', KEYS[i], ARGV[3])
   call('ZSCORE', KEYS[i + 1], ARGV[3])
 end
-local function enlist(t, leads)
+local function enlist(t, leads, wait)
   if not candKeys then return end
   local ck, lk = candKeys[1], candKeys[2]
   local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -254,8 +260,9 @@ local function enlist(t, leads)
     call('ZREM', ck, unpack(passed))
     call('ZREM', lk, unpack(passed))
   end
-  local ends = now + tonumber(ARGV[2])
-  if not leads then ends = ends + tonumber(ARGV[2]) end
+  local ttl = tonumber(ARGV[2])
+  local ends = now + ttl
+  if not leads then ends = ends + math.min(math.max(ttl, tonumber(wait) or 0), far / 2) end
   call('ZADD', ck, ARGV[#ARGV], ARGV[3])
   call('ZADD', lk, string.format('%.0f', ends), ARGV[3])
   local top = call('ZRANGE', lk, -1, -1, 'WITHSCORES')
@@ -282,7 +289,7 @@ end
 // nothing); 1 if renewed; {1, value} if renewed and the candidate with
 // value has a higher priority. Order: GET, the candidate reads, TIME,
 // PEXPIRE, then enlist.
-var preferRenewScript = newScript("574190d626d6a77f485261186130c73b2e5a8477", guarded(luaCand+`
+var preferRenewScript = newScript("f3fc525e80a5cf700cd571af92cdacb3b522d576", guarded(luaCand+`
 local cur = call('GET', KEYS[1])
 if not ours(cur) then return 0 end
 enlisting(2)
@@ -329,7 +336,7 @@ func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
 //
 // Replies {value, priority, ...} for up to 100 live candidates. It writes
 // nothing.
-var candidatesScript = newScript("30a4ba66dab1e717a0e4b21ebb2f8cc32aa9e63a", guarded(luaCand+`
+var candidatesScript = newScript("1d1906edd06354fae52fdeffd4f7f0ac344a979d", guarded(luaCand+`
 local t = call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local c = call('ZRANGE', KEYS[1], 0, 99, 'REV', 'WITHSCORES')

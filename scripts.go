@@ -127,7 +127,7 @@ end
 // persistence, old snapshot) unless the server clock also goes back.
 // Numbers up to 2^53 are exact in Lua; µs since 1970 stay below that for
 // centuries.
-var acquireScript = newScript("a85300710d4e14de58eda3cf7217226afa172764", guarded(luaFence+luaTake+luaCand+`
+var acquireScript = newScript("589135e61d568d0332d5a14a3559ecd2d2544356", guarded(luaFence+luaTake+luaCand+`
 local cur = call('GET', KEYS[1])
 enlisting(3)
 local t = call('TIME')
@@ -139,8 +139,9 @@ if cur then
     return {1, tonumber(string.sub(f, 1, string.find(f, '\n', 1, true) - 1)), now}
   end
   if not heir(cur) then
-    enlist(t, false)
-    return {0, cur, call('PTTL', KEYS[1])}
+    local pttl = call('PTTL', KEYS[1])
+    enlist(t, false, pttl)
+    return {0, cur, pttl}
   end
 end
 local fence, err = take(t, cur)

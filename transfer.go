@@ -200,7 +200,7 @@ func (l *Lock) handOffCall(sc *succession) call {
 // and the wake-ups (to every live fair waiter with an heir, as any of them
 // may be it; else to the head), ZREM us from the candidates, then SET the
 // reservation PX or DEL.
-var handOffScript = newScript("caaf6fce5298629b875256adc6602dfa55791e60", guarded(luaQueue+luaCand+`
+var handOffScript = newScript("1e6eea2a254b622f97aef7c4bd9a9b5ce769b3bc", guarded(luaQueue+luaCand+`
 local cur = call('GET', KEYS[1])
 if not ours(cur) then return 0 end
 call('ZSCORE', KEYS[4], ARGV[4])
