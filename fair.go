@@ -210,7 +210,7 @@ end
 // then (join) ZREM the dead, ZADD our place (kept if we have a live one) and
 // lease, and PEXPIREAT both queue keys to the latest lease end, so that no
 // queue key outlives its last waiter's lease.
-var fairAcquireScript = newScript("bb4ad3c92f49c41e2d44e00b3d26e3497fa238fe", guarded(luaFence+luaTake+luaQueue+luaCand+`
+var fairAcquireScript = newScript("e0478b77c454f39ae8170ea97fa102fe704dca20", guarded(luaFence+luaTake+luaQueue+luaCand+`
 local cur = call('GET', KEYS[1])
 local placed = call('ZSCORE', KEYS[3], ARGV[4])
 enlisting(5)

@@ -66,6 +66,7 @@ func (n *node) renew(ctx context.Context, locks []*Lock, deadline time.Time) []r
 	}
 	callCtx := n.s.bound(ctx, deadline)
 	cmds, ackErr := runCalls(callCtx, n.c, calls, n.s.cfg.acks, nil)
+	n.s.renewLeasesAlone(callCtx, n.c, locks, calls, cmds)
 	unbind(callCtx)
 	out := make([]renewal, len(cmds))
 	for i, cmd := range cmds {

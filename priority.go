@@ -3,6 +3,7 @@ package redisleader
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -28,6 +29,14 @@ import (
 // skipped and pruned; one left by a candidate that died lives until its
 // next attempt would have come, plus a TTL, and a hand-over to it costs one
 // reservation (a TTL), never an overlap, and takes it out of the candidates.
+//
+// The lease is the fact and the candidates a hint: a leader's renewal that
+// Redis refuses for its candidate keys (TRYAGAIN while a Cluster slot
+// migrates with the keys split between two nodes, or a value someone else
+// wrote in a candidate key) renews the lease alone at once
+// (renewLeasesAlone), so a leader with a priority keeps every lease a plain
+// leader keeps. Every other script that needs the candidates fails, before
+// any write, with an error that names the foreign key (candidateKeys).
 
 // A CampaignOption sets how a candidate campaigns (Election.Campaign and
 // Election.Run).
@@ -208,7 +217,59 @@ func (s *Session) renewCall(l *Lock) call {
 		return call{preferRenewScript, []any{nil, nil, 3, l.lockArg, c.candKeys[0], c.candKeys[1],
 			l.tokenArg, s.ttlArg, l.argv[argValue], c.prioArg}}
 	}
+	return s.leaseCall(l)
+}
+
+// leaseCall renews l's lease alone: the lock key, nothing else.
+func (s *Session) leaseCall(l *Lock) call {
 	return call{renewScript, []any{nil, nil, 1, l.lockArg, l.tokenArg, s.ttlArg}}
+}
+
+// renewLeasesAlone sends again, in one more round trip, as leaseCall, the
+// renewals among calls (whose replies are cmds, of locks) that Redis
+// refused for their candidate keys (candidateKeysRefused), and puts the
+// new replies in cmds. The lease is the fact and the candidates a hint: a
+// leader with a priority keeps every lease a plain leader keeps; enlisting
+// it and hearing of a better candidate wait for a later renewal.
+func (s *Session) renewLeasesAlone(ctx context.Context, c Client, locks []*Lock, calls []call, cmds []*redis.Cmd) {
+	var again []int
+	for i, cl := range calls {
+		if cl.s != preferRenewScript || !candidateKeysRefused(cmds[i].Err()) {
+			continue
+		}
+		level := slog.LevelInfo // a slot in migration
+		if redis.HasErrorPrefix(cmds[i].Err(), "redisleader:") {
+			level = slog.LevelWarn // someone else's data, to be removed
+		}
+		s.cfg.logger.Log(ctx, level, "redisleader: renewing the lease alone: the candidate keys refused the renewal",
+			"name", locks[i].keys.name, "fence", locks[i].fence, "err", cmds[i].Err())
+		again = append(again, i)
+	}
+	if len(again) == 0 {
+		return
+	}
+	leases := make([]call, len(again))
+	for j, i := range again {
+		leases[j] = s.leaseCall(locks[i])
+	}
+	replies, ackErr := runCalls(ctx, c, leases, s.cfg.acks, nil)
+	for j, i := range again {
+		if ackErr != nil && replies[j].Err() == nil {
+			replies[j].SetErr(ackErr) // not acknowledged: it does not count
+		}
+		cmds[i] = replies[j]
+	}
+}
+
+// candidateKeysRefused reports whether a renewal's error can be about its
+// candidate keys, not its lease: on Redis Cluster, while their slot
+// migrates, a call with several keys that are split between the two nodes
+// gets TRYAGAIN, or ASK once the client gave up following redirections
+// (the lock key alone is served, through an ASK redirection); or a value
+// someone else wrote in a candidate key (candidateKeys in luaCand).
+func candidateKeysRefused(err error) bool {
+	return err != nil && (redis.HasErrorPrefix(err, "TRYAGAIN") || redis.HasErrorPrefix(err, "ASK ") ||
+		redis.HasErrorPrefix(err, "redisleader: candidate key "))
 }
 
 // argValue is the slot of the value in Lock.argv (the acquire script's
@@ -221,8 +282,15 @@ const argValue = 7
 // last ARGV, a decimal string (never turned into a Lua number, which keeps
 // 14 digits when it becomes a string again).
 //
+//	candidateKeys(ck, lk)  reads: raises an error, before any write, when
+//	                the candidates ck or their leases lk hold anything but
+//	                a sorted set (someone else wrote it), which names the
+//	                key and says what to do; the key is left unchanged. It
+//	                reads with ZSCORE (not TYPE: the ACL rule has no TYPE),
+//	                under its own pcall, so that WRONGTYPE becomes that
+//	                error; any other error goes on as it came (see guarded)
 //	enlisting(i)    before any write: KEYS[i] and KEYS[i+1], if given, are
-//	                the candidates and their leases; it checks their types
+//	                the candidates and their leases (candidateKeys)
 //	enlist(t, leads, wait)  after the writes, given TIME's reply t: enlists
 //	                the candidate until its next attempt can have come, plus
 //	                a TTL (ARGV[2]): a follower's next attempt comes within a
@@ -243,11 +311,20 @@ local function live(e, now)
   e = tonumber(e)
   return e ~= nil and e > now and e <= now + far
 end
+local function candidateKeys(ck, lk)
+  for _, k in ipairs({ck, lk}) do
+    local ok, e = pcall(call, 'ZSCORE', k, '')
+    if not ok then
+      if string.sub(type(e) == 'table' and e.err or tostring(e), 1, 9) ~= 'WRONGTYPE' then error(e, 0) end
+      cmd = nil
+      error('redisleader: candidate key ' .. k .. ' holds a value this package did not write (not a sorted set); it was left unchanged: delete it to campaign with a priority', 0)
+    end
+  end
+end
 local function enlisting(i)
   if not KEYS[i + 1] then return end
   candKeys = {KEYS[i], KEYS[i + 1]}
-  call('ZSCORE', KEYS[i], ARGV[3])
-  call('ZSCORE', KEYS[i + 1], ARGV[3])
+  candidateKeys(KEYS[i], KEYS[i + 1])
 end
 local function enlist(t, leads, wait)
   if not candKeys then return end
@@ -289,7 +366,7 @@ end
 // nothing); 1 if renewed; {1, value} if renewed and the candidate with
 // value has a higher priority. Order: GET, the candidate reads, TIME,
 // PEXPIRE, then enlist.
-var preferRenewScript = newScript("f3fc525e80a5cf700cd571af92cdacb3b522d576", guarded(luaCand+`
+var preferRenewScript = newScript("5075b7b9df390b2e5723d6a7b19bfd7ba91622e2", guarded(luaCand+`
 local cur = call('GET', KEYS[1])
 if not ours(cur) then return 0 end
 enlisting(2)
@@ -336,7 +413,8 @@ func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
 //
 // Replies {value, priority, ...} for up to 100 live candidates. It writes
 // nothing.
-var candidatesScript = newScript("1d1906edd06354fae52fdeffd4f7f0ac344a979d", guarded(luaCand+`
+var candidatesScript = newScript("fd620a14c647def3c91b82e21b8cc8cb70b5393b", guarded(luaCand+`
+candidateKeys(KEYS[1], KEYS[2])
 local t = call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local c = call('ZRANGE', KEYS[1], 0, 99, 'REV', 'WITHSCORES')

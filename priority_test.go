@@ -2,6 +2,7 @@ package redisleader
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,4 +79,116 @@ func TestRunYieldsToShortTTLCandidate(t *testing.T) {
 	assert.ErrorIs(t, recvWithin(t, causes, 3500*time.Millisecond, "A preempted by B"), ErrPreempted)
 	assert.GreaterOrEqual(t, time.Since(first.at), time.Second, "yielded before its minimum term")
 	require.NotNil(t, recvWithin(t, gotB, 2*time.Second, "B leads"))
+}
+
+// TestClusterPriorityLeaderKeepsLeaseInSplitSlot (issue 35.4): while the
+// slot of an election migrates and only its lock key has moved, a renewal
+// naming the lock and the candidate keys gets TRYAGAIN from both nodes; a
+// leader with a priority must keep its lease as a plain leader does
+// (renewing the lock key alone, through ASK), and Candidates lists it again
+// once the migration is over.
+func TestClusterPriorityLeaderKeepsLeaseInSplitSlot(t *testing.T) {
+	cluster := redisserver.StartCluster(t, 3)
+	ctx := context.Background()
+	roundOpt, renewed := rounds()
+	s := newSession(t, clusterClient(t, cluster), WithTTL(time.Second), roundOpt)
+	e := mustElection(t, s, "split-slot")
+	l, err := e.Campaign(ctx, "a", WithPriority(1))
+	require.NoError(t, err)
+	slot := redisserver.Slot(l.Key())
+	src := cluster.Owner(slot)
+	var dst *redisserver.Server
+	for _, n := range cluster.Nodes() {
+		if n != src {
+			dst = n
+			break
+		}
+	}
+	dst.Do(t, "CLUSTER", "SETSLOT", slot, "IMPORTING", cluster.NodeID(src))
+	src.Do(t, "CLUSTER", "SETSLOT", slot, "MIGRATING", cluster.NodeID(dst))
+	src.Do(t, "MIGRATE", "127.0.0.1", dst.Port(), "", 0, 5000, "KEYS", l.Key())
+	require.Equal(t, int64(1), src.Do(t, "EXISTS", newKeys("split-slot").candidates()), "the candidate keys stay behind")
+	// Four rounds (the renew interval is TTL/3): past the local deadline of
+	// a leader whose renewals all fail.
+	for range 4 {
+		assert.False(t, waitRound(t, renewed, 2*time.Second), "a renewal failed during the migration")
+	}
+	require.True(t, l.Held(), "the lease was lost during the migration: %v", l.Err())
+	cluster.MigrateSlot(t, slot, dst)
+	waitEnlisted(t, e, "a")
+	require.True(t, l.Held(), "the lease was lost finishing the migration: %v", l.Err())
+	require.NoError(t, l.Release(ctx))
+}
+
+// TestForeignCandidateKeyIsNamed (issue 35.8): a value someone else wrote
+// at either candidate key is left as it was (type, value, TTL), every call
+// that needs the candidates fails with an error that names the key and
+// says what to do, and a leader with a priority keeps its lease (the
+// candidate bookkeeping is a hint; the lease is the fact).
+func TestForeignCandidateKeyIsNamed(t *testing.T) {
+	c, ks := notifying(t)
+	ctx := context.Background()
+	for _, which := range []string{"cand", "candlease"} {
+		t.Run(which, func(t *testing.T) {
+			k := newKeys("foreign-" + which)
+			key := k.candidates()
+			if which == "candlease" {
+				key = k.candidateLeases()
+			}
+			roundOpt, renewed := rounds()
+			e := mustElection(t, newSession(t, c, fastOpts(roundOpt)...), k.name)
+			l, err := e.Campaign(ctx, "leader", WithPriority(1))
+			require.NoError(t, err)
+			require.NoError(t, c.Del(ctx, key).Err())
+			require.NoError(t, c.Set(ctx, key, "foreign", time.Minute).Err())
+			ks.writes("")
+			named := func(err error) {
+				t.Helper()
+				require.Error(t, err)
+				assert.ErrorContains(t, err, key)
+				assert.ErrorContains(t, err, "delete it")
+				assert.True(t, permanent(err), "%v", err)
+			}
+			peer := mustElection(t, newSession(t, c, fastOpts()...), k.name)
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			_, err = peer.Campaign(cctx, "peer", WithPriority(2))
+			named(err)
+			named(peer.Run(cctx, "peer", func(context.Context, *Lock) error { return nil }, WithPriority(2)))
+			_, err = peer.Candidates(cctx)
+			named(err)
+			for range 8 { // 800 ms: past the lease (600 ms) of failing renewals
+				assert.False(t, waitRound(t, renewed, time.Second), "a renewal failed")
+			}
+			assert.True(t, l.Held(), "the leader lost its lease: %v", l.Err())
+
+			for _, w := range ks.writes("redisleader:") {
+				if w != k.lock+" expire" && !strings.HasSuffix(w, " expired") { // the leader's renewals; expiry
+					t.Errorf("a write despite the foreign key: %s", w)
+				}
+			}
+			typ, err := c.Type(ctx, key).Result()
+			require.NoError(t, err)
+			v, err := c.Get(ctx, key).Result()
+			require.NoError(t, err)
+			ttl, err := c.PTTL(ctx, key).Result()
+			require.NoError(t, err)
+			assert.Equal(t, "string", typ)
+			assert.Equal(t, "foreign", v)
+			assert.Greater(t, ttl, 50*time.Second, "its TTL was changed")
+		})
+	}
+}
+
+// TestACLDeniedCandidateRead: the candidate keys' check (a ZSCORE under its
+// own pcall, which makes WRONGTYPE a named error) leaves an ACL denial as
+// every other denial inside a script: an error naming ZSCORE and the key.
+func TestACLDeniedCandidateRead(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	setUser(t, admin, "no-zscore", aclRule, aclSuccession, "-zscore")
+	e := mustElection(t, newSession(t, userClient(t, srv, "no-zscore"), WithTTL(time.Second)), "no-zscore")
+	_, err := e.Campaign(context.Background(), "a", WithPriority(1))
+	assertDenied(t, err, "permission denied for ZSCORE redisleader:{no-zscore}:cand (ACL): ",
+		aclWordings.script(deniedCommand, "no-zscore", "zscore"))
 }

@@ -127,7 +127,7 @@ end
 // persistence, old snapshot) unless the server clock also goes back.
 // Numbers up to 2^53 are exact in Lua; µs since 1970 stay below that for
 // centuries.
-var acquireScript = newScript("589135e61d568d0332d5a14a3559ecd2d2544356", guarded(luaFence+luaTake+luaCand+`
+var acquireScript = newScript("611ab7117fc37c31d21080378b8109836d05798c", guarded(luaFence+luaTake+luaCand+`
 local cur = call('GET', KEYS[1])
 enlisting(3)
 local t = call('TIME')

@@ -200,11 +200,10 @@ func (l *Lock) handOffCall(sc *succession) call {
 // and the wake-ups (to every live fair waiter with an heir, as any of them
 // may be it; else to the head), ZREM us from the candidates, then SET the
 // reservation PX or DEL.
-var handOffScript = newScript("1e6eea2a254b622f97aef7c4bd9a9b5ce769b3bc", guarded(luaQueue+luaCand+`
+var handOffScript = newScript("2e8c81bd128a746c6175cf1e7c9692a694724464", guarded(luaQueue+luaCand+`
 local cur = call('GET', KEYS[1])
 if not ours(cur) then return 0 end
-call('ZSCORE', KEYS[4], ARGV[4])
-call('ZSCORE', KEYS[5], ARGV[4])
+candidateKeys(KEYS[4], KEYS[5])
 local to = ARGV[2]
 if to == '' and ARGV[3] ~= '' then to = best(KEYS[4], KEYS[5], now, ARGV[3], ARGV[4]) or '' end
 local wake = {}
