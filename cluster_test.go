@@ -92,15 +92,7 @@ func TestClusterSlotMigration(t *testing.T) {
 	eb, _ := b.Election("moving")
 	la, err := ea.Campaign(ctx, "a")
 	require.NoError(t, err)
-	slot := redisserver.Slot(la.Key())
-	src := cluster.Owner(slot)
-	var dst *redisserver.Server
-	for _, n := range cluster.Nodes() {
-		if n != src {
-			dst = n
-			break
-		}
-	}
+	slot, _, dst := slotOf(cluster, la.Key())
 	cluster.MigrateSlot(t, slot, dst)
 	require.Equal(t, dst.Addr(), cluster.Owner(slot).Addr())
 	for range 3 {

@@ -81,6 +81,18 @@ func TestRunYieldsToShortTTLCandidate(t *testing.T) {
 	require.NotNil(t, recvWithin(t, gotB, 2*time.Second, "B leads"))
 }
 
+// slotOf returns key's slot, the master that serves it and another one.
+func slotOf(cluster *redisserver.Cluster, key string) (slot int, src, other *redisserver.Server) {
+	slot = redisserver.Slot(key)
+	src = cluster.Owner(slot)
+	for _, n := range cluster.Nodes() {
+		if n != src {
+			return slot, src, n
+		}
+	}
+	return slot, src, nil
+}
+
 // TestClusterPriorityLeaderKeepsLeaseInSplitSlot (issue 35.4): while the
 // slot of an election migrates and only its lock key has moved, a renewal
 // naming the lock and the candidate keys gets TRYAGAIN from both nodes; a
@@ -95,15 +107,7 @@ func TestClusterPriorityLeaderKeepsLeaseInSplitSlot(t *testing.T) {
 	e := mustElection(t, s, "split-slot")
 	l, err := e.Campaign(ctx, "a", WithPriority(1))
 	require.NoError(t, err)
-	slot := redisserver.Slot(l.Key())
-	src := cluster.Owner(slot)
-	var dst *redisserver.Server
-	for _, n := range cluster.Nodes() {
-		if n != src {
-			dst = n
-			break
-		}
-	}
+	slot, src, dst := slotOf(cluster, l.Key())
 	dst.Do(t, "CLUSTER", "SETSLOT", slot, "IMPORTING", cluster.NodeID(src))
 	src.Do(t, "CLUSTER", "SETSLOT", slot, "MIGRATING", cluster.NodeID(dst))
 	src.Do(t, "MIGRATE", "127.0.0.1", dst.Port(), "", 0, 5000, "KEYS", l.Key())
