@@ -592,3 +592,37 @@ func TestFencedErrorNeverRevealsValue(t *testing.T) {
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "SECRET", "the error gives the value written")
 }
+
+// After a failover to a replica that lacks the last fence writes, with a
+// clock behind the old owner's fence (emulated: the promoted server's fence
+// key stands 10 below the fence the resource accepted, which lies an hour
+// ahead of its clock), every later owner, not only the first, gets a fence
+// below the accepted one and is refused; the tenth, once the fence key has
+// run up to it, gets a fence equal to the old owner's, and FencedSet then
+// accepts both owners' writes (docs/guarantees.md, Failover with
+// asynchronous replication).
+func TestFencesAfterFailoverBehindTheClock(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		s := newSession(t, b.client)
+		const name = "failover-fences"
+		old := time.Now().Add(time.Hour).UnixMicro() // the old owner's fence, ahead of this server's clock
+		require.NoError(t, FencedSet(ctx, b.client, "acct", "old owner", old))
+		b.set(newKeys(name).fence, fmt.Sprint(old-10)) // the promoted replica lacks the last fence writes
+
+		for i := 1; i <= 10; i++ {
+			l, err := s.TryLock(ctx, name)
+			require.NoError(t, err)
+			assert.Equal(t, old-10+int64(i), l.Fence(), "owner %d's fence: stored + 1, as the clock is behind", i)
+			err = FencedSet(ctx, b.client, "acct", fmt.Sprint("owner ", i), l.Fence())
+			if i < 10 {
+				assert.ErrorIs(t, err, ErrStaleFence, "owner %d is refused: its fence is below the old owner's", i)
+			} else {
+				assert.NoError(t, err, "owner %d's fence equals the old owner's, and is accepted", i)
+				assert.NoError(t, FencedSet(ctx, b.client, "acct", "late write of the old owner", old),
+					"and so is the old owner's late write, with the same fence")
+			}
+			require.NoError(t, l.Release(ctx))
+		}
+	})
+}
