@@ -576,6 +576,17 @@ type tenure struct {
 	run   bool            // held by Election.Run, which releases it once onElected has returned
 }
 
+// over reports whether the term has ended, or its lease's local deadline
+// has passed (Lock.Held: also when the renewals' timer is late).
+func (t *tenure) over() bool {
+	select {
+	case <-t.ended:
+		return true
+	default:
+		return !t.lead.Held()
+	}
+}
+
 // termOutcome is how a term went.
 type termOutcome struct {
 	started    time.Time
@@ -592,7 +603,7 @@ type termOutcome struct {
 func (r *runner) term(e *redisleader.Election, t *tenure) *termOutcome {
 	out := &termOutcome{started: time.Now()}
 	r.log.infof("elected leader of %s (fence %d); starting %s", r.f.name, t.lead.Fence(), r.display)
-	w := r.watchTransfers(t.lead.Fence())
+	w := r.watchTransfers(t)
 	out.res = r.runCommand(t, w.requests())
 	res := &out.res
 	to := res.transferTo
@@ -603,7 +614,10 @@ func (r *runner) term(e *redisleader.Election, t *tenure) *termOutcome {
 	if w.stop(); to == "" {
 		to = w.pending() // taken as COMMAND exited: honoured, though COMMAND's status stands
 	}
-	if to != "" && res.lost == nil {
+	switch {
+	case to != "" && res.lost != nil: // taken as the lease was lost: nothing left to hand over
+		r.log.warnf("the transfer of %s to %s requested is not made: leadership was lost", r.f.name, printable(to))
+	case to != "":
 		out.transferTo, out.handover = to, r.handOver(e, t, to)
 	}
 	if !t.run && (out.handover == nil || t.lead.Err() == nil) { // not handed over

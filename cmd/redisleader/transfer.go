@@ -32,12 +32,18 @@ import (
 //     another does after a hand-over, --wait, a signal, an error), transfer
 //     withdraws the request if it is still its own. Only a transfer that is
 //     SIGKILLed (or cannot reach Redis as it exits) leaves it, to expire.
+//   - transfer knows its request by its id, whatever term it addresses: a
+//     readdress or withdrawal whose reply was lost (go-redis then runs the
+//     script again) or whose ctx ended mid-call leaves the key holding the
+//     request under the old fence or the new one, and either way the next
+//     step finds it, and a repeated readdress finds it moved already.
 //   - A run that leads NAME, and campaigns until it leads (no --try or
 //     --wait), subscribes to that channel during its term, and takes the
 //     request (reads and deletes it, in one script) if it names its own
 //     term's fence: when its term starts, on every message and once per
-//     --ttl (a lost message delays it by at most that). A request for
-//     another term it leaves as it is. It stops COMMAND as on any end of
+//     --ttl (a lost message delays it by at most that), until the term
+//     ends: a term whose lease is lost or yielded takes none (it could not
+//     hand over). A request for another term it leaves as it is. It stops COMMAND as on any end of
 //     leadership and, once COMMAND has exited, calls Election.Transfer,
 //     which hands the name over.
 //
@@ -236,13 +242,14 @@ func (q *transferRequest) done(stdout io.Writer, l redisleader.Leader) int {
 	return exitOK
 }
 
-// readdress addresses the request to the term with fence, if it is still
-// stored as this transfer made it, and hints the leader; moved is false if
-// it is not (a leader took it, or another request replaced it).
+// readdress addresses the request to the term with fence, if the key still
+// holds this transfer's request (for any term: also one readdressed by a
+// call whose reply was lost), and hints the leader; moved is false if it
+// does not (a leader took it, or another request replaced it).
 func (q *transferRequest) readdress(ctx context.Context, c redis.UniversalClient, fence int64) (moved bool, err error) {
 	next := *q
 	next.fence = fence
-	switch moved, _, err = takeRequest(ctx, c, q.key, q.stored(), "", next.stored()); {
+	switch moved, _, err = takeRequest(ctx, c, q.key, q.id, "", next.stored()); {
 	case errors.Is(err, redis.Nil):
 		return false, nil
 	case !moved || err != nil:
@@ -253,14 +260,15 @@ func (q *transferRequest) readdress(ctx context.Context, c redis.UniversalClient
 	return true, nil
 }
 
-// withdraw deletes the request if it is still stored as this transfer made
-// it (also once ctx has ended), and reports whether it was not (taken: a
-// leader took it, or another request replaced it). If Redis could not be
+// withdraw deletes the request if the key still holds this transfer's
+// request, whatever term it addresses (also once ctx has ended), and
+// reports whether it did not (taken: a leader took it, or another request
+// replaced it). If Redis could not be
 // asked, it says so and returns ok false.
 func (q *transferRequest) withdraw(ctx context.Context, c *nameCommand) (taken, ok bool) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pingTimeout)
 	defer cancel()
-	took, _, err := takeRequest(wctx, c.client, q.key, q.stored(), "", "")
+	took, _, err := takeRequest(wctx, c.client, q.key, q.id, "", "")
 	if err != nil && !errors.Is(err, redis.Nil) {
 		c.log.errorf("cannot withdraw the request to transfer %s (it expires %v after --wait): %v", c.name, requestMargin, trimPrefix(err))
 		return false, false
@@ -293,19 +301,21 @@ func (q *transferRequest) giveUp(ctx context.Context, c *nameCommand) int {
 }
 
 // requestScript takes a transfer request. The request it takes is the
-// one stored, if it is ARGV[1] (transfer's own), or, if ARGV[1] is "", if
-// its fence is ARGV[2] (run's take: a request addressed to its term). It
-// deletes it, or replaces it with ARGV[3] if that is not "" (transfer's
-// readdress), keeping its TTL. It returns {1 if it took it else 0, what the
-// key held}, or nil if the key does not exist. Anything else, a request for
-// another term or a value that is no request, is left as it is.
+// one stored, if its id is ARGV[1] (transfer's own, for any term), or, if
+// ARGV[1] is "", if its fence is ARGV[2] (run's take: a request addressed
+// to its term). It deletes it, or replaces it with ARGV[3] if that is not
+// "" (transfer's readdress; run again, it finds ARGV[3] and moves it
+// again), keeping its TTL. It returns {1 if it took it else 0, what the
+// key held}, or nil if the key does not exist. Anything else, a request of
+// another transfer or for another term or a value that is no request, is
+// left as it is.
 //
-//	KEYS[1] the request key; ARGV[1] the request, ARGV[2] a fence, ARGV[3] its replacement
+//	KEYS[1] the request key; ARGV[1] an id, ARGV[2] a fence, ARGV[3] the replacement
 var requestScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if not v then return false end
-local mine = v == ARGV[1]
-if ARGV[1] == '' then mine = string.match(v, '^%S+ (%d+)\n') == ARGV[2] end
+local id, fence = string.match(v, '^(%S+) (%d+)\n')
+local mine = id ~= nil and (id == ARGV[1] or ARGV[1] == '' and fence == ARGV[2])
 if mine and ARGV[3] ~= '' then
   redis.call('SET', KEYS[1], ARGV[3], 'KEEPTTL')
 elseif mine then
@@ -316,8 +326,8 @@ return {mine and 1 or 0, v}
 
 // takeRequest runs requestScript on key, and returns whether it took the
 // request and what the key held; the error is redis.Nil if there was none.
-func takeRequest(ctx context.Context, c redis.Scripter, key, request, fence, replacement string) (took bool, held string, err error) {
-	res, err := requestScript.Run(ctx, c, []string{key}, request, fence, replacement).Slice()
+func takeRequest(ctx context.Context, c redis.Scripter, key, id, fence, replacement string) (took bool, held string, err error) {
+	res, err := requestScript.Run(ctx, c, []string{key}, id, fence, replacement).Slice()
 	if err != nil {
 		return false, "", err
 	}
@@ -342,15 +352,16 @@ type transferWatch struct {
 }
 
 // watchTransfers starts watching for transfer requests addressed to the
-// term with fence, if this run takes them (it campaigns until it leads);
-// otherwise it returns nil, which takes none. stop ends it.
-func (r *runner) watchTransfers(fence int64) *transferWatch {
+// term t, if this run takes them (it campaigns until it leads); otherwise
+// it returns nil, which takes none. It takes none once t has ended. stop
+// ends it.
+func (r *runner) watchTransfers(t *tenure) *transferWatch {
 	if r.f.try || r.f.wait > 0 {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &transferWatch{fence: strconv.FormatInt(fence, 10), taken: make(chan string, 1), cancel: cancel, done: make(chan struct{})}
-	go w.run(ctx, r)
+	w := &transferWatch{fence: strconv.FormatInt(t.lead.Fence(), 10), taken: make(chan string, 1), cancel: cancel, done: make(chan struct{})}
+	go w.run(ctx, r, t)
 	return w
 }
 
@@ -386,8 +397,8 @@ func (w *transferWatch) pending() string {
 }
 
 // run takes a request at once, then on every message on the request channel
-// and once per --ttl, until it has taken one or ctx ends.
-func (w *transferWatch) run(ctx context.Context, r *runner) {
+// and once per --ttl, until it has taken one, t has ended or ctx ends.
+func (w *transferWatch) run(ctx context.Context, r *runner, t *tenure) {
 	defer close(w.done)
 	key := requestKey(r.f.name)
 	hints := subscribeHints(ctx, r.client, key, r.log)
@@ -397,8 +408,13 @@ func (w *transferWatch) run(ctx context.Context, r *runner) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-t.ended:
+			return
 		case <-hints:
 		case <-poll.C:
+		}
+		if t.over() {
+			return // chosen at random among ready cases, or lost by the clock only
 		}
 		if to := w.take(ctx, r, key); to != "" {
 			w.taken <- to

@@ -3,8 +3,13 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -158,11 +163,9 @@ func TestTransferInterruptedWithdraws(t *testing.T) {
 // and which a transfer withdraws or addresses anew.
 func TestRequestScript(t *testing.T) {
 	t.Parallel()
-	srv := redisserver.Start(t)
-	c := srv.Client(t)
+	srv, c, store := requestServer(t)
 	ctx := t.Context()
 	const key = requestKeyOfJob
-	store := func(v string) { require.NoError(t, c.Set(ctx, key, v, time.Minute).Err()) }
 	stored := func() any { return srv.Do(t, "GET", key) }
 
 	_, _, err := takeRequest(ctx, c, key, "", "5", "")
@@ -200,11 +203,217 @@ func TestRequestScript(t *testing.T) {
 	require.True(t, moved)
 	assert.Equal(t, "ID 6\nB x\ny", stored())
 	assert.Greater(t, c.PTTL(ctx, key).Val(), 50*time.Second, "the TTL was not kept")
-	took, _, err := takeRequest(ctx, c, key, other.stored(), "", "")
+	took, _, err := takeRequest(ctx, c, key, other.id, "", "")
 	require.NoError(t, err)
 	assert.False(t, took, "another transfer's request was withdrawn")
-	took, _, err = takeRequest(ctx, c, key, q.stored(), "", "")
+	took, _, err = takeRequest(ctx, c, key, q.id, "", "")
 	require.NoError(t, err)
 	assert.True(t, took)
 	assert.Nil(t, stored())
+}
+
+// requestServer starts a server, and returns it, a client, and a function
+// that stores v as the request of job for a minute.
+func requestServer(t *testing.T) (*redisserver.Server, *redis.Client, func(v string)) {
+	srv := redisserver.Start(t)
+	c := srv.Client(t)
+	return srv, c, func(v string) { require.NoError(t, c.Set(t.Context(), requestKeyOfJob, v, time.Minute).Err()) }
+}
+
+// A step of transfer whose outcome it did not learn (the reply lost, or
+// its ctx ended mid-call) leaves the request under the old fence or the
+// new one: the step run again, and the next step, find it by its id. On
+// 478d07d they compared the whole request, fence included, and read one
+// readdressed already as taken.
+func TestRequestScriptUnknownOutcome(t *testing.T) {
+	t.Parallel()
+	srv, c, store := requestServer(t)
+	ctx := t.Context()
+	const key = requestKeyOfJob
+	q := &transferRequest{key: key, id: "ID", to: "B", fence: 5}
+	store("ID 6\nB") // readdressed to 6; transfer did not hear so
+
+	moved, err := q.readdress(ctx, c, 6) // the same readdress, run again
+	require.NoError(t, err)
+	assert.True(t, moved, "a request readdressed already was read as taken")
+	assert.Equal(t, "ID 6\nB", srv.Do(t, "GET", key))
+	q.fence = 5 // as if that reply was lost too: the next term's readdress
+	moved, err = q.readdress(ctx, c, 7)
+	require.NoError(t, err)
+	assert.True(t, moved)
+	assert.Equal(t, "ID 7\nB", srv.Do(t, "GET", key))
+
+	q.fence = 5 // the withdrawal knows the fence 5 only
+	for _, v := range []string{"ID 7\nB", "ID 5\nB"} {
+		store(v)
+		taken, ok := q.withdraw(ctx, &nameCommand{client: c, name: "job", log: &logger{w: io.Discard}})
+		require.True(t, ok)
+		assert.False(t, taken, "%q", v)
+		assert.Nil(t, srv.Do(t, "GET", key), "%q was not withdrawn", v)
+	}
+	for _, v := range []string{"OTHER 7\nB", "IDX 7\nB", "ID\nB", "ID 7"} { // not this transfer's
+		store(v)
+		moved, err := q.readdress(ctx, c, 8)
+		require.NoError(t, err)
+		assert.False(t, moved, "%q", v)
+		assert.Equal(t, v, srv.Do(t, "GET", key), "%q changed", v)
+	}
+}
+
+// replyDropper is a TCP proxy to Redis that, once, holds a command
+// containing match until release is closed, then forwards it and drops
+// every reply on that connection after it: the command runs in Redis, and
+// its client never hears so.
+type replyDropper struct {
+	up      string
+	match   []byte
+	dropped atomic.Bool
+	release chan struct{}
+}
+
+func startReplyDropper(t *testing.T, up string, match []byte) (addr string, release chan struct{}) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	d := &replyDropper{up: up, match: match, release: make(chan struct{})}
+	t.Cleanup(func() {
+		select {
+		case <-d.release:
+		default:
+			close(d.release)
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go d.serve(c)
+		}
+	}()
+	return ln.Addr().String(), d.release
+}
+
+func (d *replyDropper) serve(c net.Conn) {
+	defer c.Close()
+	s, err := net.Dial("tcp", d.up)
+	if err != nil {
+		return
+	}
+	defer s.Close()
+	var deaf atomic.Bool
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := s.Read(buf)
+			if n > 0 && !deaf.Load() {
+				_, _ = c.Write(buf[:n])
+			}
+			if err != nil {
+				_ = c.Close()
+				return
+			}
+		}
+	}()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 && bytes.Contains(buf[:n], d.match) && d.dropped.CompareAndSwap(false, true) {
+			deaf.Store(true)
+			<-d.release // held until the test lets it go
+		}
+		if n > 0 {
+			if _, werr := s.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// The request was addressed to a term (a job with --try) that ended
+// without taking it; transfer readdresses it to the next term (run B), and
+// the reply to that script is lost (Redis ran it). go-redis runs the script
+// again after its read timeout, and finds the request readdressed: moved
+// already. transfer waits on and withdraws its request as it exits. On
+// 478d07d it read that as "taken", exited 4 ("C did not take leadership: B
+// leads") without withdrawing, and B took the request later and stopped its
+// COMMAND to hand the name to C, which does not campaign.
+func TestTransferReaddressReplyLost(t *testing.T) {
+	t.Parallel()
+	s, srv := newRunServer(t)
+	job := heldJob(t, s.url)
+	b := s.candidate(t, "trap", "B", "--ttl", "10s") // B polls requests every 10s: after transfer has exited
+	b.stderr.waitContains(t, "campaigning for leadership of job as B")
+	require.NoError(t, requestScript.Load(context.Background(), srv.Client(t)).Err()) // so that the EVALSHA held runs
+	proxy, release := startReplyDropper(t, srv.Addr(), []byte(requestScript.Hash()))
+	sub := srv.Client(t).Subscribe(t.Context(), requestKeyOfJob) // transfer's hints: one as it sends, one per readdress
+	defer sub.Close()
+	_, err := sub.Receive(t.Context())
+	require.NoError(t, err)
+	hints := sub.Channel()
+	tr := startCLI(t, "transfer", nil, "transfer", "--redis", "redis://"+proxy, "job", "--to", "C", "--wait", "20s")
+	requestStored(t, srv)
+	nextHint(t, hints, tr)
+
+	job.signal(t, syscall.SIGTERM)                                                       // job resigns without taking the request; B leads
+	b.stderr.waitContains(t, "ignoring a request to transfer job made for another term") // B's take at its start
+	close(release)                                                                       // the readdress runs now; B reads requests again in 10s (--ttl)
+	if nextHint(t, hints, tr) {                                                          // the readdress's: transfer knows its request moved
+		tr.signal(t, syscall.SIGINT) // before B reads requests again
+	}
+	code := tr.wait(t)
+	t.Logf("transfer exited %d: %s", code, tr.stderr.String())
+	left := srv.Do(t, "GET", requestKeyOfJob)
+	assert.Nil(t, left, "transfer exited %d and left its request behind: %q", code, left)
+	assert.NotEqual(t, exitNoSuccessor, code, "no leader took the request, yet transfer says the leader handed over")
+	assert.Equal(t, 128+int(syscall.SIGINT), code)
+	if left != nil {
+		b.stderr.waitContains(t, "transfer of job to C requested")
+		t.Logf("B, the next leader, acted on it after transfer had exited:\n%s", b.stderr.String())
+	}
+}
+
+// nextHint waits for the next message on hints, and returns true, or
+// returns false if tr exits first.
+func nextHint(t *testing.T, hints <-chan *redis.Message, tr *cliProc) bool {
+	t.Helper()
+	select {
+	case <-hints:
+		return true
+	case <-tr.done:
+		return false
+	case <-time.After(cliTimeout):
+		t.Fatalf("no hint from transfer within %v; stderr:\n%s", cliTimeout, tr.stderr.String())
+		return false
+	}
+}
+
+// A term whose lease is lost takes no request while its command stops
+// (--grace): it could not hand over. A request addressed to its fence stays
+// for transfer, which addresses it to the next term. On 478d07d the run
+// took (deleted) it, and dropped it.
+func TestTransferRequestNotTakenOnceLost(t *testing.T) {
+	t.Parallel()
+	srv := quietRedisServer(t)
+	a := startCLI(t, "run A", nil, "run", "--verbose", "--redis", "redis://"+srv.Addr(), "--name", "job", "--value", "A",
+		"--ttl", "1s", "--grace", "5s", "--no-process-group", "--", "sh", "-c", `trap "" TERM; while :; do sleep 0.05; done`)
+	a.stderr.waitContains(t, "elected leader of job")
+	lock, ok := srv.Do(t, "GET", "redisleader:{job}").(string) // "<token>\n<fence>\n<value>"
+	require.True(t, ok, "the lock key: %v", lock)
+	srv.Do(t, "DEL", "redisleader:{job}") // A's next renewal finds it gone
+	a.stderr.waitContains(t, "leadership of job lost")
+
+	request := "ID " + strings.Split(lock, "\n")[1] + "\nC" // addressed to A's term
+	srv.Do(t, "SET", requestKeyOfJob, request, "EX", "60")
+	srv.Do(t, "PUBLISH", requestKeyOfJob, "T")
+	for end := time.Now().Add(2500 * time.Millisecond); time.Now().Before(end); <-time.After(pollEvery) {
+		require.Equal(t, request, srv.Do(t, "GET", requestKeyOfJob), "a term whose lease was lost took the request")
+	}
+	assert.Equal(t, exitLost, a.wait(t), "A: %s", a.stderr.String()) // COMMAND ignores SIGTERM: SIGKILL after --grace
+	assert.NotContains(t, a.stderr.String(), "requested")
+	assert.Equal(t, request, srv.Do(t, "GET", requestKeyOfJob))
 }
