@@ -81,13 +81,14 @@ func parseLease(b []byte) lease {
 
 // deadman is the supervisor's switch, armed with the last lease.
 type deadman struct {
+	lease      lease // the one the timers are set for
 	stop, kill *time.Timer
 	fired      bool // the stop has begun: COMMAND's group got SIGTERM
 }
 
 func newDeadman(l lease) *deadman {
 	now := monoNow()
-	return &deadman{stop: time.NewTimer(time.Duration(l.stopAt - now)), kill: time.NewTimer(time.Duration(l.killAt - now))}
+	return &deadman{lease: l, stop: time.NewTimer(time.Duration(l.stopAt - now)), kill: time.NewTimer(time.Duration(l.killAt - now))}
 }
 
 // arm moves the switch to lease l, unless the stop has begun.
@@ -96,9 +97,13 @@ func (d *deadman) arm(l lease) {
 		return
 	}
 	now := monoNow()
+	d.lease = l
 	d.stop.Reset(time.Duration(l.stopAt - now))
 	d.kill.Reset(time.Duration(l.killAt - now))
 }
+
+// reached reports whether instant at (CLOCK_MONOTONIC) has come.
+func reached(at int64) bool { return monoNow() >= at }
 
 // fire begins the stop: SIGTERM to the group (this process catches it),
 // and SIGCONT, so that a group stopped by Ctrl-Z acts on it.

@@ -628,6 +628,9 @@ func (r *runner) finish(out *termOutcome) (code int, again bool) {
 	case res.startErr != nil:
 		r.log.errorf("cannot start %s: %v; %s", r.display, trimPrefix(res.startErr), resigned)
 		return startFailure(res.startErr), false
+	case res.state == nil: // lost before it could start (leaseLeft)
+		r.log.errorf("leadership of %s lost (%s) before %s started; %s", r.f.name, lossReason(res.lost), r.display, resigned)
+		return exitLost, r.f.again
 	}
 	report("%s %s; %s", r.display, describeExit(res.state), resigned)
 	switch sig := r.signalled(); {
