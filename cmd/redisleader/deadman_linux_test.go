@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader"
 	"github.com/redisleader/redisleader/internal/redisserver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -295,7 +298,7 @@ func TestRunSupervisorHeldActsOnNewestLease(t *testing.T) {
 	w := openFIFO(t, hold, "the supervisor to reach the hook before COMMAND starts")
 	<-time.After(3 * time.Second) // the fault: a supervisor not scheduled for three TTLs
 	require.NoError(t, w.Close())
-	receive(t, job.started, cliTimeout, "COMMAND to start on the newest lease")
+	receive(t, job.started, 5*time.Second, "COMMAND to start and report, not killed by the switch of a replaced lease")
 	pid := receive(t, job.pid, cliTimeout, "COMMAND's PID")
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
 	select {
@@ -306,4 +309,29 @@ func TestRunSupervisorHeldActsOnNewestLease(t *testing.T) {
 	assert.NotNil(t, srv.Do(t, "GET", "redisleader:{job}"), "run does not lead any more")
 	p.signal(t, syscall.SIGTERM)
 	p.wait(t)
+}
+
+// run does not start COMMAND (nor its supervisor) on a lease that has ended
+// since it was elected, as after a run not scheduled in between: it reports
+// the loss (errLeaseEnding) and COMMAND never runs. Before, it started it.
+func TestRunStartsNoCommandOnEndedLease(t *testing.T) {
+	t.Parallel()
+	srv := redisserver.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	s, err := redisleader.NewSession(client, redisleader.WithTTL(time.Second))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close(context.Background()); _ = client.Close() })
+	lock, err := s.TryLock(context.Background(), "job")
+	require.NoError(t, err)
+	require.NoError(t, lock.Release(context.Background()))
+	marker := filepath.Join(t.TempDir(), "ran")
+	r := &runner{
+		f:       &runFlags{name: "job", ttl: time.Second, grace: time.Second, fenceEnv: "REDISLEADER_FENCE", noProcessGroup: true},
+		command: []string{"sh", "-c", `touch "$0"`, marker},
+		stdout:  io.Discard, stderr: io.Discard,
+	}
+	_, _, err = r.startCommand(lock)
+	require.ErrorIs(t, err, errLeaseEnding, "run started COMMAND on a lease that had ended")
+	_, err = os.Stat(marker)
+	assert.ErrorIs(t, err, os.ErrNotExist, "COMMAND ran")
 }
