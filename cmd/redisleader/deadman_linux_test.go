@@ -220,8 +220,7 @@ func TestRunSupervisorNeverStartsCommandPastLease(t *testing.T) {
 	t.Parallel()
 	srv := redisserver.Start(t)
 	dir := t.TempDir()
-	hold, script := filepath.Join(dir, "hold"), filepath.Join(dir, "job-a.sh")
-	require.NoError(t, syscall.Mkfifo(hold, 0o600))
+	hold, script := holdFIFO(t, dir), filepath.Join(dir, "job-a.sh")
 	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\nexec sleep 60\n"), 0o755))
 	execs := watchExec(t, script)
 	fifoB, b := watchJob(t, dir, "b")
@@ -247,6 +246,14 @@ func TestRunSupervisorNeverStartsCommandPastLease(t *testing.T) {
 	runA.wait(t)
 	runB.signal(t, syscall.SIGTERM)
 	runB.wait(t)
+}
+
+// holdFIFO makes in dir the FIFO for envTestHold, which holds the
+// supervisor before it starts COMMAND until openFIFO's file is closed.
+func holdFIFO(t *testing.T, dir string) string {
+	hold := filepath.Join(dir, "hold")
+	require.NoError(t, syscall.Mkfifo(hold, 0o600))
+	return hold
 }
 
 // watchExec watches path for opens (exec opens the file it runs) and
@@ -290,8 +297,7 @@ func TestRunSupervisorHeldActsOnNewestLease(t *testing.T) {
 	t.Parallel()
 	srv := redisserver.Start(t)
 	dir := t.TempDir()
-	hold := filepath.Join(dir, "hold")
-	require.NoError(t, syscall.Mkfifo(hold, 0o600))
+	hold := holdFIFO(t, dir)
 	fifo, job := watchJob(t, dir, "a")
 	p := startCLI(t, "run", []string{envTestHold + "=" + hold, "FIFO=" + fifo},
 		"run", "--verbose", "--redis", "redis://"+srv.Addr(), "--name", "job", "--ttl", "1s", "--grace", "1s", "--", "sh", "-c", fifoJob)
