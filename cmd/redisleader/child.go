@@ -38,12 +38,15 @@ func (res *commandResult) movedOn() bool { return res.yielded || res.transferTo 
 func (r *runner) runCommand(t *tenure, requests <-chan string) commandResult {
 	var res commandResult
 	c, exited, err := r.startCommand(t.lead)
-	if err != nil {
-		if err == errNotStarted {
-			res.notStarted = true
-		} else {
-			res.startErr = err
-		}
+	switch {
+	case err == errNotStarted:
+		res.notStarted = true
+		return res
+	case err == errLeaseEnding:
+		res.lost = cmp.Or(t.lead.Err(), err)
+		return res
+	case err != nil:
+		res.startErr = err
 		return res
 	}
 
@@ -167,6 +170,13 @@ func (r *runner) transferRequested(to string, res *commandResult) {
 
 var errNotStarted = errors.New("a signal arrived before the command started")
 
+// leaseLeft reports whether lead is held with more than stopBudget left:
+// the command starts only then, as its supervisor checks again just before
+// it execs COMMAND (supervise_linux.go).
+func (r *runner) leaseLeft(lead *redisleader.Lock) bool {
+	return lead.Held() && time.Now().Before(lead.Deadline().Add(-r.stopBudget()))
+}
+
 // startCommand starts the command, unless a stop signal has arrived, and
 // publishes it to r.signal (as r.proc). exited is closed once it has exited
 // and what was left of its process group has been killed.
@@ -197,7 +207,11 @@ func (r *runner) startCommand(lead *redisleader.Lock) (c *exec.Cmd, exited chan 
 		}
 		r.mu.Lock()
 		err := errNotStarted
-		if r.sig == 0 {
+		switch {
+		case r.sig != 0:
+		case !r.leaseLeft(lead): // run was not scheduled since it was elected
+			err = errLeaseEnding
+		default:
 			err = c.Start()
 		}
 		closeAll(c.ExtraFiles) // the supervisor's end of ctl, which has its own copy

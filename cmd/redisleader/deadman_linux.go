@@ -13,8 +13,19 @@ package main
 // the supervisor begins stopping COMMAND's group at D − stopBudget
 // (SIGTERM, with SIGCONT in case Ctrl-Z stopped it) and SIGKILLs the group,
 // itself included, at D; what is left of the group once COMMAND has exited
-// is killed at once, since run may not be there to do it. A stop once begun
-// runs to its end. D is TTL·drift + margin before the key can expire in
+// is killed at once, since run may not be there to do it (killRest: the
+// supervisor leaves the group first, to exit with COMMAND's status). A stop
+// once begun runs to its end. The supervisor keeps only the newest lease
+// read from the pipe, and a timer that fires takes a newer lease waiting
+// before it acts: a lease that has been replaced stops nothing. It starts
+// COMMAND only while the newest lease is before its stop time, as run
+// checks just before it starts the supervisor (leaseLeft): a supervisor not
+// scheduled since run was elected may be past it, another host leading.
+// The check and the exec are a few system calls apart: only a supervisor
+// stalled between them for longer than stopBudget plus the switch's margin
+// (below) can exec COMMAND past the lease, and its switch, set before, then
+// kills it as soon as it runs again. That window is left, as a late timer's
+// is. D is TTL·drift + margin before the key can expire in
 // Redis (the library's local deadline), and the next leader starts COMMAND
 // only after it has taken the key: that is the switch's margin. The
 // supervisor is a Go program and keeps running while run is stopped, so it
@@ -81,13 +92,14 @@ func parseLease(b []byte) lease {
 
 // deadman is the supervisor's switch, armed with the last lease.
 type deadman struct {
+	lease      lease // the one the timers are set for
 	stop, kill *time.Timer
 	fired      bool // the stop has begun: COMMAND's group got SIGTERM
 }
 
 func newDeadman(l lease) *deadman {
 	now := monoNow()
-	return &deadman{stop: time.NewTimer(time.Duration(l.stopAt - now)), kill: time.NewTimer(time.Duration(l.killAt - now))}
+	return &deadman{lease: l, stop: time.NewTimer(time.Duration(l.stopAt - now)), kill: time.NewTimer(time.Duration(l.killAt - now))}
 }
 
 // arm moves the switch to lease l, unless the stop has begun.
@@ -96,9 +108,13 @@ func (d *deadman) arm(l lease) {
 		return
 	}
 	now := monoNow()
+	d.lease = l
 	d.stop.Reset(time.Duration(l.stopAt - now))
 	d.kill.Reset(time.Duration(l.killAt - now))
 }
+
+// reached reports whether instant at (CLOCK_MONOTONIC) has come.
+func reached(at int64) bool { return monoNow() >= at }
 
 // fire begins the stop: SIGTERM to the group (this process catches it),
 // and SIGCONT, so that a group stopped by Ctrl-Z acts on it.

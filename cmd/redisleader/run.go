@@ -107,8 +107,10 @@ A job that cron starts on every host, to run once per tick:
     group SIGTERM once the lease has min(--grace, TTL/4) left unrenewed, and
     SIGKILL at its deadline, about TTL/50 before the key can expire in Redis
     and another leader start. Ctrl-Z stops COMMAND with redisleader and fg
-    continues both; a pause past the lease ends the term as a loss. Not
-    with --no-process-group, which has no supervisor.
+    continues both; a pause past the lease ends the term as a loss. What
+    COMMAND left in its group dies when it exits, and COMMAND never starts
+    on a lease already past. Not with --no-process-group, which has no
+    supervisor.
   - When COMMAND exits, redisleader resigns at once (after --hold), so that
     another candidate takes over without waiting for the lease to expire.
     Without --again it then exits; with --again it campaigns again (starting
@@ -642,6 +644,9 @@ func (r *runner) finish(out *termOutcome) (code int, again bool) {
 	case res.startErr != nil:
 		r.log.errorf("cannot start %s: %v; %s", r.display, trimPrefix(res.startErr), resigned)
 		return startFailure(res.startErr), false
+	case res.state == nil: // lost before it could start (leaseLeft)
+		r.log.errorf("leadership of %s lost (%s) before %s started; %s", r.f.name, lossReason(res.lost), r.display, resigned)
+		return exitLost, r.f.again
 	}
 	report("%s %s; %s", r.display, describeExit(res.state), resigned)
 	switch sig := r.signalled(); {

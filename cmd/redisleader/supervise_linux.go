@@ -93,18 +93,24 @@ func supervise(args []string) int {
 	catchTSTP(caught)
 	ctl := os.NewFile(ctlFD, "run")
 	syscall.CloseOnExec(ctlFD) // between run and the supervisor only: not for COMMAND
-	from := &fromRun{signals: make(chan syscall.Signal, 64), leases: make(chan lease, 4), gone: make(chan struct{})}
+	from := &fromRun{signals: make(chan syscall.Signal, 64), leases: make(chan lease, 1), gone: make(chan struct{})}
 	go from.read(ctl)
 	holdForTest()
 
 	// Pdeathsig follows the thread that starts COMMAND: this one, locked
 	// to this goroutine for good, lives as long as the process.
 	runtime.LockOSThread()
-	var first lease
+	var sw *deadman
 	select {
 	case <-from.gone:
 		return exitError // run died before COMMAND started
-	case first = <-from.leases: // run writes it before it starts this process
+	case l := <-from.leases: // run writes it before it starts this process; the newest told
+		sw = newDeadman(l)
+	}
+	if reached(sw.lease.stopAt) { // not scheduled since: another host may lead by now
+		fmt.Fprintf(os.Stderr, "redisleader: the lease had ended before %s could start; not starting it\n", printable(command[0]))
+		_ = syscall.Kill(0, syscall.SIGKILL) // as the switch would have: run reports the loss
+		return exitError
 	}
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
@@ -118,7 +124,7 @@ func supervise(args []string) int {
 		_ = cmd.Wait()
 		close(exited)
 	}()
-	return from.supervise(cmd, exited, newDeadman(first), caught)
+	return from.supervise(cmd, exited, sw, caught)
 }
 
 // supervise passes run's signals on to COMMAND's group, moves the switch to
@@ -136,14 +142,19 @@ func (from *fromRun) supervise(cmd *exec.Cmd, exited <-chan struct{}, sw *deadma
 		case l := <-from.leases:
 			sw.arm(l)
 		case <-sw.stop.C:
-			sw.fire()
+			if from.newest(sw); reached(sw.lease.stopAt) {
+				sw.fire()
+			}
 		case <-sw.kill.C:
-			_ = syscall.Kill(0, syscall.SIGKILL) // the lease's deadline: nothing of the group outlives it
+			if from.newest(sw); reached(sw.lease.killAt) {
+				_ = syscall.Kill(0, syscall.SIGKILL) // the lease's deadline: nothing of the group outlives it
+			}
 		case <-caught:
 		case <-exited:
-			if sw.fired { // run may be stopped: what COMMAND left is killed now, with this process
+			if sw.fired { // what COMMAND left dies now, with this process: run sees the switch's SIGKILL
 				_ = syscall.Kill(0, syscall.SIGKILL)
 			}
+			killRest() // run may be stopped: it cannot kill what COMMAND left
 			ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 			if ws.Signaled() {
 				dieOf(ws.Signal())
@@ -165,8 +176,35 @@ func startedByRun() bool {
 // fromRun is what the supervisor reads from run.
 type fromRun struct {
 	signals chan syscall.Signal // to pass on to the group
-	leases  chan lease          // each lease run tells
+	leases  chan lease          // the newest lease run told, not yet taken (capacity 1)
 	gone    chan struct{}       // closed when run has died
+}
+
+// newest arms sw with the lease waiting in from.leases, if one is: a timer
+// that fires is checked against the newest lease read from the pipe, not
+// one it has replaced (a supervisor not scheduled for a while).
+func (from *fromRun) newest(sw *deadman) {
+	select {
+	case l := <-from.leases:
+		sw.arm(l)
+	default:
+	}
+}
+
+// tell puts l in from.leases in place of an older lease not yet taken, so
+// that reading the pipe never waits for the supervisor's loop.
+func (from *fromRun) tell(l lease) {
+	for {
+		select {
+		case from.leases <- l:
+			return
+		default:
+		}
+		select {
+		case <-from.leases:
+		default:
+		}
+	}
 }
 
 // read passes on the signals and leases that run writes to ctl, and closes
@@ -190,7 +228,7 @@ func (from *fromRun) read(ctl *os.File) {
 		if _, err := io.ReadFull(in, msg[:]); err != nil {
 			return
 		}
-		from.leases <- parseLease(msg[:])
+		from.tell(parseLease(msg[:]))
 	}
 }
 
@@ -220,6 +258,20 @@ func holdForTest() {
 		_, _ = io.Copy(io.Discard, f)
 		_ = f.Close()
 	}
+}
+
+// killRest SIGKILLs what is left of this process group once COMMAND has
+// exited, but not this process, which must exit with COMMAND's status: it
+// first moves into run's process group (its parent's, in the same session),
+// so that its own group holds only what COMMAND left. The kernel kills a
+// group atomically with respect to fork. If it cannot move (run has died:
+// its parent is another process), it kills the group with itself.
+func killRest() {
+	if pg, err := syscall.Getpgid(os.Getppid()); err == nil && syscall.Setpgid(0, pg) == nil {
+		_ = syscall.Kill(-os.Getpid(), syscall.SIGKILL)
+		return
+	}
+	_ = syscall.Kill(0, syscall.SIGKILL)
 }
 
 // dieOf ends this process by sig, with the signal's default action (and no

@@ -105,8 +105,7 @@ func TestRunSignalBeforeCommandStartsReachesIt(t *testing.T) {
 	t.Parallel()
 	srv := redisserver.Start(t)
 	dir := t.TempDir()
-	hold, marker := filepath.Join(dir, "hold"), filepath.Join(dir, "marker")
-	require.NoError(t, syscall.Mkfifo(hold, 0o600))
+	hold, marker := holdFIFO(t, dir), filepath.Join(dir, "marker")
 	p := startCLI(t, "run", []string{envTestHold + "=" + hold, "MARKER=" + marker},
 		"run", "--verbose", "--redis", "redis://"+srv.Addr(), "--name", "job", "--grace", "5s", "--", "sh", "-c",
 		`trap 'echo "x $$ term" >> "$MARKER"; exit 0' TERM; echo "x $$ start" >> "$MARKER"; while :; do sleep 0.05; done`)
