@@ -140,9 +140,11 @@ func permanent(err error) bool {
 // missing permissions or credentials (NOPERM, and a denial inside a script:
 // Redis 7.0 and 7.2 word those as ERR, see the two prefixes after NOPERM), a
 // server without scripting, a script that does not compile, a fence key that
-// someone else wrote.
+// someone else wrote. Valkey 9.1 made Lua a module of the server: one built
+// without it (BUILD_LUA=no) answers EVALSHA with NOSCRIPT and our EVAL with
+// "Could not find scripting engine 'lua'" (valkey src/eval.c).
 var permanentPrefixes = []string{"WRONGTYPE", "NOPERM", "ERR The user executing the script can't", "ERR ACL failure in script",
-	"NOAUTH", "WRONGPASS", "ERR unknown command", "ERR Error compiling script", "ERR redisleader:"}
+	"NOAUTH", "WRONGPASS", "ERR unknown command", "ERR Could not find scripting engine", "ERR Error compiling script", "ERR redisleader:"}
 
 // heldError: the session asked for a name it holds itself.
 type heldError struct{ name string }

@@ -14,6 +14,8 @@ import (
 func TestPermanentErrors(t *testing.T) {
 	assert.True(t, permanent(redisErr("WRONGTYPE Operation against a key holding the wrong kind of value")))
 	assert.True(t, permanent(redisErr("NOPERM this user has no permissions")))
+	// Valkey 9.1+ built without its Lua module: retrying cannot help.
+	assert.True(t, permanent(redisErr("ERR Could not find scripting engine 'lua'")))
 	for _, msg := range []string{"LOADING Redis is loading", "READONLY You can't write", "OOM command not allowed", "NOSCRIPT No matching script", "BUSY Redis is busy"} {
 		assert.False(t, permanent(redisErr(msg)), msg)
 	}

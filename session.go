@@ -128,6 +128,7 @@ func startSession(client Client, cfg config, newPlace func(*Session) place) *Ses
 	s.place = newPlace(s)
 	s.watch = &watcher{s: s, chans: make(map[string]*channelSubs)}
 	s.place.each(func(c Client) { warnRiskyClient(c, cfg) })
+	warnGoRedis(&goRedisWarned, redis.Version(), client, cfg.logger) // goredisversion.go
 	go s.heartbeat(ctx, false)
 	return s
 }

@@ -3,7 +3,8 @@
 //
 // The server program is redis-server from PATH unless the REDIS_SERVER
 // environment variable names another (a name looked up in PATH, or a path),
-// e.g. REDIS_SERVER=valkey-server: CI runs the tests against both. Sentinels
+// e.g. REDIS_SERVER=valkey-server: CI runs the tests against four servers
+// (docs/SERVERS.md), two of them by path. Sentinels
 // run the same program with --sentinel, and StartCluster joins nodes with the
 // command-line client that comes with it (see CLI).
 //
@@ -107,7 +108,7 @@ func Available() bool {
 
 // installHint says how to get the missing program, for skip and failure messages.
 func installHint(name string) string {
-	return fmt.Sprintf("%s not found; install it (apt-get install -y redis-server; for Valkey: valkey-server from bookworm-backports, and REDIS_SERVER=valkey-server)", name)
+	return fmt.Sprintf("%s not found; install it (apt-get install -y redis-server; for Valkey: valkey-server from bookworm-backports, and REDIS_SERVER=valkey-server; Valkey 9 and Redis 8: .ci/servers build valkey redis, and REDIS_SERVER=$(.ci/servers path valkey))", name)
 }
 
 // Start starts a redis-server on 127.0.0.1 at a free port with a private
