@@ -347,7 +347,10 @@ func TestRefuse(t *testing.T) {
 	require.EqualValues(t, 1, p.Stats().Open)
 
 	p.Refuse(false)
-	require.NoError(t, after.Ping(ctx).Err())
+	// A fresh client: when the reset reached after's dial (see above), its
+	// pool of one keeps answering that dial error until a background redial
+	// a second later (go-redis's lastDialError), whatever the proxy does.
+	require.NoError(t, newClient(t, p.Addr(), waitFor).Ping(ctx).Err(), "new connections are served again")
 	require.EqualValues(t, 2, p.Stats().Open)
 }
 
