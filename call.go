@@ -228,7 +228,7 @@ func byNode(ctx context.Context, cc *redis.ClusterClient, calls []call) []group 
 	for i, cl := range calls {
 		var node *redis.Client
 		if key, ok := lockKeyOf(cl.argv).(string); ok {
-			node, _ = cc.MasterForKey(ctx, key)
+			node = masterFor(ctx, cc, key)
 		}
 		j := slices.IndexFunc(groups, func(g group) bool { return g.node == node })
 		if j < 0 {
@@ -238,6 +238,21 @@ func byNode(ctx context.Context, cc *redis.ClusterClient, calls []call) []group 
 		groups[j].idx = append(groups[j].idx, i)
 	}
 	return groups
+}
+
+// masterFor returns the master that serves key's slot, or nil if it is
+// unknown. Without a slot map, MasterForKey loads one, which runs the node
+// clients' hooks outside execPipeline: a hook's panic there leaves the key
+// unplaced (nil), and go-redis's own routing inside execPipeline then meets
+// it as the batch's error (hookfaults.go).
+func masterFor(ctx context.Context, cc *redis.ClusterClient, key string) (node *redis.Client) {
+	defer func() {
+		if recover() != nil {
+			node = nil
+		}
+	}()
+	node, _ = cc.MasterForKey(ctx, key)
+	return node
 }
 
 // runGroups runs each group as its own pipeline (runPipeline), on a

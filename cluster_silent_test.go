@@ -3,7 +3,11 @@ package redisleader
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -278,5 +282,89 @@ func TestClusterOf(t *testing.T) {
 		{"a struct embedding a Client that is a plain client", embedsClient{plain}, nil},
 	} {
 		assert.Same(t, c.want, clusterOf(c.c), c.name)
+	}
+}
+
+// byNode asks the Cluster client for each call's master, which loads the
+// slot map when the client has none yet, running the node clients' hooks
+// outside execPipeline's recover (found by review of issue 35, item 2: the
+// process died of the panic). The panic must become the batch's error
+// (hookfaults.go: "a panic becomes the error of the commands it hit").
+//
+// TestClusterSlotLoadPanicInABatch: a Cluster client without a slot
+// map, whose node clients' hook panics on CLUSTER commands; two TryLocks are
+// held in a cluster-level hook (on the wire), two more queue, and the
+// flusher sends those two as a batch. The test runs in a child process, and
+// the child must not die of the panic.
+func TestClusterSlotLoadPanicInABatch(t *testing.T) {
+	if os.Getenv("SLOT_LOAD_PANIC_CHILD") == "1" {
+		slotLoadPanicChild(t)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestClusterSlotLoadPanicInABatch$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), "SLOT_LOAD_PANIC_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		lines := strings.Split(string(out), "\n")
+		t.Fatalf("the child process died: %v\n%s", err, strings.Join(lines[:min(len(lines), 25)], "\n"))
+	}
+}
+
+// holdEvalsha holds the first maxOnWire evalsha sends until released.
+type holdEvalsha struct {
+	held chan chan struct{}
+	n    *atomic.Int32
+}
+
+func (h holdEvalsha) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h holdEvalsha) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h holdEvalsha) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "evalsha" && h.n.Add(1) <= maxOnWire {
+			release := make(chan struct{})
+			h.held <- release
+			<-release
+		}
+		return next(ctx, cmd)
+	}
+}
+
+type panicOnCluster struct{}
+
+func (panicOnCluster) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (panicOnCluster) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (panicOnCluster) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "cluster" {
+			panic("a hook on the node client")
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func slotLoadPanicChild(t *testing.T) {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true})
+	defer cc.Close()
+	cc.OnNewNode(func(c *redis.Client) { c.AddHook(panicOnCluster{}) })
+	hold := holdEvalsha{held: make(chan chan struct{}, maxOnWire), n: new(atomic.Int32)}
+	cc.AddHook(hold)
+	s := newSession(t, cc, WithCallTimeout(2*time.Second))
+	onWire := tryAll(background(maxOnWire), s, []string{"w1", "w2"})
+	var releases []chan struct{}
+	for range maxOnWire {
+		releases = append(releases, recvWithin(t, hold.held, 5*time.Second, "a TryLock on the wire"))
+	}
+	queued := tryAll(background(2), s, []string{"q1", "q2"})
+	waitQueued(t, s, 2)
+	for _, r := range releases {
+		close(r)
+	}
+	for _, ch := range append(onWire, queued...) {
+		r := recvWithin(t, ch, 5*time.Second, "a TryLock's outcome")
+		assert.ErrorContains(t, r.err, "a hook on the client panicked", "the hook's panic is the call's error")
 	}
 }
