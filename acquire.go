@@ -298,7 +298,7 @@ func (a *acquisition) delay(r acquired, err error, locked bool) (d time.Duration
 	if locked {
 		a.lastErr, a.splits = nil, 0
 		if r.split {
-			return a.s.retryDelay(), false
+			return a.s.cfg.retryDelay(), false
 		}
 		if r.ahead > 0 {
 			wait := r.headLeft
@@ -323,7 +323,7 @@ func (a *acquisition) delay(r acquired, err error, locked bool) (d time.Duration
 	a.splits = 0
 	// A queued fair waiter keeps listening: it may be the head, which the
 	// name waits for, and its wake-ups are addressed to it alone.
-	return a.s.retryDelay(), a.queued
+	return a.s.cfg.retryDelay(), a.queued
 }
 
 // backoff is the wait after a Redlock split vote short of ErrLocked (the
@@ -339,7 +339,7 @@ func (a *acquisition) delay(r acquired, err error, locked bool) (d time.Duration
 func (a *acquisition) backoff(took time.Duration) time.Duration {
 	a.splits = min(a.splits+1, 16)
 	window := min(took<<a.splits, a.s.cfg.ttl)
-	return a.s.retryDelay() + mrand.N(max(window, 0)+1)
+	return a.s.cfg.retryDelay() + mrand.N(max(window, 0)+1)
 }
 
 // abandon gives the acquisition up with err (see Lock.abandon).
@@ -357,11 +357,11 @@ func (a *acquisition) abandon(ctx context.Context, lastErr, err error) error {
 // documentation, section Waiting).
 func (s *Session) followDelay(left time.Duration, sub *subscription) time.Duration {
 	if left < 0 {
-		return s.retryDelay()
+		return s.cfg.retryDelay()
 	}
 	d := left + time.Millisecond + mrand.N(time.Millisecond)
 	if sub == nil || !sub.confirmed() {
-		d = min(d, s.retryDelay())
+		d = min(d, s.cfg.retryDelay())
 	}
 	return d
 }

@@ -240,8 +240,8 @@ func crash(s *Session) {
 	for _, l := range held {
 		l.end(errCrashed)
 	}
-	s.cancel()
-	<-s.hbDone
+	s.hb.cancel()
+	<-s.hb.done
 	s.work.Wait()
 	s.watch.close()
 	close(s.closed)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 )
 
@@ -275,4 +276,13 @@ func (c *config) validate() error {
 // renewRetryMax is the longest wait before a failed renewal is retried.
 func (c *config) renewRetryMax() time.Duration {
 	return min(c.renewInterval, c.retryInterval+max(c.retryJitter, 0))
+}
+
+// retryDelay is the retry interval plus a random jitter in [0, retryJitter].
+func (c *config) retryDelay() time.Duration {
+	d := c.retryInterval
+	if j := c.retryJitter; j > 0 {
+		d += rand.N(j + 1)
+	}
+	return d
 }

@@ -608,7 +608,7 @@ func (s *Session) againLocked(held []*Lock) []*Lock {
 			again = append(again, l)
 		}
 	}
-	for l, st := range s.stale {
+	for l, st := range s.hb.stale {
 		if st.repeat {
 			again = append(again, l)
 		}
