@@ -175,7 +175,7 @@ var errSuperseded = errors.New("redisleader: a later Proclaim of this leadership
 // lock of the name), or nil.
 func (s *Session) leading(name string) *Lock {
 	s.mu.Lock()
-	l := s.names[name]
+	l := s.reg.names[name]
 	s.mu.Unlock()
 	if l == nil {
 		return nil

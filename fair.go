@@ -83,14 +83,14 @@ func (s *Session) addWaiter(w *waiter) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err == nil {
-		s.waiting[w] = struct{}{}
+		s.reg.waiting[w] = struct{}{}
 	}
 }
 
 // dropWaiter unregisters w (see addWaiter).
 func (s *Session) dropWaiter(w *waiter) {
 	s.mu.Lock()
-	delete(s.waiting, w)
+	delete(s.reg.waiting, w)
 	s.mu.Unlock()
 }
 

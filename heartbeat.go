@@ -256,7 +256,7 @@ func (s *Session) leasesFrom() time.Time {
 func (s *Session) goIdle() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.locks) > 0 || len(s.hb.stale) > 0 {
+	if len(s.reg.locks) > 0 || len(s.hb.stale) > 0 {
 		return false
 	}
 	s.hb.idle = true

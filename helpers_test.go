@@ -233,7 +233,7 @@ func crash(s *Session) {
 	s.err = errCrashed
 	close(s.done)
 	var held []*Lock
-	for l := range s.locks {
+	for l := range s.reg.locks {
 		held = append(held, l)
 	}
 	s.mu.Unlock()

@@ -157,14 +157,14 @@ func (s *Session) registerTerm(l *Lock) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err == nil {
-		s.terms[l] = &term{released: make(chan struct{})}
+		s.reg.terms[l] = &term{released: make(chan struct{})}
 	}
 }
 
 // endTerm records that Run has released its term l.
 func (s *Session) endTerm(l *Lock, t *term) {
 	s.mu.Lock()
-	delete(s.terms, l)
+	delete(s.reg.terms, l)
 	s.mu.Unlock()
 	close(t.released)
 }
@@ -174,7 +174,7 @@ func (s *Session) endTerm(l *Lock, t *term) {
 func (s *Session) resignedTerm(name string) *Lock {
 	var terms []*Lock
 	s.mu.Lock()
-	for l := range s.terms {
+	for l := range s.reg.terms {
 		if l.keys.name == name {
 			terms = append(terms, l)
 		}
@@ -192,7 +192,7 @@ func (s *Session) resignedTerm(name string) *Lock {
 func (s *Session) termOf(l *Lock) *term {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.terms[l]
+	return s.reg.terms[l]
 }
 
 // awaitTerm waits, with wait, until Run has deleted or handed over its

@@ -49,12 +49,8 @@ type Session struct {
 	cfg    config
 	ttlArg any // the TTL in ms, boxed once for script arguments
 
-	mu    sync.Mutex // protects the maps, err and hb's; orders work.Add before Close
-	locks map[*Lock]struct{}
-	names map[string]*Lock // the held lock of each name in locks
-	terms map[*Lock]*term  // leaderships Election.Run releases itself
-	// waiting: fair acquisitions that may have a place in a queue
-	waiting   map[*waiter]struct{}
+	mu        sync.Mutex     // protects reg, err and hb (ring, stale, idle); orders work.Add before Close
+	reg       registry       // what the session holds and waits for (registry.go)
 	err       error          // nil until Close
 	done      chan struct{}  // closed when Close starts
 	closed    chan struct{}  // closed when the first Close has finished
@@ -104,15 +100,12 @@ func startSession(client Client, cfg config, newPlace func(*Session) place) *Ses
 		client: client,
 		cfg:    cfg,
 		ttlArg: strconv.FormatInt(cfg.ttl.Milliseconds(), 10),
-		locks:  make(map[*Lock]struct{}),
-		names:  make(map[string]*Lock),
-		terms:  make(map[*Lock]*term),
+		reg:    newRegistry(),
 		id:     rand.Text(),
 		done:   make(chan struct{}),
 		closed: make(chan struct{}),
 		hb:     newHeartbeatState(cfg.renewInterval, cancel),
 	}
-	s.waiting = make(map[*waiter]struct{})
 	s.newCombiner(&s.combine, client)
 	s.place = newPlace(s)
 	s.watch = &watcher{s: s, chans: make(map[string]*channelSubs)}
@@ -178,10 +171,10 @@ func (s *Session) Close(ctx context.Context) error {
 	}
 	s.err = ErrSessionClosed
 	close(s.done)
-	held, stale := slices.Collect(maps.Keys(s.locks)), slices.Collect(maps.Keys(s.hb.stale))
+	held, stale := slices.Collect(maps.Keys(s.reg.locks)), slices.Collect(maps.Keys(s.hb.stale))
 	again := s.againLocked(held)
 	clear(s.hb.stale)
-	terms := maps.Clone(s.terms)
+	terms := maps.Clone(s.reg.terms)
 	s.mu.Unlock()
 
 	var relErr error
@@ -263,9 +256,8 @@ func (s *Session) add(l *Lock) error {
 	if s.err != nil {
 		return s.err
 	}
-	s.locks[l] = struct{}{}
+	s.reg.hold(l)
 	l.slot = s.hb.ring.add(l)
-	s.names[l.keys.name] = l
 	s.wakeLocked()
 	s.wakeWaitersLocked(l.keys.name)
 	return nil
@@ -276,7 +268,7 @@ func (s *Session) add(l *Lock) error {
 // (a session never waits for itself). A waiter not yet registered makes
 // that check after it registers. s.mu must be held.
 func (s *Session) wakeWaitersLocked(name string) {
-	for w := range s.waiting {
+	for w := range s.reg.waiting {
 		if w.keys.name == name && w.sub != nil {
 			w.sub.poke()
 		}
@@ -296,12 +288,8 @@ func (s *Session) wakeLocked() {
 
 func (s *Session) remove(l *Lock) {
 	s.mu.Lock()
-	if _, ok := s.locks[l]; ok {
-		delete(s.locks, l)
+	if s.reg.drop(l) {
 		s.hb.ring.remove(l, l.slot)
-	}
-	if s.names[l.keys.name] == l {
-		delete(s.names, l.keys.name)
 	}
 	s.mu.Unlock()
 }
@@ -309,7 +297,7 @@ func (s *Session) remove(l *Lock) {
 // holds reports whether the session holds name now.
 func (s *Session) holds(name string) bool {
 	s.mu.Lock()
-	l := s.names[name]
+	l := s.reg.names[name]
 	s.mu.Unlock()
 	return l != nil && l.Held()
 }
@@ -318,7 +306,7 @@ func (s *Session) holds(name string) bool {
 func (s *Session) held() []*Lock {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Collect(maps.Keys(s.locks))
+	return slices.Collect(maps.Keys(s.reg.locks))
 }
 
 // releaseAll deletes the keys of ended locks, one pipelined round trip. A key
