@@ -49,7 +49,7 @@ const (
 	tryOnce mode = iota // it does not: one attempt (TryLock, TryCampaign)
 	block               // it waits and tries again until acquired (Lock, Campaign)
 	// runTerm blocks, and registers the acquisition as an
-	// Election.Run term before it is handed over, so that no Release or
+	// Election.Run term before it is delivered, so that no Release or
 	// Close can see it as a plain lock and delete its key before onElected
 	// has run and returned.
 	runTerm
@@ -137,7 +137,7 @@ func (a *acquisition) run(ctx context.Context) (*Lock, error) {
 		}
 		switch {
 		case err == nil:
-			if l, again, err := a.handOver(ctx); !again {
+			if l, again, err := a.deliver(ctx); !again {
 				return l, err
 			}
 			continue
@@ -198,11 +198,11 @@ type acquisition struct {
 	loggedAt time.Time     // errors are logged at most once per TTL
 }
 
-// handOver waits out the takeover delay of an acquired lock and delivers
-// it. again: the lease ended before it could be handed over and a blocking
+// deliver waits out the takeover delay of an acquired lock and delivers
+// it. again: the lease ended before it could be delivered and a blocking
 // acquisition starts over with a new token.
-func (a *acquisition) handOver(ctx context.Context) (l *Lock, again bool, err error) {
-	lost, err := a.l.handOver(ctx, a.start, a.mode == runTerm)
+func (a *acquisition) deliver(ctx context.Context) (l *Lock, again bool, err error) {
+	lost, err := a.l.deliver(ctx, a.start, a.mode == runTerm)
 	switch {
 	case err != nil:
 		return nil, false, err
@@ -487,13 +487,13 @@ func (l *Lock) abandon(ctx context.Context, unsure bool, lastErr, err error) err
 // with s.work.
 func (l *Lock) dispose(ctx context.Context, repeat bool) {
 	l.s.markStale(l, repeat)
-	l.s.soon(ctx, func(ctx context.Context) { _ = l.del(ctx) })
+	l.s.bestEffortCleanup(ctx, func(ctx context.Context) { _ = l.del(ctx) })
 }
 
-// soon runs f, a best-effort clean-up, within ctx, or in the background once
-// ctx has ended, so that the caller returns with its context whatever Redis
-// does. The caller must be registered with s.work.
-func (s *Session) soon(ctx context.Context, f func(context.Context)) {
+// bestEffortCleanup runs f, a best-effort clean-up, within ctx, or in the
+// background once ctx has ended, so that the caller returns with its
+// context whatever Redis does. The caller must be registered with s.work.
+func (s *Session) bestEffortCleanup(ctx context.Context, f func(context.Context)) {
 	if ctx.Err() == nil {
 		f(ctx)
 		return

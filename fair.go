@@ -107,7 +107,7 @@ func (a *acquisition) leave(ctx context.Context) {
 	a.queued = false
 	s, w := a.s, a.w
 	s.dropWaiter(w)
-	s.soon(ctx, func(ctx context.Context) {
+	s.bestEffortCleanup(ctx, func(ctx context.Context) {
 		_ = s.combine.call(ctx, time.Time{}, leaveScript, []any{nil, nil, 3, w.keys.lock, w.keys.queue(), w.keys.leases(), w.id, s.ttlArg})
 	})
 }

@@ -152,7 +152,7 @@ func (c *candidacy) withCandidate(argv []any) []any {
 // would have come, plus a TTL), so that no leader hands the name to it.
 func (a *acquisition) withdraw(ctx context.Context) {
 	s, c, value := a.s, a.cand, a.value // not a: the closure would move every acquisition to the heap
-	s.soon(ctx, func(ctx context.Context) {
+	s.bestEffortCleanup(ctx, func(ctx context.Context) {
 		_ = s.combine.call(ctx, time.Time{}, withdrawScript, []any{nil, nil, 2, c.candKeys[0], c.candKeys[1], value})
 	})
 }
