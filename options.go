@@ -151,9 +151,8 @@ func WithTakeoverDelay(d time.Duration) Option {
 // The default is off. n must be at least 1, and timeout a positive whole
 // number of milliseconds below the call timeout, leaving 1/hz of room (an
 // unacknowledged WAIT takes up to timeout + 1/hz: 100ms at Redis's default
-// hz 10). Not available with a *redis.ClusterClient or a wrapper around one,
-// its AutoPipeline client included (WAIT must run on the connection that
-// wrote).
+// hz 10). Not with a *redis.ClusterClient, a wrapper around one or its
+// AutoPipeline client: WAIT must run on the connection that wrote.
 func WithReplicaAcks(n int, timeout time.Duration) Option {
 	return optionFunc(func(c *config) { c.acks, c.acksSet = replicaAcks{n: n, timeout: timeout}, true })
 }
