@@ -442,3 +442,41 @@ func TestUnacknowledgedRenewalWithBetterCandidateDoesNotCount(t *testing.T) {
 			d.Format("15:04:05.000"), l.Deadline().Format("15:04:05.000"))
 	}
 }
+
+// TestCampaignOptionsValidatedOnce: Campaign validates the combined
+// campaign options in one place, before any I/O (the client here has no
+// server): a priority out of range, a negative minimum term (-1ns
+// included: NeverYield is no negative magic value), WithMinTerm without
+// WithPriority, a nil option and an empty value with a priority are
+// refused; NeverYield and the last of repeated options are accepted.
+func TestCampaignOptionsValidatedOnce(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	t.Cleanup(func() { _ = client.Close() })
+	s, err := NewSession(client)
+	require.NoError(t, err)
+	require.NoError(t, s.Close(context.Background())) // Campaign checks, then returns ErrSessionClosed
+	e := mustElection(t, s, "opts")
+	for _, c := range []struct {
+		value string
+		opts  []CampaignOption
+		want  string // "" when only ErrSessionClosed is expected
+	}{
+		{"v", []CampaignOption{WithPriority(maxPriority + 1)}, "out of range"},
+		{"v", []CampaignOption{WithPriority(-maxPriority - 1)}, "out of range"},
+		{"v", []CampaignOption{WithPriority(1), WithMinTerm(-time.Nanosecond)}, "must not be negative"},
+		{"v", []CampaignOption{WithMinTerm(NeverYield)}, "WithMinTerm needs WithPriority"},
+		{"v", []CampaignOption{WithPriority(1), nil}, "must not be nil"},
+		{"", []CampaignOption{WithPriority(1)}, "needs a value"},
+		{"v", []CampaignOption{WithPriority(maxPriority), WithMinTerm(NeverYield)}, ""},
+		{"v", []CampaignOption{WithPriority(1 << 60), WithPriority(-maxPriority)}, ""},
+		{"", []CampaignOption{WithMinTerm(-1), WithMinTerm(0), WithPriority(0), WithPriority(2)}, "needs a value"},
+	} {
+		_, err := e.Campaign(context.Background(), c.value, c.opts...)
+		if c.want == "" {
+			assert.ErrorIs(t, err, ErrSessionClosed, "%q %v", c.value, c.opts)
+			continue
+		}
+		assert.ErrorIs(t, err, ErrInvalid, "%q %v", c.value, c.opts)
+		assert.ErrorContains(t, err, c.want)
+	}
+}
