@@ -258,7 +258,7 @@ func (s *Session) add(l *Lock) error {
 	}
 	s.reg.hold(l)
 	l.slot = s.hb.ring.add(l)
-	s.wakeLocked()
+	s.hb.wake()
 	s.wakeWaitersLocked(l.keys.name)
 	return nil
 }
@@ -271,17 +271,6 @@ func (s *Session) wakeWaitersLocked(name string) {
 	for w := range s.reg.waiting {
 		if w.keys.name == name && w.sub != nil {
 			w.sub.poke()
-		}
-	}
-}
-
-// wakeLocked kicks the heartbeat if it is idle. s.mu must be held.
-func (s *Session) wakeLocked() {
-	if s.hb.idle {
-		s.hb.idle = false
-		select {
-		case s.hb.kick <- struct{}{}:
-		default:
 		}
 	}
 }

@@ -58,7 +58,7 @@ func (s *Session) markStale(l *Lock, repeat bool) {
 	defer s.mu.Unlock()
 	if s.err == nil {
 		s.hb.stale.mark(l, until, repeat)
-		s.wakeLocked()
+		s.hb.wake()
 	}
 }
 
