@@ -49,7 +49,7 @@ const (
 	tryOnce mode = iota // it does not: one attempt (TryLock, TryCampaign)
 	block               // it waits and tries again until acquired (Lock, Campaign)
 	// runTerm blocks, and registers the acquisition as an
-	// Election.Run term before it is handed over, so that no Release or
+	// Election.Run term before it is delivered, so that no Release or
 	// Close can see it as a plain lock and delete its key before onElected
 	// has run and returned.
 	runTerm
@@ -137,7 +137,7 @@ func (a *acquisition) run(ctx context.Context) (*Lock, error) {
 		}
 		switch {
 		case err == nil:
-			if l, again, err := a.handOver(ctx); !again {
+			if l, again, err := a.deliver(ctx); !again {
 				return l, err
 			}
 			continue
@@ -198,11 +198,11 @@ type acquisition struct {
 	loggedAt time.Time     // errors are logged at most once per TTL
 }
 
-// handOver waits out the takeover delay of an acquired lock and delivers
-// it. again: the lease ended before it could be handed over and a blocking
+// deliver waits out the takeover delay of an acquired lock and delivers
+// it. again: the lease ended before it could be delivered and a blocking
 // acquisition starts over with a new token.
-func (a *acquisition) handOver(ctx context.Context) (l *Lock, again bool, err error) {
-	lost, err := a.l.handOver(ctx, a.start, a.mode == runTerm)
+func (a *acquisition) deliver(ctx context.Context) (l *Lock, again bool, err error) {
+	lost, err := a.l.deliver(ctx, a.start, a.mode == runTerm)
 	switch {
 	case err != nil:
 		return nil, false, err
@@ -298,7 +298,7 @@ func (a *acquisition) delay(r acquired, err error, locked bool) (d time.Duration
 	if locked {
 		a.lastErr, a.splits = nil, 0
 		if r.split {
-			return a.s.retryDelay(), false
+			return a.s.cfg.retryDelay(), false
 		}
 		if r.ahead > 0 {
 			wait := r.headLeft
@@ -323,7 +323,7 @@ func (a *acquisition) delay(r acquired, err error, locked bool) (d time.Duration
 	a.splits = 0
 	// A queued fair waiter keeps listening: it may be the head, which the
 	// name waits for, and its wake-ups are addressed to it alone.
-	return a.s.retryDelay(), a.queued
+	return a.s.cfg.retryDelay(), a.queued
 }
 
 // backoff is the wait after a Redlock split vote short of ErrLocked (the
@@ -339,7 +339,7 @@ func (a *acquisition) delay(r acquired, err error, locked bool) (d time.Duration
 func (a *acquisition) backoff(took time.Duration) time.Duration {
 	a.splits = min(a.splits+1, 16)
 	window := min(took<<a.splits, a.s.cfg.ttl)
-	return a.s.retryDelay() + mrand.N(max(window, 0)+1)
+	return a.s.cfg.retryDelay() + mrand.N(max(window, 0)+1)
 }
 
 // abandon gives the acquisition up with err (see Lock.abandon).
@@ -357,11 +357,11 @@ func (a *acquisition) abandon(ctx context.Context, lastErr, err error) error {
 // documentation, section Waiting).
 func (s *Session) followDelay(left time.Duration, sub *subscription) time.Duration {
 	if left < 0 {
-		return s.retryDelay()
+		return s.cfg.retryDelay()
 	}
 	d := left + time.Millisecond + mrand.N(time.Millisecond)
 	if sub == nil || !sub.confirmed() {
-		d = min(d, s.retryDelay())
+		d = min(d, s.cfg.retryDelay())
 	}
 	return d
 }
@@ -487,13 +487,13 @@ func (l *Lock) abandon(ctx context.Context, unsure bool, lastErr, err error) err
 // with s.work.
 func (l *Lock) dispose(ctx context.Context, repeat bool) {
 	l.s.markStale(l, repeat)
-	l.s.soon(ctx, func(ctx context.Context) { _ = l.del(ctx) })
+	l.s.bestEffortCleanup(ctx, func(ctx context.Context) { _ = l.del(ctx) })
 }
 
-// soon runs f, a best-effort clean-up, within ctx, or in the background once
-// ctx has ended, so that the caller returns with its context whatever Redis
-// does. The caller must be registered with s.work.
-func (s *Session) soon(ctx context.Context, f func(context.Context)) {
+// bestEffortCleanup runs f, a best-effort clean-up, within ctx, or in the
+// background once ctx has ended, so that the caller returns with its
+// context whatever Redis does. The caller must be registered with s.work.
+func (s *Session) bestEffortCleanup(ctx context.Context, f func(context.Context)) {
 	if ctx.Err() == nil {
 		f(ctx)
 		return

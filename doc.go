@@ -6,11 +6,11 @@
 // # Model
 //
 // A Session is one participant's lease: a TTL and one heartbeat goroutine
-// that renews every key the session holds once per renew interval
-// (heartbeat.go says how). A Lock is one acquisition of one
-// name, with its own random token and fence. It ends exactly once (Done is
-// closed) and says why (Err): released, lost (ErrNotOwner, ErrExpired), or
-// the session closed. Ownership ends at a local deadline (see Timing).
+// that renews every key the session holds once per renew interval. A Lock
+// is one acquisition of one name, with its own random token and fence. It
+// ends exactly once (Done is closed) and says why (Err): released, lost
+// (ErrNotOwner, ErrExpired), or the session closed. Ownership ends at a
+// local deadline (see Timing).
 //
 //	s, err := redisleader.NewSession(client, redisleader.WithTTL(10*time.Second))
 //	...
@@ -51,51 +51,40 @@
 // channel before their first attempt or read, so a release wakes them at
 // once. Otherwise they try (or read) again when the holder's lease can have
 // expired, by the remaining TTL they last read: about one command per TTL
-// while a healthy holder renews. Lock, Campaign and Run poll at the retry
-// interval while their subscription is unconfirmed or the key has no TTL.
-// After an attempt that failed for another reason than the name being held
-// (an error, a Redlock split vote), they wait the random retry delay,
-// whatever is released meanwhile (a queued fair waiter still hears its
-// wake-up). Messages are hints: what they report and act on is read from
-// the lock key. A forged message only makes them read sooner; a lost one delays
-// them by at most the holder's remaining TTL.
+// while a healthy holder renews. After an attempt that failed for another
+// reason than the name being held, they wait the random retry delay,
+// whatever is released meanwhile. Messages are hints: what they report and
+// act on is read from the lock key. A forged message only makes them read
+// sooner; a lost one delays them by at most the holder's remaining TTL.
 //
 // # Fairness
 //
 // By default a release wakes every waiter and the first to ask again wins,
 // often the session that just released. With WithFairness, blocking
 // acquisitions are served in the order Redis saw their first attempts, and
-// a release wakes only the first waiter. TryLock then succeeds only if the
-// name is free and nobody waits. In Run, a resigned leader campaigns again
-// at the back, so leadership passes around rather than back. A waiter
-// that dies, pauses, is cut off or gives up holds the others up for at
-// most one TTL (its own session's). Fairness holds among the fair sessions
-// of a name, so use one mode per name. A waiter costs about one command
-// per TTL, as in default mode; fair.go describes the queue and its costs.
+// a release wakes only the first waiter; in Run, a resigned leader
+// campaigns again at the back, so leadership passes around rather than
+// back. A waiter that dies, pauses, is cut off or gives up holds the others
+// up for at most one TTL (its own session's). Fairness holds among the fair
+// sessions of a name, so use one mode per name; docs/locks.md has the costs.
 //
 // # Choosing the leader
 //
 // Election.Transfer hands leadership to the candidate campaigning with a
-// given value; nobody else leads in between, and if that candidate does
-// not take it within one TTL the name is free to anyone. A candidate may
-// declare a priority (WithPriority), at no extra command while it waits: a
-// Run leader below a waiting candidate yields to it (onElected's cause
-// ErrPreempted) once its term has lasted WithMinTerm, and any leader with
-// a priority that releases hands the name to the best candidate above it.
-// Equal priorities never move leadership. A dead or forged candidate costs
-// at most one TTL without a leader, never an overlap: the successor takes
-// the name as in any acquisition, with a higher fence. Not with Redlock.
-// transfer.go, priority.go and docs/MECHANISMS.md say how.
+// given value, nobody else leading in between. A candidate may declare a
+// priority (WithPriority): a Run leader yields to a better candidate, and
+// any leader with a priority that releases hands the name to the best one.
+// A dead or forged candidate costs at most one TTL without a leader, never
+// an overlap. Not with Redlock. docs/choosing-the-leader.md says what they
+// do, docs/MECHANISMS.md how.
 //
 // # Topologies and Redlock
 //
 // NewSession works with one Redis, Sentinel (redis.NewFailoverClient) and
 // Redis Cluster: every key of a name shares one hash slot. NewRedlockSession
 // holds a name while a quorum of independent servers hold its token, so a
-// minority may be down. A forward clock step or a restart without
-// persistence on one node can let two owners' quorums overlap on that node.
-// docs/MECHANISMS.md has its rounds and fences; docs/topologies.md compares
-// the topologies.
+// minority may be down. docs/topologies.md compares the topologies and
+// what breaks each; docs/MECHANISMS.md has Redlock's rounds and fences.
 //
 // # Timing
 //
@@ -123,8 +112,6 @@
 //   - An acquisition that gives up after an attempt of unknown outcome
 //     deletes its token, and the heartbeat deletes it again until it must
 //     have expired.
-//   - Overlapping calls of a session share pipelines (combine.go); each
-//     still ends with its own context and call timeout.
 //
 // # Guarantees
 //
@@ -157,7 +144,7 @@
 //
 // A name's keys and channels are redisleader:{name} and redisleader:{name}:*
 // (keys.go has the layout). Names are 1 to 512 bytes of UTF-8 without '{',
-// '}' or control characters. docs/operations.md lists the commands a Redis user
-// needs. A denial is a permanent error naming the command or channel, and
-// the denied attempt has written nothing.
+// '}' or control characters. docs/operations.md lists the commands a Redis
+// user needs. A denial is a permanent error naming the command or channel,
+// and the denied attempt has written nothing.
 package redisleader

@@ -45,17 +45,15 @@ func (e *Election) Name() string { return e.keys.name }
 // Campaign blocks until this candidate leads, and returns its leadership as a
 // Lock: Done is closed when leadership ends and Err says why, Fence is the
 // leader's fencing token, Value is value (until Proclaim changes it), and
-// Release resigns, as Resign does. While another candidate leads, Campaign
-// waits as the package documentation describes (section Waiting).
-//
-// Campaign returns ctx's error (joined with the last Redis error, if any)
-// when ctx ends and ErrSessionClosed when the session closes, promptly in
-// both cases, leaving no key behind; an error matching ErrInvalid when value
-// is longer than 64 KiB or an option breaks its rule; an error matching
-// ErrLocked when this session already leads; or a Redis error that retrying
-// cannot fix. Transient Redis errors are retried. opts may declare a
-// priority (WithPriority); a leader that Campaign won does not yield by
-// itself (Run does), but its release hands the name to a better candidate.
+// Release resigns, as Resign does. It waits as the package documentation
+// describes (section Waiting) and retries transient Redis errors. It
+// returns ctx's error (joined with the last Redis error, if any) or
+// ErrSessionClosed promptly, leaving no key behind; errors matching
+// ErrInvalid (a value over 64 KiB, an option that breaks its rule) or
+// ErrLocked (this session already leads); or a Redis error that retrying
+// cannot fix. A leader with a priority (opts, WithPriority) that Campaign
+// won does not yield by itself (Run does), but its release hands the name
+// to a better candidate.
 func (e *Election) Campaign(ctx context.Context, value string, opts ...CampaignOption) (*Lock, error) {
 	if err := checkValue(value); err != nil {
 		return nil, err
@@ -175,7 +173,7 @@ var errSuperseded = errors.New("redisleader: a later Proclaim of this leadership
 // lock of the name), or nil.
 func (s *Session) leading(name string) *Lock {
 	s.mu.Lock()
-	l := s.names[name]
+	l := s.reg.names[name]
 	s.mu.Unlock()
 	if l == nil {
 		return nil

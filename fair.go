@@ -83,14 +83,14 @@ func (s *Session) addWaiter(w *waiter) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err == nil {
-		s.waiting[w] = struct{}{}
+		s.reg.waiting[w] = struct{}{}
 	}
 }
 
 // dropWaiter unregisters w (see addWaiter).
 func (s *Session) dropWaiter(w *waiter) {
 	s.mu.Lock()
-	delete(s.waiting, w)
+	delete(s.reg.waiting, w)
 	s.mu.Unlock()
 }
 
@@ -107,7 +107,7 @@ func (a *acquisition) leave(ctx context.Context) {
 	a.queued = false
 	s, w := a.s, a.w
 	s.dropWaiter(w)
-	s.soon(ctx, func(ctx context.Context) {
+	s.bestEffortCleanup(ctx, func(ctx context.Context) {
 		_ = s.combine.call(ctx, time.Time{}, leaveScript, []any{nil, nil, 3, w.keys.lock, w.keys.queue(), w.keys.leases(), w.id, s.ttlArg})
 	})
 }

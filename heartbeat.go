@@ -2,9 +2,6 @@ package redisleader
 
 import (
 	"context"
-	"maps"
-	"math/bits"
-	"math/rand/v2"
 	"slices"
 	"time"
 )
@@ -22,14 +19,50 @@ import (
 func (s *Session) heartbeat(ctx context.Context, retry bool) {
 	onGoexit(func() {
 		s.beat(ctx, retry)
-		close(s.hbDone)
+		close(s.hb.done)
 	}, func() {
 		if ctx.Err() == nil {
 			go s.heartbeat(ctx, true)
 			return
 		}
-		close(s.hbDone)
+		close(s.hb.done)
 	})
+}
+
+// heartbeatState is what the session keeps for its heartbeat. Session.mu
+// guards ring, stale and idle.
+type heartbeatState struct {
+	ring    ring[*Lock]        // the slots of the held locks' renewals (ring.go)
+	stale   staleTokens        // ended locks whose token may still be in Redis (stale.go)
+	idle    bool               // the heartbeat sleeps until kicked
+	kick    chan struct{}      // capacity 1: work was added while idle
+	cancel  context.CancelFunc // stops the heartbeat
+	done    chan struct{}      // closed when the heartbeat goroutine has returned
+	checked bool               // the server check has run; the heartbeat's alone
+}
+
+// newHeartbeatState returns the state of an idle heartbeat renewing every
+// interval.
+func newHeartbeatState(interval time.Duration, cancel context.CancelFunc) heartbeatState {
+	return heartbeatState{
+		ring:   newRing[*Lock](interval),
+		stale:  make(staleTokens),
+		idle:   true,
+		kick:   make(chan struct{}, 1),
+		cancel: cancel,
+		done:   make(chan struct{}),
+	}
+}
+
+// wake kicks the heartbeat if it is idle. Session.mu must be held.
+func (h *heartbeatState) wake() {
+	if h.idle {
+		h.idle = false
+		select {
+		case h.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // A round renews every held lock once: it walks the ring's slots, renewing
@@ -77,7 +110,7 @@ func (s *Session) beat(ctx context.Context, retry bool) {
 	sc.t.Stop()
 	defer sc.t.Stop()
 	if retry {
-		sc.begin(time.Now().Add(min(s.cfg.renewInterval, s.retryDelay())), 0)
+		sc.begin(time.Now().Add(min(s.cfg.renewInterval, s.cfg.retryDelay())), 0)
 	}
 	for {
 		if sc.active {
@@ -86,15 +119,15 @@ func (s *Session) beat(ctx context.Context, retry bool) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.kick:
+		case <-s.hb.kick:
 			if !sc.active {
 				// The round the held locks' leases began in: its slots
 				// due by now hold only fresh leases, renewed next round.
 				from := s.leasesFrom()
-				sc.begin(from, int(time.Since(from)/s.ring.gap)+1)
+				sc.begin(from, int(time.Since(from)/s.hb.ring.gap)+1)
 			}
-			if !s.checked { // the first time the session holds something
-				s.checked = true
+			if !s.hb.checked { // the first time the session holds something
+				s.hb.checked = true
 				s.checkServer(ctx)
 			}
 		case <-sc.t.C:
@@ -124,7 +157,7 @@ func (s *Session) step(ctx context.Context, sc *schedule) {
 			return
 		case slot >= 0:
 			sc.next = slot + 1
-			sc.lastDue = sc.base.Add(time.Duration(slot) * s.ring.gap)
+			sc.lastDue = sc.base.Add(s.hb.ring.offset(slot))
 			s.slice(ctx, sc, slot, s.slotLocks(slot))
 			sc.lastEnd = time.Now()
 		case !s.endRound(ctx, sc):
@@ -139,12 +172,10 @@ func (s *Session) step(ctx context.Context, sc *schedule) {
 func (s *Session) nextSlot(sc *schedule) (int, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i := sc.next; i < len(s.ring.slots); i++ {
-		if len(s.ring.slots[i]) > 0 {
-			return i, sc.base.Add(time.Duration(i) * s.ring.gap)
-		}
+	if i := s.hb.ring.next(sc.next); i >= 0 {
+		return i, sc.base.Add(s.hb.ring.offset(i))
 	}
-	return -1, sc.base.Add(s.ring.span())
+	return -1, sc.base.Add(s.hb.ring.span())
 }
 
 // slice renews locks, of slot, in one round trip. The slot's retry, if any,
@@ -158,7 +189,7 @@ func (s *Session) slice(ctx context.Context, sc *schedule, slot int, locks []*Lo
 	sc.held += held
 	if len(failed) > 0 {
 		sc.failed = true
-		at := time.Now().Add(min(s.cfg.renewInterval, s.retryDelay()))
+		at := time.Now().Add(min(s.cfg.renewInterval, s.cfg.retryDelay()))
 		i, _ := slices.BinarySearchFunc(sc.retries, at, func(r retry, at time.Time) int { return r.at.Compare(at) })
 		sc.retries = slices.Insert(sc.retries, i, retry{at, slot, failed})
 	}
@@ -180,7 +211,7 @@ func (s *Session) endRound(ctx context.Context, sc *schedule) (going bool) {
 	if late := sc.lastEnd.Sub(sc.lastDue); late > 0 && (len(stale) > 0 || first.Before(now)) {
 		next, first = next.Add(late), first.Add(late)
 	}
-	if behind := now.Sub(next.Add(s.ring.span())); behind > 0 { // a whole round late (a stalled heartbeat)
+	if behind := now.Sub(next.Add(s.hb.ring.span())); behind > 0 { // a whole round late (a stalled heartbeat)
 		next, first = next.Add(behind), first.Add(behind)
 	}
 	if len(sc.retries) == 0 {
@@ -197,78 +228,11 @@ func (s *Session) endRound(ctx context.Context, sc *schedule) (going bool) {
 	return true
 }
 
-// The ring spreads a session's renewals over its renew interval, so that a
-// session holding many locks never sends Redis all their renewals at once:
-// other clients wait behind a slice at most. Each held lock has a slot,
-// fixed while it is held; slot i is renewed at offset i·gap of each round.
-// A slot takes sliceMax locks before the next one opens (or, once every
-// slot is that full, the least loaded takes the next), so a session holding
-// up to sliceMax locks renews them all in one round trip per interval, at
-// offset 0. Slots open in bit-reversed order (0, n/2, n/4, 3n/4, …), which
-// spreads any number of open slots evenly over the first half of the
-// interval; the second half is left to the clean-up of stale tokens.
-type ring struct {
-	slots []map[*Lock]struct{} // slot i's locks
-	order []int                // the order in which slots open
-	gap   time.Duration        // between two slots' offsets
-}
-
-const (
-	// sliceMax is how many renewals a slot takes before the next one
-	// opens: about 14 KB of requests, under the 16 KB that Redis reads
-	// from one client at a time (PROTO_IOBUF_LEN) before it serves others.
-	sliceMax = 100
-	// slotsMax bounds a ring's slots (the heartbeat scans them each round),
-	// and gapMin the time between two slots' offsets.
-	slotsMax = 1024
-	gapMin   = 500 * time.Microsecond
-)
-
-// newRing returns the ring of a renew interval: as many slots (a power of
-// two, up to slotsMax) as fit gapMin apart in half the interval.
-func newRing(interval time.Duration) ring {
-	k := 0
-	for 2<<k <= slotsMax && time.Duration(2<<k)*gapMin <= interval/2 {
-		k++
-	}
-	n := 1 << k
-	r := ring{slots: make([]map[*Lock]struct{}, n), order: make([]int, n), gap: interval / 2 / time.Duration(n)}
-	for i := range n {
-		r.order[i] = int(bits.Reverse(uint(i)) >> (bits.UintSize - k))
-	}
-	return r
-}
-
-// span is the part of a round over which the slots' offsets lie.
-func (r *ring) span() time.Duration { return time.Duration(len(r.slots)) * r.gap }
-
-// add gives l a slot (see ring). Session.mu must be held.
-func (r *ring) add(l *Lock) {
-	pick := -1
-	for _, i := range r.order {
-		if len(r.slots[i]) < sliceMax {
-			pick = i
-			break
-		}
-		if pick < 0 || len(r.slots[i]) < len(r.slots[pick]) {
-			pick = i
-		}
-	}
-	if r.slots[pick] == nil {
-		r.slots[pick] = make(map[*Lock]struct{})
-	}
-	r.slots[pick][l] = struct{}{}
-	l.slot = pick
-}
-
-// remove takes l out of its slot. Session.mu must be held.
-func (r *ring) remove(l *Lock) { delete(r.slots[l.slot], l) }
-
 // slotLocks returns the locks of slot i.
 func (s *Session) slotLocks(i int) []*Lock {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Collect(maps.Keys(s.ring.slots[i]))
+	return s.hb.ring.members(i)
 }
 
 // firstDue is when the first occupied slot of a round starting at base is
@@ -276,10 +240,8 @@ func (s *Session) slotLocks(i int) []*Lock {
 func (s *Session) firstDue(base time.Time) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i, locks := range s.ring.slots {
-		if len(locks) > 0 {
-			return base.Add(time.Duration(i) * s.ring.gap)
-		}
+	if i := s.hb.ring.next(0); i >= 0 {
+		return base.Add(s.hb.ring.offset(i))
 	}
 	return base
 }
@@ -305,10 +267,10 @@ func (s *Session) leasesFrom() time.Time {
 func (s *Session) goIdle() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.locks) > 0 || len(s.stale) > 0 {
+	if len(s.reg.locks) > 0 || len(s.hb.stale) > 0 {
 		return false
 	}
-	s.idle = true
+	s.hb.idle = true
 	return true
 }
 
@@ -358,72 +320,4 @@ func (s *Session) renewSlice(ctx context.Context, locks []*Lock) (held int, fail
 		}
 	}
 	return len(live), failed
-}
-
-// staleness says how the heartbeat cleans up an ended lock's token.
-type staleness struct {
-	until  time.Time // stop trying then: the token must have expired
-	repeat bool      // a request of ours may still set the key: keep deleting until then
-}
-
-// markStale hands an ended lock to the heartbeat for a best-effort delete:
-// a renewal that reached Redis but whose reply came after the deadline (or
-// never came) may have left our token there for up to another TTL, and so
-// may a release whose outcome is unknown. The heartbeat tries until the
-// delete succeeds or the token must have expired (two TTLs after the lock's
-// deadline or now, whichever is later). With repeat (an abandoned acquire:
-// an attempt still on its way to Redis can set the key after any delete),
-// it keeps deleting until then.
-func (s *Session) markStale(l *Lock, repeat bool) {
-	until := time.Now()
-	if d := l.Deadline(); d.After(until) {
-		until = d
-	}
-	until = until.Add(2 * s.cfg.ttl)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err == nil {
-		prev := s.stale[l]
-		if prev.until.After(until) {
-			until = prev.until
-		}
-		s.stale[l] = staleness{until: until, repeat: repeat || prev.repeat}
-		s.wakeLocked()
-	}
-}
-
-// staleLocks returns the ended locks whose tokens wait for cleanStale.
-func (s *Session) staleLocks() []*Lock {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Collect(maps.Keys(s.stale))
-}
-
-// cleanStale deletes the keys of locks, ended (staleLocks), if they still
-// hold their tokens (compare-and-delete, so it never touches anyone
-// else's), giving up at deadline. A lock is forgotten once the delete
-// succeeded, or once its token must have expired on the server anyway.
-func (s *Session) cleanStale(ctx context.Context, locks []*Lock, deadline time.Time) {
-	if len(locks) == 0 {
-		return
-	}
-	outcomes := s.place.releaseAll(ctx, locks, deadline)
-	now := time.Now()
-	s.mu.Lock()
-	for i, l := range locks {
-		st := s.stale[l]
-		if (!outcomes[i].retry && !st.repeat) || now.After(st.until) {
-			delete(s.stale, l)
-		}
-	}
-	s.mu.Unlock()
-}
-
-// retryDelay is the retry interval plus a random jitter in [0, retryJitter].
-func (s *Session) retryDelay() time.Duration {
-	d := s.cfg.retryInterval
-	if j := s.cfg.retryJitter; j > 0 {
-		d += rand.N(j + 1)
-	}
-	return d
 }

@@ -198,7 +198,7 @@ func TestStaleCleanupNeverDelaysRenewals(t *testing.T) {
 		withRoundHook(func(int, bool) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			rounds <- round{time.Now(), len(s.stale)}
+			rounds <- round{time.Now(), len(s.hb.stale)}
 		}))
 	held, err := s.TryLock(ctx, "held")
 	require.NoError(t, err)

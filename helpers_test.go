@@ -233,15 +233,15 @@ func crash(s *Session) {
 	s.err = errCrashed
 	close(s.done)
 	var held []*Lock
-	for l := range s.locks {
+	for l := range s.reg.locks {
 		held = append(held, l)
 	}
 	s.mu.Unlock()
 	for _, l := range held {
 		l.end(errCrashed)
 	}
-	s.cancel()
-	<-s.hbDone
+	s.hb.cancel()
+	<-s.hb.done
 	s.work.Wait()
 	s.watch.close()
 	close(s.closed)

@@ -107,7 +107,7 @@ func chain[E any](f, g func(E)) func(E) {
 var hookEpoch = time.Now()
 
 // emitLocked reports a lease event of l at now: to the reliability tests'
-// probe (a no-op unless a test installed one) if l was handed over, and to
+// probe (a no-op unless a test installed one) if l was delivered, and to
 // the user's Hooks (Acquired, after a call that took wait; Lost or
 // Released). l.mu must be held.
 func (l *Lock) emitLocked(kind string, now time.Time, wait time.Duration) {

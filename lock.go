@@ -59,7 +59,7 @@ type Lock struct {
 	// on a Redlock node, so this token may be, or get, in Redis after a
 	// delete: every delete is then repeated until the token must have
 	// expired. Written only by the acquiring goroutine, before the lock is
-	// handed over.
+	// delivered.
 	leftover bool
 	// deliveredAt is when delivered was set, as a time since hookEpoch
 	// (8 bytes, not a time.Time's 24), for Hooks.
@@ -260,14 +260,14 @@ func (l *Lock) extend(sent time.Time) {
 	l.emitLocked(probe.Renewed, now, 0)
 }
 
-// handOver waits out the takeover delay (WithTakeoverDelay) of a fresh
+// deliver waits out the takeover delay (WithTakeoverDelay) of a fresh
 // acquisition, made by a call that started at start, while the heartbeat
-// renews it, then hands it to its caller (registering it first as a Run
+// renews it, then delivers it to its caller (registering it first as a Run
 // term, with term). It returns why the acquisition ended if it ended before
-// it could be handed over (a deadline can pass even with no delay), or
+// it could be delivered (a deadline can pass even with no delay), or
 // ctx's error or ErrSessionClosed if those ended first (the key is then
 // released, by the caller here or by Close).
-func (l *Lock) handOver(ctx context.Context, start time.Time, term bool) (lost, err error) {
+func (l *Lock) deliver(ctx context.Context, start time.Time, term bool) (lost, err error) {
 	if d := l.s.cfg.takeoverDelay; d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()

@@ -46,7 +46,7 @@ func (o *observer) run(ctx context.Context, first time.Duration) {
 		o.observe(ctx, first)
 		close(o.out)
 		o.e.s.work.Done()
-	}, func() { go o.run(ctx, o.e.s.retryDelay()) })
+	}, func() { go o.run(ctx, o.e.s.cfg.retryDelay()) })
 }
 
 func (o *observer) observe(ctx context.Context, next time.Duration) {
@@ -83,7 +83,7 @@ func (o *observer) read(ctx context.Context) time.Duration {
 	l, ok, err := o.e.s.place.inspect(ctx, o.e.keys)
 	switch {
 	case err != nil:
-		return o.e.s.retryDelay()
+		return o.e.s.cfg.retryDelay()
 	case !ok:
 		o.report(Leader{})
 		return o.e.s.cfg.ttl

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 )
 
@@ -150,9 +151,8 @@ func WithTakeoverDelay(d time.Duration) Option {
 // The default is off. n must be at least 1, and timeout a positive whole
 // number of milliseconds below the call timeout, leaving 1/hz of room (an
 // unacknowledged WAIT takes up to timeout + 1/hz: 100ms at Redis's default
-// hz 10). Not available with a *redis.ClusterClient or a wrapper around one,
-// its AutoPipeline client included (WAIT must run on the connection that
-// wrote).
+// hz 10). Not with a *redis.ClusterClient, a wrapper around one or its
+// AutoPipeline client: WAIT must run on the connection that wrote.
 func WithReplicaAcks(n int, timeout time.Duration) Option {
 	return optionFunc(func(c *config) { c.acks, c.acksSet = replicaAcks{n: n, timeout: timeout}, true })
 }
@@ -275,4 +275,13 @@ func (c *config) validate() error {
 // renewRetryMax is the longest wait before a failed renewal is retried.
 func (c *config) renewRetryMax() time.Duration {
 	return min(c.renewInterval, c.retryInterval+max(c.retryJitter, 0))
+}
+
+// retryDelay is the retry interval plus a random jitter in [0, retryJitter].
+func (c *config) retryDelay() time.Duration {
+	d := c.retryInterval
+	if j := c.retryJitter; j > 0 {
+		d += rand.N(j + 1)
+	}
+	return d
 }

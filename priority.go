@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"time"
 
@@ -39,8 +40,17 @@ import (
 // any write, with an error that names the foreign key (candidateKeys).
 
 // A CampaignOption sets how a candidate campaigns (Election.Campaign and
-// Election.Run).
-type CampaignOption func(*candidacy) error
+// Election.Run). Options are created by WithPriority and WithMinTerm; the
+// set is sealed (CampaignOption cannot be implemented outside the package).
+// Campaign and Run validate the combined options and report the first
+// broken rule.
+type CampaignOption interface {
+	applyCampaign(*candidacy)
+}
+
+type campaignOption func(*candidacy)
+
+func (f campaignOption) applyCampaign(c *candidacy) { f(c) }
 
 // maxPriority bounds a priority: Redis keeps it in a sorted set's score, a
 // double, exact up to 2^53.
@@ -53,33 +63,22 @@ const maxPriority = 1<<53 - 1
 // leadership. Candidates are told apart by their values: a candidate with
 // a priority needs a non-empty one (ErrInvalid otherwise).
 func WithPriority(p int64) CampaignOption {
-	return func(c *candidacy) error {
-		if p > maxPriority || p < -maxPriority {
-			return invalidf("priority %d is out of range: it must be within ±(2^53-1), exact in a Redis sorted set's score", p)
-		}
-		c.priority, c.prioritised = p, true
-		return nil
-	}
+	return campaignOption(func(c *candidacy) { c.priority, c.prioritised = p, true })
 }
 
-// NeverYield, given to WithMinTerm, keeps a leader with a priority leading
-// whatever candidate waits; it still hands the name to the best candidate
-// above it when it releases it.
-const NeverYield time.Duration = -1
+// NeverYield, given to WithMinTerm, is a minimum term that never passes: a
+// leader with a priority keeps leading whatever candidate waits; it still
+// hands the name to the best candidate above it when it releases it.
+const NeverYield time.Duration = math.MaxInt64
 
 // WithMinTerm sets how long a leader with a priority leads before it yields
 // to a better candidate (hysteresis against flapping; default 0: as soon as
-// its renewal finds one), or NeverYield. Only Run yields: onElected's
-// context ends with cause ErrPreempted, and once onElected has returned Run
-// hands the name over and campaigns again. It requires WithPriority.
+// its renewal finds one), or NeverYield; it must not be negative. Only Run
+// yields: onElected's context ends with cause ErrPreempted, and once
+// onElected has returned Run hands the name over and campaigns again. It
+// requires WithPriority.
 func WithMinTerm(d time.Duration) CampaignOption {
-	return func(c *candidacy) error {
-		if d < 0 && d != NeverYield {
-			return invalidf("minimum term %v must not be negative (NeverYield: never yield)", d)
-		}
-		c.minTerm, c.minTermSet = d, true
-		return nil
-	}
+	return campaignOption(func(c *candidacy) { c.minTerm, c.minTermSet = d, true })
 }
 
 // candidacy is a candidate's declared priority and yield policy, shared by
@@ -93,9 +92,9 @@ type candidacy struct {
 	candKeys    [2]any
 }
 
-// candidacyOf applies opts for value's campaign in an election of k; it
-// returns nil without
-// options, and an error matching ErrInvalid when they break a rule or the
+// candidacyOf applies opts for value's campaign in an election of k and
+// validates them, the one place that does; it returns nil without a
+// priority, and an error matching ErrInvalid when they break a rule or the
 // session is a Redlock one.
 func (s *Session) candidacyOf(k keys, value string, opts []CampaignOption) (*candidacy, error) {
 	if len(opts) == 0 {
@@ -106,15 +105,10 @@ func (s *Session) candidacyOf(k keys, value string, opts []CampaignOption) (*can
 		if o == nil {
 			return nil, invalidf("campaign option must not be nil")
 		}
-		if err := o(c); err != nil {
-			return nil, err
-		}
+		o.applyCampaign(c)
 	}
-	switch {
-	case !c.prioritised && c.minTermSet:
-		return nil, invalidf("WithMinTerm needs WithPriority")
-	case !c.prioritised:
-		return nil, nil
+	if err := c.validate(); err != nil || !c.prioritised {
+		return nil, err
 	}
 	if _, redlock := s.place.(*quorum); redlock {
 		return nil, invalidf("priorities are not supported with Redlock (a reservation or a candidate list on a majority of nodes is not one fact)")
@@ -125,6 +119,19 @@ func (s *Session) candidacyOf(k keys, value string, opts []CampaignOption) (*can
 	c.prioArg = strconv.FormatInt(c.priority, 10)
 	c.candKeys = [2]any{k.candidates(), k.candidateLeases()}
 	return c, nil
+}
+
+// validate reports the first rule that the options break.
+func (c *candidacy) validate() error {
+	switch {
+	case c.priority > maxPriority || c.priority < -maxPriority:
+		return invalidf("priority %d is out of range: it must be within ±(2^53-1), exact in a Redis sorted set's score", c.priority)
+	case c.minTerm < 0:
+		return invalidf("minimum term %v must not be negative (NeverYield: never yield)", c.minTerm)
+	case !c.prioritised && c.minTermSet:
+		return invalidf("WithMinTerm needs WithPriority")
+	}
+	return nil
 }
 
 // withCandidate returns an acquire script's argument vector argv {_, _,
@@ -145,7 +152,7 @@ func (c *candidacy) withCandidate(argv []any) []any {
 // would have come, plus a TTL), so that no leader hands the name to it.
 func (a *acquisition) withdraw(ctx context.Context) {
 	s, c, value := a.s, a.cand, a.value // not a: the closure would move every acquisition to the heap
-	s.soon(ctx, func(ctx context.Context) {
+	s.bestEffortCleanup(ctx, func(ctx context.Context) {
 		_ = s.combine.call(ctx, time.Time{}, withdrawScript, []any{nil, nil, 2, c.candKeys[0], c.candKeys[1], value})
 	})
 }
@@ -199,7 +206,8 @@ func (l *Lock) onPreempt(f func()) {
 func (l *Lock) preferred() {
 	l.mu.Lock()
 	var f func()
-	if c := l.candidateLocked(); c != nil && c.minTerm != NeverYield && l.succ.preempt != nil &&
+	// NeverYield's minimum term never passes.
+	if c := l.candidateLocked(); c != nil && l.succ.preempt != nil &&
 		l.delivered && time.Since(hookEpoch)-l.deliveredAt >= c.minTerm {
 		f, l.succ.preempt = l.succ.preempt, nil
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/faultproxy"
 	"github.com/redisleader/redisleader/internal/redisserver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -195,4 +196,287 @@ func TestACLDeniedCandidateRead(t *testing.T) {
 	_, err := e.Campaign(context.Background(), "a", WithPriority(1))
 	assertDenied(t, err, "permission denied for ZSCORE redisleader:{no-zscore}:cand (ACL): ",
 		aclWordings.script(deniedCommand, "no-zscore", "zscore"))
+}
+
+// runTerms runs e.Run(ctx, value, …, opts...) on its own goroutine; each
+// term sends its Lock and the time it started on elected, waits for its
+// context and sends the context's cause on causes.
+func runTerms(ctx context.Context, e *Election, value string, opts ...CampaignOption) (elected <-chan wonTerm, causes <-chan error) {
+	el, ca := make(chan wonTerm, 8), make(chan error, 8)
+	go func() {
+		_ = e.Run(ctx, value, func(ctx context.Context, l *Lock) error {
+			el <- wonTerm{l: l, value: value, at: time.Now()}
+			<-ctx.Done()
+			ca <- context.Cause(ctx)
+			return nil
+		}, opts...)
+	}()
+	return el, ca
+}
+
+// wonTerm is one term of runTerms.
+type wonTerm struct {
+	l     *Lock
+	value string
+	at    time.Time
+}
+
+// TestEqualLargePrioritiesDoNotPreempt: WithPriority accepts any
+// value within ±(2^53-1), and "equal priorities never move leadership".
+// Found reviewing issue 30: the scripts built the exclusive bound of best()
+// as '(' .. tonumber(p), and Lua 5.1 (Redis) turns a number into a string
+// with %.14g: a priority of 15 digits or more was rounded (1125899906842625
+// → "1.1258999068426e+15" = 1125899906842600), so a candidate with the same
+// priority (or a lower one within the rounding) counted as better and the
+// leader was preempted.
+func TestEqualLargePrioritiesDoNotPreempt(t *testing.T) {
+	const p = 1<<50 + 1 // 1125899906842625: within the documented range
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		roundOpt, renewed := rounds()
+		e := mustElection(t, newSession(t, b.client, fastOpts(roundOpt)...), "bigprio")
+		elected, causes := runTerms(ctx, e, "a", WithPriority(p))
+		first := recvWithin(t, elected, 2*time.Second, "a elected").l
+		peer := mustElection(t, newSession(t, b.client, fastOpts()...), "bigprio")
+		go func() { _, _ = peer.Campaign(ctx, "b", WithPriority(p)) }()
+		waitEnlisted(t, e, "a", "b")
+		for range 4 { // renewals that each look for a better candidate
+			select {
+			case cause := <-causes:
+				t.Fatalf("leader with priority %d ended (cause %v) for a candidate of the same priority", int64(p), cause)
+			case <-renewed:
+			case <-time.After(time.Second):
+				t.Fatal("no renewal round within 1s")
+			}
+		}
+		assert.True(t, first.Held(), "equal priorities must not move leadership")
+	})
+}
+
+// TestForgedCandidateLeaseCostsNoMoreThanAHandover: the doc promises
+// that a forged entry costs at most one reservation's TTL. Found reviewing
+// issue 30: a member of :candlease with score +inf (anyone with write
+// access to the slot can ZADD it) made enlist() compute PEXPIREAT "inf",
+// which Redis refuses after the script's earlier writes: every renewal of a
+// leader with a priority failed (though its PEXPIRE ran), so the leader
+// lost its lease at its local deadline, term after term, and no entry ever
+// expired.
+func TestForgedCandidateLeaseCostsNoMoreThanAHandover(t *testing.T) {
+	onRedisServer(t, func(t *testing.T, b *backend) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		k := newKeys("forgedlease")
+		require.NoError(t, b.client.Do(ctx, "ZADD", k.candidateLeases(), "+inf", "ghost").Err())
+		roundOpt, renewed := rounds()
+		e := mustElection(t, newSession(t, b.client, fastOpts(roundOpt)...), "forgedlease")
+		cctx, ccancel := context.WithTimeout(ctx, 3*time.Second)
+		defer ccancel()
+		l, err := e.Campaign(cctx, "a", WithPriority(1))
+		require.NoError(t, err, "a candidate with a priority cannot even campaign")
+		assert.False(t, waitRound(t, renewed, time.Second), "a renewal round failed because of one forged entry")
+		select {
+		case <-l.Done():
+			t.Fatalf("the leader lost its lease to one forged entry: %v", l.Err())
+		case <-time.After(3 * 600 * time.Millisecond): // three TTLs
+		}
+	})
+}
+
+// TestCrashedTopCandidateDoesNotPreemptItsSuccessor: the leader with
+// the highest priority dies (no release), and the next leader, with a lower
+// priority, keeps the name. Found reviewing issue 30: the dead leader's
+// candidate entry, renewed by its own renewals, lived two TTLs, beyond its
+// lease (one TTL); the next leader's first renewal found it "better", so it
+// was preempted and its release reserved the name for the dead candidate
+// for one more TTL: two leadership changes and about TTL + renew interval +
+// TTL of vacancy instead of one TTL ("liveness within TTL + margin").
+func TestCrashedTopCandidateDoesNotPreemptItsSuccessor(t *testing.T) {
+	onRedisServer(t, func(t *testing.T, b *backend) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		s1 := newSession(t, b.client, fastOpts()...)
+		top, err := mustElection(t, s1, "crashtop").Campaign(ctx, "top", WithPriority(5))
+		require.NoError(t, err)
+		e := mustElection(t, newSession(t, b.client, fastOpts()...), "crashtop")
+		elected, causes := runTerms(ctx, e, "low", WithPriority(1))
+		waitEnlisted(t, e, "top", "low")
+		crashed := time.Now()
+		crash(s1)
+		require.ErrorIs(t, top.Err(), errCrashed)
+		at := recvWithin(t, elected, 2*time.Second, "low elected after the crash").at
+		t.Logf("low elected %v after the crash", at.Sub(crashed).Round(time.Millisecond))
+		select {
+		case cause := <-causes:
+			after := time.Since(at).Round(time.Millisecond)
+			again := recvWithin(t, elected, 3*time.Second, "low elected again").at
+			t.Fatalf("low preempted (%v) %v after its election, for a candidate that crashed; elected again %v after the crash",
+				cause, after, again.Sub(crashed).Round(time.Millisecond))
+		case <-time.After(2 * 600 * time.Millisecond): // past the dead entry's two TTLs
+		}
+	})
+}
+
+// TestWrongTypeCandidateKeysWriteNothing: a string in :cand or :candlease
+// makes a candidate's Campaign fail with a permanent error that names the
+// key (it was a bare WRONGTYPE before issue 35.8) and no write at all, and
+// a leader with a priority that releases leaves its key as it was (the
+// heartbeat's retries change nothing either).
+func TestWrongTypeCandidateKeysWriteNothing(t *testing.T) {
+	c, ks := notifying(t)
+	ctx := context.Background()
+	for _, which := range []string{"cand", "candlease"} {
+		t.Run(which, func(t *testing.T) {
+			k := newKeys("wrongtype-" + which)
+			key := k.candidates()
+			if which == "candlease" {
+				key = k.candidateLeases()
+			}
+			e := mustElection(t, newSession(t, c, fastOpts()...), k.name)
+			// A leader that enlisted before the foreign value arrived.
+			l, err := e.Campaign(ctx, "leader", WithPriority(1), WithMinTerm(NeverYield))
+			require.NoError(t, err)
+			require.NoError(t, c.Del(ctx, key).Err())
+			require.NoError(t, c.Set(ctx, key, "foreign", time.Minute).Err())
+			ks.writes("")
+			peer := mustElection(t, newSession(t, c, fastOpts()...), k.name)
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			_, err = peer.Campaign(cctx, "peer", WithPriority(2))
+			require.Error(t, err)
+			assert.True(t, permanent(err), "a foreign value is permanent: %v", err)
+			assert.ErrorContains(t, err, key)
+			before, err := c.Get(ctx, k.lock).Result()
+			require.NoError(t, err)
+			assert.Error(t, l.Release(ctx), "the release reads the candidates and fails")
+			after, err := c.Get(ctx, k.lock).Result()
+			require.NoError(t, err)
+			assert.Equal(t, before, after, "the lock key is untouched")
+			for _, w := range ks.writes("redisleader:") {
+				// The leader's renewals fail before their first write
+				// too, and renew the lease alone (issue 35.8).
+				if w != k.lock+" expire" {
+					t.Errorf("a write despite the foreign key: %s", w)
+				}
+			}
+			v, err := c.Get(ctx, key).Result()
+			require.NoError(t, err)
+			assert.Equal(t, "foreign", v)
+		})
+	}
+}
+
+// TestEmptyValueCandidateHidesTheBest: Campaign refuses the value "" with
+// a priority, and a forged entry for "" on top of the candidates does not
+// hide the best real one. Found reviewing issue 30: Campaign enlisted "",
+// and best() returned the best live entry without looking further, so the
+// renewal reported "" as the better candidate, which renewReply read as
+// none: the leader never yielded to "x" (priority 5, above the leader's 1),
+// and its release deleted the key instead of handing it to "x".
+func TestEmptyValueCandidateHidesTheBest(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		roundOpt, renewed := rounds()
+		e := mustElection(t, newSession(t, b.client, fastOpts(roundOpt)...), "emptyvalue")
+		elected, causes := runTerms(ctx, e, "L", WithPriority(1))
+		recvWithin(t, elected, 2*time.Second, "L elected")
+		// "" cannot campaign with a priority; a forged entry for it is
+		// skipped.
+		_, err := e.Campaign(ctx, "", WithPriority(9))
+		require.ErrorIs(t, err, ErrInvalid)
+		k := newKeys("emptyvalue")
+		require.NoError(t, b.client.ZAdd(ctx, k.candidates(), redis.Z{Score: 9, Member: ""}).Err())
+		require.NoError(t, b.client.ZAdd(ctx, k.candidateLeases(), redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: ""}).Err())
+		peer := mustElection(t, newSession(t, b.client, fastOpts()...), "emptyvalue")
+		go func() { _, _ = peer.Campaign(ctx, "x", WithPriority(5)) }()
+		waitEnlisted(t, e, "L", "x")
+		for range 5 {
+			select {
+			case cause := <-causes:
+				require.ErrorIs(t, cause, ErrPreempted)
+				return // L yielded: x (or "") waits above it
+			case <-renewed:
+			case <-time.After(time.Second):
+				t.Fatal("no renewal round within 1s")
+			}
+		}
+		t.Fatal("L never yielded although x (priority 5 > 1) waits: the candidate \"\" (priority 9) hides it")
+	})
+}
+
+// TestUnacknowledgedRenewalWithBetterCandidateDoesNotCount: with
+// WithReplicaAcks an unacknowledged renewal must not extend the local
+// deadline (a failover could lose it: the replica's shorter TTL lets
+// another candidate take the name while this leader still believes), also
+// when a better candidate waits. Found reviewing issue 30: node.renew
+// applied WAIT's error only to a zero renewal; preferRenewScript's {1,
+// value} (a better candidate waits) decoded as renewal{better: value}, so
+// the ack error was dropped and the renewal counted: with NeverYield the
+// leader kept extending its lease with replication cut, for as long as a
+// better candidate waited.
+func TestUnacknowledgedRenewalWithBetterCandidateDoesNotCount(t *testing.T) {
+	primary, _, link := replicated(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := primary.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	round, roundDone := rounds()
+	const ttl = 3 * time.Second
+	s := newSession(t, c, WithTTL(ttl), WithReplicaAcks(1, 200*time.Millisecond), round)
+	e := mustElection(t, s, "acked-prio")
+	l, err := e.Campaign(ctx, "a", WithPriority(1), WithMinTerm(NeverYield))
+	require.NoError(t, err)
+	peer := mustElection(t, newSession(t, c, WithTTL(ttl)), "acked-prio")
+	go func() { _, _ = peer.Campaign(ctx, "b", WithPriority(2)) }()
+	waitEnlisted(t, e, "a", "b")
+	require.False(t, waitRound(t, roundDone, 3*time.Second), "an acknowledged renewal")
+
+	link.Blackhole(faultproxy.Both)
+	d := l.Deadline()
+	select {
+	case <-l.Done():
+		assert.ErrorIs(t, l.Err(), ErrExpired)
+		assert.False(t, time.Now().Before(d), "not before the deadline")
+	case <-time.After(2 * ttl):
+		t.Fatalf("replication cut for two TTLs, yet the leader still holds (deadline moved from %v to %v): unacknowledged renewals counted",
+			d.Format("15:04:05.000"), l.Deadline().Format("15:04:05.000"))
+	}
+}
+
+// TestCampaignOptionsValidatedOnce: Campaign validates the combined
+// campaign options in one place, before any I/O (the client here has no
+// server): a priority out of range, a negative minimum term (-1ns
+// included: NeverYield is no negative magic value), WithMinTerm without
+// WithPriority, a nil option and an empty value with a priority are
+// refused; NeverYield and the last of repeated options are accepted.
+func TestCampaignOptionsValidatedOnce(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	t.Cleanup(func() { _ = client.Close() })
+	s, err := NewSession(client)
+	require.NoError(t, err)
+	require.NoError(t, s.Close(context.Background())) // Campaign checks, then returns ErrSessionClosed
+	e := mustElection(t, s, "opts")
+	for _, c := range []struct {
+		value string
+		opts  []CampaignOption
+		want  string // "" when only ErrSessionClosed is expected
+	}{
+		{"v", []CampaignOption{WithPriority(maxPriority + 1)}, "out of range"},
+		{"v", []CampaignOption{WithPriority(-maxPriority - 1)}, "out of range"},
+		{"v", []CampaignOption{WithPriority(1), WithMinTerm(-time.Nanosecond)}, "must not be negative"},
+		{"v", []CampaignOption{WithMinTerm(NeverYield)}, "WithMinTerm needs WithPriority"},
+		{"v", []CampaignOption{WithPriority(1), nil}, "must not be nil"},
+		{"", []CampaignOption{WithPriority(1)}, "needs a value"},
+		{"v", []CampaignOption{WithPriority(maxPriority), WithMinTerm(NeverYield)}, ""},
+		{"v", []CampaignOption{WithPriority(1 << 60), WithPriority(-maxPriority)}, ""},
+		{"", []CampaignOption{WithMinTerm(-1), WithMinTerm(0), WithPriority(0), WithPriority(2)}, "needs a value"},
+	} {
+		_, err := e.Campaign(context.Background(), c.value, c.opts...)
+		if c.want == "" {
+			assert.ErrorIs(t, err, ErrSessionClosed, "%q %v", c.value, c.opts)
+			continue
+		}
+		assert.ErrorIs(t, err, ErrInvalid, "%q %v", c.value, c.opts)
+		assert.ErrorContains(t, err, c.want)
+	}
 }

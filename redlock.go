@@ -604,11 +604,11 @@ func (s *Session) againLocked(held []*Lock) []*Lock {
 	}
 	var again []*Lock
 	for _, l := range held {
-		if _, term := s.terms[l]; l.leftover && !term {
+		if _, term := s.reg.terms[l]; l.leftover && !term {
 			again = append(again, l)
 		}
 	}
-	for l, st := range s.stale {
+	for l, st := range s.hb.stale {
 		if st.repeat {
 			again = append(again, l)
 		}

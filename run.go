@@ -9,23 +9,15 @@ import (
 // Run campaigns for leadership with value and, for each term it wins, calls
 // onElected on Run's goroutine with the term's Lock and a context cancelled
 // when the term ends or ctx does; context.Cause says why (ErrExpired,
-// ErrNotOwner, ErrReleased, ErrSessionClosed, or ctx's cause). onElected
-// should then return. Once it has, Run releases the term (package
-// documentation, Elections) and campaigns again; an error returned after
-// the loss is logged, and one returned while still leading ends Run with it.
-// If onElected panics, Run resigns first and the panic goes on.
-//
-// After a Transfer, Run campaigns for its next term without its priority,
-// so that the transfer holds.
-//
-// With a priority (opts, WithPriority) a term ends with cause ErrPreempted
-// when a candidate with a higher one waits (WithMinTerm says when); Run then
-// hands the name to it once onElected has returned, and campaigns again.
-//
-// Run returns ctx's error when ctx ends, ErrSessionClosed when the session
-// closes, what Campaign returns otherwise, or an error matching ErrInvalid
-// for a nil onElected, a value over 64 KiB or an option that breaks its
-// rule.
+// ErrNotOwner, ErrReleased, ErrPreempted, ErrSessionClosed, or ctx's cause).
+// Once onElected has returned, Run releases the term (package documentation,
+// Elections; a preempted one goes to the better candidate) and campaigns
+// again, after a Transfer without its priority, so that the transfer holds.
+// An error onElected returns after the loss is logged, one returned while
+// still leading ends Run with it, and a panic goes on once Run resigned.
+// Run returns ctx's error, ErrSessionClosed, what Campaign returns, or an
+// error matching ErrInvalid for a nil onElected, a value over 64 KiB or an
+// option that breaks its rule.
 func (e *Election) Run(ctx context.Context, value string, onElected func(ctx context.Context, leadership *Lock) error, opts ...CampaignOption) error {
 	if onElected == nil {
 		return invalidf("Run: onElected must not be nil")
@@ -157,14 +149,14 @@ func (s *Session) registerTerm(l *Lock) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err == nil {
-		s.terms[l] = &term{released: make(chan struct{})}
+		s.reg.terms[l] = &term{released: make(chan struct{})}
 	}
 }
 
 // endTerm records that Run has released its term l.
 func (s *Session) endTerm(l *Lock, t *term) {
 	s.mu.Lock()
-	delete(s.terms, l)
+	delete(s.reg.terms, l)
 	s.mu.Unlock()
 	close(t.released)
 }
@@ -174,7 +166,7 @@ func (s *Session) endTerm(l *Lock, t *term) {
 func (s *Session) resignedTerm(name string) *Lock {
 	var terms []*Lock
 	s.mu.Lock()
-	for l := range s.terms {
+	for l := range s.reg.terms {
 		if l.keys.name == name {
 			terms = append(terms, l)
 		}
@@ -192,7 +184,7 @@ func (s *Session) resignedTerm(name string) *Lock {
 func (s *Session) termOf(l *Lock) *term {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.terms[l]
+	return s.reg.terms[l]
 }
 
 // awaitTerm waits, with wait, until Run has deleted or handed over its

@@ -49,22 +49,12 @@ type Session struct {
 	cfg    config
 	ttlArg any // the TTL in ms, boxed once for script arguments
 
-	mu    sync.Mutex // protects the maps, err and idle; orders work.Add before Close
-	locks map[*Lock]struct{}
-	names map[string]*Lock    // the held lock of each name in locks
-	stale map[*Lock]staleness // ended locks whose token may still be in Redis
-	ring  ring                // the slots of the locks' renewals (heartbeat.go)
-	terms map[*Lock]*term     // leaderships Election.Run releases itself
-	// waiting: fair acquisitions that may have a place in a queue
-	waiting   map[*waiter]struct{}
-	err       error         // nil until Close
-	idle      bool          // the heartbeat sleeps until kicked
-	done      chan struct{} // closed when Close starts
-	closed    chan struct{} // closed when the first Close has finished
-	kick      chan struct{} // capacity 1: work was added while idle
-	cancel    context.CancelFunc
-	hbDone    chan struct{}  // closed when the heartbeat goroutine has returned
-	checked   bool           // the server check has run; the heartbeat's alone
+	mu        sync.Mutex     // protects reg, err and hb (ring, stale, idle); orders work.Add before Close
+	reg       registry       // what the session holds and waits for (registry.go)
+	err       error          // nil until Close
+	done      chan struct{}  // closed when Close starts
+	closed    chan struct{}  // closed when the first Close has finished
+	hb        heartbeatState // the heartbeat's ring, stale tokens and signals (heartbeat.go)
 	watch     *watcher       // the session's pub/sub connection, started on first use
 	work      sync.WaitGroup // acquisitions in flight and Observe goroutines
 	left      leftCalls      // Redlock's calls that their operation left behind (redlock.go)
@@ -110,20 +100,12 @@ func startSession(client Client, cfg config, newPlace func(*Session) place) *Ses
 		client: client,
 		cfg:    cfg,
 		ttlArg: strconv.FormatInt(cfg.ttl.Milliseconds(), 10),
-		locks:  make(map[*Lock]struct{}),
-		names:  make(map[string]*Lock),
-		stale:  make(map[*Lock]staleness),
-		terms:  make(map[*Lock]*term),
+		reg:    newRegistry(),
 		id:     rand.Text(),
-		idle:   true,
 		done:   make(chan struct{}),
 		closed: make(chan struct{}),
-		kick:   make(chan struct{}, 1),
-		cancel: cancel,
-		hbDone: make(chan struct{}),
+		hb:     newHeartbeatState(cfg.renewInterval, cancel),
 	}
-	s.waiting = make(map[*waiter]struct{})
-	s.ring = newRing(cfg.renewInterval)
 	s.newCombiner(&s.combine, client)
 	s.place = newPlace(s)
 	s.watch = &watcher{s: s, chans: make(map[string]*channelSubs)}
@@ -189,10 +171,10 @@ func (s *Session) Close(ctx context.Context) error {
 	}
 	s.err = ErrSessionClosed
 	close(s.done)
-	held, stale := slices.Collect(maps.Keys(s.locks)), slices.Collect(maps.Keys(s.stale))
+	held, stale := slices.Collect(maps.Keys(s.reg.locks)), slices.Collect(maps.Keys(s.hb.stale))
 	again := s.againLocked(held)
-	clear(s.stale)
-	terms := maps.Clone(s.terms)
+	clear(s.hb.stale)
+	terms := maps.Clone(s.reg.terms)
 	s.mu.Unlock()
 
 	var relErr error
@@ -201,7 +183,7 @@ func (s *Session) Close(ctx context.Context) error {
 		// Deferred, so that the session stops even if a hook on the client
 		// ends this goroutine (runtime.Goexit) in the deletes (the keys not
 		// deleted then expire).
-		defer func() { s.cancel(); stopped = s.stopped(terms, chain, again) }()
+		defer func() { s.hb.cancel(); stopped = s.stopped(terms, chain, again) }()
 		relErr = s.releaseAll(ctx, append(s.endAll(held, terms), stale...))
 	}()
 	select {
@@ -245,7 +227,7 @@ func (s *Session) endAll(locks []*Lock, terms map[*Lock]*term) []*Lock {
 func (s *Session) stopped(terms map[*Lock]*term, chain *terms, again []*Lock) <-chan struct{} {
 	stopped := make(chan struct{})
 	go func() {
-		<-s.hbDone
+		<-s.hb.done
 		s.work.Wait()
 		s.left.wg.Wait()
 		s.closeCombiners() // batches too may hold calls left behind
@@ -274,10 +256,9 @@ func (s *Session) add(l *Lock) error {
 	if s.err != nil {
 		return s.err
 	}
-	s.locks[l] = struct{}{}
-	s.ring.add(l)
-	s.names[l.keys.name] = l
-	s.wakeLocked()
+	s.reg.hold(l)
+	l.slot = s.hb.ring.add(l)
+	s.hb.wake()
 	s.wakeWaitersLocked(l.keys.name)
 	return nil
 }
@@ -287,32 +268,17 @@ func (s *Session) add(l *Lock) error {
 // (a session never waits for itself). A waiter not yet registered makes
 // that check after it registers. s.mu must be held.
 func (s *Session) wakeWaitersLocked(name string) {
-	for w := range s.waiting {
+	for w := range s.reg.waiting {
 		if w.keys.name == name && w.sub != nil {
 			w.sub.poke()
 		}
 	}
 }
 
-// wakeLocked kicks the heartbeat if it is idle. s.mu must be held.
-func (s *Session) wakeLocked() {
-	if s.idle {
-		s.idle = false
-		select {
-		case s.kick <- struct{}{}:
-		default:
-		}
-	}
-}
-
 func (s *Session) remove(l *Lock) {
 	s.mu.Lock()
-	if _, ok := s.locks[l]; ok {
-		delete(s.locks, l)
-		s.ring.remove(l)
-	}
-	if s.names[l.keys.name] == l {
-		delete(s.names, l.keys.name)
+	if s.reg.drop(l) {
+		s.hb.ring.remove(l, l.slot)
 	}
 	s.mu.Unlock()
 }
@@ -320,7 +286,7 @@ func (s *Session) remove(l *Lock) {
 // holds reports whether the session holds name now.
 func (s *Session) holds(name string) bool {
 	s.mu.Lock()
-	l := s.names[name]
+	l := s.reg.names[name]
 	s.mu.Unlock()
 	return l != nil && l.Held()
 }
@@ -329,7 +295,7 @@ func (s *Session) holds(name string) bool {
 func (s *Session) held() []*Lock {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Collect(maps.Keys(s.locks))
+	return slices.Collect(maps.Keys(s.reg.locks))
 }
 
 // releaseAll deletes the keys of ended locks, one pipelined round trip. A key

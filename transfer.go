@@ -158,7 +158,7 @@ func (e *Election) awaitSuccessor(ctx context.Context, sub *subscription, from i
 		}
 		d := time.Until(until)
 		if former || err != nil && !errors.Is(err, ErrNoLeader) {
-			d = min(d, e.s.retryDelay()) // a Redis error, or the hand-over not made yet: read again soon
+			d = min(d, e.s.cfg.retryDelay()) // a Redis error, or the hand-over not made yet: read again soon
 		}
 		if err := e.s.wait(ctx, sub, d); err != nil {
 			return fmt.Errorf("redisleader: transfer %q to %q: %w", e.keys.name, to, err)

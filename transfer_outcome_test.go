@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// transfer_outcome_test.go: concurrent calls on one leadership (issue 35,
-// item 6) and a Transfer to the leader's own value (item 7).
+// A Transfer has one outcome: with concurrent calls on one leadership
+// (Transfer, Resign, Release, Close) and to the leader's own value.
 
 // subscribeGate holds every write of a SUBSCRIBE on the connections of the
 // client it dials for, once armed and until open: a Transfer then waits in

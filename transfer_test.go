@@ -450,3 +450,58 @@ func TestTransferFromOnElected(t *testing.T) {
 		assert.True(t, next.Held())
 	})
 }
+
+// TestTransferToLowerPriorityHolds: "planned maintenance: move leadership
+// to host-b now" (issue 30) holds with priorities on: a Transfer to a
+// candidate of lower priority leads, and stays leading. Found reviewing
+// issue 30: the old leader's Run campaigned again, enlisting its higher
+// priority, so the successor's first renewal found it and yielded, and
+// leadership was back where it was within a renew interval.
+func TestTransferToLowerPriorityHolds(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		hi := mustElection(t, newSession(t, b.client, fastOpts()...), "xferlow")
+		hiTerms, _ := runTerms(ctx, hi, "hi", WithPriority(5))
+		recvWithin(t, hiTerms, 2*time.Second, "hi elected")
+		lo := mustElection(t, newSession(t, b.client, fastOpts()...), "xferlow")
+		loTerms, loCauses := runTerms(ctx, lo, "lo", WithPriority(1))
+		waitEnlisted(t, hi, "hi", "lo")
+		require.NoError(t, hi.Transfer(ctx, "lo"))
+		recvWithin(t, loTerms, 2*time.Second, "lo elected")
+		select {
+		case cause := <-loCauses:
+			again := recvWithin(t, hiTerms, 2*time.Second, "hi elected again")
+			t.Fatalf("the transfer to lo was undone (lo's term ended: %v): %s leads again", cause, again.value)
+		case <-time.After(600 * time.Millisecond): // six renewals of lo
+		}
+	})
+}
+
+// TestReservationWithNewlinesIsExact: a reservation for a value with
+// newlines is taken only
+// by that value, not by a candidate whose value is a suffix or a prefix of
+// it, nor by one that looks like "<fence>\n<value>".
+func TestReservationWithNewlinesIsExact(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		e := mustElection(t, newSession(t, b.client, fastOpts()...), "newlines")
+		lead, err := e.Campaign(ctx, "a")
+		require.NoError(t, err)
+		fence := fmt.Sprint(lead.Fence())
+		got := candidates(t, ctx, b, "newlines", false, "y", "x", "\ny", fence+"\nx\ny", "x\ny")
+		enlistAll(t, ctx, b, "newlines", false, got)
+		require.NoError(t, e.Transfer(ctx, "x\ny"))
+		l := recvWithin(t, got["x\ny"], 2*time.Second, "x\\ny leads")
+		require.NotNil(t, l)
+		assert.Greater(t, l.Fence(), lead.Fence())
+		for _, v := range []string{"y", "x", "\ny", fence + "\nx\ny"} {
+			select {
+			case other := <-got[v]:
+				t.Fatalf("%q led: %v", v, other)
+			default:
+			}
+		}
+	})
+}

@@ -322,7 +322,7 @@ func (w *watcher) run() {
 				// go-redis reconnects and resubscribes on the next call;
 				// whatever was published meanwhile is lost.
 				w.lost()
-				if w.s.wait(w.ctx, nil, w.s.retryDelay()) != nil {
+				if w.s.wait(w.ctx, nil, w.s.cfg.retryDelay()) != nil {
 					return
 				}
 				continue

@@ -42,7 +42,7 @@ func (f *priorityFlag) Set(s string) error {
 
 // minTermFlag is --min-term: a duration that is not negative, "never"
 // (redisleader.NeverYield), or not given. A negative duration is refused
-// here: -1ns is NeverYield's value, and would mean "never" in silence.
+// here, as a usage error (the library refuses it too).
 type minTermFlag struct {
 	d   time.Duration
 	set bool
