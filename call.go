@@ -87,7 +87,7 @@ func (s *script) run(ctx context.Context, c processor, argv []any) (cmd *redis.C
 // command ("unknown command", whose text would quote the call's arguments:
 // tokens, values) says only which command; and an ACL denial becomes an
 // *aclError that says what was denied. A denial inside the script already names the command and
-// its key or channel (see guarded); any other (of the EVALSHA or EVAL, of
+// its key or channel (see internal/lease/lua/prelude.lua); any other (of the EVALSHA or EVAL, of
 // one of its keys, or of a command the client sent for it, such as CLUSTER
 // SLOTS) comes with the script call's command and keys, and Redis's text
 // says which it was.

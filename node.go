@@ -34,6 +34,9 @@ func (n *node) acquire(ctx context.Context, l *Lock, deadline time.Time) acquire
 		sc, argv = fairAcquireScript, l.w.argv[:]
 	}
 	if c := l.candidate(); c != nil {
+		if l.w == nil {
+			sc = acquireCandidateScript
+		}
 		argv = c.withCandidate(argv)
 	}
 	if acks := n.s.cfg.acks; acks.n == 0 {

@@ -26,7 +26,7 @@ import (
 // its lease), and returns the best live candidate above its priority. The
 // leader's Run then yields to it (ErrPreempted), once its term has lasted
 // its minimum term, and its release hands the name to the best candidate
-// above it (handOffScript in transfer.go). An entry whose lease passed is
+// above it (internal/lease/lua/hand_off.lua). An entry whose lease passed is
 // skipped and pruned; one left by a candidate that died lives until its
 // next attempt would have come, plus a TTL, and a hand-over to it costs one
 // reservation (a TTL), never an overlap, and takes it out of the candidates.
@@ -157,16 +157,6 @@ func (a *acquisition) withdraw(ctx context.Context) {
 	})
 }
 
-// withdrawScript takes a candidate out of the candidates.
-//
-//	KEYS[1] candidates, KEYS[2] their leases
-//	ARGV[1] value
-//
-// Replies the number of entries removed.
-var withdrawScript = newScript("f92ccf8b73802bb11fb6a49e9d68bdb7d4db2104", guarded(`
-return call('ZREM', KEYS[1], ARGV[1]) + call('ZREM', KEYS[2], ARGV[1])
-`))
-
 // succession is what a leadership's release does besides the delete: hand
 // the name to a named successor (Transfer), or to the best candidate above
 // the leader (a priority). The Lock's mu guards its pointer (Transfer sets
@@ -274,7 +264,7 @@ func (s *Session) renewLeasesAlone(ctx context.Context, c Client, locks []*Lock,
 // migrates, a call with several keys that are split between the two nodes
 // gets TRYAGAIN, or ASK once the client gave up following redirections
 // (the lock key alone is served, through an ASK redirection); or a value
-// someone else wrote in a candidate key (candidateKeys in luaCand).
+// someone else wrote in a candidate key (candidateKeys in internal/lease/lua/cand.lua).
 func candidateKeysRefused(err error) bool {
 	return err != nil && (redis.HasErrorPrefix(err, "TRYAGAIN") || redis.HasErrorPrefix(err, "ASK ") ||
 		redis.HasErrorPrefix(err, "redisleader: candidate key "))
@@ -283,108 +273,6 @@ func candidateKeysRefused(err error) bool {
 // argValue is the slot of the value in Lock.argv (the acquire script's
 // ARGV[3]): the value the candidate campaigned with.
 const argValue = 7
-
-// luaCand is Lua for the scripts that enlist a candidate with a priority
-// (the acquire scripts, preferRenewScript) or pick one (handOffScript,
-// candidatesScript). ARGV[3] is the candidate's value; its priority is the
-// last ARGV, a decimal string (never turned into a Lua number, which keeps
-// 14 digits when it becomes a string again).
-//
-//	candidateKeys(ck, lk)  reads: raises an error, before any write, when
-//	                the candidates ck or their leases lk hold anything but
-//	                a sorted set (someone else wrote it), which names the
-//	                key and says what to do; the key is left unchanged. It
-//	                reads with ZSCORE (not TYPE: the ACL rule has no TYPE),
-//	                under its own pcall, so that WRONGTYPE becomes that
-//	                error; any other error goes on as it came (see guarded)
-//	enlisting(i)    before any write: KEYS[i] and KEYS[i+1], if given, are
-//	                the candidates and their leases (candidateKeys)
-//	enlist(t, leads, wait)  after the writes, given TIME's reply t: enlists
-//	                the candidate until its next attempt can have come, plus
-//	                a TTL (ARGV[2]): a follower's next attempt comes within a
-//	                TTL or, waiting for the holder, once the holder's lease
-//	                can have expired (wait, its PTTL in ms); one TTL when it
-//	                leads (its renewals keep it; it dies with its lease). It
-//	                prunes up to 16 passed entries, and has both keys expire
-//	                with the latest lease
-//	live(e, now)    whether a lease end e (a score, or nil) is live at now:
-//	                passed, or further than two of the longest TTLs (48 h:
-//	                not ours, a forged one) is not
-//	best(ck, lk, now, above, skip)  the live candidate with the highest
-//	                priority above the decimal above, other than skip and
-//	                other than "" (nil if none among the best 16)
-const luaCand = `local candKeys
-local far = 2 * 86400000
-local function live(e, now)
-  e = tonumber(e)
-  return e ~= nil and e > now and e <= now + far
-end
-local function candidateKeys(ck, lk)
-  for _, k in ipairs({ck, lk}) do
-    local ok, e = pcall(call, 'ZSCORE', k, '')
-    if not ok then
-      if string.sub(type(e) == 'table' and e.err or tostring(e), 1, 9) ~= 'WRONGTYPE' then error(e, 0) end
-      cmd = nil
-      error('redisleader: candidate key ' .. k .. ' holds a value this package did not write (not a sorted set); it was left unchanged: delete it to campaign with a priority', 0)
-    end
-  end
-end
-local function enlisting(i)
-  if not KEYS[i + 1] then return end
-  candKeys = {KEYS[i], KEYS[i + 1]}
-  candidateKeys(KEYS[i], KEYS[i + 1])
-end
-local function enlist(t, leads, wait)
-  if not candKeys then return end
-  local ck, lk = candKeys[1], candKeys[2]
-  local now = t[1] * 1000 + math.floor(t[2] / 1000)
-  local passed = call('ZRANGEBYSCORE', lk, '-inf', string.format('%.0f', now), 'LIMIT', 0, 16)
-  local forged = call('ZRANGEBYSCORE', lk, string.format('(%.0f', now + far), '+inf', 'LIMIT', 0, 16)
-  for _, m in ipairs(forged) do passed[#passed + 1] = m end
-  if #passed > 0 then
-    call('ZREM', ck, unpack(passed))
-    call('ZREM', lk, unpack(passed))
-  end
-  local ttl = tonumber(ARGV[2])
-  local ends = now + ttl
-  if not leads then ends = ends + math.min(math.max(ttl, tonumber(wait) or 0), far / 2) end
-  call('ZADD', ck, ARGV[#ARGV], ARGV[3])
-  call('ZADD', lk, string.format('%.0f', ends), ARGV[3])
-  local top = call('ZRANGE', lk, -1, -1, 'WITHSCORES')
-  if top[2] and live(top[2], now) and tonumber(top[2]) > ends then ends = tonumber(top[2]) end
-  call('PEXPIREAT', ck, string.format('%.0f', ends))
-  call('PEXPIREAT', lk, string.format('%.0f', ends))
-end
-local function best(ck, lk, now, above, skip)
-  local c = call('ZRANGE', ck, '+inf', '(' .. above, 'BYSCORE', 'REV', 'LIMIT', 0, 16)
-  for _, m in ipairs(c) do
-    if m ~= skip and m ~= '' and live(call('ZSCORE', lk, m), now) then return m end
-  end
-  return nil
-end
-`
-
-// preferRenewScript is renewScript for a leader with a priority: it also
-// enlists the leader and reports the best live candidate above it.
-//
-//	KEYS[1] lock key, KEYS[2] candidates, KEYS[3] their leases
-//	ARGV[1] token, ARGV[2] TTL in ms, ARGV[3] value, ARGV[4] priority
-//
-// Replies 0 if the key is missing or holds another token (then it writes
-// nothing); 1 if renewed; {1, value} if renewed and the candidate with
-// value has a higher priority. Order: GET, the candidate reads, TIME,
-// PEXPIRE, then enlist.
-var preferRenewScript = newScript("5075b7b9df390b2e5723d6a7b19bfd7ba91622e2", guarded(luaCand+`
-local cur = call('GET', KEYS[1])
-if not ours(cur) then return 0 end
-enlisting(2)
-local t = call('TIME')
-local better = best(KEYS[2], KEYS[3], t[1] * 1000 + math.floor(t[2] / 1000), ARGV[4], ARGV[3])
-call('PEXPIRE', KEYS[1], ARGV[2])
-enlist(t, true)
-if better then return {1, better} end
-return 1
-`))
 
 // A Candidate is a live candidate that declared a priority (WithPriority).
 type Candidate struct {
@@ -414,24 +302,3 @@ func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
 	}
 	return out, nil
 }
-
-// candidatesScript reads the live candidates, best first.
-//
-//	KEYS[1] candidates, KEYS[2] their leases
-//
-// Replies {value, priority, ...} for up to 100 live candidates. It writes
-// nothing.
-var candidatesScript = newScript("fd620a14c647def3c91b82e21b8cc8cb70b5393b", guarded(luaCand+`
-candidateKeys(KEYS[1], KEYS[2])
-local t = call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local c = call('ZRANGE', KEYS[1], 0, 99, 'REV', 'WITHSCORES')
-local out = {}
-for i = 1, #c, 2 do
-  if live(call('ZSCORE', KEYS[2], c[i]), now) then
-    out[#out + 1] = c[i]
-    out[#out + 1] = string.format('%.0f', tonumber(c[i + 1]))
-  end
-end
-return out
-`))

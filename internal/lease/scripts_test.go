@@ -1,0 +1,21 @@
+package lease
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"testing"
+)
+
+// Every script's written-out SHA is the SHA-1 of its source, so EVALSHA
+// finds the script that EVAL loaded (Redis caches scripts by that digest).
+func TestScriptSHAs(t *testing.T) {
+	if len(All) != 16 {
+		t.Errorf("%d scripts built, want 16", len(All))
+	}
+	for _, s := range All {
+		sum := sha1.Sum([]byte(s.Src))
+		if want := hex.EncodeToString(sum[:]); s.SHA != want {
+			t.Errorf("script %s has the SHA-1 %q: put that in its build call in scripts.go", s.Name, want)
+		}
+	}
+}
