@@ -8,6 +8,8 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"time"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // Lock acquires name, blocking until it is acquired, ctx ends, or the session
@@ -68,7 +70,7 @@ func (s *Session) acquire(ctx context.Context, k keys, value string, m mode, c *
 	}
 	a := acquisition{s: s, start: time.Now(), keys: k, value: value, mode: m, cand: c}
 	if s.cfg.fair {
-		a.w = s.newWaiter(k, value, m != tryOnce)
+		a.w = s.newWaiter(k, m != tryOnce)
 		defer a.leave(ctx) // our place, if we have one, when we give up
 	}
 	if m != tryOnce {
@@ -223,7 +225,6 @@ func (a *acquisition) newLock() {
 	}
 	if a.w != nil {
 		a.l.w = a.w
-		a.w.argv[waiterToken] = a.l.tokenArg
 	}
 }
 
@@ -388,13 +389,11 @@ func (s *Session) wait(ctx context.Context, sub *subscription, d time.Duration) 
 }
 
 // newLock prepares an acquisition: a fresh random token (128 bits) and the
-// script argument vector, boxed once and reused by every attempt and by the
+// script arguments, boxed once and reused by every attempt and by the
 // release.
 func (s *Session) newLock(k keys, value string) *Lock {
 	token := rand.Text()
-	l := &Lock{s: s, keys: k, token: token, tokenArg: token, lockArg: k.lock, value: value}
-	l.argv = [8]any{nil, nil, 2, l.lockArg, k.fence, l.tokenArg, s.ttlArg, value}
-	return l
+	return &Lock{s: s, keys: k, token: token, value: value, args: lease.NewArgs(k.lease(), token, s.ttlArg, value)}
 }
 
 // attempt makes one acquire attempt. On success the lock is armed

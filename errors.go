@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // Errors returned by this package. Match them with errors.Is: returned errors
@@ -15,7 +17,7 @@ import (
 var (
 	// ErrInvalid is matched by every error about bad input: a nil client, a
 	// bad name, or options that break a rule. Such calls write nothing to Redis.
-	ErrInvalid = errors.New("redisleader: invalid argument")
+	ErrInvalid = lease.ErrInvalid
 
 	// ErrLocked is returned by TryLock when another owner holds the key, and
 	// by Lock, TryLock and Campaign when this session holds it.
@@ -64,16 +66,8 @@ func (e *lostError) Error() string { return "redisleader: ownership lost: " + e.
 
 func (e *lostError) Is(target error) bool { return target == ErrLost }
 
-// invalidError is a bad-input error; it matches ErrInvalid.
-type invalidError struct{ msg string }
-
-func (e *invalidError) Error() string { return "redisleader: " + e.msg }
-
-func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
-
-func invalidf(format string, args ...any) error {
-	return &invalidError{fmt.Sprintf(format, args...)}
-}
+// invalidf is a bad-input error; it matches ErrInvalid (lease.Invalidf).
+func invalidf(format string, args ...any) error { return lease.Invalidf(format, args...) }
 
 // foreignValue is the error for a lock key that holds data this package did
 // not write. It is permanent: a blocking acquire returns it rather than wait

@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"time"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // Fair mode (WithFairness; its contract is in doc.go, section Fairness).
@@ -53,27 +55,18 @@ const legacyWake = "W"
 type waiter struct {
 	id   string
 	keys keys
-	// argv is fairAcquireScript's argument vector {_, _, 4, lock key, fence
-	// key, queue, leases, token, TTL, value, id, join}; the token slot is
-	// set for each Lock of the acquisition. Only the acquiring goroutine
-	// uses it.
+	args lease.Fair // its place's arguments, boxed once
+	// argv is the buffer of fairAcquireScript's argument vector; only the
+	// acquiring goroutine uses it.
 	argv [12]any
 	sub  *subscription // the acquisition's, when it blocks
 }
 
-// Argument slots of waiter.argv.
-const waiterToken = 7
-
 // newWaiter prepares a fair acquisition of k. join: it waits in the queue
 // when it cannot take the lock at once.
-func (s *Session) newWaiter(k keys, value string, join bool) *waiter {
+func (s *Session) newWaiter(k keys, join bool) *waiter {
 	w := &waiter{id: s.id + "." + strconv.FormatUint(s.waiterSeq.Add(1), 10), keys: k}
-	q, l := k.queue(), k.leases()
-	j := "0"
-	if join {
-		j = "1"
-	}
-	w.argv = [12]any{nil, nil, 4, k.lock, k.fence, q, l, nil, s.ttlArg, value, w.id, j}
+	w.args = lease.NewFair(k.lease(), w.id, join)
 	return w
 }
 
@@ -108,6 +101,6 @@ func (a *acquisition) leave(ctx context.Context) {
 	s, w := a.s, a.w
 	s.dropWaiter(w)
 	s.bestEffortCleanup(ctx, func(ctx context.Context) {
-		_ = s.combine.call(ctx, time.Time{}, leaveScript, []any{nil, nil, 3, w.keys.lock, w.keys.queue(), w.keys.leases(), w.id, s.ttlArg})
+		_ = s.combine.call(ctx, time.Time{}, leaveScript, w.args.Leave(w.keys.lock, s.ttlArg))
 	})
 }

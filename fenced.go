@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // Fenced writes: the resource side of fencing, for data kept in Redis.
@@ -52,7 +54,7 @@ const maxFence = 1<<53 - 1
 // may not have happened: repeat it with the same fence. The call ends with
 // ctx or within one second. docs/fencing.md has the rules.
 func FencedSet(ctx context.Context, c Client, key, value string, fence int64) error {
-	return fencedWrite(ctx, c, key, fence, []any{nil, nil, 1, key, fence, value})
+	return fencedWrite(ctx, c, key, fence, lease.FencedSetArgs(key, fence, value))
 }
 
 // FencedDel removes the value of key if, and only if, fence is at least the
@@ -62,7 +64,7 @@ func FencedSet(ctx context.Context, c Client, key, value string, fence int64) er
 // are FencedSet's. Deleting a key that has no value is not an error: the
 // fence is recorded all the same.
 func FencedDel(ctx context.Context, c Client, key string, fence int64) error {
-	return fencedWrite(ctx, c, key, fence, []any{nil, nil, 1, key, fence})
+	return fencedWrite(ctx, c, key, fence, lease.FencedDelArgs(key, fence))
 }
 
 // fencedWrite validates the input and runs fencedScript with argv.

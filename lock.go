@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redisleader/redisleader/internal/probe"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // A Lock is one successful acquisition of one name by a session. Its identity
@@ -18,16 +20,14 @@ import (
 // is false, Done is closed, Err and Release return an error matching
 // ErrInvalid, and the other methods return zero values.
 type Lock struct {
-	s        *Session
-	keys     keys
-	token    string
-	fence    int64
-	tokenArg any // token, boxed once for script arguments
-	lockArg  any // keys.lock, boxed once for script arguments
-	// argv is the acquire script's argument vector {_, _, 2, lock key,
-	// fence key, token, TTL, value}; only the acquiring goroutine uses it
-	// whole. Its slots from 2 on never change, so a Redlock renewal or
-	// release may read the boxed fence key (argv[argFenceKey]) from any goroutine.
+	s     *Session
+	keys  keys
+	token string
+	fence int64
+	// args are the lease's script arguments, boxed once; they never change.
+	args lease.Args
+	// argv is the buffer of the acquire script's argument vector; only the
+	// acquiring goroutine uses it.
 	argv [8]any
 	// w is the fair acquisition this lock belongs to (nil by default).
 	w *waiter

@@ -2,12 +2,13 @@ package redisleader
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // node.go: the place of a session on one server, and the decoding of one
@@ -29,15 +30,17 @@ func (n *node) acquire(ctx context.Context, l *Lock, deadline time.Time) acquire
 		cmd    *redis.Cmd
 		ackErr error
 	)
-	sc, argv := acquireScript, l.argv[:]
+	sc, argv := acquireScript, []any(nil)
 	if l.w != nil {
-		sc, argv = fairAcquireScript, l.w.argv[:]
+		sc, argv = fairAcquireScript, l.args.FairAcquire(&l.w.argv, &l.w.args)
+	} else {
+		argv = l.args.Acquire(&l.argv)
 	}
 	if c := l.candidate(); c != nil {
 		if l.w == nil {
 			sc = acquireCandidateScript
 		}
-		argv = c.withCandidate(argv)
+		argv = c.args.Enlist(argv)
 	}
 	if acks := n.s.cfg.acks; acks.n == 0 {
 		cmd = n.s.combine.call(ctx, deadline, sc, argv) // the hot path: no slice of commands
@@ -96,7 +99,7 @@ func (n *node) releaseAll(ctx context.Context, locks []*Lock, deadline time.Time
 	}
 	callCtx := n.s.bound(ctx, deadline)
 	for _, l := range locks {
-		if n.s.combine.await(callCtx, l.lockArg) != nil {
+		if n.s.combine.await(callCtx, l.args.Lock) != nil {
 			break // the deletes fail with the context's error
 		}
 	}
@@ -110,16 +113,17 @@ func (n *node) releaseAll(ctx context.Context, locks []*Lock, deadline time.Time
 }
 
 func (n *node) inspect(ctx context.Context, k keys) (Leader, bool, error) {
-	h, ttl, present, ok, err := holderReply(n.s.combine.call(ctx, time.Time{}, inspectScript, []any{nil, nil, 1, k.lock}))
+	r, err := lease.DecodeInspect(n.s.combine.call(ctx, time.Time{}, inspectScript, lease.InspectArgs(k.lock)))
+	_, reserved := r.Holder.Reserved()
 	switch {
 	case err != nil:
 		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.name, err)
-	case !present || (ok && h.token == ""): // a transfer's reservation: nobody leads
+	case !r.Present || (r.Known && reserved): // a transfer's reservation: nobody leads
 		return Leader{}, false, nil
-	case !ok:
+	case !r.Known:
 		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.name, foreignValue(k))
 	}
-	return Leader{Value: h.value, Fence: h.fence, TTL: ttl}, true, nil
+	return Leader{Value: r.Holder.Value, Fence: r.Holder.Fence, TTL: millis(r.PTTL)}, true, nil
 }
 
 func (n *node) proclaim(ctx context.Context, l *Lock, seq int64, value string, deadline time.Time) (bool, error) {
@@ -132,49 +136,30 @@ func (n *node) proclaim(ctx context.Context, l *Lock, seq int64, value string, d
 
 func (n *node) each(f func(c Client)) { f(n.c) }
 
-// acquireReply decodes one server's reply to the acquire script.
+// acquireReply turns one server's reply to an acquire script into an
+// outcome.
 func (l *Lock) acquireReply(res []any, err error) acquired {
 	if err != nil {
 		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, err)}
 	}
-	if len(res) < 2 {
-		// Never the reply itself: it could hold another owner's token.
-		return acquired{err: fmt.Errorf("redisleader: acquire %q: unexpected reply of %d elements", l.keys.name, len(res))}
-	}
-	if ok, _ := res[0].(int64); ok == 1 {
-		r := acquired{}
-		r.fence, _ = res[1].(int64)
-		if len(res) > 2 {
-			r.at, _ = res[2].(int64)
-		}
-		return r
-	}
-	r := acquired{ahead: -1}
-	if len(res) >= 5 {
-		ahead, _ := res[3].(int64)
-		ms, _ := res[4].(int64)
-		r.ahead, r.headLeft = int(ahead), time.Duration(ms)*time.Millisecond
-	}
-	if stored, ok := res[1].(string); ok {
-		h, ok := parseHolder(stored)
-		if !ok {
-			// Not another owner's lease: data someone else wrote, which no
-			// wait or retry will free.
-			return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, foreignValue(l.keys))}
-		}
-		r.fence = h.fence
-	}
-	if len(res) > 2 {
-		if ms, ok := res[2].(int64); ok && ms >= 0 {
-			r.left = millis(ms)
-		} else {
-			r.left = -1 // no TTL: nothing to align with
-		}
-	}
+	rep, err := lease.DecodeAcquire(res)
 	switch {
-	case res[1] == nil:
+	case err != nil:
+		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, err)}
+	case rep.Taken:
+		return acquired{fence: rep.Fence, at: rep.At}
+	case rep.Foreign:
+		// Not another owner's lease: data someone else wrote, which no
+		// wait or retry will free.
+		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, foreignValue(l.keys))}
+	}
+	r := acquired{fence: rep.Fence, ahead: rep.Ahead, headLeft: time.Duration(rep.HeadLeft) * time.Millisecond, left: -1}
+	if rep.PTTL >= 0 {
+		r.left = millis(rep.PTTL) // no TTL (-1): nothing to align with
+	}
+	if rep.Free {
 		r.err = fmt.Errorf("%w (free, but waiters came first)", ErrLocked)
-	default:
+	} else {
 		r.err = fmt.Errorf("%w (fence %d)", ErrLocked, r.fence)
 	}
 	return r
@@ -189,55 +174,23 @@ func millis(ms int64) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-// renewReply decodes one server's reply to the renew script (or to
-// preferRenewScript, whose {1, value} names a better candidate).
+// renewReply turns one server's reply to a renew script into an outcome.
 func renewReply(cmd *redis.Cmd) renewal {
-	if res, ok := cmd.Val().([]any); ok && len(res) == 2 && cmd.Err() == nil {
-		better, _ := res[1].(string)
-		return renewal{better: better}
-	}
-	n, err := cmd.Int64()
-	switch {
-	case err != nil:
-		return renewal{err: err}
-	case n == 0:
-		return renewal{lost: true}
-	}
-	return renewal{}
+	r, err := lease.DecodeRenew(cmd)
+	return renewal{lost: r.Lost, better: r.Better, err: err}
 }
 
-// deleteReply decodes one server's reply to the release script (or to
-// handOffScript, whose {2, heir} is a reservation made).
+// deleteReply turns one server's reply to a release script into an
+// outcome.
 func deleteReply(cmd *redis.Cmd) deleted {
-	if _, reserved := cmd.Val().([]any); reserved && cmd.Err() == nil {
-		return deleted{}
-	}
-	n, err := cmd.Int64()
-	switch {
-	case err != nil:
-		return deleted{err: err, retry: true}
-	case n == 0:
-		return deleted{missing: true}
-	}
-	return deleted{}
+	missing, err := lease.DecodeRelease(cmd)
+	return deleted{missing: missing, err: err, retry: err != nil}
 }
 
 // holderReply decodes one server's reply to the inspect script: whether the
 // key exists (present), and whether it holds a value this package wrote (ok).
 func holderReply(cmd *redis.Cmd) (h holder, ttl time.Duration, present, ok bool, err error) {
-	res, err := cmd.Slice()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return holder{}, 0, false, false, nil
-	case err != nil:
-		return holder{}, 0, false, false, err
-	case len(res) != 2:
-		return holder{}, 0, true, false, fmt.Errorf("unexpected reply of %d elements", len(res)) // not the content: it holds a token
-	}
-	stored, _ := res[0].(string)
-	h, ok = parseHolder(stored)
-	if ms, isInt := res[1].(int64); isInt && ms > 0 {
-		ttl = millis(ms)
-	}
-	return h, ttl, true, ok, nil
+	r, err := lease.DecodeInspect(cmd)
+	h = holder{token: r.Holder.Token, fence: r.Holder.Fence, value: r.Holder.Value}
+	return h, millis(r.PTTL), r.Present, r.Known, err
 }

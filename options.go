@@ -53,7 +53,6 @@ const (
 	defaultDrift         = 0.01
 	defaultRetryInterval = 100 * time.Millisecond // at most TTL/10
 
-	maxNameLen     = 512
 	minMargin      = 2 * time.Millisecond
 	minDrift       = 0.001
 	maxDrift       = 0.1

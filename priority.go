@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // Preferred candidates (WithPriority; the model is in doc.go, section
@@ -88,8 +90,7 @@ type candidacy struct {
 	prioritised bool
 	minTerm     time.Duration // NeverYield: never
 	minTermSet  bool
-	prioArg     any // priority, boxed once
-	candKeys    [2]any
+	args        lease.Candidate // boxed once
 }
 
 // candidacyOf applies opts for value's campaign in an election of k and
@@ -116,8 +117,7 @@ func (s *Session) candidacyOf(k keys, value string, opts []CampaignOption) (*can
 	if value == "" {
 		return nil, invalidf("a candidate with a priority needs a value: candidates are told apart by their values")
 	}
-	c.prioArg = strconv.FormatInt(c.priority, 10)
-	c.candKeys = [2]any{k.candidates(), k.candidateLeases()}
+	c.args = lease.NewCandidate(k.lease(), value, strconv.FormatInt(c.priority, 10))
 	return c, nil
 }
 
@@ -134,26 +134,13 @@ func (c *candidacy) validate() error {
 	return nil
 }
 
-// withCandidate returns an acquire script's argument vector argv {_, _,
-// numkeys, keys..., args...} with the candidate's two keys after the others
-// and its priority last.
-func (c *candidacy) withCandidate(argv []any) []any {
-	n := argv[2].(int)
-	out := make([]any, 0, len(argv)+3)
-	out = append(out, argv[:3+n]...)
-	out[2] = n + 2
-	out = append(out, c.candKeys[:]...)
-	out = append(out, argv[3+n:]...)
-	return append(out, c.prioArg)
-}
-
 // withdraw takes a candidate that gives up out of the candidates, best
 // effort (an entry left behind lives until the candidate's next attempt
 // would have come, plus a TTL), so that no leader hands the name to it.
 func (a *acquisition) withdraw(ctx context.Context) {
-	s, c, value := a.s, a.cand, a.value // not a: the closure would move every acquisition to the heap
+	s, c := a.s, a.cand // not a: the closure would move every acquisition to the heap
 	s.bestEffortCleanup(ctx, func(ctx context.Context) {
-		_ = s.combine.call(ctx, time.Time{}, withdrawScript, []any{nil, nil, 2, c.candKeys[0], c.candKeys[1], value})
+		_ = s.combine.call(ctx, time.Time{}, withdrawScript, c.args.Withdraw())
 	})
 }
 
@@ -212,15 +199,14 @@ func (l *Lock) preferred() {
 // the best candidate above it.
 func (s *Session) renewCall(l *Lock) call {
 	if c := l.candidate(); c != nil {
-		return call{preferRenewScript, []any{nil, nil, 3, l.lockArg, c.candKeys[0], c.candKeys[1],
-			l.tokenArg, s.ttlArg, l.argv[argValue], c.prioArg}}
+		return call{preferRenewScript, l.args.PreferRenew(&c.args)}
 	}
 	return s.leaseCall(l)
 }
 
 // leaseCall renews l's lease alone: the lock key, nothing else.
 func (s *Session) leaseCall(l *Lock) call {
-	return call{renewScript, []any{nil, nil, 1, l.lockArg, l.tokenArg, s.ttlArg}}
+	return call{renewScript, l.args.Renew()}
 }
 
 // renewLeasesAlone sends again, in one more round trip, as leaseCall, the
@@ -270,10 +256,6 @@ func candidateKeysRefused(err error) bool {
 		redis.HasErrorPrefix(err, "redisleader: candidate key "))
 }
 
-// argValue is the slot of the value in Lock.argv (the acquire script's
-// ARGV[3]): the value the candidate campaigned with.
-const argValue = 7
-
 // A Candidate is a live candidate that declared a priority (WithPriority).
 type Candidate struct {
 	Value    string
@@ -289,8 +271,7 @@ func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
 	if !ok {
 		return nil, invalidf("Candidates: priorities are not supported with Redlock")
 	}
-	res, err := n.s.combine.call(ctx, time.Time{}, candidatesScript,
-		[]any{nil, nil, 2, e.keys.candidates(), e.keys.candidateLeases()}).Slice()
+	res, err := n.s.combine.call(ctx, time.Time{}, candidatesScript, lease.CandidatesArgs(e.keys.lease())).Slice()
 	if err != nil && err != redis.Nil {
 		return nil, fmt.Errorf("redisleader: candidates of %q: %w", e.keys.name, err)
 	}

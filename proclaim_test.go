@@ -265,7 +265,7 @@ func TestProclaimSuperseded(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, e.Proclaim(ctx, "v1"))
 		seqKey := newKeys("superseded").seq()
-		b.set(seqKey, lead.tokenArg.(string)+"\n99")
+		b.set(seqKey, lead.token+"\n99")
 		err = e.Proclaim(ctx, "v2")
 		require.ErrorIs(t, err, errSuperseded)
 		assert.NotErrorIs(t, err, ErrNotLeader)
@@ -282,6 +282,6 @@ func TestProclaimSuperseded(t *testing.T) {
 		got, err = e.Leader(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, Leader{Value: "w1", Fence: next.Fence(), TTL: got.TTL}, got)
-		assert.Equal(t, next.tokenArg.(string)+"\n1", b.get(seqKey))
+		assert.Equal(t, next.token+"\n1", b.get(seqKey))
 	})
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // NewRedlockSession creates a session whose locks and elections live on a
@@ -290,12 +292,11 @@ func (q *quorum) acquireAll(ctx context.Context, l *Lock, deadline time.Time) []
 	defer cancel()
 	replies := make([]nodeAcquire, len(q.nodes))
 	for i := range replies {
-		replies[i].argv = l.argv
 		replies[i].r.err = errNoAnswer
 	}
 	var taken, refused int
 	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, i int, _ Client) acquired {
-		return l.acquireReply(q.combs[i].call(ctx, time.Time{}, acquireScript, replies[i].argv[:]).Slice())
+		return l.acquireReply(q.combs[i].call(ctx, time.Time{}, acquireScript, l.args.Acquire(&replies[i].argv)).Slice())
 	}, func(i int, r acquired) bool {
 		replies[i].r = r
 		if r.err == nil {
@@ -403,15 +404,14 @@ func (q *quorum) release(ctx context.Context, l *Lock) deleted {
 // fresh for each node (a script call fills in the first two slots). l.argv[argFenceKey]
 // is the fence key, boxed once by newLock.
 func (q *quorum) renewArgs(l *Lock, fence int64) []any {
-	return []any{nil, nil, 2, l.lockArg, l.argv[argFenceKey], l.tokenArg, q.s.ttlArg, fence}
+	return l.args.RedlockRenew(fence)
 }
 
 // redlockReleaseArgs fills argv with l's arguments for redlockReleaseScript
 // and returns it as a slice. l.argv[argFenceKey] is the fence key, boxed once by
 // newLock.
 func (l *Lock) redlockReleaseArgs(argv *[7]any) []any {
-	*argv = [7]any{nil, nil, 2, l.lockArg, l.argv[argFenceKey], l.tokenArg, l.fence}
-	return argv[:]
+	return l.args.RedlockRelease(argv, l.fence)
 }
 
 // releaseAll deletes every lock's token on every node, raising each node's
@@ -556,7 +556,7 @@ func (q *quorum) readHolders(ctx context.Context, k keys) []nodeHolder {
 	callCtx, cancel := q.deadlineCtx(ctx, time.Time{})
 	defer cancel()
 	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, i int, _ Client) (r nodeHolder) {
-		r.h, r.ttl, _, r.ok, r.err = holderReply(q.combs[i].call(ctx, time.Time{}, inspectScript, []any{nil, nil, 1, k.lock}))
+		r.h, r.ttl, _, r.ok, r.err = holderReply(q.combs[i].call(ctx, time.Time{}, inspectScript, lease.InspectArgs(k.lock)))
 		return r
 	}, func(i int, r nodeHolder) bool {
 		replies[i] = r

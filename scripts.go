@@ -29,7 +29,7 @@ func leaseScript(ls *lease.Script) *script { return newScript(ls.SHA, ls.Src) }
 
 // releaseArgs returns the release script's arguments for l, made fresh for
 // each call (a script call fills in the first two slots).
-func releaseArgs(l *Lock) []any { return []any{nil, nil, 1, l.lockArg, l.tokenArg} }
+func releaseArgs(l *Lock) []any { return l.args.Release() }
 
 // releaseCall is the release script call for l on one server: in fair mode,
 // the one that also wakes the head waiter.
@@ -41,7 +41,7 @@ func releaseCall(l *Lock) call {
 		return l.handOffCall(sc)
 	}
 	if l.s.cfg.fair {
-		return call{fairReleaseScript, []any{nil, nil, 3, l.lockArg, l.keys.queue(), l.keys.leases(), l.tokenArg}}
+		return call{fairReleaseScript, l.args.FairRelease(l.keys.lease())}
 	}
 	return call{releaseScript, releaseArgs(l)}
 }
@@ -49,5 +49,5 @@ func releaseCall(l *Lock) call {
 // proclaimArgs returns the proclaim script's arguments for the seq'th
 // Proclaim of l's term, of value.
 func proclaimArgs(l *Lock, seq int64, value string) []any {
-	return []any{nil, nil, 2, l.lockArg, l.keys.seq(), l.tokenArg, seq, value}
+	return l.args.Proclaim(l.keys.seq(), seq, value)
 }

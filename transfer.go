@@ -118,7 +118,7 @@ func (l *Lock) heir() string {
 func (l *Lock) isOwn(to string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return to == l.argv[argValue] || to == l.value
+	return to == l.args.Value || to == l.value
 }
 
 // endedBefore is what a Transfer to to returns when l ended before it could
@@ -175,9 +175,7 @@ func (l *Lock) handOffCall(sc *succession) call {
 	l.mu.Unlock()
 	var prio any = ""
 	if c := sc.cand; c != nil {
-		prio = c.prioArg
+		prio = c.args.Prio
 	}
-	k := l.keys
-	return call{handOffScript, []any{nil, nil, 5, l.lockArg, k.queue(), k.leases(), k.candidates(), k.candidateLeases(),
-		l.tokenArg, heir, prio, l.argv[argValue], l.s.ttlArg}}
+	return call{handOffScript, l.args.HandOff(l.keys.lease(), heir, prio)}
 }
