@@ -114,17 +114,28 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 	if err := checkValue(value); err != nil {
 		return err
 	}
-	if _, redlock := e.s.place.(*quorum); redlock {
-		return errRedlockProclaim
+	l, err := e.leadership("proclaim", proclaiming)
+	if err != nil {
+		return err
+	}
+	return l.proclaim(ctx, value)
+}
+
+// leadership is the prologue of every leader-only operation op, which
+// needs the feature f: the place must support it, the session be open and
+// lead the election (ErrNotLeader otherwise). It returns the leadership.
+func (e *Election) leadership(op string, f feature) (*Lock, error) {
+	if err := e.s.place.supports(f); err != nil {
+		return nil, err
 	}
 	if err := e.s.Err(); err != nil {
-		return err
+		return nil, err
 	}
 	l := e.s.leading(e.keys.name)
 	if l == nil {
-		return fmt.Errorf("redisleader: proclaim %q: %w", e.keys.name, ErrNotLeader)
+		return nil, fmt.Errorf("redisleader: %s %q: %w", op, e.keys.name, ErrNotLeader)
 	}
-	return l.proclaim(ctx, value)
+	return l, nil
 }
 
 // proclaim stores value as the leadership's value in Redis, then here.

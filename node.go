@@ -136,6 +136,8 @@ func (n *node) proclaim(ctx context.Context, l *Lock, seq int64, value string, d
 
 func (n *node) each(f func(c Client)) { f(n.c) }
 
+func (n *node) supports(feature) error { return nil }
+
 // acquireReply turns one server's reply to an acquire script into an
 // outcome.
 func (l *Lock) acquireReply(res []any, err error) acquired {

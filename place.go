@@ -30,7 +30,21 @@ type place interface {
 	proclaim(ctx context.Context, l *Lock, seq int64, value string, deadline time.Time) (bool, error)
 	// each runs f for every server at once and waits for all of them.
 	each(f func(c Client))
+	// supports returns nil if the place can do f, else an error matching
+	// ErrInvalid that says why not: the question is asked once, here,
+	// never by asserting a place's type.
+	supports(f feature) error
 }
+
+// A feature is what only a place on one server can do: each needs one fact
+// in one place, which a majority of independent nodes is not.
+type feature int
+
+const (
+	proclaiming  feature = iota // Election.Proclaim
+	transferring                // Election.Transfer
+	prioritising                // WithPriority, Election.Candidates
+)
 
 // acquired is the outcome of an acquire attempt.
 type acquired struct {

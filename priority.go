@@ -111,8 +111,8 @@ func (s *Session) candidacyOf(k keys, value string, opts []CampaignOption) (*can
 	if err := c.validate(); err != nil || !c.prioritised {
 		return nil, err
 	}
-	if _, redlock := s.place.(*quorum); redlock {
-		return nil, invalidf("priorities are not supported with Redlock (a reservation or a candidate list on a majority of nodes is not one fact)")
+	if err := s.place.supports(prioritising); err != nil {
+		return nil, err
 	}
 	if value == "" {
 		return nil, invalidf("a candidate with a priority needs a value: candidates are told apart by their values")
@@ -267,11 +267,10 @@ type Candidate struct {
 // one Redis call. Like Leader's, the answer may be stale when it is used.
 // It returns ErrInvalid on a Redlock session.
 func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
-	n, ok := e.s.place.(*node)
-	if !ok {
+	if e.s.place.supports(prioritising) != nil {
 		return nil, invalidf("Candidates: priorities are not supported with Redlock")
 	}
-	res, err := n.s.combine.call(ctx, time.Time{}, candidatesScript, lease.CandidatesArgs(e.keys.lease())).Slice()
+	res, err := e.s.combine.call(ctx, time.Time{}, candidatesScript, lease.CandidatesArgs(e.keys.lease())).Slice()
 	if err != nil && err != redis.Nil {
 		return nil, fmt.Errorf("redisleader: candidates of %q: %w", e.keys.name, err)
 	}

@@ -568,6 +568,19 @@ func (q *quorum) readHolders(ctx context.Context, k keys) []nodeHolder {
 // errRedlockProclaim refuses Election.Proclaim on a Redlock session.
 var errRedlockProclaim = invalidf("Proclaim is not available on a Redlock session")
 
+// errRedlockPriority refuses WithPriority on a Redlock session.
+var errRedlockPriority = invalidf("priorities are not supported with Redlock (a reservation or a candidate list on a majority of nodes is not one fact)")
+
+func (q *quorum) supports(f feature) error {
+	switch f {
+	case proclaiming:
+		return errRedlockProclaim
+	case transferring:
+		return errRedlockTransfer
+	}
+	return errRedlockPriority
+}
+
 func (q *quorum) proclaim(context.Context, *Lock, int64, string, time.Time) (bool, error) {
 	return false, errRedlockProclaim
 }

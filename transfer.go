@@ -71,16 +71,10 @@ func (e *Election) Transfer(ctx context.Context, to string) error {
 	case to == "":
 		return invalidf("Transfer: the successor's value must not be empty")
 	}
-	if _, redlock := e.s.place.(*quorum); redlock {
-		return errRedlockTransfer
-	}
-	if err := e.s.Err(); err != nil {
-		return err
-	}
-	l := e.s.leading(e.keys.name)
+	l, err := e.leadership("transfer", transferring)
 	switch {
-	case l == nil:
-		return fmt.Errorf("redisleader: transfer %q: %w", e.keys.name, ErrNotLeader)
+	case err != nil:
+		return err
 	case l.isOwn(to):
 		return nil // to leads already: the CLI's transfer exits 0 too
 	}
