@@ -223,9 +223,7 @@ func (a *acquisition) newLock() {
 	if a.cand != nil {
 		a.l.succ = &succession{cand: a.cand}
 	}
-	if a.w != nil {
-		a.l.w = a.w
-	}
+	a.l.proto = protocolFor(a.w, a.cand)
 }
 
 // trackPlace keeps the session's record of a fair acquisition's place in
@@ -393,7 +391,7 @@ func (s *Session) wait(ctx context.Context, sub *subscription, d time.Duration) 
 // release.
 func (s *Session) newLock(k keys, value string) *Lock {
 	token := rand.Text()
-	return &Lock{s: s, keys: k, token: token, value: value, args: lease.NewArgs(k.lease(), token, s.ttlArg, value)}
+	return &Lock{s: s, keys: k, token: token, value: value, args: lease.NewArgs(k.lease(), token, s.ttlArg, value), proto: plain{}}
 }
 
 // attempt makes one acquire attempt. On success the lock is armed

@@ -70,6 +70,21 @@ func (s *Session) newWaiter(k keys, join bool) *waiter {
 	return w
 }
 
+// A waiter is the fair protocol: its acquire keeps its place, and its
+// release wakes the head waiter.
+func (w *waiter) acquire(l *Lock) call {
+	return call{fairAcquireScript, l.args.FairAcquire(&w.argv, &w.args)}
+}
+
+func (w *waiter) renew(l *Lock) call { return plain{}.renew(l) }
+
+func (w *waiter) release(l *Lock, heir string) call {
+	if heir != "" {
+		return l.handOffCall(heir, "")
+	}
+	return call{fairReleaseScript, l.args.FairRelease(l.keys.lease())}
+}
+
 // addWaiter registers w as queued, so that the session wakes it when it
 // takes w's name (wakeWaitersLocked).
 func (s *Session) addWaiter(w *waiter) {

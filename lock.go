@@ -29,8 +29,8 @@ type Lock struct {
 	// argv is the buffer of the acquire script's argument vector; only the
 	// acquiring goroutine uses it.
 	argv [8]any
-	// w is the fair acquisition this lock belongs to (nil by default).
-	w *waiter
+	// proto is how the acquisition keeps the lease in Redis (protocol.go).
+	proto protocol
 	// succ is what an election's release does besides the delete
 	// (priority.go, transfer.go); nil for most.
 	succ *succession

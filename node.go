@@ -30,18 +30,8 @@ func (n *node) acquire(ctx context.Context, l *Lock, deadline time.Time) acquire
 		cmd    *redis.Cmd
 		ackErr error
 	)
-	sc, argv := acquireScript, []any(nil)
-	if l.w != nil {
-		sc, argv = fairAcquireScript, l.args.FairAcquire(&l.w.argv, &l.w.args)
-	} else {
-		argv = l.args.Acquire(&l.argv)
-	}
-	if c := l.candidate(); c != nil {
-		if l.w == nil {
-			sc = acquireCandidateScript
-		}
-		argv = c.args.Enlist(argv)
-	}
+	cl := l.proto.acquire(l)
+	sc, argv := cl.s, cl.argv
 	if acks := n.s.cfg.acks; acks.n == 0 {
 		cmd = n.s.combine.call(ctx, deadline, sc, argv) // the hot path: no slice of commands
 	} else {
@@ -68,7 +58,7 @@ func (n *node) acquire(ctx context.Context, l *Lock, deadline time.Time) acquire
 func (n *node) renew(ctx context.Context, locks []*Lock, deadline time.Time) []renewal {
 	calls := make([]call, 0, len(locks))
 	for _, l := range locks {
-		calls = append(calls, n.s.renewCall(l))
+		calls = append(calls, l.proto.renew(l))
 	}
 	callCtx := n.s.bound(ctx, deadline)
 	cmds, ackErr := runCalls(callCtx, n.c, calls, n.s.cfg.acks, nil)

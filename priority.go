@@ -195,19 +195,32 @@ func (l *Lock) preferred() {
 	}
 }
 
-// renewCall is the renewal of l: a candidate's also enlists it and reports
-// the best candidate above it.
-func (s *Session) renewCall(l *Lock) call {
-	if c := l.candidate(); c != nil {
-		return call{preferRenewScript, l.args.PreferRenew(&c.args)}
-	}
-	return s.leaseCall(l)
+// candidate is the protocol of a candidate with a priority, over base
+// (plain or fair): every acquire attempt enlists it, its renewal also
+// enlists it and reports the best candidate above it, and its release
+// hands the name to its heir or to the best candidate above it.
+type candidate struct {
+	base protocol
+	c    *candidacy
 }
 
-// leaseCall renews l's lease alone: the lock key, nothing else.
-func (s *Session) leaseCall(l *Lock) call {
-	return call{renewScript, l.args.Renew()}
+func (p *candidate) acquire(l *Lock) call {
+	cl := p.base.acquire(l)
+	if cl.s == acquireScript {
+		cl.s = acquireCandidateScript // fair_acquire enlists by itself when given the keys
+	}
+	cl.argv = p.c.args.Enlist(cl.argv)
+	return cl
 }
+
+func (p *candidate) renew(l *Lock) call {
+	return call{preferRenewScript, l.args.PreferRenew(&p.c.args)}
+}
+
+func (p *candidate) release(l *Lock, heir string) call { return l.handOffCall(heir, p.c.args.Prio) }
+
+// leaseCall renews l's lease alone: the lock key, nothing else.
+func (s *Session) leaseCall(l *Lock) call { return plain{}.renew(l) }
 
 // renewLeasesAlone sends again, in one more round trip, as leaseCall, the
 // renewals among calls (whose replies are cmds, of locks) that Redis

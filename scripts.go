@@ -27,25 +27,6 @@ var (
 // leaseScript is ls, to be run by script.run.
 func leaseScript(ls *lease.Script) *script { return newScript(ls.SHA, ls.Src) }
 
-// releaseArgs returns the release script's arguments for l, made fresh for
-// each call (a script call fills in the first two slots).
-func releaseArgs(l *Lock) []any { return l.args.Release() }
-
-// releaseCall is the release script call for l on one server: in fair mode,
-// the one that also wakes the head waiter.
-func releaseCall(l *Lock) call {
-	l.mu.Lock()
-	sc := l.succ
-	l.mu.Unlock()
-	if sc != nil {
-		return l.handOffCall(sc)
-	}
-	if l.s.cfg.fair {
-		return call{fairReleaseScript, l.args.FairRelease(l.keys.lease())}
-	}
-	return call{releaseScript, releaseArgs(l)}
-}
-
 // proclaimArgs returns the proclaim script's arguments for the seq'th
 // Proclaim of l's term, of value.
 func proclaimArgs(l *Lock, seq int64, value string) []any {

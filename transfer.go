@@ -163,13 +163,6 @@ func (e *Election) awaitSuccessor(ctx context.Context, sub *subscription, from i
 // handOffCall is the release of a leadership with a succession: the name
 // goes to the heir, or to the best candidate above the leader's priority,
 // or is deleted as by the release scripts.
-func (l *Lock) handOffCall(sc *succession) call {
-	l.mu.Lock()
-	heir := sc.heir
-	l.mu.Unlock()
-	var prio any = ""
-	if c := sc.cand; c != nil {
-		prio = c.args.Prio
-	}
+func (l *Lock) handOffCall(heir string, prio any) call {
 	return call{handOffScript, l.args.HandOff(l.keys.lease(), heir, prio)}
 }
