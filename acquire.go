@@ -221,7 +221,7 @@ func (a *acquisition) deliver(ctx context.Context) (l *Lock, again bool, err err
 func (a *acquisition) newLock() {
 	a.l = a.s.newLock(a.keys, a.value)
 	if a.cand != nil {
-		a.l.succ = &succession{cand: a.cand}
+		a.l.lead = &leadership{cand: a.cand}
 	}
 	a.l.proto = protocolFor(a.w, a.cand)
 }

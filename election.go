@@ -138,13 +138,41 @@ func (e *Election) leadership(op string, f feature) (*Lock, error) {
 	return l, nil
 }
 
+// A leadership is what a Lock that leads an election carries beyond a plain
+// lock: its Proclaim turn and sequence, and its succession (what its
+// release does besides the delete: hand the name to a named successor,
+// Transfer, or to the best candidate above the leader, a priority). The
+// value it campaigned with is the lease's (Lock.args.Value). A plain lock
+// has none (Lock.lead nil) until a Proclaim or a Transfer makes one; the
+// Lock's mu guards the pointer and every field but cand, turn and seq.
+type leadership struct {
+	cand    *candidacy // nil: no priority declared
+	heir    string     // Transfer's successor, "" if none
+	preempt func()     // Run's: ends onElected with ErrPreempted; nil once run
+	// turn serialises Election.Proclaim calls, so that the value kept in
+	// the Lock is the last one stored in Redis.
+	turn chan struct{} // capacity 1, made by the first Proclaim under mu
+	// seq is the sequence number of the term's last Proclaim sent
+	// (lua/proclaim.lua); only the holder of the turn uses it.
+	seq int64
+}
+
+// leadLocked returns l's leadership, made if l has none. l.mu must be held.
+func (l *Lock) leadLocked() *leadership {
+	if l.lead == nil {
+		l.lead = &leadership{}
+	}
+	return l.lead
+}
+
 // proclaim stores value as the leadership's value in Redis, then here.
 func (l *Lock) proclaim(ctx context.Context, value string) error {
 	l.mu.Lock()
-	if l.proclaiming == nil {
-		l.proclaiming = make(chan struct{}, 1)
+	lead := l.leadLocked()
+	if lead.turn == nil {
+		lead.turn = make(chan struct{}, 1)
 	}
-	turn := l.proclaiming
+	turn := lead.turn
 	l.mu.Unlock()
 	select {
 	case turn <- struct{}{}:
@@ -156,8 +184,8 @@ func (l *Lock) proclaim(ctx context.Context, value string) error {
 	if !ok {
 		return fmt.Errorf("redisleader: proclaim %q: %w", l.keys.name, ErrNotLeader)
 	}
-	l.proclaimed++
-	stored, err := l.s.place.proclaim(ctx, l, l.proclaimed, value, deadline)
+	lead.seq++
+	stored, err := l.s.place.proclaim(ctx, l, lead.seq, value, deadline)
 	switch {
 	case errors.Is(err, errSuperseded):
 		return fmt.Errorf("redisleader: proclaim %q: %w", l.keys.name, err)

@@ -31,14 +31,14 @@ type Lock struct {
 	argv [8]any
 	// proto is how the acquisition keeps the lease in Redis (protocol.go).
 	proto protocol
-	// succ is what an election's release does besides the delete
-	// (priority.go, transfer.go); nil for most.
-	succ *succession
+	// lead is what a leadership carries beyond a plain lock (election.go);
+	// nil for a plain lock.
+	lead *leadership
 	// slot is the lock's slot in its session's ring (heartbeat.go) while it
 	// is registered; guarded by the session's mu.
 	slot int
 
-	mu       sync.Mutex    // protects value, deadline, renewed, err, done, onEnds, delivered(At)
+	mu       sync.Mutex    // protects value, deadline, renewed, err, done, onEnds, delivered(At), lead
 	value    string        // as acquired, then as last proclaimed
 	deadline time.Time     // local deadline D on the monotonic clock
 	renewed  time.Time     // send time of the last successful acquire or renew
@@ -49,12 +49,6 @@ type Lock struct {
 	// delivered is set when the acquisition is handed to its caller (after
 	// any takeover delay): from then on someone believes it holds the name.
 	delivered bool
-	// proclaiming serialises Election.Proclaim calls, so that the value
-	// kept here is the last one stored in Redis.
-	proclaiming chan struct{} // capacity 1, made by the first Proclaim under mu
-	// proclaimed is the sequence number of the term's last Proclaim sent
-	// (proclaimScript); only the holder of the proclaiming turn uses it.
-	proclaimed int64
 	// leftover: a give-back failed somewhere, or an attempt went unanswered
 	// on a Redlock node, so this token may be, or get, in Redis after a
 	// delete: every delete is then repeated until the token must have
@@ -349,10 +343,7 @@ func (l *Lock) endTo(err error, heir string) bool {
 		return false
 	}
 	if heir != "" {
-		if l.succ == nil {
-			l.succ = &succession{}
-		}
-		l.succ.heir = heir
+		l.leadLocked().heir = heir
 	}
 	fs := l.endLocked(err)
 	l.mu.Unlock()

@@ -144,16 +144,6 @@ func (a *acquisition) withdraw(ctx context.Context) {
 	})
 }
 
-// succession is what a leadership's release does besides the delete: hand
-// the name to a named successor (Transfer), or to the best candidate above
-// the leader (a priority). The Lock's mu guards its pointer (Transfer sets
-// it on a lock without a priority) and every field but cand.
-type succession struct {
-	cand    *candidacy // nil: no priority declared
-	heir    string     // Transfer's successor, "" if none
-	preempt func()     // Run's: ends onElected with ErrPreempted; nil once run
-}
-
 // candidate returns l's candidacy, or nil.
 func (l *Lock) candidate() *candidacy {
 	l.mu.Lock()
@@ -162,10 +152,10 @@ func (l *Lock) candidate() *candidacy {
 }
 
 func (l *Lock) candidateLocked() *candidacy {
-	if l.succ == nil {
+	if l.lead == nil {
 		return nil
 	}
-	return l.succ.cand
+	return l.lead.cand
 }
 
 // onPreempt arranges for f to run, once, when a better candidate waits and
@@ -174,7 +164,7 @@ func (l *Lock) onPreempt(f func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.candidateLocked() != nil {
-		l.succ.preempt = f
+		l.lead.preempt = f
 	}
 }
 
@@ -184,9 +174,9 @@ func (l *Lock) preferred() {
 	l.mu.Lock()
 	var f func()
 	// NeverYield's minimum term never passes.
-	if c := l.candidateLocked(); c != nil && l.succ.preempt != nil &&
+	if c := l.candidateLocked(); c != nil && l.lead.preempt != nil &&
 		l.delivered && time.Since(hookEpoch)-l.deliveredAt >= c.minTerm {
-		f, l.succ.preempt = l.succ.preempt, nil
+		f, l.lead.preempt = l.lead.preempt, nil
 	}
 	l.mu.Unlock()
 	if f != nil {

@@ -101,10 +101,10 @@ func (e *Election) Transfer(ctx context.Context, to string) error {
 func (l *Lock) heir() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.succ == nil {
+	if l.lead == nil {
 		return ""
 	}
-	return l.succ.heir
+	return l.lead.heir
 }
 
 // isOwn reports whether to is l's own value: the one it campaigned with,
