@@ -31,8 +31,8 @@ type Script struct {
 // script that changed; a wrong one would make every call fall back to
 // EVAL, costing a round trip.
 var (
-	Acquire          = build("acquire", "6a2b5584a7c55410898c33d5d939b5a5093fb06a", "fence", "take")
-	AcquireCandidate = build("acquire_candidate", "c732d64fb5d82a459d4f1dbef5a69c31b7b45de4", "fence", "take", "cand")
+	Acquire          = build("acquire", "0baddf5727e7f973c143a0de935ae8fb87c10eba", "fence", "take", "claim")
+	AcquireCandidate = build("acquire_candidate", "65f77277e782f6fc50010390eeba8d4026a52a37", "fence", "take", "cand", "claim")
 	Renew            = build("renew", "7e4ef256d5b50d8a2bd40a0b35937357fb3cf685")
 	Release          = build("release", "b01a21dfdecbd90fa8908a6edab3f8d981967388")
 	Proclaim         = build("proclaim", "494ed535d128bef31b7e5ce1c8e9549527dbd2bf", "own")

@@ -26,17 +26,5 @@
 -- centuries. A transfer's reservation for our value (heir) is taken.
 return guard(function()
 local cur = call('GET', KEYS[1])
-local t = call('TIME')
-local now = t[1] * 1000000 + t[2]
-if cur then
-  if ours(cur) then
-    call('PEXPIREAT', KEYS[1], expiresAt(t))
-    local rest, nl = ownFence(cur)
-    return {1, tonumber(string.sub(rest, 1, nl - 1)), now}
-  end
-  if not heir(cur) then return {0, cur, call('PTTL', KEYS[1])} end
-end
-local fence, err = take(t, cur)
-if err then return err end
-return {1, fence, now}
+return claim(cur, call('TIME'))
 end)
