@@ -391,7 +391,7 @@ func (s *Session) wait(ctx context.Context, sub *subscription, d time.Duration) 
 // release.
 func (s *Session) newLock(k keys, value string) *Lock {
 	token := rand.Text()
-	return &Lock{s: s, keys: k, token: token, value: value, args: lease.NewArgs(k.lease(), token, s.ttlArg, value), proto: plain{}}
+	return &Lock{s: s, keys: k, token: token, value: value, args: lease.NewArgs(k.lock, k.fence, token, s.ttlArg, value), proto: plain{}}
 }
 
 // attempt makes one acquire attempt. On success the lock is armed

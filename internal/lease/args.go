@@ -17,10 +17,11 @@ type Args struct {
 	Lock, Fence, Token, TTL, Value any
 }
 
-// NewArgs boxes the arguments of a lease of k for token, taken with value;
-// ttl is the session's TTL in ms, boxed once by the session.
-func NewArgs(k Keys, token string, ttl any, value string) Args {
-	return Args{Lock: k.Lock, Fence: k.Fence, Token: token, TTL: ttl, Value: value}
+// NewArgs boxes the arguments of a lease of the lock and fence keys lock
+// and fence for token, taken with value; ttl is the session's TTL in ms,
+// boxed once by the session.
+func NewArgs(lock, fence, token string, ttl any, value string) Args {
+	return Args{Lock: lock, Fence: fence, Token: token, TTL: ttl, Value: value}
 }
 
 // Acquire fills buf with acquire's vector and returns it.
