@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader/internal/redisserver"
+	"github.com/redisleader/redisleader/internal/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -281,7 +282,7 @@ func TestClusterOf(t *testing.T) {
 		{"a struct embedding a UniversalClient that is a Cluster client", &embedsUniversal{cc}, cc},
 		{"a struct embedding a Client that is a plain client", embedsClient{plain}, nil},
 	} {
-		assert.Same(t, c.want, clusterOf(c.c), c.name)
+		assert.Same(t, c.want, wire.ClusterOf(c.c), c.name)
 	}
 }
 

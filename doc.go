@@ -123,7 +123,7 @@
 //   - An acquisition that gives up after an attempt of unknown outcome
 //     deletes its token, and the heartbeat deletes it again until it must
 //     have expired.
-//   - Overlapping calls of a session share pipelines (combine.go); each
+//   - Overlapping calls of a session share pipelines (internal/wire/combine.go); each
 //     still ends with its own context and call timeout.
 //
 // # Guarantees

@@ -509,7 +509,7 @@ func TestFencedEndsWithContextWithoutContextTimeout(t *testing.T) {
 		}
 		require.NoError(t, c.Close())
 	}
-	assert.Empty(t, leak.Wait(2*time.Second, "redisleader.untilDone"), "a call outlived its closed client")
+	assert.Empty(t, leak.Wait(2*time.Second, "wire.UntilDone"), "a call outlived its closed client")
 }
 
 // The largest fence the acquire script can hand out, 2^53−1 (a stored fence

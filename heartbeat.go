@@ -2,6 +2,7 @@ package redisleader
 
 import (
 	"context"
+	"github.com/redisleader/redisleader/internal/wire"
 	"maps"
 	"math/bits"
 	"math/rand/v2"
@@ -16,11 +17,11 @@ import (
 // delay. It never decides that a lock is lost by itself except on a "not
 // owner" reply: deadlines are timer-driven.
 //
-// After a hook fault (hookfaults.go) in a slice or in the server check, a
+// After a hook fault (internal/wire/hookfaults.go) in a slice or in the server check, a
 // new heartbeat takes over as after a failed slice: it starts a round after
 // the retry delay, and checks the server once per session all the same.
 func (s *Session) heartbeat(ctx context.Context, retry bool) {
-	onGoexit(func() {
+	wire.OnUnwind(func() {
 		s.beat(ctx, retry)
 		close(s.hbDone)
 	}, func() {

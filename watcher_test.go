@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader/internal/faultproxy"
+	"github.com/redisleader/redisleader/internal/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -85,7 +86,7 @@ func TestWatcherHungServerCloseWhileWaiting(t *testing.T) {
 		errc <- err
 	}()
 	// Start the watcher, in case Lock has not yet.
-	sub, err := s.watch.subscribe(context.Background(), "redisleader:{other}:ch", "")
+	sub, err := s.wire.Subscribe(context.Background(), "redisleader:{other}:ch", nil)
 	require.NoError(t, err)
 	sub.Close()
 
@@ -101,13 +102,13 @@ func TestWatcherHungServerCloseWhileWaiting(t *testing.T) {
 
 // recvMessage waits until a message (the one published as payload: the
 // tests publish nothing else meanwhile) arrives on sub, past any gaps.
-func recvMessage(t testing.TB, sub *subscription, payload string, within time.Duration) {
+func recvMessage(t testing.TB, sub *wire.Subscription, payload string, within time.Duration) {
 	t.Helper()
 	deadline := time.After(within)
 	for {
 		select {
-		case <-sub.notify:
-			if msgs, _ := sub.take(); msgs > 0 {
+		case <-sub.Notify():
+			if msgs, _ := sub.Take(); msgs > 0 {
 				return
 			}
 		case <-deadline:
@@ -121,7 +122,7 @@ func recvMessage(t testing.TB, sub *subscription, payload string, within time.Du
 // until the server confirms it again.
 func TestWatcherConfirmedOnlyWhileSubscribed(t *testing.T) {
 	ctx := context.Background()
-	setup := func(t *testing.T) (*Session, *faultproxy.Proxy, *redis.Client, *subscription, string) {
+	setup := func(t *testing.T) (*Session, *faultproxy.Proxy, *redis.Client, *wire.Subscription, string) {
 		m, direct := newMini(t)
 		p, err := faultproxy.New(m.Addr())
 		require.NoError(t, err)
@@ -130,24 +131,24 @@ func TestWatcherConfirmedOnlyWhileSubscribed(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close() })
 		s := newSession(t, c, fastOpts()...)
 		ch := "redisleader:{" + t.Name() + "}:ch"
-		sub, err := s.watch.subscribe(ctx, ch, "")
+		sub, err := s.wire.Subscribe(ctx, ch, nil)
 		require.NoError(t, err)
 		t.Cleanup(sub.Close)
-		require.True(t, sub.confirmed())
+		require.True(t, sub.Confirmed())
 		return s, p, direct, sub, ch
 	}
 	// heals ends the fault and waits until the channel is subscribed again,
 	// which is reported as a gap (what was published until then is lost),
 	// and a message gets through.
-	heals := func(t *testing.T, p *faultproxy.Proxy, direct *redis.Client, sub *subscription, ch string) {
-		sub.take()
+	heals := func(t *testing.T, p *faultproxy.Proxy, direct *redis.Client, sub *wire.Subscription, ch string) {
+		sub.Take()
 		p.Heal()
 		deadline := time.Now().Add(3 * time.Second)
-		for !sub.confirmed() {
+		for !sub.Confirmed() {
 			require.True(t, time.Now().Before(deadline), "not subscribed again")
 			runtimeYield()
 		}
-		_, gap := sub.take()
+		_, gap := sub.Take()
 		assert.True(t, gap, "no gap reported when subscribed again")
 		for n := int64(0); n == 0; {
 			n, _ = direct.Publish(ctx, ch, "after").Result()
@@ -160,33 +161,28 @@ func TestWatcherConfirmedOnlyWhileSubscribed(t *testing.T) {
 		_, p, direct, sub, ch := setup(t)
 		p.Pause(faultproxy.ServerToClient) // the new connection stays unconfirmed
 		p.ResetConns()
-		recvWithin(t, sub.notify, 2*time.Second, "a gap after the connection loss")
-		_, gap := sub.take()
+		recvWithin(t, sub.Notify(), 2*time.Second, "a gap after the connection loss")
+		_, gap := sub.Take()
 		assert.True(t, gap)
-		assert.False(t, sub.confirmed(), "confirmed while the connection is down")
+		assert.False(t, sub.Confirmed(), "confirmed while the connection is down")
 		heals(t, p, direct, sub, ch)
 	})
 	t.Run("replaced", func(t *testing.T) {
 		s, p, direct, sub, ch := setup(t)
 		p.Pause(faultproxy.ServerToClient)
-		s.watch.mu.Lock()
-		ps := s.watch.ps
-		s.watch.mu.Unlock()
-		s.watch.replace(ps)
-		assert.False(t, sub.confirmed(), "confirmed on a new connection before the server said so")
+		s.wire.ReplacePubSub(s.wire.PubSub())
+		assert.False(t, sub.Confirmed(), "confirmed on a new connection before the server said so")
 		heals(t, p, direct, sub, ch)
 	})
 	t.Run("unsubscribed", func(t *testing.T) {
 		s, p, direct, sub, ch := setup(t)
-		s.watch.mu.Lock()
-		ps := s.watch.ps
-		s.watch.mu.Unlock()
+		ps := s.wire.PubSub()
 		// Replies come late, so the watcher's SUBSCRIBE after the
 		// UNSUBSCRIBE is confirmed well after the UNSUBSCRIBE is seen.
 		p.Delay(faultproxy.ServerToClient, 300*time.Millisecond, 0)
 		require.NoError(t, ps.Unsubscribe(ctx, ch)) // one the watcher did not ask for
-		recvWithin(t, sub.notify, 2*time.Second, "a gap after the unsubscribe")
-		assert.False(t, sub.confirmed(), "confirmed while unsubscribed")
+		recvWithin(t, sub.Notify(), 2*time.Second, "a gap after the unsubscribe")
+		assert.False(t, sub.Confirmed(), "confirmed while unsubscribed")
 		heals(t, p, direct, sub, ch)
 	})
 }
@@ -194,7 +190,7 @@ func TestWatcherConfirmedOnlyWhileSubscribed(t *testing.T) {
 // The watcher's memory is bounded by the names in use, not by time: a
 // session with a long TTL that waits on many names one after another keeps
 // only a few idle channels subscribed, and none once they have been idle
-// for min(TTL, maxIdleTime).
+// for min(TTL, wire.MaxIdleTime).
 func TestWatcherIdleChannelsBounded(t *testing.T) {
 	_, c := newMini(t)
 	s := newSession(t, c, WithTTL(time.Hour))
@@ -204,18 +200,12 @@ func TestWatcherIdleChannelsBounded(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, l.Release(ctx))
 	}
-	kept := func() int {
-		s.watch.mu.Lock()
-		defer s.watch.mu.Unlock()
-		return len(s.watch.chans)
-	}
-	assert.LessOrEqual(t, kept(), maxIdleChannels, "channels kept by the watcher")
-	waitSubscribed(t, c, maxIdleChannels)
+	kept := s.wire.Channels
+	assert.LessOrEqual(t, kept(), wire.MaxIdleChannels, "channels kept by the watcher")
+	waitSubscribed(t, c, wire.MaxIdleChannels)
 
-	s.watch.mu.Lock()
-	s.watch.pruneLocked(time.Now().Add(maxIdleTime))
-	s.watch.mu.Unlock()
-	assert.Zero(t, kept(), "channels kept after maxIdleTime")
+	s.wire.PruneIdle(time.Now().Add(wire.MaxIdleTime))
+	assert.Zero(t, kept(), "channels kept after wire.MaxIdleTime")
 	waitSubscribed(t, c, 0)
 }
 
@@ -278,10 +268,10 @@ func TestWatcherSendWaitsForFirstReceive(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close() })
 		s := newSession(t, c)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		sub, err := s.watch.subscribe(ctx, fmt.Sprintf("first-receive-%d", i), "")
+		sub, err := s.wire.Subscribe(ctx, fmt.Sprintf("first-receive-%d", i), nil)
 		cancel()
 		require.NoError(t, err)
-		require.Eventually(t, sub.confirmed, 5*time.Second, time.Millisecond, "the channel is never confirmed")
+		require.Eventually(t, sub.Confirmed, 5*time.Second, time.Millisecond, "the channel is never confirmed")
 		sub.Close()
 		require.NoError(t, s.Close(context.Background()))
 		mu.Lock()
@@ -312,17 +302,15 @@ func TestWatcherResubscribesAfterRacingUnsubscribe(t *testing.T) {
 	s := newSession(t, c)
 	ctx := context.Background()
 	const ch = "redisleader:{race}:ch"
-	sub, err := s.watch.subscribe(ctx, ch, "")
+	sub, err := s.wire.Subscribe(ctx, ch, nil)
 	require.NoError(t, err)
 	defer sub.Close()
-	require.True(t, sub.confirmed())
+	require.True(t, sub.Confirmed())
 
-	s.watch.mu.Lock()
-	ps := s.watch.ps
-	s.watch.mu.Unlock()
+	ps := s.wire.PubSub()
 	require.NoError(t, ps.Unsubscribe(ctx, ch)) // as a racing prune would
-	recvWithin(t, sub.notify, 2*time.Second, "gap after the unsubscribe")
-	_, gap := sub.take()
+	recvWithin(t, sub.Notify(), 2*time.Second, "gap after the unsubscribe")
+	_, gap := sub.Take()
 	assert.True(t, gap, "subscribers are told they may have missed messages")
 
 	// Once subscribed again, messages arrive.
