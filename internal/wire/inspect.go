@@ -31,10 +31,6 @@ func (t *Transport) PubSub() *redis.PubSub {
 	return t.watch.ps
 }
 
-// ReplacePubSub swaps the connection old for a new one with the same
-// channels, as the watcher does after two unanswered pings.
-func (t *Transport) ReplacePubSub(old *redis.PubSub) { t.watch.replace(old) }
-
 // PruneIdle unsubscribes the channels nobody has watched since before
 // now minus min(TTL, MaxIdleTime).
 func (t *Transport) PruneIdle(now time.Time) {
