@@ -43,7 +43,7 @@ func TestAutoPipelineKinds(t *testing.T) {
 	for _, cc := range []Client{ap, wrappedIface{ap}} {
 		t.Run(fmt.Sprintf("%T", cc), func(t *testing.T) {
 			assertClusterKind(t, cc, cs)
-			assert.Same(t, cluster, wire.ClusterOf(cc), "runCalls finds the Cluster client under it")
+			assert.Same(t, cluster, wire.ClusterOf(cc), "wire.RunCalls finds the Cluster client under it")
 		})
 	}
 	plain := autoPipeline(t, unreachableClient(t))

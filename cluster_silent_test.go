@@ -262,7 +262,7 @@ func (g *renewGaps) waitRenewals(t *testing.T, n int, within time.Duration) {
 
 // byNode asks the Cluster client for each call's master, which loads the
 // slot map when the client has none yet, running the node clients' hooks
-// outside execPipeline's recover (found by review of issue 35, item 2: the
+// outside wire.ExecPipeline's recover (found by review of issue 35, item 2: the
 // process died of the panic). The panic must become the batch's error
 // (hookfaults.go: "a panic becomes the error of the commands it hit").
 //

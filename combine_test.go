@@ -336,7 +336,7 @@ func TestNoScriptInABatch(t *testing.T) {
 
 // On a Cluster a batch holds names of several slots, on several nodes:
 // each command goes to its slot's owner, in one pipeline per master
-// (runCalls), which holds all the batch's names that master serves.
+// (wire.RunCalls), which holds all the batch's names that master serves.
 func TestBatchAcrossClusterSlots(t *testing.T) {
 	cl := redisserver.StartCluster(t, 3)
 	c := cl.Client(t)

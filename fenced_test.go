@@ -408,7 +408,7 @@ func TestFencedACL(t *testing.T) {
 
 // A nil *redis.Client or *redis.ClusterClient inside the Client interface
 // is not == nil: FencedSet and FencedDel refuse it with ErrInvalid, no I/O,
-// as NewSession does (kindOf); they used to panic in go-redis.
+// as NewSession does (wire.KindOf); they used to panic in go-redis.
 func TestFencedTypedNilClient(t *testing.T) {
 	ctx := context.Background()
 	for name, c := range map[string]Client{

@@ -315,7 +315,7 @@ func (s *Session) goIdle() bool {
 
 // renewSlice renews locks in one round trip (on a Cluster, one per master,
 // concurrently: a silent master fails only its own locks' renewals; see
-// runCalls) and reports how many were still held and which renewals
+// wire.RunCalls) and reports how many were still held and which renewals
 // failed with an error (to be retried). The slice's context ends at the
 // earliest of their local deadlines, and each lease renewed runs from the
 // slice's send time.

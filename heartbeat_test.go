@@ -380,7 +380,7 @@ func (r *renewals) hook() testHook {
 		}
 		sl := renewalSlice{start: time.Now()}
 		for _, cmd := range cmds {
-			sl.keys = append(sl.keys, fmt.Sprint(cmd.Args()[wire.ArgLockKey]))
+			sl.keys = append(sl.keys, fmt.Sprint(cmd.Args()[wire.ArgKey]))
 		}
 		var err error
 		if r.fail != nil && r.fail(sl.keys) {

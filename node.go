@@ -41,7 +41,7 @@ func (n *node) acquire(ctx context.Context, l *Lock, deadline time.Time) acquire
 		cmd = n.s.wire.Combiner().Call(ctx, deadline, sc, argv) // the hot path: no slice of commands
 	} else {
 		callCtx := n.s.wire.Bound(ctx, deadline)
-		if err := n.s.wire.Combiner().Await(callCtx, wire.LockKeyOf(argv)); err != nil {
+		if err := n.s.wire.Combiner().Await(callCtx, wire.KeyOf(argv)); err != nil {
 			// An earlier call on the key may still reach Redis (internal/wire/combine.go).
 			cmd = wire.ErrCmd(ctx, argv, err)
 		} else {

@@ -78,7 +78,7 @@ type quorum struct {
 // spare is how many nodes can fail (or refuse) with a quorum still possible.
 func (q *quorum) spare() int { return len(q.nodes) - q.need }
 
-// deadlineCtx bounds the calls of one Redlock operation like Session.bound, but
+// deadlineCtx bounds the calls of one Redlock operation like wire.Transport.Bound, but
 // with a context that is cancelled at the deadline (context.WithDeadline),
 // so waits that go-redis starts on a context derived from it (dial retries
 // and their backoff, on a node that is down) end at the deadline too: a dead
@@ -401,8 +401,8 @@ func (q *quorum) release(ctx context.Context, l *Lock) deleted {
 }
 
 // argFenceKey is the slot of the fence key (KEYS[2]) in Lock.argv, right
-// after the lock key (wire.ArgLockKey).
-const argFenceKey = wire.ArgLockKey + 1
+// after the lock key (wire.ArgKey).
+const argFenceKey = wire.ArgKey + 1
 
 // renewArgs returns redlockRenewScript's arguments for l with fence F, made
 // fresh for each node (a script call fills in the first two slots). l.argv[argFenceKey]

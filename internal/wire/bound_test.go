@@ -125,8 +125,8 @@ func TestBoundErrExact(t *testing.T) {
 	noDoneStateGoroutines(t)
 }
 
-// unbind closes Done, and the session reuses the state: running bound, Done
-// and unbind many times keeps one idle state, the same one.
+// Unbind closes Done, and the transport reuses the state: running Bound, Done
+// and Unbind many times keeps one idle state, the same one.
 func TestBoundUnbindReusesState(t *testing.T) {
 	s := boundTransport(time.Hour)
 	parent, cancel := context.WithCancel(context.Background())
@@ -145,7 +145,7 @@ func TestBoundUnbindReusesState(t *testing.T) {
 		}
 		require.Same(t, first, st, "call %d got a new state", i)
 		Unbind(ctx)
-		require.True(t, isClosed(ch), "unbind closes Done")
+		require.True(t, isClosed(ch), "Unbind closes Done")
 		require.Equal(t, ch, ctx.Done())
 		require.Equal(t, context.Canceled, ctx.Err())
 		require.Len(t, s.dones.idle, 1)
@@ -250,7 +250,7 @@ func (p *countingParent) registered() int {
 	return len(p.callbacks)
 }
 
-// Nothing stays registered on a long-lived parent: unbind unregisters at
+// Nothing stays registered on a long-lived parent: Unbind unregisters at
 // once, and a context that is never unbound unregisters at its deadline.
 func TestBoundLeavesNothingOnParent(t *testing.T) {
 	s := boundTransport(20 * time.Millisecond)
@@ -260,14 +260,14 @@ func TestBoundLeavesNothingOnParent(t *testing.T) {
 	ctx.Done()
 	assert.Equal(t, 1, p.registered())
 	Unbind(ctx)
-	assert.Equal(t, 0, p.registered(), "unbind unregisters")
+	assert.Equal(t, 0, p.registered(), "Unbind unregisters")
 	assert.Len(t, s.dones.idle, 1)
 	<-p.changed
 
 	ctx = s.Bound(p, time.Time{}) // never unbound, like the pub/sub calls
 	ch := ctx.Done()
 	assert.Equal(t, 1, p.registered())
-	waitDone(t, ch, 2*time.Second, "deadline without unbind")
+	waitDone(t, ch, 2*time.Second, "deadline without Unbind")
 	select {
 	case <-p.changed:
 	case <-time.After(2 * time.Second):

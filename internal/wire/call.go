@@ -17,13 +17,14 @@ import (
 // the floors above, which hand NewScript their source and SHA.
 
 // A script call's argument vector is {command, SHA or source, numkeys,
-// KEYS..., ARGV...}, boxed once per lock where it can be (by the caller)
-// and filled in by Script.Run. Every script has the lock key as KEYS[1],
-// which the Combiner orders calls by and Cluster pipelines are grouped by.
-const ArgLockKey = 3
+// KEYS..., ARGV...}, boxed once where it can be (by the caller) and
+// filled in by Script.Run. ArgKey is the slot of KEYS[1], the key a call
+// is about (the floors above put the lock key there): the Combiner orders
+// a session's calls by it, and RunCalls groups Cluster pipelines by it.
+const ArgKey = 3
 
-// LockKeyOf is the lock key of a script call's argument vector.
-func LockKeyOf(argv []any) any { return argv[ArgLockKey] }
+// KeyOf is KEYS[1] of a script call's argument vector.
+func KeyOf(argv []any) any { return argv[ArgKey] }
 
 // Script is a Lua script run as EVALSHA, falling back to EVAL when the server
 // does not have it cached (NOSCRIPT: after SCRIPT FLUSH, a restart or a
@@ -205,7 +206,7 @@ func runPipeline(ctx context.Context, c Client, calls []Call, cmds []*redis.Cmd,
 // (ClusterClient.processPipeline: setCmdsErr after its retry sleep). One
 // silent master then failed every renewal of a slice, and a session lost
 // all its locks. So RunCalls groups the calls itself, by the master that
-// serves their lock key's slot in the client's slot map (the key is
+// serves their first key's slot in the client's slot map (the key is
 // KEYS[1]; every key of a call shares its hash tag), and sends each group
 // as a pipeline of its own through c, concurrently, each bounded by ctx:
 // a call's outcome depends only on its own master, a healthy master's
@@ -221,14 +222,14 @@ type group struct {
 	idx  []int
 }
 
-// byNode groups calls by the master that serves their lock key's slot, in
+// byNode groups calls by the master that serves their first key's slot, in
 // cc's slot map now. A key it cannot place (no slot map yet) goes to the
 // nil group, which go-redis routes as it routes any pipeline.
 func byNode(ctx context.Context, cc *redis.ClusterClient, calls []Call) []group {
 	var groups []group
 	for i, cl := range calls {
 		var node *redis.Client
-		if key, ok := LockKeyOf(cl.Argv).(string); ok {
+		if key, ok := KeyOf(cl.Argv).(string); ok {
 			node = masterFor(ctx, cc, key)
 		}
 		j := slices.IndexFunc(groups, func(g group) bool { return g.node == node })

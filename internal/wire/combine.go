@@ -108,7 +108,7 @@ type Combiner struct {
 	queue   []*pending // waiting to be sent, oldest first
 	idle    []*pending // pendings for reuse
 	drained sync.Cond  // signalled when onWire and carried drop to 0 after closed
-	// unsettled holds, per lock key, the calls whose callers gave up while
+	// unsettled holds, per key (KeyOf), the calls whose callers gave up while
 	// their batches were on the wire, each until its batch has ended: the
 	// command may still reach Redis, and no later call on the key is sent
 	// before then.
@@ -162,7 +162,7 @@ func (c *Combiner) send(ctx context.Context, deadline time.Time, sc *Script, arg
 	callCtx := c.t.Bound(ctx, deadline)
 	defer Unbind(callCtx)
 	c.mu.Lock()
-	if err := c.awaitLocked(callCtx, LockKeyOf(argv)); err != nil {
+	if err := c.awaitLocked(callCtx, KeyOf(argv)); err != nil {
 		c.mu.Unlock()
 		return ErrCmd(ctx, argv, err)
 	}
@@ -200,8 +200,8 @@ func (c *Combiner) alongLocked(ctx context.Context, argv []any, coalesce bool) (
 	}
 	// Only the oldest call on its own name, in its slot: a call for another
 	// node could hold the release up with it.
-	key = LockKeyOf(argv)
-	if slices.ContainsFunc(c.queue, func(q *pending) bool { return LockKeyOf(q.argv) == key }) {
+	key = KeyOf(argv)
+	if slices.ContainsFunc(c.queue, func(q *pending) bool { return KeyOf(q.argv) == key }) {
 		return 1, key
 	}
 	return 0, key
@@ -249,7 +249,7 @@ func (c *Combiner) reply(ctx context.Context, p *pending, argv []any) *redis.Cmd
 		if c.unsettled == nil {
 			c.unsettled = make(map[any][]*pending)
 		}
-		key := LockKeyOf(p.argv)
+		key := KeyOf(p.argv)
 		c.unsettled[key] = append(c.unsettled[key], p)
 	}
 	c.mu.Unlock()
@@ -353,7 +353,7 @@ func (c *Combiner) pruneLocked() {
 func (c *Combiner) takeLocked(batch []*pending, n int, key any) []*pending {
 	kept := c.queue[:0]
 	for _, q := range c.queue {
-		if n > 0 && (key == nil || LockKeyOf(q.argv) == key) {
+		if n > 0 && (key == nil || KeyOf(q.argv) == key) {
 			batch, n = append(batch, q), n-1
 		} else {
 			kept = append(kept, q)
@@ -427,7 +427,7 @@ func (c *Combiner) sendBatch(batch []*pending, calls []Call) []Call {
 func (c *Combiner) answerLocked(p *pending, cmd *redis.Cmd) {
 	p.cmd = cmd
 	if p.settled != nil {
-		key := LockKeyOf(p.argv)
+		key := KeyOf(p.argv)
 		if us := slices.DeleteFunc(c.unsettled[key], func(u *pending) bool { return u == p }); len(us) > 0 {
 			c.unsettled[key] = us
 		} else {

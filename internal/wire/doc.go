@@ -1,15 +1,15 @@
 // Package wire is redisleader's transport floor: how a call travels to
-// Redis and back. It knows nothing of locks, keys or Lua contents, and
-// imports nothing of this module; the lease and API floors above it talk
-// to Redis only through it.
+// Redis and back. It knows nothing of locks, key layouts or Lua contents,
+// and imports nothing of this module; the floors above send their scripts
+// and wait for their channels through it.
 //
 // The seam is a small set of types:
 //
 //   - Script (NewScript: a SHA written out and its source) and its
 //     argument vector {cmd, sha, numkeys, KEYS..., ARGV...}, whose KEYS[1]
-//     is the lock key (ArgLockKey); Script.Run sends one call,
-//     RunCalls a pipeline of Calls (per master on a Cluster), with the
-//     WAIT of Acks at its end.
+//     is the key the call is about (ArgKey; the lock key above): Script.Run
+//     sends one call, RunCalls a pipeline of Calls (per master on a
+//     Cluster), with the WAIT of Acks at its end.
 //   - Transport (Init with a Config: the client, the call timeout, the TTL
 //     that paces the watcher, the retry delay, the logger, the done
 //     channel): Bound and Unbind (per-call deadlines), Combiner (calls
