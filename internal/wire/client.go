@@ -8,11 +8,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Kind is what this package needs to know about a client: NewSession
-// refuses a Ring and allows WithReplicaAcks only on one server,
-// NewRedlockSession takes independent servers only, the session's Combiner
-// lets a release on a Cluster take along only a call on its own name, and
-// the fenced writes refuse a Ring. KindOf decides it, for all of them.
+// Kind is what the floors need to know about a client: whether it is one
+// server, a Cluster (whose pipelines go per master, and whose Combiner
+// lets a CallNow take along only a call on its own key) or a Ring (which
+// the library refuses). KindOf decides it, for all of them.
 type Kind int
 
 const (
@@ -46,21 +45,8 @@ const RingRejectf = "%s (%T) is or wraps a *redis.Ring: each Ring client decides
 
 // KindOf classifies c by the methods of its type, which include those that
 // an embedded *redis.ClusterClient or *redis.Ring promotes, and by the
-// clients it wraps, up to 4 wrappers deep; when it wraps several, the
-// largest kind counts. What counts as wrapped:
-//
-//   - in a type of go-redis other than its clients proper, the client in any
-//     field, exported or not. That is how an AutoPipeliner (from
-//     Client.AutoPipeline or ClusterClient.AutoPipeline, go-redis v9.22+),
-//     whose methods are the same over either, is seen through: it holds
-//     the client it batches for in an unexported field, which reflection
-//     reads without naming the type (go.mod pins an older go-redis). A nil
-//     field there is passed over.
-//   - in any other type (a wrapper of the user's), the clients it embeds as
-//     fields of pointer or interface type (Client, redis.UniversalClient).
-//     A client held in a named field is not seen, and a nil embedded
-//     interface is passed over (the wrapper may implement the methods
-//     itself).
+// clients it wraps, up to 4 wrappers deep (see kindOfValue for what counts
+// as wrapped); when it wraps several, the largest kind counts.
 func KindOf(c Client) Kind { return kindOfValue(reflect.ValueOf(c), 4, nil) }
 
 // ClusterOf returns the *redis.ClusterClient that c is, or wraps as KindOf
@@ -78,7 +64,21 @@ func ClusterOf(c Client) (cc *redis.ClusterClient) {
 }
 
 // kindOfValue is KindOf for v, up to depth wrappers deep; with cluster not
-// nil, it also stores there the first *redis.ClusterClient it meets.
+// nil, it also stores there the first *redis.ClusterClient it meets. What
+// counts as wrapped:
+//
+//   - in a type of go-redis other than its clients proper, the client in any
+//     field, exported or not. That is how an AutoPipeliner (from
+//     Client.AutoPipeline or ClusterClient.AutoPipeline, go-redis v9.22+),
+//     whose methods are the same over either, is seen through: it holds
+//     the client it batches for in an unexported field, which reflection
+//     reads without naming the type (go.mod pins an older go-redis). A nil
+//     field there is passed over.
+//   - in any other type (a wrapper of the user's), the clients it embeds as
+//     fields of pointer or interface type (Client, redis.UniversalClient).
+//     A client held in a named field is not seen, and a nil embedded
+//     interface is passed over (the wrapper may implement the methods
+//     itself).
 func kindOfValue(v reflect.Value, depth int, cluster **redis.ClusterClient) Kind {
 	switch v.Kind() {
 	case reflect.Invalid:
