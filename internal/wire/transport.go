@@ -50,9 +50,6 @@ func (t *Transport) Init(cfg Config) {
 	t.watch = watcher{t: t, chans: make(map[string]*channelSubs)}
 }
 
-// Client returns the main client (Config.Client).
-func (t *Transport) Client() Client { return t.cfg.Client }
-
 // Combiner returns the main client's combiner.
 func (t *Transport) Combiner() *Combiner { return &t.combine }
 
