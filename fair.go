@@ -2,6 +2,7 @@ package redisleader
 
 import (
 	"context"
+	"github.com/redisleader/redisleader/internal/wire"
 	"strconv"
 	"time"
 )
@@ -45,8 +46,20 @@ import (
 // the mode: the lock key is taken the same way in both.
 
 // legacyWake is the payload of an older release's wake-up (see
-// watcher.deliver).
+// waiter.accept).
 const legacyWake = "W"
+
+// accept lets through the wake-ups for w: those that carry its member id,
+// and legacyWake, the unaddressed wake-up of releases before wake-ups were
+// addressed, so that a rolling upgrade does not leave a head waiter asleep
+// behind an older session's release. Without a waiter (default mode) it is
+// nil: every message on the name's channel counts.
+func (w *waiter) accept() func(payload string) bool {
+	if w == nil {
+		return nil
+	}
+	return func(payload string) bool { return payload == w.id || payload == legacyWake }
+}
 
 // A waiter is one fair acquisition's place in a name's queue, kept across
 // its attempts (and their tokens).
@@ -58,7 +71,7 @@ type waiter struct {
 	// set for each Lock of the acquisition. Only the acquiring goroutine
 	// uses it.
 	argv [12]any
-	sub  *subscription // the acquisition's, when it blocks
+	sub  *wire.Subscription // the acquisition's, when it blocks
 }
 
 // Argument slots of waiter.argv.
@@ -108,7 +121,7 @@ func (a *acquisition) leave(ctx context.Context) {
 	s, w := a.s, a.w
 	s.dropWaiter(w)
 	s.bestEffortCleanup(ctx, func(ctx context.Context) {
-		_ = s.combine.call(ctx, time.Time{}, leaveScript, []any{nil, nil, 3, w.keys.lock, w.keys.queue(), w.keys.leases(), w.id, s.ttlArg})
+		_ = s.wire.Combiner().Call(ctx, time.Time{}, leaveScript, []any{nil, nil, 3, w.keys.lock, w.keys.queue(), w.keys.leases(), w.id, s.ttlArg})
 	})
 }
 
@@ -210,7 +223,7 @@ end
 // then (join) ZREM the dead, ZADD our place (kept if we have a live one) and
 // lease, and PEXPIREAT both queue keys to the latest lease end, so that no
 // queue key outlives its last waiter's lease.
-var fairAcquireScript = newScript("e0478b77c454f39ae8170ea97fa102fe704dca20", guarded(luaFence+luaTake+luaQueue+luaCand+`
+var fairAcquireScript = wire.NewScript("e0478b77c454f39ae8170ea97fa102fe704dca20", guarded(luaFence+luaTake+luaQueue+luaCand+`
 local cur = call('GET', KEYS[1])
 local placed = call('ZSCORE', KEYS[3], ARGV[4])
 enlisting(5)
@@ -270,7 +283,7 @@ return {0, cur or false, pttl, ahead, headLeft}
 // queue reads, PUBLISH the head's wake-up (as fairAcquireScript), ZREM from the
 // queue, ZADD the tombstone, PEXPIREAT the leases (to the latest lease or
 // tombstone end).
-var leaveScript = newScript("ba6443a60761d629d7689c326c9c3a679ca94882", guarded(luaQueue+`
+var leaveScript = wire.NewScript("ba6443a60761d629d7689c326c9c3a679ca94882", guarded(luaQueue+`
 local placed = call('ZSCORE', KEYS[2], ARGV[1])
 local ends = now + tonumber(ARGV[2])
 local keep = keepUntil(KEYS[3], ends)
@@ -296,7 +309,7 @@ return 0
 // (then it writes nothing). Order: GET, the queue reads, PUBLISH "R",
 // PUBLISH the head's wake-up (as fairAcquireScript), DEL. It leaves the
 // queue as it is: the next acquire prunes it.
-var fairReleaseScript = newScript("d80da16bd11db92f9f6f3fb566fc04dd955cbb2d", guarded(luaQueue+`
+var fairReleaseScript = wire.NewScript("d80da16bd11db92f9f6f3fb566fc04dd955cbb2d", guarded(luaQueue+`
 local cur = call('GET', KEYS[1])
 if ours(cur) then
   local head = headOf(KEYS[2], KEYS[3], nil)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // Fenced writes: the resource side of fencing, for data kept in Redis.
@@ -72,7 +73,7 @@ func fencedWrite(ctx context.Context, c Client, key string, fence int64, argv []
 	}
 	callCtx, cancel := context.WithTimeout(ctx, defaultMaxCall)
 	defer cancel()
-	res, err := untilDone(callCtx, func() (any, error) { return fencedScript.run(callCtx, c, argv).Result() })
+	res, err := wire.UntilDone(callCtx, func() (any, error) { return fencedScript.Run(callCtx, c, argv).Result() })
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 			err = errors.Join(cerr, err)
@@ -84,12 +85,12 @@ func fencedWrite(ctx context.Context, c Client, key string, fence int64, argv []
 
 // checkFenced is the input rule of FencedSet and FencedDel.
 func checkFenced(c Client, key string, fence int64) error {
-	switch kindOf(c) { // reflection: once
-	case kindNil:
+	switch wire.KindOf(c) { // reflection: once
+	case wire.KindNil:
 		return invalidf("fenced write: nil Client")
-	case kindRing:
+	case wire.KindRing:
 		// On another shard, the key has no fence record: a stale write would be accepted.
-		return invalidf(ringRejectf, "fenced write: the client", c)
+		return invalidf(wire.RingRejectf, "fenced write: the client", c)
 	}
 	switch {
 	case key == "":
@@ -138,7 +139,7 @@ func fencedReply(key string, fence int64, res any) error {
 // first asks redis.acl_check_cmd whether both are allowed, so a denial of
 // either leaves the key as it was (on 6.2, a user allowed HDEL but not HSET
 // would see the value deleted and the fence not raised, with the error).
-var fencedScript = newScript("51665a7daa330c43309a4ec14cfa034e522bed3c", guarded(`
+var fencedScript = wire.NewScript("51665a7daa330c43309a4ec14cfa034e522bed3c", guarded(`
 local kind = call('TYPE', KEYS[1])
 kind = kind.ok or kind
 if kind ~= 'none' and kind ~= 'hash' then

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // Preferred candidates (WithPriority; the model is in doc.go, section
@@ -153,7 +154,7 @@ func (c *candidacy) withCandidate(argv []any) []any {
 func (a *acquisition) withdraw(ctx context.Context) {
 	s, c, value := a.s, a.cand, a.value // not a: the closure would move every acquisition to the heap
 	s.bestEffortCleanup(ctx, func(ctx context.Context) {
-		_ = s.combine.call(ctx, time.Time{}, withdrawScript, []any{nil, nil, 2, c.candKeys[0], c.candKeys[1], value})
+		_ = s.wire.Combiner().Call(ctx, time.Time{}, withdrawScript, []any{nil, nil, 2, c.candKeys[0], c.candKeys[1], value})
 	})
 }
 
@@ -163,7 +164,7 @@ func (a *acquisition) withdraw(ctx context.Context) {
 //	ARGV[1] value
 //
 // Replies the number of entries removed.
-var withdrawScript = newScript("f92ccf8b73802bb11fb6a49e9d68bdb7d4db2104", guarded(`
+var withdrawScript = wire.NewScript("f92ccf8b73802bb11fb6a49e9d68bdb7d4db2104", guarded(`
 return call('ZREM', KEYS[1], ARGV[1]) + call('ZREM', KEYS[2], ARGV[1])
 `))
 
@@ -220,17 +221,17 @@ func (l *Lock) preferred() {
 
 // renewCall is the renewal of l: a candidate's also enlists it and reports
 // the best candidate above it.
-func (s *Session) renewCall(l *Lock) call {
+func (s *Session) renewCall(l *Lock) wire.Call {
 	if c := l.candidate(); c != nil {
-		return call{preferRenewScript, []any{nil, nil, 3, l.lockArg, c.candKeys[0], c.candKeys[1],
+		return wire.Call{Script: preferRenewScript, Argv: []any{nil, nil, 3, l.lockArg, c.candKeys[0], c.candKeys[1],
 			l.tokenArg, s.ttlArg, l.argv[argValue], c.prioArg}}
 	}
 	return s.leaseCall(l)
 }
 
 // leaseCall renews l's lease alone: the lock key, nothing else.
-func (s *Session) leaseCall(l *Lock) call {
-	return call{renewScript, []any{nil, nil, 1, l.lockArg, l.tokenArg, s.ttlArg}}
+func (s *Session) leaseCall(l *Lock) wire.Call {
+	return wire.Call{Script: renewScript, Argv: []any{nil, nil, 1, l.lockArg, l.tokenArg, s.ttlArg}}
 }
 
 // renewLeasesAlone sends again, in one more round trip, as leaseCall, the
@@ -239,10 +240,10 @@ func (s *Session) leaseCall(l *Lock) call {
 // new replies in cmds. The lease is the fact and the candidates a hint: a
 // leader with a priority keeps every lease a plain leader keeps; enlisting
 // it and hearing of a better candidate wait for a later renewal.
-func (s *Session) renewLeasesAlone(ctx context.Context, c Client, locks []*Lock, calls []call, cmds []*redis.Cmd) {
+func (s *Session) renewLeasesAlone(ctx context.Context, c Client, locks []*Lock, calls []wire.Call, cmds []*redis.Cmd) {
 	var again []int
 	for i, cl := range calls {
-		if cl.s != preferRenewScript || !candidateKeysRefused(cmds[i].Err()) {
+		if cl.Script != preferRenewScript || !candidateKeysRefused(cmds[i].Err()) {
 			continue
 		}
 		level := slog.LevelInfo // a slot in migration
@@ -256,11 +257,11 @@ func (s *Session) renewLeasesAlone(ctx context.Context, c Client, locks []*Lock,
 	if len(again) == 0 {
 		return
 	}
-	leases := make([]call, len(again))
+	leases := make([]wire.Call, len(again))
 	for j, i := range again {
 		leases[j] = s.leaseCall(locks[i])
 	}
-	replies, ackErr := runCalls(ctx, c, leases, s.cfg.acks, nil)
+	replies, ackErr := wire.RunCalls(ctx, c, leases, s.cfg.acks, nil)
 	for j, i := range again {
 		if ackErr != nil && replies[j].Err() == nil {
 			replies[j].SetErr(ackErr) // not acknowledged: it does not count
@@ -374,7 +375,7 @@ end
 // nothing); 1 if renewed; {1, value} if renewed and the candidate with
 // value has a higher priority. Order: GET, the candidate reads, TIME,
 // PEXPIRE, then enlist.
-var preferRenewScript = newScript("5075b7b9df390b2e5723d6a7b19bfd7ba91622e2", guarded(luaCand+`
+var preferRenewScript = wire.NewScript("5075b7b9df390b2e5723d6a7b19bfd7ba91622e2", guarded(luaCand+`
 local cur = call('GET', KEYS[1])
 if not ours(cur) then return 0 end
 enlisting(2)
@@ -401,7 +402,7 @@ func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
 	if !ok {
 		return nil, invalidf("Candidates: priorities are not supported with Redlock")
 	}
-	res, err := n.s.combine.call(ctx, time.Time{}, candidatesScript,
+	res, err := n.s.wire.Combiner().Call(ctx, time.Time{}, candidatesScript,
 		[]any{nil, nil, 2, e.keys.candidates(), e.keys.candidateLeases()}).Slice()
 	if err != nil && err != redis.Nil {
 		return nil, fmt.Errorf("redisleader: candidates of %q: %w", e.keys.name, err)
@@ -421,7 +422,7 @@ func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
 //
 // Replies {value, priority, ...} for up to 100 live candidates. It writes
 // nothing.
-var candidatesScript = newScript("fd620a14c647def3c91b82e21b8cc8cb70b5393b", guarded(luaCand+`
+var candidatesScript = wire.NewScript("fd620a14c647def3c91b82e21b8cc8cb70b5393b", guarded(luaCand+`
 candidateKeys(KEYS[1], KEYS[2])
 local t = call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)

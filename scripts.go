@@ -1,5 +1,7 @@
 package redisleader
 
+import "github.com/redisleader/redisleader/internal/wire"
+
 // Every script does its reads and its PUBLISH before its first write, so a
 // command that fails for a reason retrying cannot fix (a user's ACL that
 // denies the command or the channel, a key of the wrong type, a foreign
@@ -127,7 +129,7 @@ end
 // persistence, old snapshot) unless the server clock also goes back.
 // Numbers up to 2^53 are exact in Lua; µs since 1970 stay below that for
 // centuries.
-var acquireScript = newScript("611ab7117fc37c31d21080378b8109836d05798c", guarded(luaFence+luaTake+luaCand+`
+var acquireScript = wire.NewScript("611ab7117fc37c31d21080378b8109836d05798c", guarded(luaFence+luaTake+luaCand+`
 local cur = call('GET', KEYS[1])
 enlisting(3)
 local t = call('TIME')
@@ -157,7 +159,7 @@ return {1, fence, now}
 //
 // Replies 1 if renewed, 0 if the key is missing or holds another token. It
 // publishes nothing; its one write (PEXPIRE) comes last.
-var renewScript = newScript("30982895f18002d10306968ac33bc14fa5eb508a", guarded(`
+var renewScript = wire.NewScript("30982895f18002d10306968ac33bc14fa5eb508a", guarded(`
 local cur = call('GET', KEYS[1])
 if ours(cur) then
   return call('PEXPIRE', KEYS[1], ARGV[2])
@@ -175,7 +177,7 @@ return 0
 // it writes nothing). Order: GET, PUBLISH "R", DEL: a denied channel leaves
 // the key in place (it expires with its TTL) rather than deleted by a
 // release that reports an error.
-var releaseScript = newScript("9a05a3d9ec04aae3a44954dcea53552d2f79c92a", guarded(`
+var releaseScript = wire.NewScript("9a05a3d9ec04aae3a44954dcea53552d2f79c92a", guarded(`
 local cur = call('GET', KEYS[1])
 if ours(cur) then
   call('PUBLISH', KEYS[1] .. ':ch', 'R')
@@ -224,7 +226,7 @@ end
 // or channel leaves both keys as they were, and a failure between the two
 // SETs only leaves the former value, which no earlier request can then
 // overwrite either.
-var proclaimScript = newScript("78bf8654f3ea91c472e038fe529d4d77fa249855", guarded(luaOwn+`
+var proclaimScript = wire.NewScript("78bf8654f3ea91c472e038fe529d4d77fa249855", guarded(luaOwn+`
 local cur, rest, nl = own()
 if not cur then return rest or 0 end
 local last, raw = 0, call('GET', KEYS[2])
@@ -251,7 +253,7 @@ return 1
 //
 // Replies {stored, pttl in ms}, or nil when nobody holds the key. It writes
 // nothing.
-var inspectScript = newScript("5f4c12438354f4abf8e2fe3b13dda9fe2cb67d2e", guarded(`
+var inspectScript = wire.NewScript("5f4c12438354f4abf8e2fe3b13dda9fe2cb67d2e", guarded(`
 local cur = call('GET', KEYS[1])
 if not cur then return false end
 return {cur, call('PTTL', KEYS[1])}
@@ -263,7 +265,7 @@ func releaseArgs(l *Lock) []any { return []any{nil, nil, 1, l.lockArg, l.tokenAr
 
 // releaseCall is the release script call for l on one server: in fair mode,
 // the one that also wakes the head waiter.
-func releaseCall(l *Lock) call {
+func releaseCall(l *Lock) wire.Call {
 	l.mu.Lock()
 	sc := l.succ
 	l.mu.Unlock()
@@ -271,9 +273,9 @@ func releaseCall(l *Lock) call {
 		return l.handOffCall(sc)
 	}
 	if l.s.cfg.fair {
-		return call{fairReleaseScript, []any{nil, nil, 3, l.lockArg, l.keys.queue(), l.keys.leases(), l.tokenArg}}
+		return wire.Call{Script: fairReleaseScript, Argv: []any{nil, nil, 3, l.lockArg, l.keys.queue(), l.keys.leases(), l.tokenArg}}
 	}
-	return call{releaseScript, releaseArgs(l)}
+	return wire.Call{Script: releaseScript, Argv: releaseArgs(l)}
 }
 
 // proclaimArgs returns the proclaim script's arguments for the seq'th

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redisleader/redisleader/internal/wire"
 	"time"
 )
 
@@ -85,7 +86,7 @@ func (e *Election) Transfer(ctx context.Context, to string) error {
 		return nil // to leads already: the CLI's transfer exits 0 too
 	}
 	// Subscribed before the hand-over, so that the successor's "A" is heard.
-	sub, err := e.s.watch.subscribe(ctx, e.keys.channel(), "")
+	sub, err := e.s.wire.Subscribe(ctx, e.keys.channel(), nil)
 	if err != nil {
 		return err
 	}
@@ -140,7 +141,7 @@ func (l *Lock) endedBefore(to string) error {
 // unused at until (ErrNoSuccessor), or ctx ends. A leader with the fence of
 // the leadership handed over (from) is that one's key, its hand-over still
 // on the way (another Transfer's, to the same value): it waits on.
-func (e *Election) awaitSuccessor(ctx context.Context, sub *subscription, from int64, to string, until time.Time) error {
+func (e *Election) awaitSuccessor(ctx context.Context, sub *wire.Subscription, from int64, to string, until time.Time) error {
 	for {
 		who, err := e.Leader(ctx)
 		former := err == nil && who.Fence == from
@@ -169,7 +170,7 @@ func (e *Election) awaitSuccessor(ctx context.Context, sub *subscription, from i
 // handOffCall is the release of a leadership with a succession: the name
 // goes to the heir, or to the best candidate above the leader's priority,
 // or is deleted as by the release scripts.
-func (l *Lock) handOffCall(sc *succession) call {
+func (l *Lock) handOffCall(sc *succession) wire.Call {
 	l.mu.Lock()
 	heir := sc.heir
 	l.mu.Unlock()
@@ -178,7 +179,7 @@ func (l *Lock) handOffCall(sc *succession) call {
 		prio = c.prioArg
 	}
 	k := l.keys
-	return call{handOffScript, []any{nil, nil, 5, l.lockArg, k.queue(), k.leases(), k.candidates(), k.candidateLeases(),
+	return wire.Call{Script: handOffScript, Argv: []any{nil, nil, 5, l.lockArg, k.queue(), k.leases(), k.candidates(), k.candidateLeases(),
 		l.tokenArg, heir, prio, l.argv[argValue], l.s.ttlArg}}
 }
 
@@ -200,7 +201,7 @@ func (l *Lock) handOffCall(sc *succession) call {
 // and the wake-ups (to every live fair waiter with an heir, as any of them
 // may be it; else to the head), ZREM us from the candidates, then SET the
 // reservation PX or DEL.
-var handOffScript = newScript("2e8c81bd128a746c6175cf1e7c9692a694724464", guarded(luaQueue+luaCand+`
+var handOffScript = wire.NewScript("2e8c81bd128a746c6175cf1e7c9692a694724464", guarded(luaQueue+luaCand+`
 local cur = call('GET', KEYS[1])
 if not ours(cur) then return 0 end
 candidateKeys(KEYS[4], KEYS[5])
