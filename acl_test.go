@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader/internal/redisserver"
 	"github.com/redisleader/redisleader/internal/syncbuf"
+	"github.com/redisleader/redisleader/internal/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -280,7 +281,7 @@ func TestACLCluster(t *testing.T) {
 // key as it was. (Regression: Redis 7 words a denial inside a script as
 // "ERR The user executing the script can't …", which was retried forever,
 // and the acquire script had set both keys before its PUBLISH failed.) The
-// error is checked for what it means (an *aclError naming the channel, with
+// error is checked for what it means (an *wire.ACLError naming the channel, with
 // the server's reason in any known wording; see aclWordings).
 func TestACLDeniedChannel(t *testing.T) {
 	srv := redisserver.Start(t)
@@ -490,7 +491,7 @@ func TestPermanentACLErrors(t *testing.T) {
 	} {
 		assert.True(t, permanent(redisErr(msg)), msg)
 	}
-	assert.True(t, permanent(&aclError{"permission denied for TIME (ACL): ERR The user executing the script can't run this command or subcommand"}))
+	assert.True(t, permanent(&wire.ACLError{Msg: "permission denied for TIME (ACL): ERR The user executing the script can't run this command or subcommand"}))
 }
 
 // TestACLFair: fair mode runs as the documented user plus aclFair (see

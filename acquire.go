@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/redisleader/redisleader/internal/wire"
 	mrand "math/rand/v2"
 	"time"
 
@@ -76,7 +77,7 @@ func (s *Session) acquire(ctx context.Context, k keys, value string, m mode, c *
 	if m != tryOnce {
 		// Subscribe before the first attempt, so a release between a failed
 		// attempt and the wait is never missed.
-		sub, err := s.watch.subscribe(ctx, s.waitChannel(k), a.w.address())
+		sub, err := s.wire.Subscribe(ctx, s.waitChannel(k), a.w.accept())
 		if err != nil {
 			return nil, err
 		}
@@ -102,15 +103,6 @@ func (s *Session) waitChannel(k keys) string {
 		return k.wakeChannel(s.id)
 	}
 	return k.channel()
-}
-
-// address is what the wake-ups for w carry (its member id), or "" without
-// a waiter (default mode: every message on the name's channel counts).
-func (w *waiter) address() string {
-	if w == nil {
-		return ""
-	}
-	return w.id
 }
 
 // run makes attempts with one token until the key is ours, or (blocking)
@@ -188,16 +180,16 @@ type acquisition struct {
 	keys     keys
 	value    string
 	mode     mode
-	sub      *subscription // the name's channel (fair: our wake-up channel), unless mode is tryOnce
-	l        *Lock         // the current attempt's lock and token
-	w        *waiter       // fair mode: our place in the queue
-	cand     *candidacy    // the candidate's priority, or nil
-	queued   bool          // fair mode: we may have a place in the queue
-	kept     time.Time     // fair mode: when the attempt that last renewed our place was sent
-	lastErr  error         // of the last attempt, if it failed with a Redis error
-	unsure   bool          // an attempt's outcome is unknown: our token may be, or get, in Redis
-	splits   int           // Redlock split votes in a row (backoff)
-	loggedAt time.Time     // errors are logged at most once per TTL
+	sub      *wire.Subscription // the name's channel (fair: our wake-up channel), unless mode is tryOnce
+	l        *Lock              // the current attempt's lock and token
+	w        *waiter            // fair mode: our place in the queue
+	cand     *candidacy         // the candidate's priority, or nil
+	queued   bool               // fair mode: we may have a place in the queue
+	kept     time.Time          // fair mode: when the attempt that last renewed our place was sent
+	lastErr  error              // of the last attempt, if it failed with a Redis error
+	unsure   bool               // an attempt's outcome is unknown: our token may be, or get, in Redis
+	splits   int                // Redlock split votes in a row (backoff)
+	loggedAt time.Time          // errors are logged at most once per TTL
 }
 
 // deliver waits out the takeover delay of an acquired lock and delivers
@@ -354,12 +346,12 @@ func (a *acquisition) abandon(ctx context.Context, lastErr, err error) error {
 // through its subscription; without a confirmed one, or when the key has no
 // TTL, it polls at the retry interval instead (see the package
 // documentation, section Waiting).
-func (s *Session) followDelay(left time.Duration, sub *subscription) time.Duration {
+func (s *Session) followDelay(left time.Duration, sub *wire.Subscription) time.Duration {
 	if left < 0 {
 		return s.cfg.retryDelay()
 	}
 	d := left + time.Millisecond + mrand.N(time.Millisecond)
-	if sub == nil || !sub.confirmed() {
+	if sub == nil || !sub.Confirmed() {
 		d = min(d, s.cfg.retryDelay())
 	}
 	return d
@@ -367,17 +359,17 @@ func (s *Session) followDelay(left time.Duration, sub *subscription) time.Durati
 
 // wait sleeps for d, or until a message arrives on sub, ctx ends or the
 // session closes.
-func (s *Session) wait(ctx context.Context, sub *subscription, d time.Duration) error {
+func (s *Session) wait(ctx context.Context, sub *wire.Subscription, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	var notify <-chan struct{}
 	if sub != nil {
-		notify = sub.notify
+		notify = sub.Notify()
 	}
 	select {
 	case <-t.C:
 	case <-notify:
-		sub.take()
+		sub.Take()
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-s.done:
@@ -403,7 +395,7 @@ func (l *Lock) attempt(ctx context.Context) acquired {
 	sent := time.Now()
 	deadline := sent.Add(l.s.cfg.validity)
 	var r acquired
-	onGoexit(func() {
+	wire.OnUnwind(func() {
 		r = l.s.place.acquire(ctx, l, deadline)
 		if r.giveBack {
 			l.giveBack(ctx) // within ctx: what fails is left to abandon

@@ -107,7 +107,7 @@ func TestAcquireIsIdempotentForOwnToken(t *testing.T) {
 		ctx := context.Background()
 		k := newKeys("idem")
 		run := func(token string) []any {
-			res, err := acquireScript.run(ctx, b.client, []any{nil, nil, 2, k.lock, k.fence, token, "1000", "v"}).Slice()
+			res, err := acquireScript.Run(ctx, b.client, []any{nil, nil, 2, k.lock, k.fence, token, "1000", "v"}).Slice()
 			require.NoError(t, err)
 			return res
 		}
@@ -141,7 +141,7 @@ func TestAcquireExpiresFromItsReportedTime(t *testing.T) {
 		ctx := context.Background()
 		k := newKeys("expires-at")
 		for _, path := range []string{"take", "refresh"} {
-			res, err := acquireScript.run(ctx, b.client, []any{nil, nil, 2, k.lock, k.fence, "tok", "5000", "v"}).Slice()
+			res, err := acquireScript.Run(ctx, b.client, []any{nil, nil, 2, k.lock, k.fence, "tok", "5000", "v"}).Slice()
 			require.NoError(t, err, path)
 			require.Len(t, res, 3, path)
 			at, err := b.client.PExpireTime(ctx, k.lock).Result()
@@ -622,8 +622,6 @@ func TestHeldNameFailsBeforeAnyIO(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.Lock(ctx, "held-no-io")
 	require.ErrorIs(t, err, ErrLocked)
-	s.watch.mu.Lock()
-	started := s.watch.ps != nil
-	s.watch.mu.Unlock()
+	started := s.wire.PubSub() != nil
 	assert.False(t, started, "Lock on a held name started the pub/sub connection")
 }

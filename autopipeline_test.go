@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader/internal/faultproxy"
 	"github.com/redisleader/redisleader/internal/redisserver"
+	"github.com/redisleader/redisleader/internal/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -42,12 +43,12 @@ func TestAutoPipelineKinds(t *testing.T) {
 	for _, cc := range []Client{ap, wrappedIface{ap}} {
 		t.Run(fmt.Sprintf("%T", cc), func(t *testing.T) {
 			assertClusterKind(t, cc, cs)
-			assert.Same(t, cluster, clusterOf(cc), "runCalls finds the Cluster client under it")
+			assert.Same(t, cluster, wire.ClusterOf(cc), "wire.RunCalls finds the Cluster client under it")
 		})
 	}
 	plain := autoPipeline(t, unreachableClient(t))
 	assertPlainKind(t, plain, cs)
-	assert.Nil(t, clusterOf(plain))
+	assert.Nil(t, wire.ClusterOf(plain))
 }
 
 // TestAutoPipelineOverClusterClient: on a 3-master Redis Cluster, sessions

@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader/internal/redisserver"
+	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // The baseline ("raw") is the floor any Redis lock pays: SET key token NX PX
@@ -51,10 +52,10 @@ func benchToken() string {
 
 // loadScripts loads the acquire and release scripts, and any more given, on
 // c, so that EVALSHA finds them.
-func loadScripts(ctx context.Context, b *testing.B, c *redis.Client, more ...*script) {
-	for _, sc := range append([]*script{acquireScript, releaseScript}, more...) {
-		if sha, err := c.ScriptLoad(ctx, sc.src.(string)).Result(); err != nil || sha != sc.sha {
-			b.Fatalf("SCRIPT LOAD: %q %v, want %q", sha, err, sc.sha)
+func loadScripts(ctx context.Context, b *testing.B, c *redis.Client, more ...*wire.Script) {
+	for _, sc := range append([]*wire.Script{acquireScript, releaseScript}, more...) {
+		if sha, err := c.ScriptLoad(ctx, sc.Src()).Result(); err != nil || sha != sc.SHA() {
+			b.Fatalf("SCRIPT LOAD: %q %v, want %q", sha, err, sc.SHA())
 		}
 	}
 }
@@ -83,11 +84,11 @@ func acquiredFence(cmd *redis.Cmd, key string, prev int64) (int64, error) {
 // token; it returns the fence, which must be above prev.
 func scriptsPair(ctx context.Context, b *testing.B, c *redis.Client, k keys, prev int64) int64 {
 	token := benchToken()
-	f, err := acquiredFence(c.EvalSha(ctx, acquireScript.sha.(string), []string{k.lock, k.fence}, token, "10000", ""), k.lock, prev)
+	f, err := acquiredFence(c.EvalSha(ctx, acquireScript.SHA(), []string{k.lock, k.fence}, token, "10000", ""), k.lock, prev)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if r, err := c.EvalSha(ctx, releaseScript.sha.(string), []string{k.lock}, token).Int64(); err != nil || r != 1 {
+	if r, err := c.EvalSha(ctx, releaseScript.SHA(), []string{k.lock}, token).Int64(); err != nil || r != 1 {
 		b.Fatalf("release %s: %d %v, want 1", k.lock, r, err)
 	}
 	return f
@@ -226,7 +227,7 @@ func BenchmarkLockParallel(b *testing.B) {
 		idealKeys[i] = newKeys(fmt.Sprintf("ideal-par-%d", i))
 		idealRawKeys[i] = fmt.Sprintf("ideal-raw-par-%d", i)
 	}
-	acquireSHA, releaseSHA := acquireScript.sha.(string), releaseScript.sha.(string)
+	acquireSHA, releaseSHA := acquireScript.SHA(), releaseScript.SHA()
 	loadScripts(ctx, b, c)
 	if err := rawRelease.Load(ctx, c).Err(); err != nil {
 		b.Fatal(err)
@@ -408,7 +409,7 @@ func compareWindows(ctx context.Context, b *testing.B, cs []*redis.Client, windo
 // a goroutine hop each way and no more. It returns the pairs done.
 func handoffWindow(b *testing.B, c *redis.Client, d time.Duration, names []keys, n int) int64 {
 	ctx := context.Background()
-	acquireSHA, releaseSHA := acquireScript.sha.(string), releaseScript.sha.(string)
+	acquireSHA, releaseSHA := acquireScript.SHA(), releaseScript.SHA()
 	type call struct {
 		sha  string
 		keys []string
@@ -418,7 +419,7 @@ func handoffWindow(b *testing.B, c *redis.Client, d time.Duration, names []keys,
 	calls, stop := make(chan *call, len(names)), make(chan struct{})
 	var wg sync.WaitGroup
 	for range n {
-		wgGo(&wg, func() {
+		wire.Go(&wg, func() {
 			pipe := c.Pipeline()
 			var batch []*call
 			var cmds []*redis.Cmd
@@ -577,7 +578,7 @@ func redlockServers(b *testing.B) (*Session, []*redis.Client) {
 func onAll(cs []*redis.Client, f func(i int, c *redis.Client)) {
 	var wg sync.WaitGroup
 	for i, c := range cs {
-		wgGo(&wg, func() { f(i, c) })
+		wire.Go(&wg, func() { f(i, c) })
 	}
 	wg.Wait()
 }
@@ -610,11 +611,11 @@ func scripts3Pair(ctx context.Context, b *testing.B, cs []*redis.Client, k keys,
 	token := benchToken()
 	errs := make([]error, len(cs))
 	onAll(cs, func(i int, c *redis.Client) {
-		prev[i], errs[i] = acquiredFence(c.EvalSha(ctx, acquireScript.sha.(string), []string{k.lock, k.fence}, token, "10000", ""), k.lock, prev[i])
+		prev[i], errs[i] = acquiredFence(c.EvalSha(ctx, acquireScript.SHA(), []string{k.lock, k.fence}, token, "10000", ""), k.lock, prev[i])
 	})
 	fence := slices.Max(prev)
 	onAll(cs, func(i int, c *redis.Client) {
-		if n, err := c.EvalSha(ctx, redlockReleaseScript.sha.(string), []string{k.lock, k.fence}, token, fence).Int64(); err != nil || n != 1 {
+		if n, err := c.EvalSha(ctx, redlockReleaseScript.SHA(), []string{k.lock, k.fence}, token, fence).Int64(); err != nil || n != 1 {
 			errs[i] = cmp.Or(errs[i], fmt.Errorf("release on node %d: %d %v", i, n, err))
 		}
 	})
@@ -690,7 +691,7 @@ func BenchmarkRedlockParallel(b *testing.B) {
 			onAll(rcs, func(i int, _ *redis.Client) {
 				acq := make([]*redis.Cmd, per)
 				for j, k := range names {
-					acq[j] = pipes[i].EvalSha(ctx, acquireScript.sha.(string), []string{k.lock, k.fence}, tokens[j], "10000", "")
+					acq[j] = pipes[i].EvalSha(ctx, acquireScript.SHA(), []string{k.lock, k.fence}, tokens[j], "10000", "")
 				}
 				if _, errs[i] = pipes[i].Exec(ctx); errs[i] != nil {
 					return
@@ -708,7 +709,7 @@ func BenchmarkRedlockParallel(b *testing.B) {
 				rel := make([]*redis.Cmd, per)
 				for j, k := range names {
 					fence := max(fences[0][j], fences[1][j], fences[2][j])
-					rel[j] = pipes[i].EvalSha(ctx, redlockReleaseScript.sha.(string), []string{k.lock, k.fence}, tokens[j], fence)
+					rel[j] = pipes[i].EvalSha(ctx, redlockReleaseScript.SHA(), []string{k.lock, k.fence}, tokens[j], fence)
 				}
 				if _, errs[i] = pipes[i].Exec(ctx); errs[i] != nil {
 					return
@@ -807,11 +808,11 @@ func BenchmarkLockContended(b *testing.B) {
 		}},
 		{"scripts", func() (bool, error) {
 			token := benchToken()
-			r, err := c.EvalSha(ctx, acquireScript.sha.(string), []string{k.lock, k.fence}, token, "10000", "").Slice()
+			r, err := c.EvalSha(ctx, acquireScript.SHA(), []string{k.lock, k.fence}, token, "10000", "").Slice()
 			if err != nil || len(r) == 0 || r[0] != int64(1) {
 				return false, err
 			}
-			n, err := c.EvalSha(ctx, releaseScript.sha.(string), []string{k.lock}, token).Int()
+			n, err := c.EvalSha(ctx, releaseScript.SHA(), []string{k.lock}, token).Int()
 			if err == nil && n != 1 {
 				err = fmt.Errorf("release of %s: %d, want 1", k.lock, n)
 			}
@@ -823,10 +824,10 @@ func BenchmarkLockContended(b *testing.B) {
 	chain := func() error {
 		var rel *redis.Cmd
 		if held != "" {
-			rel = chainPipe.EvalSha(ctx, releaseScript.sha.(string), []string{ck.lock}, held)
+			rel = chainPipe.EvalSha(ctx, releaseScript.SHA(), []string{ck.lock}, held)
 		}
 		token := benchToken()
-		acq := chainPipe.EvalSha(ctx, acquireScript.sha.(string), []string{ck.lock, ck.fence}, token, "10000", "")
+		acq := chainPipe.EvalSha(ctx, acquireScript.SHA(), []string{ck.lock, ck.fence}, token, "10000", "")
 		if _, err := chainPipe.Exec(ctx); err != nil {
 			return err
 		}
@@ -882,7 +883,7 @@ func hammer(b *testing.B, n int, d time.Duration, try func(i int) (int, error)) 
 		stop       = start.Add(d)
 	)
 	for i := range n {
-		wgGo(&wg, func() {
+		wire.Go(&wg, func() {
 			var w, z int64
 			defer func() { work.Add(w); none.Add(z) }()
 			for time.Now().Before(stop) {

@@ -260,34 +260,9 @@ func (g *renewGaps) waitRenewals(t *testing.T, n int, within time.Duration) {
 	}
 }
 
-// clusterOf finds the Cluster client under the wrappers kindOf sees
-// through, so that their pipelines are sent per master too.
-func TestClusterOf(t *testing.T) {
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
-	defer cc.Close()
-	plain := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer plain.Close()
-	type embedsCluster struct{ *redis.ClusterClient }
-	type embedsUniversal struct{ redis.UniversalClient }
-	type embedsClient struct{ Client }
-	for _, c := range []struct {
-		name string
-		c    Client
-		want *redis.ClusterClient
-	}{
-		{"*redis.Client", plain, nil},
-		{"*redis.ClusterClient", cc, cc},
-		{"a struct embedding *redis.ClusterClient", embedsCluster{cc}, cc},
-		{"a struct embedding a UniversalClient that is a Cluster client", &embedsUniversal{cc}, cc},
-		{"a struct embedding a Client that is a plain client", embedsClient{plain}, nil},
-	} {
-		assert.Same(t, c.want, clusterOf(c.c), c.name)
-	}
-}
-
 // byNode asks the Cluster client for each call's master, which loads the
 // slot map when the client has none yet, running the node clients' hooks
-// outside execPipeline's recover (found by review of issue 35, item 2: the
+// outside wire.ExecPipeline's recover (found by review of issue 35, item 2: the
 // process died of the panic). The panic must become the batch's error
 // (hookfaults.go: "a panic becomes the error of the commands it hit").
 //

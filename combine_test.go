@@ -213,8 +213,8 @@ func TestQueuedCallSentWhenASlotFrees(t *testing.T) {
 		s, h := holdSession(t, b)
 		l, err := s.TryLock(ctx, "slot")
 		require.NoError(t, err)
-		wire, wired := holdWire(t, s, h, "slot")
-		freeing(t, wire[1])
+		slots, wired := holdWire(t, s, h, "slot")
+		freeing(t, slots[1])
 		reads := leaderAll(t, s, "slot")
 		waitQueued(t, s, 1)
 		pipe := h.rule(l.keys.lock, true)
@@ -227,7 +227,7 @@ func TestQueuedCallSentWhenASlotFrees(t *testing.T) {
 		defer cancel()
 		late := tryAll([]context.Context{tctx}, s, []string{"slot-late"})
 		waitQueued(t, s, 1)
-		close(wire[0].release)
+		close(slots[0].release)
 		require.NoError(t, recvWithin(t, wired, 5*time.Second, "the call let through"))
 		r := recvWithin(t, late[0], 5*time.Second, "the call queued behind the wire")
 		require.NoError(t, r.err, "a slot came free; %d on the wire", s.onWireNow())
@@ -254,9 +254,7 @@ func TestCloseWaitsForAReleasePipeline(t *testing.T) {
 		closed := closeStillWaiting(t, s, "with the release's pipeline on the wire")
 		freePipe()
 		require.NoError(t, recvWithin(t, closed, 5*time.Second, "Close"))
-		s.combine.mu.Lock()
-		carried := s.combine.carried
-		s.combine.mu.Unlock()
+		_, carried := s.wire.Combiner().OnWire()
 		assert.Zero(t, carried, "release pipelines on the wire after Close")
 		require.NoError(t, recvWithin(t, released, 5*time.Second, "Release"))
 		require.ErrorIs(t, recvWithin(t, read, 5*time.Second, "the read taken along"), ErrNoLeader)
@@ -338,7 +336,7 @@ func TestNoScriptInABatch(t *testing.T) {
 
 // On a Cluster a batch holds names of several slots, on several nodes:
 // each command goes to its slot's owner, in one pipeline per master
-// (runCalls), which holds all the batch's names that master serves.
+// (wire.RunCalls), which holds all the batch's names that master serves.
 func TestBatchAcrossClusterSlots(t *testing.T) {
 	cl := redisserver.StartCluster(t, 3)
 	c := cl.Client(t)
@@ -417,11 +415,11 @@ func TestCloseWithABatchInFlight(t *testing.T) {
 // flushInto lets the first held call return, so that a flusher takes the
 // queue into the batch that batch holds, then lets the other held call
 // return and waits for both.
-func flushInto(t *testing.T, wire [maxOnWire]*holdRule, wired <-chan error, batch *holdRule) {
+func flushInto(t *testing.T, slots [maxOnWire]*holdRule, wired <-chan error, batch *holdRule) {
 	t.Helper()
-	close(wire[0].release)
+	close(slots[0].release)
 	waitClosed(t, batch.reached, 5*time.Second, "the batch left the flusher")
-	close(wire[1].release)
+	close(slots[1].release)
 	for range maxOnWire {
 		require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
 	}
@@ -452,17 +450,17 @@ func TestGivenUpProclaimLandsBeforeTheNext(t *testing.T) {
 		lead, err := e.Campaign(context.Background(), "v0")
 		require.NoError(t, err)
 
-		wire, wired := holdWire(t, s, h, "proclaim")
+		slots, wired := holdWire(t, s, h, "proclaim")
 		stale := h.rule("v-stale", true)
 		ctx, cancel := context.WithCancel(context.Background())
 		failed := make(chan error, 1)
 		go func() { failed <- e.Proclaim(ctx, "v-stale") }()
 		waitQueued(t, s, 1)
-		close(wire[0].release) // its return hands the slot to a flusher, which takes the Proclaim
+		close(slots[0].release) // its return hands the slot to a flusher, which takes the Proclaim
 		waitClosed(t, stale.reached, 5*time.Second, "the flusher took the Proclaim")
 		cancel()
 		require.ErrorIs(t, recvWithin(t, failed, 5*time.Second, "the cancelled Proclaim"), context.Canceled)
-		close(wire[1].release)
+		close(slots[1].release)
 		for range maxOnWire {
 			require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
 		}
@@ -506,7 +504,7 @@ func TestLockRetryWaitsForItsGivenUpAttempt(t *testing.T) {
 		s := newSession(t, b.client, WithTTL(4*time.Second), WithRenewInterval(time.Second),
 			WithCallTimeout(call), WithRetryInterval(20*time.Millisecond))
 
-		wire, wired := holdWire(t, s, h, "phantom")
+		slots, wired := holdWire(t, s, h, "phantom")
 		key := newKeys("review-phantom").lock
 		batch := h.rule(key, true) // the batch that carries the Lock's first attempt
 
@@ -523,7 +521,7 @@ func TestLockRetryWaitsForItsGivenUpAttempt(t *testing.T) {
 		}
 		other := tryAll(background(1), s, []string{"review-phantom-other"})[0]
 		waitQueued(t, s, 2)
-		flushInto(t, wire, wired, batch)
+		flushInto(t, slots, wired, batch)
 
 		// The first attempt times out; the second one waits until the
 		// first has reached Redis, and then finds the name its own.
@@ -578,18 +576,18 @@ func TestCloseWaitsForAGivenUpBatchedAcquire(t *testing.T) {
 			_ = s.Close(ctx)
 		})
 
-		wire, wired := holdWire(t, s, h, "closing")
+		slots, wired := holdWire(t, s, h, "closing")
 		key := newKeys("review-abandoned").lock
 		batch := h.rule(key, true)
 		ctx, cancel := context.WithCancel(context.Background())
 		try := tryAll([]context.Context{ctx}, s, []string{"review-abandoned"})[0]
 		waitQueued(t, s, 1)
-		close(wire[0].release)
+		close(slots[0].release)
 		waitClosed(t, batch.reached, 5*time.Second, "the flusher took the TryLock")
 		cancel()
 		res := recvWithin(t, try, 5*time.Second, "the cancelled TryLock")
 		require.ErrorIs(t, res.err, context.Canceled)
-		close(wire[1].release)
+		close(slots[1].release)
 		for range maxOnWire {
 			require.NoError(t, recvWithin(t, wired, 5*time.Second, "a call held on the wire"))
 		}
@@ -623,8 +621,8 @@ func TestEveryGivenUpCallHoldsItsKey(t *testing.T) {
 		key := newKeys("settle").lock
 		firstBatch, secondBatch := h.rule(key, true), h.rule(key, true)
 		freeFirst, freeSecond := freeing(t, firstBatch), freeing(t, secondBatch)
-		wire, wired := holdWire(t, s, h, "settle")
-		freeWire := []func(){freeing(t, wire[0]), freeing(t, wire[1])}
+		slots, wired := holdWire(t, s, h, "settle")
+		freeWire := []func(){freeing(t, slots[0]), freeing(t, slots[1])}
 		tries := make([]chan tryResult, 2)
 		cancels := make([]context.CancelFunc, 2)
 		for i, batch := range []*holdRule{firstBatch, secondBatch} {
@@ -679,12 +677,12 @@ func TestGiveBackLandsBeforeTheNextAttempt(t *testing.T) {
 		WithRetryInterval(20*time.Millisecond), WithReplicaAcks(1, 200*time.Millisecond))
 
 	// Fill the wire with two Leader reads (acquires with acks do not coalesce).
-	var wire [maxOnWire]*holdRule
+	var slots [maxOnWire]*holdRule
 	wired := make(chan error, maxOnWire)
 	for i := range maxOnWire {
 		name := fmt.Sprintf("acks-wire-%d", i)
 		r := h.rule(newKeys(name).lock, true)
-		wire[i] = r
+		slots[i] = r
 		e, err := s.Election(name)
 		require.NoError(t, err)
 		go func() {
@@ -696,8 +694,8 @@ func TestGiveBackLandsBeforeTheNextAttempt(t *testing.T) {
 		}()
 		waitClosed(t, r.reached, 5*time.Second, name+" on the wire")
 	}
-	free := freeing(t, wire[:]...)
-	giveBack := h.rule(fmt.Sprint(releaseScript.sha), true)
+	free := freeing(t, slots[:]...)
+	giveBack := h.rule(releaseScript.SHA(), true)
 	sendGiveBack := freeing(t, giveBack)
 
 	link.Blackhole(faultproxy.Both) // the first attempt is not acknowledged

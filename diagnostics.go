@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // checkServer warns, once per session, about server settings under which
@@ -48,7 +49,7 @@ func (s *Session) checkNode(ctx context.Context, c Client) []error {
 	save := pipe.ConfigGet(ctx, "save")
 	repl := pipe.Info(ctx, "replication")
 	// Errors are per command, but for a hook's panic.
-	if err, panicked := execPipeline(ctx, pipe).(*hookPanicError); panicked {
+	if err, panicked := wire.ExecPipeline(ctx, pipe).(*wire.HookPanicError); panicked {
 		return []error{err}
 	}
 	var unchecked []error
@@ -65,7 +66,7 @@ func (s *Session) checkNode(ctx context.Context, c Client) []error {
 	}
 	if err := repl.Err(); err != nil {
 		unchecked = append(unchecked, fmt.Errorf("INFO replication: %w", err))
-	} else if n := infoField(repl.Val(), "connected_slaves"); n != "" && n != "0" && s.cfg.acks.n == 0 {
+	} else if n := infoField(repl.Val(), "connected_slaves"); n != "" && n != "0" && s.cfg.acks.N == 0 {
 		s.cfg.logger.Warn("redisleader: the Redis primary has replicas, and replication is asynchronous: a failover can lose a lock while its owner still believes it holds the name. See WithReplicaAcks.",
 			"connected_replicas", n)
 	}

@@ -75,11 +75,11 @@ func scriptsPush(k keys) push {
 	return push{
 		ch: k.channel(),
 		take: func(ctx context.Context, c *redis.Client, token string) (bool, error) {
-			r, err := c.EvalSha(ctx, acquireScript.sha.(string), []string{k.lock, k.fence}, token, "10000", "").Slice()
+			r, err := c.EvalSha(ctx, acquireScript.SHA(), []string{k.lock, k.fence}, token, "10000", "").Slice()
 			return err == nil && len(r) == 3 && r[0] == int64(1), err
 		},
 		resign: func(ctx context.Context, c *redis.Client, token string) error {
-			n, err := c.EvalSha(ctx, releaseScript.sha.(string), []string{k.lock}, token).Int()
+			n, err := c.EvalSha(ctx, releaseScript.SHA(), []string{k.lock}, token).Int()
 			if err == nil && n != 1 {
 				err = fmt.Errorf("release of %s: %d, want 1", k.lock, n)
 			}
@@ -96,12 +96,12 @@ func fairScriptsPush(k keys) push {
 	return push{
 		ch: k.wakeChannel("push"),
 		take: func(ctx context.Context, c *redis.Client, token string) (bool, error) {
-			r, err := c.EvalSha(ctx, fairAcquireScript.sha.(string), []string{k.lock, k.fence, k.queue(), k.leases()},
+			r, err := c.EvalSha(ctx, fairAcquireScript.SHA(), []string{k.lock, k.fence, k.queue(), k.leases()},
 				token, "10000", "", "push."+token, "1").Slice()
 			return err == nil && len(r) >= 2 && r[0] == int64(1), err
 		},
 		resign: func(ctx context.Context, c *redis.Client, token string) error {
-			n, err := c.EvalSha(ctx, fairReleaseScript.sha.(string), []string{k.lock, k.queue(), k.leases()}, token).Int()
+			n, err := c.EvalSha(ctx, fairReleaseScript.SHA(), []string{k.lock, k.queue(), k.leases()}, token).Int()
 			if err == nil && n != 1 {
 				err = fmt.Errorf("release of %s: %d, want 1", k.lock, n)
 			}

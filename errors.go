@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisleader/redisleader/internal/lease"
+	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // Errors returned by this package. Match them with errors.Is: returned errors
@@ -42,14 +43,14 @@ var (
 
 	// ErrSessionClosed: the session was closed; blocking calls on it return
 	// this, and locks it held end with it.
-	ErrSessionClosed = errors.New("redisleader: session closed")
+	ErrSessionClosed = wire.ErrClosed
 
 	// ErrReplication: with WithReplicaAcks, fewer replicas than required
 	// acknowledged an acquire within the WAIT timeout, so it was not taken
 	// (its key was deleted again). TryLock returns it wrapped; blocking
 	// acquisitions retry. A renewal that is not acknowledged is retried until
 	// the local deadline, like any other failed renewal.
-	ErrReplication = errors.New("redisleader: too few replicas acknowledged")
+	ErrReplication = wire.ErrReplication
 
 	// ErrNoLeader is returned by Election.Leader when nobody leads.
 	ErrNoLeader = errors.New("redisleader: no leader")
@@ -73,24 +74,8 @@ func invalidf(format string, args ...any) error { return lease.Invalidf(format, 
 // not write. It is permanent: a blocking acquire returns it rather than wait
 // for a lease that is not one.
 func foreignValue(k keys) error {
-	return &scriptError{fmt.Sprintf("ERR redisleader: key %s holds a value this package did not write; it was left unchanged", k.lock)}
+	return &wire.ScriptError{Msg: fmt.Sprintf("ERR redisleader: key %s holds a value this package did not write; it was left unchanged", k.lock)}
 }
-
-// scriptError is a Redis error reply rewritten to leave out the arguments
-// Redis quoted (see denied).
-type scriptError struct{ msg string }
-
-func (e *scriptError) Error() string { return e.msg }
-func (*scriptError) RedisError()     {}
-
-// aclError is a command, key or channel that the Redis user's ACL denies
-// (see denied). It is a Redis error reply, rewritten to name what was
-// denied; retrying cannot fix it.
-type aclError struct{ msg string }
-
-func (e *aclError) Error() string { return e.msg }
-
-func (*aclError) RedisError() {}
 
 // replied reports whether err is Redis's reply (the command ran, or was
 // refused, and will not run later), rather than a failure to hear one
@@ -114,7 +99,7 @@ func permanent(err error) bool {
 	if errors.As(err, &netErr) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
-	if errors.As(err, new(*aclError)) {
+	if errors.As(err, new(*wire.ACLError)) {
 		return true
 	}
 	var rerr redis.Error

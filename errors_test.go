@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -99,13 +100,13 @@ func (ws wordings) outside(d aclDenial, user, cmd string) []string {
 	return out
 }
 
-// assertDenied checks that err means an ACL denial: an *aclError, which
+// assertDenied checks that err means an ACL denial: an *wire.ACLError, which
 // permanent reports as such, whose text is the library's account of what
 // was denied (what) followed by the server's reason in one of the wordings.
 func assertDenied(t *testing.T, err error, what string, wordings []string) {
 	t.Helper()
 	require.Error(t, err)
-	var aerr *aclError
+	var aerr *wire.ACLError
 	assert.ErrorAs(t, err, &aerr, "not an ACL error: %v", err)
 	assert.True(t, permanent(err), "not permanent: %v", err)
 	assertOneOf(t, err.Error(), what, wordings)
@@ -122,9 +123,20 @@ func assertOneOf(t *testing.T, s, prefix string, wordings []string) {
 	t.Errorf("%q does not contain %q followed by any of %q", s, prefix, wordings)
 }
 
+// replyClient answers every command with err.
+type replyClient struct {
+	Client // nil: only Process is called
+	err    error
+}
+
+func (c replyClient) Process(_ context.Context, cmd redis.Cmder) error {
+	cmd.SetErr(c.err)
+	return c.err
+}
+
 // TestACLWordingsAreDenials: every known wording of a denial is permanent
-// (a blocking acquire returns it instead of retrying), and denied turns a
-// NOPERM reply to the script call, in either wording, into an *aclError that
+// (a blocking acquire returns it instead of retrying), and a script call (wire's denied) turns a
+// NOPERM reply to the script call, in either wording, into an *wire.ACLError that
 // names the call's command and keys and keeps the server's reason.
 func TestACLWordingsAreDenials(t *testing.T) {
 	for _, d := range []aclDenial{deniedCommand, deniedKey, deniedChannel} {
@@ -134,9 +146,7 @@ func TestACLWordingsAreDenials(t *testing.T) {
 		for _, msg := range aclWordings.outside(d, "u", "evalsha") {
 			assert.True(t, permanent(redisErr(msg)), msg)
 			argv := []any{"evalsha", "0123", 2, "redisleader:{n}", "redisleader:{n}:fence", "token"}
-			cmd := redis.NewCmd(context.Background(), argv...)
-			cmd.SetErr(redisErr(msg))
-			denied(cmd, argv)
+			cmd := acquireScript.Run(context.Background(), replyClient{err: redisErr(msg)}, argv)
 			assertDenied(t, cmd.Err(), "permission denied running EVALSHA on keys redisleader:{n} redisleader:{n}:fence (ACL): ", []string{msg})
 		}
 	}

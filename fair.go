@@ -2,6 +2,7 @@ package redisleader
 
 import (
 	"context"
+	"github.com/redisleader/redisleader/internal/wire"
 	"strconv"
 	"time"
 
@@ -47,8 +48,20 @@ import (
 // the mode: the lock key is taken the same way in both.
 
 // legacyWake is the payload of an older release's wake-up (see
-// watcher.deliver).
+// waiter.accept).
 const legacyWake = "W"
+
+// accept lets through the wake-ups for w: those that carry its member id,
+// and legacyWake, the unaddressed wake-up of releases before wake-ups were
+// addressed, so that a rolling upgrade does not leave a head waiter asleep
+// behind an older session's release. Without a waiter (default mode) it is
+// nil: every message on the name's channel counts.
+func (w *waiter) accept() func(payload string) bool {
+	if w == nil {
+		return nil
+	}
+	return func(payload string) bool { return payload == w.id || payload == legacyWake }
+}
 
 // A waiter is one fair acquisition's place in a name's queue, kept across
 // its attempts (and their tokens).
@@ -59,7 +72,7 @@ type waiter struct {
 	// argv is the buffer of fairAcquireScript's argument vector; only the
 	// acquiring goroutine uses it.
 	argv [12]any
-	sub  *subscription // the acquisition's, when it blocks
+	sub  *wire.Subscription // the acquisition's, when it blocks
 }
 
 // newWaiter prepares a fair acquisition of k. join: it waits in the queue
@@ -72,17 +85,17 @@ func (s *Session) newWaiter(k keys, join bool) *waiter {
 
 // A waiter is the fair protocol: its acquire keeps its place, and its
 // release wakes the head waiter.
-func (w *waiter) acquire(l *Lock) call {
-	return call{fairAcquireScript, l.args.FairAcquire(&w.argv, &w.args)}
+func (w *waiter) acquire(l *Lock) wire.Call {
+	return wire.Call{Script: fairAcquireScript, Argv: l.args.FairAcquire(&w.argv, &w.args)}
 }
 
-func (w *waiter) renew(l *Lock) call { return plain{}.renew(l) }
+func (w *waiter) renew(l *Lock) wire.Call { return plain{}.renew(l) }
 
-func (w *waiter) release(l *Lock, heir string) call {
+func (w *waiter) release(l *Lock, heir string) wire.Call {
 	if heir != "" {
 		return l.handOffCall(heir, "")
 	}
-	return call{fairReleaseScript, l.args.FairRelease(l.keys.lease())}
+	return wire.Call{Script: fairReleaseScript, Argv: l.args.FairRelease(l.keys.lease())}
 }
 
 // addWaiter registers w as queued, so that the session wakes it when it
@@ -116,6 +129,6 @@ func (a *acquisition) leave(ctx context.Context) {
 	s, w := a.s, a.w
 	s.dropWaiter(w)
 	s.bestEffortCleanup(ctx, func(ctx context.Context) {
-		_ = s.combine.call(ctx, time.Time{}, leaveScript, w.args.Leave(w.keys.lock, s.ttlArg))
+		_ = s.wire.Combiner().Call(ctx, time.Time{}, leaveScript, w.args.Leave(w.keys.lock, s.ttlArg))
 	})
 }

@@ -165,7 +165,7 @@ func TestFairLeave(t *testing.T) {
 
 			// A late attempt of the waiter that left: nothing queued.
 			argv := []any{nil, nil, 4, k.lock, k.fence, k.queue(), k.leases(), "late-token", l.s.ttlArg, "", members[0], "1"}
-			res, err := fairAcquireScript.run(ctx, b.client, argv).Slice()
+			res, err := fairAcquireScript.Run(ctx, b.client, argv).Slice()
 			require.NoError(t, err)
 			assert.EqualValues(t, -2, res[3], how+": the late attempt knows it left")
 			n, err = b.client.Exists(ctx, k.queue()).Result()
@@ -586,12 +586,12 @@ func TestFairTombstoneOutlivesShortTTLs(t *testing.T) {
 
 	join := func(member string, ttl int) []any {
 		argv := []any{nil, nil, 4, k.lock, k.fence, q, ls, "tok-" + member, ttl, "", member, "1"}
-		res, err := fairAcquireScript.run(ctx, c, argv).Slice()
+		res, err := fairAcquireScript.Run(ctx, c, argv).Slice()
 		require.NoError(t, err)
 		return res
 	}
 	join("LONG.1", 30000)
-	require.NoError(t, leaveScript.run(ctx, c, []any{nil, nil, 3, k.lock, q, ls, "LONG.1", 30000}).Err())
+	require.NoError(t, leaveScript.Run(ctx, c, []any{nil, nil, 3, k.lock, q, ls, "LONG.1", 30000}).Err())
 	join("SHORT.1", 1000) // a waiter of a session with a 1s TTL
 
 	pttl, err := c.PTTL(ctx, ls).Result()

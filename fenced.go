@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/redisleader/redisleader/internal/lease"
+	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // Fenced writes: the resource side of fencing, for data kept in Redis.
@@ -74,7 +75,7 @@ func fencedWrite(ctx context.Context, c Client, key string, fence int64, argv []
 	}
 	callCtx, cancel := context.WithTimeout(ctx, defaultMaxCall)
 	defer cancel()
-	res, err := untilDone(callCtx, func() (any, error) { return fencedScript.run(callCtx, c, argv).Result() })
+	res, err := wire.UntilDone(callCtx, func() (any, error) { return fencedScript.Run(callCtx, c, argv).Result() })
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 			err = errors.Join(cerr, err)
@@ -86,12 +87,12 @@ func fencedWrite(ctx context.Context, c Client, key string, fence int64, argv []
 
 // checkFenced is the input rule of FencedSet and FencedDel.
 func checkFenced(c Client, key string, fence int64) error {
-	switch kindOf(c) { // reflection: once
-	case kindNil:
+	switch wire.KindOf(c) { // reflection: once
+	case wire.KindNil:
 		return invalidf("fenced write: nil Client")
-	case kindRing:
+	case wire.KindRing:
 		// On another shard, the key has no fence record: a stale write would be accepted.
-		return invalidf(ringRejectf, "fenced write: the client", c)
+		return invalidf(wire.RingRejectf, "fenced write: the client", c)
 	}
 	switch {
 	case key == "":

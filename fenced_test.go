@@ -408,7 +408,7 @@ func TestFencedACL(t *testing.T) {
 
 // A nil *redis.Client or *redis.ClusterClient inside the Client interface
 // is not == nil: FencedSet and FencedDel refuse it with ErrInvalid, no I/O,
-// as NewSession does (kindOf); they used to panic in go-redis.
+// as NewSession does (wire.KindOf); they used to panic in go-redis.
 func TestFencedTypedNilClient(t *testing.T) {
 	ctx := context.Background()
 	for name, c := range map[string]Client{
@@ -509,7 +509,7 @@ func TestFencedEndsWithContextWithoutContextTimeout(t *testing.T) {
 		}
 		require.NoError(t, c.Close())
 	}
-	assert.Empty(t, leak.Wait(2*time.Second, "redisleader.untilDone"), "a call outlived its closed client")
+	assert.Empty(t, leak.Wait(2*time.Second, "wire.UntilDone"), "a call outlived its closed client")
 }
 
 // The largest fence the acquire script can hand out, 2^53−1 (a stored fence

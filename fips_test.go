@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/redisleader/redisleader/internal/redisserver"
+	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // Under GODEBUG=fips140=only a program that imports the package starts, and
@@ -38,14 +39,15 @@ func TestFIPS140Only(t *testing.T) {
 // Every script's SHA constant is the SHA-1 of its source, so EVALSHA finds
 // the script that EVAL loaded (Redis caches scripts by that digest).
 func TestScriptSHAs(t *testing.T) {
+	scripts := wire.Scripts()
 	if len(scripts) < 5 {
 		t.Fatalf("%d scripts registered, want at least acquire, renew, release, inspect and raise", len(scripts))
 	}
 	for _, s := range scripts {
-		src := s.src.(string)
+		src := s.Src()
 		sum := sha1.Sum([]byte(src))
-		if want := hex.EncodeToString(sum[:]); s.sha != want {
-			t.Errorf("the script with SHA constant %q has the SHA-1 %q: put that in its newScript call\n%s", s.sha, want, src)
+		if want := hex.EncodeToString(sum[:]); s.SHA() != want {
+			t.Errorf("the script with SHA constant %q has the SHA-1 %q: put that in its wire.NewScript call\n%s", s.SHA(), want, src)
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"time"
+
+	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // heartbeat is the session's one goroutine. It sleeps while nothing is held;
@@ -13,11 +15,11 @@ import (
 // delay. It never decides that a lock is lost by itself except on a "not
 // owner" reply: deadlines are timer-driven.
 //
-// After a hook fault (hookfaults.go) in a slice or in the server check, a
+// After a hook fault (internal/wire/hookfaults.go) in a slice or in the server check, a
 // new heartbeat takes over as after a failed slice: it starts a round after
 // the retry delay, and checks the server once per session all the same.
 func (s *Session) heartbeat(ctx context.Context, retry bool) {
-	onGoexit(func() {
+	wire.OnUnwind(func() {
 		s.beat(ctx, retry)
 		close(s.hb.done)
 	}, func() {
@@ -276,7 +278,7 @@ func (s *Session) goIdle() bool {
 
 // renewSlice renews locks in one round trip (on a Cluster, one per master,
 // concurrently: a silent master fails only its own locks' renewals; see
-// runCalls) and reports how many were still held and which renewals
+// wire.RunCalls) and reports how many were still held and which renewals
 // failed with an error (to be retried). The slice's context ends at the
 // earliest of their local deadlines, and each lease renewed runs from the
 // slice's send time.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader/internal/redisserver"
+	"github.com/redisleader/redisleader/internal/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -284,8 +285,8 @@ func TestStaleCleanupRunsWhenRoundsAreSlow(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			m, c := newMini(t)
-			for _, sc := range []*script{renewScript, releaseScript} { // one EVALSHA each, no NOSCRIPT re-send
-				require.NoError(t, c.ScriptLoad(ctx, sc.src.(string)).Err())
+			for _, sc := range []*wire.Script{renewScript, releaseScript} { // one EVALSHA each, no NOSCRIPT re-send
+				require.NoError(t, c.ScriptLoad(ctx, sc.Src()).Err())
 			}
 			c.AddHook(failFirst(releaseScript, new(atomic.Bool)))
 			c.AddHook(hangScript(renewScript, tc.renew))
@@ -313,7 +314,7 @@ func TestStaleCleanupRunsWhenRoundsAreSlow(t *testing.T) {
 
 // failFirst fails the first single call of sc (a delete whose outcome is
 // unknown) and lets every later call through.
-func failFirst(sc *script, done *atomic.Bool) testHook {
+func failFirst(sc *wire.Script, done *atomic.Bool) testHook {
 	return testHook{single: func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
 		if isCall(cmds[0], sc) && done.CompareAndSwap(false, true) {
 			err := errors.New("reply lost (test)")
@@ -327,7 +328,7 @@ func failFirst(sc *script, done *atomic.Bool) testHook {
 // hangScript makes every call of sc (alone or in a pipeline) wait for its
 // context to end, as a read from a server that took the request and never
 // answers does; or, with d set, for d first (a slow server).
-func hangScript(sc *script, d time.Duration) testHook {
+func hangScript(sc *wire.Script, d time.Duration) testHook {
 	return eachCall(func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
 		if slices.ContainsFunc(cmds, func(cmd redis.Cmder) bool { return isCall(cmd, sc) }) {
 			if err := waitOrDone(ctx, d); err != nil {
@@ -379,7 +380,7 @@ func (r *renewals) hook() testHook {
 		}
 		sl := renewalSlice{start: time.Now()}
 		for _, cmd := range cmds {
-			sl.keys = append(sl.keys, fmt.Sprint(cmd.Args()[argLockKey]))
+			sl.keys = append(sl.keys, fmt.Sprint(cmd.Args()[wire.ArgKey]))
 		}
 		var err error
 		if r.fail != nil && r.fail(sl.keys) {
@@ -428,7 +429,7 @@ func tryLocks(t *testing.T, s *Session, prefix string, n int, locks map[string]*
 func TestRenewalSlices(t *testing.T) {
 	srv := redisserver.Start(t)
 	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
-	require.NoError(t, c.ScriptLoad(context.Background(), renewScript.src.(string)).Err()) // one pipeline per slice
+	require.NoError(t, c.ScriptLoad(context.Background(), renewScript.Src()).Err()) // one pipeline per slice
 	rec := &renewals{}
 	c.AddHook(rec.hook())
 	const interval = 200 * time.Millisecond
@@ -511,7 +512,7 @@ func lastSliceOf(sent []renewalSlice, key string) int {
 func TestFailedSliceRetriedAlone(t *testing.T) {
 	srv := redisserver.Start(t)
 	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
-	require.NoError(t, c.ScriptLoad(context.Background(), renewScript.src.(string)).Err())
+	require.NoError(t, c.ScriptLoad(context.Background(), renewScript.Src()).Err())
 	var failing atomic.Pointer[string] // a key whose next slice fails
 	rec := &renewals{fail: func(keys []string) bool {
 		k := failing.Load()

@@ -19,6 +19,7 @@ import (
 	"github.com/redisleader/redisleader/internal/faultproxy"
 	"github.com/redisleader/redisleader/internal/leak"
 	"github.com/redisleader/redisleader/internal/redisserver"
+	"github.com/redisleader/redisleader/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -243,7 +244,7 @@ func crash(s *Session) {
 	s.hb.cancel()
 	<-s.hb.done
 	s.work.Wait()
-	s.watch.close()
+	s.wire.StopWatcher()
 	close(s.closed)
 }
 
@@ -428,7 +429,7 @@ func hungServer(t testing.TB, handshake bool) (addr string, received <-chan stru
 		conns []net.Conn
 		wg    sync.WaitGroup
 	)
-	wgGo(&wg, func() {
+	wire.Go(&wg, func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
@@ -437,7 +438,7 @@ func hungServer(t testing.TB, handshake bool) (addr string, received <-chan stru
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
-			wgGo(&wg, func() {
+			wire.Go(&wg, func() {
 				r := bufio.NewReader(c)
 				for {
 					line, err := r.ReadString('\n')
@@ -552,16 +553,13 @@ func notifying(t *testing.T) (*redis.Client, *keyspace) {
 
 // The wire: calls queued for a batch, and calls held on the wire.
 
+// maxOnWire is how many calls or batches of one session may be on the
+// wire at once (wire.MaxOnWire).
+const maxOnWire = wire.MaxOnWire
+
 // queued reports how many calls of the session's own client wait for a
 // batch.
-func (s *Session) queued() int { return s.combine.queued() }
-
-// queued reports how many calls wait for a batch.
-func (c *combiner) queued() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.queue)
-}
+func (s *Session) queued() int { return s.wire.Combiner().Queued() }
 
 // wireGate holds script calls sent on their own (every one while armed) on
 // the wire until released, so that calls arriving meanwhile queue up, and
@@ -684,16 +682,16 @@ func (g *wireGate) recorded() [][]string {
 // waitQueued waits until n calls of s wait for a batch.
 func waitQueued(t *testing.T, s *Session, n int) {
 	t.Helper()
-	waitQueuedOn(t, &s.combine, n)
+	waitQueuedOn(t, s.wire.Combiner(), n)
 }
 
 // waitQueuedOn waits until n calls wait for a batch in c.
-func waitQueuedOn(t *testing.T, c *combiner, n int) {
+func waitQueuedOn(t *testing.T, c *wire.Combiner, n int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for c.queued() < n {
+	for c.Queued() < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d calls queued, want %d", c.queued(), n)
+			t.Fatalf("%d calls queued, want %d", c.Queued(), n)
 		}
 		runtimeYield()
 	}
@@ -771,8 +769,8 @@ func fullWire(t *testing.T, b *backend, names ...string) (s *Session, h *holdHoo
 		require.NoError(t, err)
 		locks = append(locks, l)
 	}
-	wire, wired := holdWire(t, s, h, names[0])
-	free := freeing(t, wire[:]...)
+	slots, wired := holdWire(t, s, h, names[0])
+	free := freeing(t, slots[:]...)
 	read = leaderAll(t, s, names[0])[0]
 	waitQueued(t, s, 1)
 	return s, h, locks, read, func() {
@@ -965,9 +963,8 @@ func freeing(t *testing.T, rules ...*holdRule) func() {
 
 // onWire reads the combiner's slot count.
 func (s *Session) onWireNow() int {
-	s.combine.mu.Lock()
-	defer s.combine.mu.Unlock()
-	return s.combine.onWire
+	onWire, _ := s.wire.Combiner().OnWire()
+	return onWire
 }
 
 // Hooks.
@@ -1056,16 +1053,16 @@ func cmdHook(f func(cmd redis.Cmder) error) testHook {
 }
 
 // isCall reports whether cmd runs sc (as EVALSHA or EVAL).
-func isCall(cmd redis.Cmder, sc *script) bool {
+func isCall(cmd redis.Cmder, sc *wire.Script) bool {
 	args := cmd.Args()
 	if len(args) < 2 {
 		return false
 	}
 	switch cmd.Name() {
 	case "evalsha":
-		return args[1] == sc.sha
+		return args[1] == sc.SHA()
 	case "eval":
-		return args[1] == sc.src
+		return args[1] == sc.Src()
 	}
 	return false
 }

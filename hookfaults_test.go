@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader/internal/faultproxy"
 	"github.com/redisleader/redisleader/internal/redisserver"
+	"github.com/redisleader/redisleader/internal/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -67,8 +68,8 @@ func TestRecoveredHookPanicInABatch(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
 		s, h := holdSession(t, b)
-		wire, wired := holdWire(t, s, h, "batch-boom")
-		free := freeing(t, wire[:]...)
+		slots, wired := holdWire(t, s, h, "batch-boom")
+		free := freeing(t, slots[:]...)
 		e, err := s.Election("batch-boom-head")
 		require.NoError(t, err)
 		obsCtx, stopObserving := context.WithCancel(ctx)
@@ -156,11 +157,11 @@ func TestBatchedCallsGetThePipelineHooksError(t *testing.T) {
 		_, lone := s.TryLock(context.Background(), "review-lone")
 		require.ErrorIs(t, lone, errBreaker, "a lone call reports the hook's error")
 
-		wire, wired := holdWire(t, s, h, "breaker")
+		slots, wired := holdWire(t, s, h, "breaker")
 		names := []string{"review-breaker-a", "review-breaker-b"}
 		results := tryAll(background(len(names)), s, names)
 		waitQueued(t, s, len(names))
-		for _, r := range wire {
+		for _, r := range slots {
 			close(r.release)
 		}
 		for range maxOnWire {
@@ -233,7 +234,7 @@ func TestReleaseRetriedAfterAHookPanicAlone(t *testing.T) {
 func TestGiveBackRetriedAfterAHookPanic(t *testing.T) {
 	primary, _, link := replicated(t)
 	c := primary.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
-	h := &holdHook{panicOn: map[string]bool{fmt.Sprint(releaseScript.sha): true}}
+	h := &holdHook{panicOn: map[string]bool{releaseScript.SHA(): true}}
 	c.AddHook(h.hook())
 	s := newSession(t, c, WithTTL(30*time.Second), WithRenewInterval(300*time.Millisecond), WithCallTimeout(2*time.Second),
 		WithRetryInterval(20*time.Millisecond), WithReplicaAcks(1, 200*time.Millisecond))
@@ -325,20 +326,20 @@ func TestHookGoexitInASharedPipeline(t *testing.T) {
 		b.client.AddHook(g.hook())
 		s, h, locks, read, freeWire := fullWire(t, b, "goexit")
 		g.set(locks[0].keys.lock, true, false)
-		assert.ErrorIs(t, locks[0].Release(ctx), errHookGoexit, "the release, which heads its pipeline")
-		assert.ErrorIs(t, recvWithin(t, read, 5*time.Second, "the read taken along"), errHookGoexit)
+		assert.ErrorIs(t, locks[0].Release(ctx), wire.ErrHookGoexit, "the release, which heads its pipeline")
+		assert.ErrorIs(t, recvWithin(t, read, 5*time.Second, "the read taken along"), wire.ErrHookGoexit)
 		g.set("", false, false)
 		freeWire()
 		assert.Zero(t, s.onWireNow(), "calls counted on the wire")
 
-		wire, wired := holdWire(t, s, h, "goexit-batch")
-		free := freeing(t, wire[:]...)
+		slots, wired := holdWire(t, s, h, "goexit-batch")
+		free := freeing(t, slots[:]...)
 		reads := leaderAll(t, s, "goexit-batch-a", "goexit-batch-b")
 		waitQueued(t, s, 2)
 		g.set(newKeys("goexit-batch-a").lock, true, false)
 		free()
 		for _, ch := range reads {
-			assert.ErrorIs(t, recvWithin(t, ch, 5*time.Second, "a read of the flusher's batch"), errHookGoexit)
+			assert.ErrorIs(t, recvWithin(t, ch, 5*time.Second, "a read of the flusher's batch"), wire.ErrHookGoexit)
 		}
 		g.set("", false, false)
 		for range maxOnWire {
@@ -440,7 +441,7 @@ func TestHeartbeatSurvivesAHookGoexit(t *testing.T) {
 	c.AddHook(f.hook())
 	s := newSession(t, c, fastOpts()...)
 	ctx := context.Background()
-	f.set(fmt.Sprint(renewScript.sha), true, false)
+	f.set(renewScript.SHA(), true, false)
 	fired := f.fired
 	l, err := s.TryLock(ctx, "hb-goexit")
 	require.NoError(t, err)
@@ -495,7 +496,7 @@ func TestHeartbeatGoexitInTheServerCheck(t *testing.T) {
 // past, and sent renewals back to back until the lock's deadline).
 func TestHeartbeatGoexitRetriesAfterTheRetryDelay(t *testing.T) {
 	_, c := newMini(t)
-	count := &countingHook{match: fmt.Sprint(renewScript.sha)}
+	count := &countingHook{match: renewScript.SHA()}
 	f := &faultHook{}
 	c.AddHook(count.hook()) // outermost: counts what is sent
 	c.AddHook(f.hook())
@@ -503,7 +504,7 @@ func TestHeartbeatGoexitRetriesAfterTheRetryDelay(t *testing.T) {
 	ctx := context.Background()
 	l, err := s.TryLock(ctx, "hb-goexit-flood")
 	require.NoError(t, err)
-	f.set(fmt.Sprint(renewScript.sha), true, true) // after the renewal ran
+	f.set(renewScript.SHA(), true, true) // after the renewal ran
 	waitClosed(t, l.Done(), 5*time.Second, "the lock's end (its renewals' replies never reach the heartbeat)")
 	f.set("", false, false)
 	// At most a TTL of retries every 20ms or more: 30, and a margin.
@@ -524,7 +525,7 @@ func TestRedlockLeaderWithGoexitNodes(t *testing.T) {
 	require.NoError(t, err)
 	e, err := s.Election("rl-leader-goexit")
 	require.NoError(t, err)
-	f.set(fmt.Sprint(inspectScript.sha), true, false)
+	f.set(inspectScript.SHA(), true, false)
 	_, err = e.Leader(ctx)
 	f.set("", false, false)
 	require.Error(t, err, "two of three nodes did not answer")
@@ -563,7 +564,7 @@ func TestHookGoexitInClose(t *testing.T) {
 	ctx := context.Background()
 	_, err = s.TryLock(ctx, "close-goexit")
 	require.NoError(t, err)
-	f.set(fmt.Sprint(releaseScript.sha), true, false)
+	f.set(releaseScript.SHA(), true, false)
 	require.True(t, goexits(t, func() { _ = s.Close(ctx) }), "Close returned: the hook did not end its goroutine")
 	f.set("", false, false)
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -586,7 +587,7 @@ func TestHookGoexitInRunsRelease(t *testing.T) {
 	ctx := context.Background()
 	require.True(t, goexits(t, func() {
 		_ = e.Run(ctx, "v", func(context.Context, *Lock) error {
-			f.set(fmt.Sprint(releaseScript.sha), true, false) // Run's delete of the term, next
+			f.set(releaseScript.SHA(), true, false) // Run's delete of the term, next
 			return errors.New("done leading (test)")
 		})
 	}), "Run returned: the hook did not end its goroutine")
@@ -635,7 +636,7 @@ func TestObserveSurvivesAHookGoexit(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	f.set(fmt.Sprint(inspectScript.sha), true, false)
+	f.set(inspectScript.SHA(), true, false)
 	fired := f.fired
 	changes := e.Observe(ctx)
 	waitClosed(t, fired, 5*time.Second, "the Observe read")

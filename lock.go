@@ -10,6 +10,7 @@ import (
 	"github.com/redisleader/redisleader/internal/probe"
 
 	"github.com/redisleader/redisleader/internal/lease"
+	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // A Lock is one successful acquisition of one name by a session. Its identity
@@ -105,7 +106,7 @@ func (l *Lock) Fence() int64 {
 // or its session closed. It is closed exactly once, by this package.
 func (l *Lock) Done() <-chan struct{} {
 	if l == nil {
-		return closedChan
+		return wire.ClosedChan
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -360,7 +361,7 @@ func (l *Lock) endLocked(err error) []func() {
 	l.err = err
 	l.emitLocked(probe.Ended, time.Now(), 0)
 	if l.done == nil {
-		l.done = closedChan
+		l.done = wire.ClosedChan
 	} else {
 		close(l.done)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisleader/redisleader/internal/lease"
+	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // node.go: the place of a session on one server, and the decoding of one
@@ -31,20 +32,20 @@ func (n *node) acquire(ctx context.Context, l *Lock, deadline time.Time) acquire
 		ackErr error
 	)
 	cl := l.proto.acquire(l)
-	sc, argv := cl.s, cl.argv
-	if acks := n.s.cfg.acks; acks.n == 0 {
-		cmd = n.s.combine.call(ctx, deadline, sc, argv) // the hot path: no slice of commands
+	sc, argv := cl.Script, cl.Argv
+	if acks := n.s.cfg.acks; acks.N == 0 {
+		cmd = n.s.wire.Combiner().Call(ctx, deadline, sc, argv) // the hot path: no slice of commands
 	} else {
-		callCtx := n.s.bound(ctx, deadline)
-		if err := n.s.combine.await(callCtx, lockKeyOf(argv)); err != nil {
-			// An earlier call on the key may still reach Redis (combine.go).
-			cmd = errCmd(ctx, argv, err)
+		callCtx := n.s.wire.Bound(ctx, deadline)
+		if err := n.s.wire.Combiner().Await(callCtx, wire.KeyOf(argv)); err != nil {
+			// An earlier call on the key may still reach Redis (internal/wire/combine.go).
+			cmd = wire.ErrCmd(ctx, argv, err)
 		} else {
 			var cmds []*redis.Cmd
-			cmds, ackErr = sc.runAll(callCtx, n.c, [][]any{argv}, acks)
+			cmds, ackErr = sc.RunAll(callCtx, n.c, [][]any{argv}, acks)
 			cmd = cmds[0]
 		}
-		unbind(callCtx)
+		wire.Unbind(callCtx)
 	}
 	r := l.acquireReply(cmd.Slice())
 	if r.err == nil && ackErr != nil {
@@ -56,14 +57,14 @@ func (n *node) acquire(ctx context.Context, l *Lock, deadline time.Time) acquire
 }
 
 func (n *node) renew(ctx context.Context, locks []*Lock, deadline time.Time) []renewal {
-	calls := make([]call, 0, len(locks))
+	calls := make([]wire.Call, 0, len(locks))
 	for _, l := range locks {
 		calls = append(calls, l.proto.renew(l))
 	}
-	callCtx := n.s.bound(ctx, deadline)
-	cmds, ackErr := runCalls(callCtx, n.c, calls, n.s.cfg.acks, nil)
+	callCtx := n.s.wire.Bound(ctx, deadline)
+	cmds, ackErr := wire.RunCalls(callCtx, n.c, calls, n.s.cfg.acks, nil)
 	n.s.renewLeasesAlone(callCtx, n.c, locks, calls, cmds)
-	unbind(callCtx)
+	wire.Unbind(callCtx)
 	out := make([]renewal, len(cmds))
 	for i, cmd := range cmds {
 		out[i] = renewReply(cmd)
@@ -76,25 +77,25 @@ func (n *node) renew(ctx context.Context, locks []*Lock, deadline time.Time) []r
 
 func (n *node) release(ctx context.Context, l *Lock) deleted {
 	c := releaseCall(l)
-	return deleteReply(n.s.combine.callNow(ctx, time.Time{}, c.s, c.argv))
+	return deleteReply(n.s.wire.Combiner().CallNow(ctx, time.Time{}, c.Script, c.Argv))
 }
 
 // releaseAll first waits until no acquire of these locks that a caller
 // gave up on while its batch was on the wire can still reach Redis (see
 // combine.go), so that the delete comes after it.
 func (n *node) releaseAll(ctx context.Context, locks []*Lock, deadline time.Time) []deleted {
-	calls := make([]call, len(locks))
+	calls := make([]wire.Call, len(locks))
 	for i, l := range locks {
 		calls[i] = releaseCall(l)
 	}
-	callCtx := n.s.bound(ctx, deadline)
+	callCtx := n.s.wire.Bound(ctx, deadline)
 	for _, l := range locks {
-		if n.s.combine.await(callCtx, l.args.Lock) != nil {
+		if n.s.wire.Combiner().Await(callCtx, l.args.Lock) != nil {
 			break // the deletes fail with the context's error
 		}
 	}
-	cmds, _ := runCalls(callCtx, n.c, calls, replicaAcks{}, nil)
-	unbind(callCtx)
+	cmds, _ := wire.RunCalls(callCtx, n.c, calls, wire.Acks{}, nil)
+	wire.Unbind(callCtx)
 	out := make([]deleted, len(cmds))
 	for i, cmd := range cmds {
 		out[i] = deleteReply(cmd)
@@ -103,7 +104,7 @@ func (n *node) releaseAll(ctx context.Context, locks []*Lock, deadline time.Time
 }
 
 func (n *node) inspect(ctx context.Context, k keys) (Leader, bool, error) {
-	r, err := lease.DecodeInspect(n.s.combine.call(ctx, time.Time{}, inspectScript, lease.InspectArgs(k.lock)))
+	r, err := lease.DecodeInspect(n.s.wire.Combiner().Call(ctx, time.Time{}, inspectScript, lease.InspectArgs(k.lock)))
 	_, reserved := r.Holder.Reserved()
 	switch {
 	case err != nil:
@@ -117,7 +118,7 @@ func (n *node) inspect(ctx context.Context, k keys) (Leader, bool, error) {
 }
 
 func (n *node) proclaim(ctx context.Context, l *Lock, seq int64, value string, deadline time.Time) (bool, error) {
-	res, err := n.s.combine.call(ctx, deadline, proclaimScript, proclaimArgs(l, seq, value)).Int()
+	res, err := n.s.wire.Combiner().Call(ctx, deadline, proclaimScript, proclaimArgs(l, seq, value)).Int()
 	if res == 2 {
 		return true, errSuperseded
 	}

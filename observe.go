@@ -2,6 +2,7 @@ package redisleader
 
 import (
 	"context"
+	"github.com/redisleader/redisleader/internal/wire"
 	"time"
 )
 
@@ -39,10 +40,10 @@ type observer struct {
 }
 
 // run reads and reports until ctx ends or the session closes, the first
-// read after first. After a hook fault (hookfaults.go) a new goroutine goes
+// read after first. After a hook fault (internal/wire/hookfaults.go) a new goroutine goes
 // on after the retry delay, as after a failed read.
 func (o *observer) run(ctx context.Context, first time.Duration) {
-	onGoexit(func() {
+	wire.OnUnwind(func() {
 		o.observe(ctx, first)
 		close(o.out)
 		o.e.s.work.Done()
@@ -51,7 +52,7 @@ func (o *observer) run(ctx context.Context, first time.Duration) {
 
 func (o *observer) observe(ctx context.Context, next time.Duration) {
 	e := o.e
-	sub, err := e.s.watch.subscribe(ctx, e.keys.channel(), "")
+	sub, err := e.s.wire.Subscribe(ctx, e.keys.channel(), nil)
 	if err != nil {
 		return
 	}
@@ -61,8 +62,8 @@ func (o *observer) observe(ctx context.Context, next time.Duration) {
 		t := time.NewTimer(next)
 		select {
 		case <-t.C:
-		case <-sub.notify:
-			sub.take() // a hint, whatever it says (or a gap): read now
+		case <-sub.Notify():
+			sub.Take() // a hint, whatever it says (or a gap): read now
 		case <-ctx.Done():
 			t.Stop()
 			return

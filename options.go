@@ -2,6 +2,7 @@ package redisleader
 
 import (
 	"fmt"
+	"github.com/redisleader/redisleader/internal/wire"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -35,7 +36,7 @@ type config struct {
 	retryJitter      time.Duration
 	retryJitterSet   bool
 	takeoverDelay    time.Duration
-	acks             replicaAcks
+	acks             wire.Acks
 	acksSet          bool
 	fair             bool
 	logger           *slog.Logger
@@ -153,7 +154,7 @@ func WithTakeoverDelay(d time.Duration) Option {
 // hz 10). Not with a *redis.ClusterClient, a wrapper around one or its
 // AutoPipeline client: WAIT must run on the connection that wrote.
 func WithReplicaAcks(n int, timeout time.Duration) Option {
-	return optionFunc(func(c *config) { c.acks, c.acksSet = replicaAcks{n: n, timeout: timeout}, true })
+	return optionFunc(func(c *config) { c.acks, c.acksSet = wire.Acks{N: n, Timeout: timeout}, true })
 }
 
 // WithFairness makes every blocking acquisition of the session (Lock,
@@ -254,12 +255,12 @@ func (c *config) validate() error {
 		return invalidf("WithCallTimeout(%v) must be at least %v", c.callTimeout, minInterval)
 	case c.callTimeout > c.ttl: // also keeps the sum below from overflowing
 		return invalidf("WithCallTimeout(%v) must be at most the TTL (%v)", c.callTimeout, c.ttl)
-	case c.acksSet && c.acks.n < 1:
-		return invalidf("WithReplicaAcks(%d, %v): the number of replicas must be at least 1", c.acks.n, c.acks.timeout)
-	case c.acksSet && (c.acks.timeout <= 0 || c.acks.timeout%time.Millisecond != 0):
-		return invalidf("WithReplicaAcks(%d, %v): the timeout must be a positive whole number of milliseconds", c.acks.n, c.acks.timeout)
-	case c.acksSet && c.acks.timeout >= c.callTimeout:
-		return invalidf("WithReplicaAcks(%d, %v): the timeout must be below the call timeout (%v)", c.acks.n, c.acks.timeout, c.callTimeout)
+	case c.acksSet && c.acks.N < 1:
+		return invalidf("WithReplicaAcks(%d, %v): the number of replicas must be at least 1", c.acks.N, c.acks.Timeout)
+	case c.acksSet && (c.acks.Timeout <= 0 || c.acks.Timeout%time.Millisecond != 0):
+		return invalidf("WithReplicaAcks(%d, %v): the timeout must be a positive whole number of milliseconds", c.acks.N, c.acks.Timeout)
+	case c.acksSet && c.acks.Timeout >= c.callTimeout:
+		return invalidf("WithReplicaAcks(%d, %v): the timeout must be below the call timeout (%v)", c.acks.N, c.acks.Timeout, c.callTimeout)
 	case c.renewInterval+2*c.callTimeout+c.renewRetryMax() >= c.validity:
 		name := fmt.Sprintf("WithCallTimeout(%v)", c.callTimeout)
 		if !c.callTimeoutSet {

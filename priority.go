@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisleader/redisleader/internal/lease"
+	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // Preferred candidates (WithPriority; the model is in doc.go, section
@@ -140,7 +141,7 @@ func (c *candidacy) validate() error {
 func (a *acquisition) withdraw(ctx context.Context) {
 	s, c := a.s, a.cand // not a: the closure would move every acquisition to the heap
 	s.bestEffortCleanup(ctx, func(ctx context.Context) {
-		_ = s.combine.call(ctx, time.Time{}, withdrawScript, c.args.Withdraw())
+		_ = s.wire.Combiner().Call(ctx, time.Time{}, withdrawScript, c.args.Withdraw())
 	})
 }
 
@@ -194,23 +195,25 @@ type candidate struct {
 	c    *candidacy
 }
 
-func (p *candidate) acquire(l *Lock) call {
+func (p *candidate) acquire(l *Lock) wire.Call {
 	cl := p.base.acquire(l)
-	if cl.s == acquireScript {
-		cl.s = acquireCandidateScript // fair_acquire enlists by itself when given the keys
+	if cl.Script == acquireScript {
+		cl.Script = acquireCandidateScript // fair_acquire enlists by itself when given the keys
 	}
-	cl.argv = p.c.args.Enlist(cl.argv)
+	cl.Argv = p.c.args.Enlist(cl.Argv)
 	return cl
 }
 
-func (p *candidate) renew(l *Lock) call {
-	return call{preferRenewScript, l.args.PreferRenew(&p.c.args)}
+func (p *candidate) renew(l *Lock) wire.Call {
+	return wire.Call{Script: preferRenewScript, Argv: l.args.PreferRenew(&p.c.args)}
 }
 
-func (p *candidate) release(l *Lock, heir string) call { return l.handOffCall(heir, p.c.args.Prio) }
+func (p *candidate) release(l *Lock, heir string) wire.Call {
+	return l.handOffCall(heir, p.c.args.Prio)
+}
 
 // leaseCall renews l's lease alone: the lock key, nothing else.
-func (s *Session) leaseCall(l *Lock) call { return plain{}.renew(l) }
+func (s *Session) leaseCall(l *Lock) wire.Call { return plain{}.renew(l) }
 
 // renewLeasesAlone sends again, in one more round trip, as leaseCall, the
 // renewals among calls (whose replies are cmds, of locks) that Redis
@@ -218,10 +221,10 @@ func (s *Session) leaseCall(l *Lock) call { return plain{}.renew(l) }
 // new replies in cmds. The lease is the fact and the candidates a hint: a
 // leader with a priority keeps every lease a plain leader keeps; enlisting
 // it and hearing of a better candidate wait for a later renewal.
-func (s *Session) renewLeasesAlone(ctx context.Context, c Client, locks []*Lock, calls []call, cmds []*redis.Cmd) {
+func (s *Session) renewLeasesAlone(ctx context.Context, c Client, locks []*Lock, calls []wire.Call, cmds []*redis.Cmd) {
 	var again []int
 	for i, cl := range calls {
-		if cl.s != preferRenewScript || !candidateKeysRefused(cmds[i].Err()) {
+		if cl.Script != preferRenewScript || !candidateKeysRefused(cmds[i].Err()) {
 			continue
 		}
 		level := slog.LevelInfo // a slot in migration
@@ -235,11 +238,11 @@ func (s *Session) renewLeasesAlone(ctx context.Context, c Client, locks []*Lock,
 	if len(again) == 0 {
 		return
 	}
-	leases := make([]call, len(again))
+	leases := make([]wire.Call, len(again))
 	for j, i := range again {
 		leases[j] = s.leaseCall(locks[i])
 	}
-	replies, ackErr := runCalls(ctx, c, leases, s.cfg.acks, nil)
+	replies, ackErr := wire.RunCalls(ctx, c, leases, s.cfg.acks, nil)
 	for j, i := range again {
 		if ackErr != nil && replies[j].Err() == nil {
 			replies[j].SetErr(ackErr) // not acknowledged: it does not count
@@ -273,7 +276,7 @@ func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
 	if e.s.place.supports(prioritising) != nil {
 		return nil, invalidf("Candidates: priorities are not supported with Redlock")
 	}
-	res, err := e.s.combine.call(ctx, time.Time{}, candidatesScript, lease.CandidatesArgs(e.keys.lease())).Slice()
+	res, err := e.s.wire.Combiner().Call(ctx, time.Time{}, candidatesScript, lease.CandidatesArgs(e.keys.lease())).Slice()
 	if err != nil && err != redis.Nil {
 		return nil, fmt.Errorf("redisleader: candidates of %q: %w", e.keys.name, err)
 	}

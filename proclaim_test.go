@@ -161,7 +161,7 @@ func newSeqRig(t *testing.T) *seqRig {
 
 func (r *seqRig) proclaim(token string, seq int64, value string) (int64, error) {
 	argv := []any{nil, nil, 2, r.k.lock, r.k.seq(), token, seq, value}
-	return proclaimScript.run(context.Background(), r.c, argv).Int64()
+	return proclaimScript.Run(context.Background(), r.c, argv).Int64()
 }
 
 func (r *seqRig) get(key string) string {

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisleader/redisleader/internal/lease"
+	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // NewRedlockSession creates a session whose locks and elections live on a
@@ -34,12 +35,12 @@ func NewRedlockSession(clients []Client, opts ...Option) (*Session, error) {
 		return nil, invalidf("NewRedlockSession: %d clients; use an odd number of nodes (an even one adds a node without tolerating one more failure)", n)
 	}
 	for i, c := range clients {
-		switch kindOf(c) {
-		case kindNil:
+		switch wire.KindOf(c) {
+		case wire.KindNil:
 			return nil, invalidf("NewRedlockSession: client %d is nil", i)
-		case kindRing:
-			return nil, invalidf(ringRejectf, fmt.Sprintf("NewRedlockSession: client %d", i), c)
-		case kindCluster:
+		case wire.KindRing:
+			return nil, invalidf(wire.RingRejectf, fmt.Sprintf("NewRedlockSession: client %d", i), c)
+		case wire.KindCluster:
 			return nil, invalidf("NewRedlockSession: client %d is a ClusterClient or wraps one (%T); Redlock nodes must be independent servers", i, c)
 		}
 		if slices.Index(clients, c) != i {
@@ -50,7 +51,7 @@ func NewRedlockSession(clients []Client, opts ...Option) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.acks.n > 0 {
+	if cfg.acks.N > 0 {
 		return nil, invalidf("NewRedlockSession: WithReplicaAcks is not available in Redlock mode")
 	}
 	if cfg.fair {
@@ -58,9 +59,9 @@ func NewRedlockSession(clients []Client, opts ...Option) (*Session, error) {
 	}
 	nodes := slices.Clone(clients)
 	return startSession(nodes[0], cfg, func(s *Session) place {
-		q := &quorum{s: s, nodes: nodes, need: len(nodes)/2 + 1, combs: []*combiner{&s.combine}}
+		q := &quorum{s: s, nodes: nodes, need: len(nodes)/2 + 1, combs: []*wire.Combiner{s.wire.Combiner()}}
 		for _, c := range nodes[1:] {
-			q.combs = append(q.combs, s.newCombiner(new(combiner), c))
+			q.combs = append(q.combs, s.wire.NewCombiner(new(wire.Combiner), c))
 		}
 		return q
 	}), nil
@@ -72,14 +73,14 @@ func NewRedlockSession(clients []Client, opts ...Option) (*Session, error) {
 type quorum struct {
 	s     *Session
 	nodes []Client
-	combs []*combiner // per node: its single script calls (nodes[0]'s is the session's)
-	need  int         // len(nodes)/2 + 1
+	combs []*wire.Combiner // per node: its single script calls (nodes[0]'s is the session's)
+	need  int              // len(nodes)/2 + 1
 }
 
 // spare is how many nodes can fail (or refuse) with a quorum still possible.
 func (q *quorum) spare() int { return len(q.nodes) - q.need }
 
-// deadlineCtx bounds the calls of one Redlock operation like Session.bound, but
+// deadlineCtx bounds the calls of one Redlock operation like wire.Transport.Bound, but
 // with a context that is cancelled at the deadline (context.WithDeadline),
 // so waits that go-redis starts on a context derived from it (dial retries
 // and their backoff, on a node that is down) end at the deadline too: a dead
@@ -87,7 +88,7 @@ func (q *quorum) spare() int { return len(q.nodes) - q.need }
 // grace period (onNodesUntil). It costs a timer and a few allocations,
 // which the single-node hot path avoids.
 func (q *quorum) deadlineCtx(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
-	return context.WithDeadline(ctx, q.s.callDeadline(deadline))
+	return context.WithDeadline(ctx, q.s.wire.CallDeadline(deadline))
 }
 
 // onNodesUntil runs call for every node at once, each on its own goroutine,
@@ -116,7 +117,7 @@ func onNodesUntil[T any](q *quorum, ctx context.Context, cancel context.CancelFu
 		go func() {
 			defer wg.Done()
 			var answer T
-			onGoexit(func() { answer = call(ctx, i, c) }, r.unanswered)
+			wire.OnUnwind(func() { answer = call(ctx, i, c) }, r.unanswered)
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			if r.finished {
@@ -192,7 +193,7 @@ var errNoAnswer = errors.New("no answer within the grace period once the outcome
 func (q *quorum) each(f func(c Client)) {
 	var wg sync.WaitGroup
 	for _, c := range q.nodes[1:] {
-		wgGo(&wg, func() { f(c) })
+		wire.Go(&wg, func() { f(c) })
 	}
 	f(q.nodes[0])
 	wg.Wait()
@@ -296,7 +297,7 @@ func (q *quorum) acquireAll(ctx context.Context, l *Lock, deadline time.Time) []
 	}
 	var taken, refused int
 	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, i int, _ Client) acquired {
-		return l.acquireReply(q.combs[i].call(ctx, time.Time{}, acquireScript, l.args.Acquire(&replies[i].argv)).Slice())
+		return l.acquireReply(q.combs[i].Call(ctx, time.Time{}, acquireScript, l.args.Acquire(&replies[i].argv)).Slice())
 	}, func(i int, r acquired) bool {
 		replies[i].r = r
 		if r.err == nil {
@@ -323,7 +324,7 @@ func (q *quorum) raiseFence(ctx context.Context, cancel context.CancelFunc, l *L
 		if replies[i].r.err != nil {
 			return r // counted above
 		}
-		return renewReply(q.combs[i].call(ctx, time.Time{}, redlockRenewScript, q.renewArgs(l, fence)))
+		return renewReply(q.combs[i].Call(ctx, time.Time{}, redlockRenewScript, q.renewArgs(l, fence)))
 	}, func(i int, r renewal) bool {
 		switch {
 		case replies[i].r.err != nil:
@@ -351,7 +352,7 @@ func (q *quorum) renew(ctx context.Context, locks []*Lock, deadline time.Time) [
 		for j, l := range locks {
 			argvs[j] = q.renewArgs(l, l.fence)
 		}
-		cmds, _ := redlockRenewScript.runAll(ctx, c, argvs, replicaAcks{})
+		cmds, _ := redlockRenewScript.RunAll(ctx, c, argvs, wire.Acks{})
 		return cmds
 	}, func(_ int, cmds []*redis.Cmd) bool {
 		for j, cmd := range cmds {
@@ -393,12 +394,16 @@ func (q *quorum) release(ctx context.Context, l *Lock) deleted {
 	argvs := make([][7]any, len(q.nodes))
 	var d quorumDeleted
 	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, i int, _ Client) deleted {
-		return deleteReply(q.combs[i].callNow(ctx, time.Time{}, redlockReleaseScript, l.redlockReleaseArgs(&argvs[i])))
+		return deleteReply(q.combs[i].CallNow(ctx, time.Time{}, redlockReleaseScript, l.redlockReleaseArgs(&argvs[i])))
 	}, func(_ int, r deleted) bool {
 		return d.add(r) >= q.need
 	})
 	return d.outcome(q)
 }
+
+// argFenceKey is the slot of the fence key (KEYS[2]) in Lock.argv, right
+// after the lock key (wire.ArgKey).
+const argFenceKey = wire.ArgKey + 1
 
 // renewArgs returns redlockRenewScript's arguments for l with fence F, made
 // fresh for each node (a script call fills in the first two slots). l.argv[argFenceKey]
@@ -434,7 +439,7 @@ func (q *quorum) releaseAll(ctx context.Context, locks []*Lock, deadline time.Ti
 		for i, l := range locks {
 			argvs[i] = l.redlockReleaseArgs(new([7]any))
 		}
-		cmds, _ := redlockReleaseScript.runAll(ctx, c, argvs, replicaAcks{})
+		cmds, _ := redlockReleaseScript.RunAll(ctx, c, argvs, wire.Acks{})
 		return cmds
 	}, func(_ int, cmds []*redis.Cmd) bool {
 		for i, cmd := range cmds {
@@ -556,7 +561,7 @@ func (q *quorum) readHolders(ctx context.Context, k keys) []nodeHolder {
 	callCtx, cancel := q.deadlineCtx(ctx, time.Time{})
 	defer cancel()
 	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, i int, _ Client) (r nodeHolder) {
-		r.h, r.ttl, _, r.ok, r.err = holderReply(q.combs[i].call(ctx, time.Time{}, inspectScript, lease.InspectArgs(k.lock)))
+		r.h, r.ttl, _, r.ok, r.err = holderReply(q.combs[i].Call(ctx, time.Time{}, inspectScript, lease.InspectArgs(k.lock)))
 		return r
 	}, func(i int, r nodeHolder) bool {
 		replies[i] = r

@@ -12,6 +12,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader/internal/faultproxy"
+	"github.com/redisleader/redisleader/internal/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -96,7 +97,7 @@ func fenceKey(t *testing.T, m *miniredis.Miniredis, name string) int64 {
 
 // scriptCounter counts the calls of one script sent alone through a client
 // and, with sent set, sends the time of each.
-func scriptCounter(sc *script, n *atomic.Int64, sent chan<- time.Time) testHook {
+func scriptCounter(sc *wire.Script, n *atomic.Int64, sent chan<- time.Time) testHook {
 	return testHook{single: func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
 		if cmds[0].Name() == "evalsha" && isCall(cmds[0], sc) { // not the EVAL after NOSCRIPT
 			n.Add(1)
@@ -462,7 +463,7 @@ func TestRedlockGiveBackLeftoverIsCleaned(t *testing.T) {
 // lateReply delays the reply of the first call of sc sent alone on a node
 // past the lease's local deadline (the node has run it; only the reply is
 // late).
-func lateReply(sc *script, d time.Duration, done *atomic.Bool) testHook {
+func lateReply(sc *wire.Script, d time.Duration, done *atomic.Bool) testHook {
 	return testHook{single: func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
 		err := send(ctx, cmds)
 		if err == nil && isCall(cmds[0], sc) && done.CompareAndSwap(false, true) {
@@ -827,9 +828,8 @@ func TestRedlockCallsShareAPipelinePerNode(t *testing.T) {
 	close(hold)
 	require.NoError(t, recvWithin(t, closed, 5*time.Second, "Close"))
 	for i, c := range q.combs {
-		c.mu.Lock()
-		assert.Zero(t, c.onWire, "node %d: calls on the wire after Close", i)
-		c.mu.Unlock()
+		onWire, _ := c.OnWire()
+		assert.Zero(t, onWire, "node %d: calls on the wire after Close", i)
 	}
 	checkNoLeaks(t)
 }
@@ -839,13 +839,13 @@ func TestRedlockCallsShareAPipelinePerNode(t *testing.T) {
 // caller meanwhile waits for it, or, with fail set, sees fail at once (a
 // read that timed out while the request was still on its way).
 type lateScript struct {
-	sc           *script
+	sc           *wire.Script
 	fail         error
 	armed        *atomic.Bool
 	open, landed chan struct{}
 }
 
-func newLateScript(sc *script, fail error) lateScript {
+func newLateScript(sc *wire.Script, fail error) lateScript {
 	return lateScript{sc: sc, fail: fail, armed: new(atomic.Bool), open: make(chan struct{}), landed: make(chan struct{})}
 }
 
@@ -935,18 +935,15 @@ func TestRedlockGraceWaitsForASlowerHealthyNode(t *testing.T) {
 }
 
 // closeUntilCombinerClosed starts s.Close and waits until it has closed c
-// (Session.closeCombiners), which it does once its first deletes are done;
+// (Transport.Drain), which it does once its first deletes are done;
 // Close's result arrives on the returned channel.
-func closeUntilCombinerClosed(t *testing.T, s *Session, c *combiner) <-chan error {
+func closeUntilCombinerClosed(t *testing.T, s *Session, c *wire.Combiner) <-chan error {
 	t.Helper()
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close(context.Background()) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		c.mu.Lock()
-		done := c.closed
-		c.mu.Unlock()
-		if done {
+		if c.Draining() {
 			return closed
 		}
 		require.False(t, time.Now().After(deadline), "Close never closed the combiner")

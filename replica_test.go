@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader/internal/faultproxy"
 	"github.com/redisleader/redisleader/internal/syncbuf"
+	"github.com/redisleader/redisleader/internal/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -133,7 +134,7 @@ func TestReplicaAcksRetriesUntilAcknowledged(t *testing.T) {
 // at once, or, with retried, the reply of the same request sent again at
 // once (go-redis's MaxRetries on a new connection).
 type lateHook struct {
-	sc      *script
+	sc      *wire.Script
 	retried bool
 	mu      sync.Mutex
 	used    bool
@@ -142,7 +143,7 @@ type lateHook struct {
 	landed  chan any      // the late request's reply, or its error
 }
 
-func newLateHook(sc *script, retried bool) *lateHook {
+func newLateHook(sc *wire.Script, retried bool) *lateHook {
 	return &lateHook{sc: sc, retried: retried, sent: make(chan struct{}), deliver: make(chan struct{}), landed: make(chan any, 1)}
 }
 
@@ -193,7 +194,7 @@ func TestLateGiveBackNeverDeletesTheNextAttempt(t *testing.T) {
 			// A server that has our scripts, as in steady state: the late
 			// request runs (on a server without them it would meet NOSCRIPT
 			// and do nothing).
-			require.NoError(t, c.ScriptLoad(context.Background(), releaseScript.src.(string)).Err())
+			require.NoError(t, c.ScriptLoad(context.Background(), releaseScript.Src()).Err())
 			h := newLateHook(releaseScript, retried)
 			c.AddHook(h.hook())
 			s := newSession(t, c, WithTTL(12*time.Second), WithRenewInterval(4*time.Second), WithCallTimeout(2*time.Second),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // Run campaigns for leadership with value and, for each term it wins, calls
@@ -66,7 +67,7 @@ func (e *Election) lead(ctx context.Context, lead *Lock, onElected func(context.
 	// Deferred on its own, so that the term ends even if a hook on the
 	// client ends this goroutine (runtime.Goexit) in the release, whose
 	// outcome is then unknown (the session deletes the key again).
-	t.err = errHookGoexit
+	t.err = wire.ErrHookGoexit
 	defer e.s.endTerm(lead, t)
 	defer func() {
 		stop()

@@ -1,10 +1,13 @@
 package redisleader
 
-import "github.com/redisleader/redisleader/internal/lease"
+import (
+	"github.com/redisleader/redisleader/internal/lease"
+	"github.com/redisleader/redisleader/internal/wire"
+)
 
 // The scripts the package runs, each a script of the lease floor
 // (internal/lease/lua, where their contracts are), boxed once for the
-// runner (call.go).
+// runner (internal/wire).
 var (
 	acquireScript          = leaseScript(lease.Acquire)
 	acquireCandidateScript = leaseScript(lease.AcquireCandidate)
@@ -24,8 +27,8 @@ var (
 	fencedScript           = leaseScript(lease.Fenced)
 )
 
-// leaseScript is ls, to be run by script.run.
-func leaseScript(ls *lease.Script) *script { return newScript(ls.SHA, ls.Src) }
+// leaseScript is ls, to be run by the transport (wire.Script).
+func leaseScript(ls *lease.Script) *wire.Script { return wire.NewScript(ls.SHA, ls.Src) }
 
 // proclaimArgs returns the proclaim script's arguments for the seq'th
 // Proclaim of l's term, of value.

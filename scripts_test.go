@@ -104,10 +104,10 @@ func TestRedlockScriptsLeaveForeignFenceKey(t *testing.T) {
 		run  func(k keys, fence string) error
 	}{
 		{"renew", func(k keys, fence string) error {
-			return redlockRenewScript.run(ctx, c, []any{nil, nil, 2, k.lock, k.fence, "tok", "60000", fence}).Err()
+			return redlockRenewScript.Run(ctx, c, []any{nil, nil, 2, k.lock, k.fence, "tok", "60000", fence}).Err()
 		}},
 		{"release", func(k keys, fence string) error {
-			return redlockReleaseScript.run(ctx, c, []any{nil, nil, 2, k.lock, k.fence, "tok", fence}).Err()
+			return redlockReleaseScript.Run(ctx, c, []any{nil, nil, 2, k.lock, k.fence, "tok", fence}).Err()
 		}},
 	} {
 		const held = "tok\n100\nv"
@@ -193,7 +193,7 @@ func TestScriptErrorsWriteNothing(t *testing.T) {
 	// The idempotent path finds our token followed by no fence.
 	k := newKeys("broken")
 	require.NoError(t, c.Set(ctx, k.lock, "tok\nno-newline-after-the-fence", time.Minute).Err())
-	err = acquireScript.run(ctx, c, []any{nil, nil, 2, k.lock, k.fence, "tok", "1000", ""}).Err()
+	err = acquireScript.Run(ctx, c, []any{nil, nil, 2, k.lock, k.fence, "tok", "1000", ""}).Err()
 	var rerr redis.Error
 	require.ErrorAs(t, err, &rerr, "an error reply, not a status reply")
 	assert.True(t, strings.HasPrefix(err.Error(), "ERR "), "%v", err)

@@ -49,7 +49,7 @@ func TestScriptCacheEviction(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, waitRound(t, roundDone, 2*time.Second), "a renewal failed")
 
-	shas := []any{fmt.Sprint(acquireScript.sha), fmt.Sprint(renewScript.sha)}
+	shas := []any{acquireScript.SHA(), renewScript.SHA()}
 	cached := func() []any {
 		return srv.Do(t, append([]any{"SCRIPT", "EXISTS"}, shas...)...).([]any)
 	}

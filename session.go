@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // Client is the part of go-redis this package uses: running a command
@@ -44,23 +45,21 @@ type Client interface {
 // A Session is safe for concurrent use. Its zero value is not usable: create
 // one with NewSession or NewRedlockSession and end it with Close.
 type Session struct {
-	client Client // carries the session's pub/sub: the only server, or Redlock's first node
-	place  place  // where the leases live: one server, or a Redlock quorum
+	// wire is how calls reach Redis: per-call deadlines, the combiners, and
+	// the pub/sub connection, on the only server or Redlock's first node.
+	wire   wire.Transport
+	place  place // where the leases live: one server, or a Redlock quorum
 	cfg    config
 	ttlArg any // the TTL in ms, boxed once for script arguments
 
-	mu        sync.Mutex     // protects reg, err and hb (ring, stale, idle); orders work.Add before Close
-	reg       registry       // what the session holds and waits for (registry.go)
-	err       error          // nil until Close
-	done      chan struct{}  // closed when Close starts
-	closed    chan struct{}  // closed when the first Close has finished
-	hb        heartbeatState // the heartbeat's ring, stale tokens and signals (heartbeat.go)
-	watch     *watcher       // the session's pub/sub connection, started on first use
-	work      sync.WaitGroup // acquisitions in flight and Observe goroutines
-	left      leftCalls      // Redlock's calls that their operation left behind (redlock.go)
-	dones     doneStates     // idle timers for the contexts of bound
-	combine   combiner       // calls through client waiting to share a pipeline (combine.go)
-	combiners []*combiner    // combine and, in Redlock mode, the other nodes'; Close waits for them
+	mu     sync.Mutex     // protects reg, err and hb (ring, stale, idle); orders work.Add before Close
+	reg    registry       // what the session holds and waits for (registry.go)
+	err    error          // nil until Close
+	done   chan struct{}  // closed when Close starts
+	closed chan struct{}  // closed when the first Close has finished
+	hb     heartbeatState // the heartbeat's ring, stale tokens and signals (heartbeat.go)
+	work   sync.WaitGroup // acquisitions in flight and Observe goroutines
+	left   leftCalls      // Redlock's calls that their operation left behind (redlock.go)
 	// id names the session's wake-up channels and waiters (fair mode)
 	id        string
 	waiterSeq atomic.Uint64 // numbers the session's waiters
@@ -74,20 +73,20 @@ type Session struct {
 // The caller must call Close to stop the heartbeat and release what the
 // session holds.
 func NewSession(client Client, opts ...Option) (*Session, error) {
-	kind := kindOf(client)
+	kind := wire.KindOf(client)
 	switch kind {
-	case kindNil:
+	case wire.KindNil:
 		return nil, invalidf("NewSession: client must not be nil")
-	case kindRing:
-		return nil, invalidf(ringRejectf, "NewSession: the client", client)
+	case wire.KindRing:
+		return nil, invalidf(wire.RingRejectf, "NewSession: the client", client)
 	}
 	cfg, err := buildConfig(opts)
 	if err != nil {
 		return nil, err
 	}
-	if kind == kindCluster && cfg.acks.n > 0 {
+	if kind == wire.KindCluster && cfg.acks.N > 0 {
 		return nil, invalidf("WithReplicaAcks(%d, %v) needs WAIT on the connection that wrote, which a cluster client (%T is or wraps a *redis.ClusterClient) does not give; use it with a *redis.Client (also from redis.NewFailoverClient)",
-			cfg.acks.n, cfg.acks.timeout, client)
+			cfg.acks.N, cfg.acks.Timeout, client)
 	}
 	return startSession(client, cfg, func(s *Session) place { return &node{s: s, c: client} }), nil
 }
@@ -97,7 +96,6 @@ func NewSession(client Client, opts ...Option) (*Session, error) {
 func startSession(client Client, cfg config, newPlace func(*Session) place) *Session {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Session{
-		client: client,
 		cfg:    cfg,
 		ttlArg: strconv.FormatInt(cfg.ttl.Milliseconds(), 10),
 		reg:    newRegistry(),
@@ -106,9 +104,9 @@ func startSession(client Client, cfg config, newPlace func(*Session) place) *Ses
 		closed: make(chan struct{}),
 		hb:     newHeartbeatState(cfg.renewInterval, cancel),
 	}
-	s.newCombiner(&s.combine, client)
+	s.wire.Init(wire.Config{Client: client, CallTimeout: cfg.callTimeout, TTL: cfg.ttl,
+		RetryDelay: cfg.retryDelay, Logger: cfg.logger, Done: s.done})
 	s.place = newPlace(s)
-	s.watch = &watcher{s: s, chans: make(map[string]*channelSubs)}
 	s.place.each(func(c Client) { warnRiskyClient(c, cfg) })
 	warnGoRedis(&goRedisWarned, redis.Version(), client, cfg.logger) // goredisversion.go
 	go s.heartbeat(ctx, false)
@@ -230,11 +228,11 @@ func (s *Session) stopped(terms map[*Lock]*term, chain *terms, again []*Lock) <-
 		<-s.hb.done
 		s.work.Wait()
 		s.left.wg.Wait()
-		s.closeCombiners() // batches too may hold calls left behind
+		s.wire.Drain() // batches too may hold calls left behind
 		if len(again) > 0 {
 			_ = s.releaseAll(context.Background(), again) // bounded by the call timeout
 		}
-		s.watch.close()
+		s.wire.StopWatcher()
 		for l, t := range terms {
 			if !chain.has(l) {
 				<-t.released
@@ -270,7 +268,7 @@ func (s *Session) add(l *Lock) error {
 func (s *Session) wakeWaitersLocked(name string) {
 	for w := range s.reg.waiting {
 		if w.keys.name == name && w.sub != nil {
-			w.sub.poke()
+			w.sub.Poke()
 		}
 	}
 }
@@ -315,14 +313,4 @@ func (s *Session) releaseAll(ctx context.Context, locks []*Lock) error {
 		return fmt.Errorf("redisleader: releasing %d keys (%d failed; they expire within the TTL): %w", len(locks), len(failed), failed[0])
 	}
 	return nil
-}
-
-// wgGo is sync.WaitGroup.Go, which needs Go 1.25: the module's go line is
-// 1.24 (see go.mod), so the library and its tests start goroutines with it.
-func wgGo(wg *sync.WaitGroup, f func()) {
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		f()
-	}()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redisleader/redisleader/internal/wire"
 	"time"
 )
 
@@ -79,7 +80,7 @@ func (e *Election) Transfer(ctx context.Context, to string) error {
 		return nil // to leads already: the CLI's transfer exits 0 too
 	}
 	// Subscribed before the hand-over, so that the successor's "A" is heard.
-	sub, err := e.s.watch.subscribe(ctx, e.keys.channel(), "")
+	sub, err := e.s.wire.Subscribe(ctx, e.keys.channel(), nil)
 	if err != nil {
 		return err
 	}
@@ -134,7 +135,7 @@ func (l *Lock) endedBefore(to string) error {
 // unused at until (ErrNoSuccessor), or ctx ends. A leader with the fence of
 // the leadership handed over (from) is that one's key, its hand-over still
 // on the way (another Transfer's, to the same value): it waits on.
-func (e *Election) awaitSuccessor(ctx context.Context, sub *subscription, from int64, to string, until time.Time) error {
+func (e *Election) awaitSuccessor(ctx context.Context, sub *wire.Subscription, from int64, to string, until time.Time) error {
 	for {
 		who, err := e.Leader(ctx)
 		former := err == nil && who.Fence == from
@@ -163,6 +164,6 @@ func (e *Election) awaitSuccessor(ctx context.Context, sub *subscription, from i
 // handOffCall is the release of a leadership with a succession: the name
 // goes to the heir, or to the best candidate above the leader's priority,
 // or is deleted as by the release scripts.
-func (l *Lock) handOffCall(heir string, prio any) call {
-	return call{handOffScript, l.args.HandOff(l.keys.lease(), heir, prio)}
+func (l *Lock) handOffCall(heir string, prio any) wire.Call {
+	return wire.Call{Script: handOffScript, Argv: l.args.HandOff(l.keys.lease(), heir, prio)}
 }

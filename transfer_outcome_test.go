@@ -94,24 +94,19 @@ func raceLeader(t *testing.T, b *backend, name string, run bool) (e *Election, l
 // succession: in fair mode, the one that also wakes the head waiter.
 func releaseSHA(fair bool) string {
 	if fair {
-		return fmt.Sprint(fairReleaseScript.sha)
+		return fairReleaseScript.SHA()
 	}
-	return fmt.Sprint(releaseScript.sha)
+	return releaseScript.SHA()
 }
 
 // waitWatchers waits until n subscriptions of e's session watch its name's
 // channel (calls waiting in subscribe, say).
 func waitWatchers(t *testing.T, e *Election, n int) {
 	t.Helper()
-	w, ch := e.s.watch, e.keys.channel()
+	w, ch := &e.s.wire, e.keys.channel()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		w.mu.Lock()
-		got := 0
-		if cs := w.chans[ch]; cs != nil {
-			got = len(cs.subs)
-		}
-		w.mu.Unlock()
+		got, _ := w.Watchers(ch)
 		if got >= n {
 			return
 		}
@@ -162,7 +157,7 @@ func transferRacingTransfer(t *testing.T, b *backend, run bool, to [2]string) {
 	waitClosed(t, g.reached, 5*time.Second, "Transfer("+to[0]+") subscribing")
 	res[1] = transferAsync(ctx, e, to[1])
 	waitWatchers(t, e, 2)
-	handOff := h.rule(fmt.Sprint(handOffScript.sha), true)
+	handOff := h.rule(handOffScript.SHA(), true)
 	send := freeing(t, handOff)
 	g.open()
 	waitClosed(t, handOff.reached, 5*time.Second, "the hand-over on the wire")
@@ -331,9 +326,8 @@ func TestTransferToOwnValue(t *testing.T) {
 		n := onKey.n.Load()
 		require.NoError(t, e.Transfer(ctx, v), "Transfer to the leader's own value %q", v)
 		assert.Equal(t, n, onKey.n.Load(), "Transfer(%q): a command on the name", v)
-		e.s.watch.mu.Lock()
-		assert.Nil(t, e.s.watch.chans[e.keys.channel()], "Transfer(%q) subscribed", v)
-		e.s.watch.mu.Unlock()
+		_, known := e.s.wire.Watchers(e.keys.channel())
+		assert.False(t, known, "Transfer(%q) subscribed", v)
 		now, _ := m.Get(l.Key())
 		assert.Equal(t, stored, now, "nothing written")
 		assert.True(t, l.Held())

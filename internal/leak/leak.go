@@ -12,10 +12,11 @@ import (
 
 // Markers that identify goroutines by a function on their stack.
 var (
-	// Library marks goroutines of the redisleader package.
+	// Library marks goroutines of the redisleader package and of its
+	// transport (internal/wire).
 	Library = []string{
 		"redisleader.(*Session)", "redisleader.(*Lock)", "redisleader.(*Election)",
-		"redisleader.(*watcher)", "go-redis/v9.(*PubSub)",
+		"wire.(*watcher)", "go-redis/v9.(*PubSub)",
 	}
 	// Proxy marks goroutines of internal/faultproxy.
 	Proxy = []string{"faultproxy.(*Proxy)"}

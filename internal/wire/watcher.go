@@ -1,4 +1,4 @@
-package redisleader
+package wire
 
 import (
 	"container/list"
@@ -15,7 +15,7 @@ import (
 // watcher is a session's one pub/sub connection, shared by everything in the
 // session that waits for a name to change hands: blocking Lock and Campaign
 // (woken at once by a release) and Observe (woken by every acquire and
-// release). It is started on first use and stopped by Session.Close.
+// release). It is started on first use and stopped by Transport.StopWatcher.
 //
 // Pub/sub is at-most-once: messages are lost while the connection is down.
 // So it is only ever a hint to act sooner. Every waiter also re-reads the
@@ -33,7 +33,7 @@ import (
 // go-redis is bounded by the call timeout and cancelled when the watcher
 // closes, and the goroutines stop when the session starts closing.
 type watcher struct {
-	s  *Session
+	t  *Transport
 	wg sync.WaitGroup // run and send
 
 	mu sync.Mutex // protects everything below
@@ -57,16 +57,16 @@ type outbox struct {
 	ping                   bool
 }
 
-// maxIdleChannels bounds the channels that nobody watches and that stay
+// MaxIdleChannels bounds the channels that nobody watches and that stay
 // subscribed nonetheless, so that a waiter that comes back soon (a
 // candidate campaigning again) finds its channel confirmed, and so that no
 // one's Campaign pays for an UNSUBSCRIBE on its way out. The least recently
 // used beyond it are unsubscribed, and so is any channel idle for
-// min(TTL, maxIdleTime): the watcher's memory, and the server's, grow with
+// min(TTL, MaxIdleTime): the watcher's memory, and the server's, grow with
 // the names in use, not with time.
 const (
-	maxIdleChannels = 32
-	maxIdleTime     = time.Minute
+	MaxIdleChannels = 32
+	MaxIdleTime     = time.Minute
 )
 
 // channelSubs is the state of one channel, watched or idle.
@@ -76,41 +76,41 @@ type channelSubs struct {
 	confirmed bool          // the server confirmed SUBSCRIBE on the current connection
 	queued    bool          // a SUBSCRIBE is in the outbox
 	regap     bool          // a gap was reported while unconfirmed: report one on confirmation
-	subs      map[*subscription]struct{}
+	subs      map[*Subscription]struct{}
 	idle      *list.Element // in watcher.idle while subs is empty
 	idleSince time.Time
 }
 
-// A subscription is one waiter's interest in one channel: in every message,
-// or (to set) only in those whose payload is to, a wake-up addressed to one
-// fair waiter (fair.go).
-type subscription struct {
+// A Subscription is one waiter's interest in one channel: in every message,
+// or (accept set) only in those whose payload accept lets through (a
+// wake-up addressed to one waiter, say).
+type Subscription struct {
 	w      *watcher
 	cs     *channelSubs
-	to     string        // "": every message
-	notify chan struct{} // capacity 1: something arrived
+	accept func(payload string) bool // nil: every message
+	notify chan struct{}             // capacity 1: something arrived
 
 	mu   sync.Mutex // protects msgs and gap
 	msgs int        // messages since the last take; their content is never used
 	gap  bool       // messages may have been lost since the last take
 }
 
-// subscribe registers interest in channel (with to set, in the messages
-// addressed to to) and waits, up to the call timeout or ctx, until the
-// server has confirmed the subscription, so that a release published after
+// subscribe registers interest in channel (with accept set, in the
+// messages whose payload it accepts) and waits, up to the call timeout or ctx, until the
+// server has confirmed the Subscription, so that a release published after
 // subscribe returns is seen. If confirmation does not come in time the
-// subscription still works but reports a gap, and the waiter falls back to
+// Subscription still works but reports a gap, and the waiter falls back to
 // reading the state.
-func (w *watcher) subscribe(ctx context.Context, channel, to string) (*subscription, error) {
+func (w *watcher) subscribe(ctx context.Context, channel string, accept func(string) bool) (*Subscription, error) {
 	w.mu.Lock()
 	if w.ending() {
 		w.mu.Unlock()
-		return nil, ErrSessionClosed
+		return nil, ErrClosed
 	}
 	w.startLocked()
 	cs := w.chans[channel]
 	if cs == nil {
-		cs = &channelSubs{channel: channel, ready: make(chan struct{}), subs: make(map[*subscription]struct{})}
+		cs = &channelSubs{channel: channel, ready: make(chan struct{}), subs: make(map[*Subscription]struct{})}
 		w.chans[channel] = cs
 		w.out.unsubscribe = slices.DeleteFunc(w.out.unsubscribe, func(ch string) bool { return ch == channel })
 	}
@@ -118,7 +118,7 @@ func (w *watcher) subscribe(ctx context.Context, channel, to string) (*subscript
 		w.idle.Remove(cs.idle)
 		cs.idle = nil
 	}
-	sub := &subscription{w: w, cs: cs, to: to, notify: make(chan struct{}, 1)}
+	sub := &Subscription{w: w, cs: cs, accept: accept, notify: make(chan struct{}, 1)}
 	cs.subs[sub] = struct{}{}
 	if !cs.confirmed { // (re)send SUBSCRIBE until the server confirms it
 		w.requestLocked(cs)
@@ -126,7 +126,7 @@ func (w *watcher) subscribe(ctx context.Context, channel, to string) (*subscript
 	ready := cs.ready
 	w.mu.Unlock()
 
-	t := time.NewTimer(w.s.cfg.callTimeout)
+	t := time.NewTimer(w.t.cfg.CallTimeout)
 	defer t.Stop()
 	select {
 	case <-ready:
@@ -140,9 +140,9 @@ func (w *watcher) subscribe(ctx context.Context, channel, to string) (*subscript
 	case <-ctx.Done():
 		sub.Close()
 		return nil, ctx.Err()
-	case <-w.s.done:
+	case <-w.t.cfg.Done:
 		sub.Close()
-		return nil, ErrSessionClosed
+		return nil, ErrClosed
 	}
 	return sub, nil
 }
@@ -155,7 +155,7 @@ func (w *watcher) startLocked() {
 	}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	w.kick = make(chan struct{}, 1)
-	w.ps = w.s.client.Subscribe(w.ctx) // no channels: no I/O
+	w.ps = w.t.cfg.Client.Subscribe(w.ctx) // no channels: no I/O
 	w.wg.Add(2)
 	go w.run()
 	go w.send()
@@ -177,17 +177,17 @@ func (w *watcher) kickLocked() {
 	}
 }
 
-// confirmed reports whether the server has the channel subscribed, as far
+// Confirmed reports whether the server has the channel subscribed, as far
 // as the watcher knows.
-func (sub *subscription) confirmed() bool {
+func (sub *Subscription) Confirmed() bool {
 	sub.w.mu.Lock()
 	defer sub.w.mu.Unlock()
 	return sub.cs.confirmed
 }
 
-// Close ends the subscription; later calls do nothing. The channel stays
-// subscribed for a while (see maxIdleChannels); Close does no I/O.
-func (sub *subscription) Close() {
+// Close ends the Subscription; later calls do nothing. The channel stays
+// subscribed for a while (see MaxIdleChannels); Close does no I/O.
+func (sub *Subscription) Close() {
 	w, cs := sub.w, sub.cs
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -200,15 +200,15 @@ func (sub *subscription) Close() {
 	}
 	cs.idleSince = time.Now()
 	cs.idle = w.idle.PushFront(cs)
-	if w.idle.Len() > maxIdleChannels {
+	if w.idle.Len() > MaxIdleChannels {
 		w.evictLocked(w.idle.Back().Value.(*channelSubs))
 	}
 }
 
 // pruneLocked unsubscribes the channels nobody has watched for
-// min(TTL, maxIdleTime). w.mu must be held.
+// min(TTL, MaxIdleTime). w.mu must be held.
 func (w *watcher) pruneLocked(now time.Time) {
-	keep := min(w.s.cfg.ttl, maxIdleTime)
+	keep := min(w.t.cfg.TTL, MaxIdleTime)
 	for e := w.idle.Back(); e != nil && now.Sub(e.Value.(*channelSubs).idleSince) >= keep; e = w.idle.Back() {
 		w.evictLocked(e.Value.(*channelSubs))
 	}
@@ -226,10 +226,10 @@ func (w *watcher) evictLocked(cs *channelSubs) {
 	w.kickLocked()
 }
 
-// take returns how many messages arrived and whether messages may have been
+// Take returns how many messages arrived and whether messages may have been
 // lost since the last take, and clears both. A message is only a hint to
 // read Redis, so its payload is not kept.
-func (sub *subscription) take() (msgs int, gap bool) {
+func (sub *Subscription) Take() (msgs int, gap bool) {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
 	msgs, gap = sub.msgs, sub.gap
@@ -237,21 +237,26 @@ func (sub *subscription) take() (msgs int, gap bool) {
 	return msgs, gap
 }
 
-func (sub *subscription) note() {
+func (sub *Subscription) note() {
 	sub.mu.Lock()
 	sub.msgs++
 	sub.mu.Unlock()
-	sub.poke()
+	sub.Poke()
 }
 
-func (sub *subscription) markGap() {
+func (sub *Subscription) markGap() {
 	sub.mu.Lock()
 	sub.gap = true
 	sub.mu.Unlock()
-	sub.poke()
+	sub.Poke()
 }
 
-func (sub *subscription) poke() {
+// Notify returns a channel that receives when a message arrived or a gap
+// was marked (then call Take), or Poke was called.
+func (sub *Subscription) Notify() <-chan struct{} { return sub.notify }
+
+// Poke wakes the subscriber as a message would, without one.
+func (sub *Subscription) Poke() {
 	select {
 	case sub.notify <- struct{}{}:
 	default:
@@ -266,7 +271,7 @@ func (w *watcher) send() {
 	for {
 		select {
 		case <-w.kick:
-		case <-w.s.done:
+		case <-w.t.cfg.Done:
 			return
 		}
 		w.mu.Lock()
@@ -280,7 +285,7 @@ func (w *watcher) send() {
 			w.chans[ch].queued = false // evictLocked takes an evicted channel out of the outbox
 		}
 		w.mu.Unlock()
-		ctx := w.s.bound(w.ctx, time.Time{})
+		ctx := w.t.Bound(w.ctx, time.Time{})
 		if len(out.unsubscribe) > 0 {
 			_ = ps.Unsubscribe(ctx, out.unsubscribe...)
 		}
@@ -302,7 +307,7 @@ func (w *watcher) run() {
 	// Waiters never depend on pub/sub for correctness (they re-read the
 	// state when a lease can have expired), so a dead connection only slows
 	// handover: ping rarely, not to add a command per TTL to every waiter.
-	quiet := max(3*w.s.cfg.ttl, 10*time.Second)
+	quiet := max(3*w.t.cfg.TTL, 10*time.Second)
 	heard, pinged := time.Now(), 0 // when the last message came, and pings sent since
 	for {
 		w.mu.Lock()
@@ -322,7 +327,7 @@ func (w *watcher) run() {
 				// go-redis reconnects and resubscribes on the next call;
 				// whatever was published meanwhile is lost.
 				w.lost()
-				if w.s.wait(w.ctx, nil, w.s.cfg.retryDelay()) != nil {
+				if !w.sleep(w.t.cfg.RetryDelay()) {
 					return
 				}
 				continue
@@ -350,11 +355,11 @@ func (w *watcher) run() {
 // (on first use, and at once after a broken connection). The first read from
 // a connection is short, since send waits for it (see watcher.primed).
 func (w *watcher) receive(ps *redis.PubSub, primed bool) (any, error) {
-	timeout := w.s.cfg.callTimeout
+	timeout := w.t.cfg.CallTimeout
 	if !primed {
 		timeout = time.Millisecond
 	}
-	msg, err := ps.ReceiveTimeout(w.s.bound(w.ctx, time.Time{}), timeout)
+	msg, err := ps.ReceiveTimeout(w.t.Bound(w.ctx, time.Time{}), timeout)
 	if !primed {
 		w.mu.Lock()
 		w.primed = ps
@@ -386,7 +391,7 @@ func (w *watcher) replace(old *redis.PubSub) {
 		w.mu.Unlock()
 		return
 	}
-	w.ps = w.s.client.Subscribe(w.ctx)
+	w.ps = w.t.cfg.Client.Subscribe(w.ctx)
 	w.out.subscribe, w.out.unsubscribe = nil, nil
 	for _, cs := range w.chans {
 		w.unconfirmLocked(cs)
@@ -455,20 +460,31 @@ func (w *watcher) unsubscribed(channel string) {
 }
 
 // deliver hands a message on channel to the subscribers it is for: those
-// that take every message and the one it is addressed to. "W", the
-// unaddressed wake-up of releases before wake-ups were addressed, reaches
-// every subscriber, so that a rolling upgrade does not leave a head waiter
-// asleep behind an older session's release.
+// that take every message and those whose accept lets payload through.
 func (w *watcher) deliver(channel, payload string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if cs := w.chans[channel]; cs != nil {
 		for sub := range cs.subs {
-			if sub.to == "" || sub.to == payload || payload == legacyWake {
+			if sub.accept == nil || sub.accept(payload) {
 				sub.note()
 			}
 		}
 	}
+}
+
+// sleep waits for d, or until the watcher closes or the session starts
+// closing; it reports whether d passed.
+func (w *watcher) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.ctx.Done():
+	case <-w.t.cfg.Done:
+	}
+	return false
 }
 
 // ping queues a PING.
@@ -484,7 +500,7 @@ func (w *watcher) ping() {
 // call in progress returns, while Close releases the session's keys.
 func (w *watcher) ending() bool {
 	select {
-	case <-w.s.done:
+	case <-w.t.cfg.Done:
 		return true
 	default:
 		return false
@@ -494,7 +510,7 @@ func (w *watcher) ending() bool {
 // close stops the watcher and waits for its goroutines: it cancels their
 // go-redis calls and closes the connection, which waits for a connection
 // setup in progress (bounded by the call timeout). Called once, by
-// Session.Close, after the session's done channel is closed.
+// StopWatcher, after Config.Done is closed.
 func (w *watcher) close() {
 	w.mu.Lock()
 	ps, cancel := w.ps, w.cancel

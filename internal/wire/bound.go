@@ -1,4 +1,4 @@
-package redisleader
+package wire
 
 import (
 	"context"
@@ -6,36 +6,36 @@ import (
 	"time"
 )
 
-// bound bounds one Redis call by the call timeout and, when deadline is not
+// Bound bounds one Redis call by the call timeout and, when deadline is not
 // zero, by a lease's local deadline. It returns ctx itself when ctx already
 // ends sooner. Once the call has returned, the caller passes the result to
-// unbind, which ends it and keeps its timer for the next call; a context that
+// Unbind, which ends it and keeps its timer for the next call; a context that
 // is never unbound ends at its deadline all the same. ctx must not itself
-// come from bound.
-func (s *Session) bound(ctx context.Context, deadline time.Time) context.Context {
-	d := s.callDeadline(deadline)
+// come from Bound.
+func (t *Transport) Bound(ctx context.Context, deadline time.Time) context.Context {
+	d := t.CallDeadline(deadline)
 	if cur, ok := ctx.Deadline(); ok && !cur.After(d) {
 		return ctx
 	}
-	return &boundCtx{Context: ctx, deadline: d, states: &s.dones}
+	return &boundCtx{Context: ctx, deadline: d, states: &t.dones}
 }
 
-// callDeadline is when a call that starts now must end: after the call
+// CallDeadline is when a call that starts now must end: after the call
 // timeout, or at deadline (a lease's local deadline) when that is sooner
 // and not zero.
-func (s *Session) callDeadline(deadline time.Time) time.Time {
-	d := time.Now().Add(s.cfg.callTimeout)
+func (t *Transport) CallDeadline(deadline time.Time) time.Time {
+	d := time.Now().Add(t.cfg.CallTimeout)
 	if !deadline.IsZero() && deadline.Before(d) {
 		d = deadline
 	}
 	return d
 }
 
-// unbind ends a context from bound once its call has returned: its Done
+// Unbind ends a context from Bound once its call has returned: its Done
 // channel closes, Err returns context.Canceled unless the context had already
 // ended, and its timer goes back to the session for the next call. Any other
 // context is left alone.
-func unbind(ctx context.Context) {
+func Unbind(ctx context.Context) {
 	c, ok := ctx.(*boundCtx)
 	if !ok {
 		return
@@ -45,7 +45,7 @@ func unbind(ctx context.Context) {
 		c.err = context.Canceled
 	}
 	if c.done == nil {
-		c.done = closedChan
+		c.done = ClosedChan
 	}
 	st := c.st
 	c.st = nil
@@ -64,7 +64,7 @@ func unbind(ctx context.Context) {
 // waits for a pool connection, for a dial, or between its own retries, so
 // each of these waits ends at the deadline or when the parent is done. Done,
 // Deadline and Err keep the context.Context contract exactly: Done returns
-// one channel, closed at the deadline, when the parent is done, or by unbind;
+// one channel, closed at the deadline, when the parent is done, or by Unbind;
 // Err is non-nil from that moment (from the deadline on, by the clock, even
 // before the timer has run) and does not change afterwards. A context derived
 // from it is cancelled at the deadline too. One wait in go-redis does not use
@@ -78,7 +78,7 @@ func unbind(ctx context.Context) {
 // and, only for a parent that can be cancelled, a context.AfterFunc on the
 // parent; the timer and its callback come from a per-session list of idle
 // doneStates, so a call costs the context and the channel, two allocations
-// (context.WithDeadline costs about ten). unbind returns the doneState to the
+// (context.WithDeadline costs about ten). Unbind returns the doneState to the
 // list when neither its timer nor the parent's callback has started. A
 // context that is never unbound (the pub/sub calls) ends at its deadline:
 // the timer closes the channel and unregisters the parent's callback, so
@@ -94,7 +94,7 @@ type boundCtx struct {
 	mu   sync.Mutex    // protects done, err and st; Done may be called from several goroutines
 	done chan struct{} // made by the first Done
 	err  error         // why the context ended, once it has
-	st   *doneState    // closes done at the deadline or when the parent is done; nil after unbind
+	st   *doneState    // closes done at the deadline or when the parent is done; nil after Unbind
 }
 
 func (c *boundCtx) Done() <-chan struct{} {
@@ -102,7 +102,7 @@ func (c *boundCtx) Done() <-chan struct{} {
 	defer c.mu.Unlock()
 	if c.done == nil {
 		if c.errLocked() != nil {
-			c.done = closedChan
+			c.done = ClosedChan
 		} else {
 			c.done = make(chan struct{})
 			c.st = c.states.get()
@@ -141,7 +141,7 @@ func (c *boundCtx) errLocked() error {
 }
 
 // A doneState closes one boundCtx's Done channel at its deadline or when its
-// parent is done. It is reused, for another channel, once unbind has stopped
+// parent is done. It is reused, for another channel, once Unbind has stopped
 // both callbacks before they started.
 type doneState struct {
 	fireFunc func()      // fire, as a func value made once
@@ -200,7 +200,7 @@ func (st *doneState) closeDoneLocked() {
 	}
 }
 
-// recycle stops the callbacks of a state whose channel unbind has closed,
+// recycle stops the callbacks of a state whose channel Unbind has closed,
 // and returns it to the list unless one of them has started (it may still be
 // running; the state is then left to the garbage collector).
 func (st *doneState) recycle(states *doneStates) {
@@ -253,17 +253,18 @@ func (d *doneStates) put(st *doneState) {
 	d.mu.Unlock()
 }
 
-// closedChan is the Done channel of a lock that ended before anyone asked.
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+// ClosedChan is a closed channel: the Done channel of what ended before
+// anyone asked.
+var ClosedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// untilDone runs call on a goroutine of its own and returns its result, or
+// UntilDone runs call on a goroutine of its own and returns its result, or
 // ctx's error once ctx has ended first: a bound for calls without a session
 // on a client that may not honour ctx (go-redis without ContextTimeoutEnabled
 // waits for a reply until its ReadTimeout, for ever with -1). A call left
 // behind runs on until the client ends it (at that timeout, or when it is
 // closed); nothing waits for it. A call whose goroutine a hook on the client
-// ends (runtime.Goexit) fails with errHookGoexit.
-func untilDone(ctx context.Context, call func() (any, error)) (any, error) {
+// ends (runtime.Goexit) fails with ErrHookGoexit.
+func UntilDone(ctx context.Context, call func() (any, error)) (any, error) {
 	type result struct {
 		v   any
 		err error
@@ -271,7 +272,7 @@ func untilDone(ctx context.Context, call func() (any, error)) (any, error) {
 	done := make(chan result, 1)
 	go func() {
 		var r result
-		onGoexit(func() { r.v, r.err = call() }, func() { done <- result{err: errHookGoexit} })
+		OnUnwind(func() { r.v, r.err = call() }, func() { done <- result{err: ErrHookGoexit} })
 		done <- r
 	}()
 	select {

@@ -1,4 +1,4 @@
-package redisleader
+package wire
 
 import (
 	"context"
@@ -8,23 +8,22 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// clientKind is what this package needs to know about a client: NewSession
-// refuses a Ring and allows WithReplicaAcks only on one server,
-// NewRedlockSession takes independent servers only, the session's combiner
-// lets a release on a Cluster take along only a call on its own name, and
-// the fenced writes refuse a Ring. kindOf decides it, for all of them.
-type clientKind int
+// Kind is what the floors need to know about a client: whether it is one
+// server, a Cluster (whose pipelines go per master, and whose Combiner
+// lets a CallNow take along only a call on its own key) or a Ring (which
+// the library refuses). KindOf decides it, for all of them.
+type Kind int
 
 const (
-	// kindPlain is one server (a primary found through Sentinel included):
+	// KindPlain is one server (a primary found through Sentinel included):
 	// *redis.Client, also from redis.NewFailoverClient, an AutoPipeline
 	// client over one, or a client with none of the methods below.
-	kindPlain clientKind = iota
-	// kindCluster has ForEachMaster, like *redis.ClusterClient (also from
+	KindPlain Kind = iota
+	// KindCluster has ForEachMaster, like *redis.ClusterClient (also from
 	// redis.NewFailoverClusterClient), or is an AutoPipeline client over one.
-	kindCluster
-	kindRing // has SetAddrs, like *redis.Ring
-	kindNil  // nil, or a wrapper around a nil client
+	KindCluster
+	KindRing // has SetAddrs, like *redis.Ring
+	KindNil  // nil, or a wrapper around a nil client
 )
 
 var (
@@ -41,13 +40,32 @@ var (
 	redisClients = []reflect.Type{reflect.TypeFor[redis.Client](), reflect.TypeFor[redis.ClusterClient](), reflect.TypeFor[redis.Ring]()}
 )
 
-// ringRejectf is the error for a Ring client, given who names it and the client.
-const ringRejectf = "%s (%T) is or wraps a *redis.Ring: each Ring client decides on its own when a shard is down and moves its keys, so two clients can hold one name on different shards"
+// RingRejectf is the error for a Ring client, given who names it and the client.
+const RingRejectf = "%s (%T) is or wraps a *redis.Ring: each Ring client decides on its own when a shard is down and moves its keys, so two clients can hold one name on different shards"
 
-// kindOf classifies c by the methods of its type, which include those that
+// KindOf classifies c by the methods of its type, which include those that
 // an embedded *redis.ClusterClient or *redis.Ring promotes, and by the
-// clients it wraps, up to 4 wrappers deep; when it wraps several, the
-// largest kind counts. What counts as wrapped:
+// clients it wraps, up to 4 wrappers deep (see kindOfValue for what counts
+// as wrapped); when it wraps several, the largest kind counts.
+func KindOf(c Client) Kind { return kindOfValue(reflect.ValueOf(c), 4, nil) }
+
+// ClusterOf returns the *redis.ClusterClient that c is, or wraps as KindOf
+// sees through wrappers, or nil; RunCalls groups a pipeline's calls by its
+// masters. A plain client costs no reflection.
+func ClusterOf(c Client) (cc *redis.ClusterClient) {
+	switch c := c.(type) {
+	case *redis.Client:
+		return nil
+	case *redis.ClusterClient:
+		return c
+	}
+	kindOfValue(reflect.ValueOf(c), 4, &cc)
+	return cc
+}
+
+// kindOfValue is KindOf for v, up to depth wrappers deep; with cluster not
+// nil, it also stores there the first *redis.ClusterClient it meets. What
+// counts as wrapped:
 //
 //   - in a type of go-redis other than its clients proper, the client in any
 //     field, exported or not. That is how an AutoPipeliner (from
@@ -61,36 +79,18 @@ const ringRejectf = "%s (%T) is or wraps a *redis.Ring: each Ring client decides
 //     A client held in a named field is not seen, and a nil embedded
 //     interface is passed over (the wrapper may implement the methods
 //     itself).
-func kindOf(c Client) clientKind { return kindOfValue(reflect.ValueOf(c), 4, nil) }
-
-// clusterOf returns the *redis.ClusterClient that c is, or wraps as kindOf
-// sees through wrappers, or nil; runCalls groups a pipeline's calls by its
-// masters. A plain client costs no reflection.
-func clusterOf(c Client) (cc *redis.ClusterClient) {
-	switch c := c.(type) {
-	case *redis.Client:
-		return nil
-	case *redis.ClusterClient:
-		return c
-	}
-	kindOfValue(reflect.ValueOf(c), 4, &cc)
-	return cc
-}
-
-// kindOfValue is kindOf for v, up to depth wrappers deep; with cluster not
-// nil, it also stores there the first *redis.ClusterClient it meets.
-func kindOfValue(v reflect.Value, depth int, cluster **redis.ClusterClient) clientKind {
+func kindOfValue(v reflect.Value, depth int, cluster **redis.ClusterClient) Kind {
 	switch v.Kind() {
 	case reflect.Invalid:
-		return kindNil
+		return KindNil
 	case reflect.Interface:
 		if v.IsNil() {
-			return kindNil
+			return KindNil
 		}
 		return kindOfValue(v.Elem(), depth, cluster)
 	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.Func, reflect.Slice:
 		if v.IsNil() {
-			return kindNil
+			return KindNil
 		}
 	}
 	if cluster != nil && *cluster == nil && v.Type() == clusterClientType {
@@ -98,12 +98,12 @@ func kindOfValue(v reflect.Value, depth int, cluster **redis.ClusterClient) clie
 		// AutoPipeliner's), whose value Interface refuses to return.
 		*cluster = (*redis.ClusterClient)(v.UnsafePointer())
 	}
-	kind := kindPlain
+	kind := KindPlain
 	switch t := v.Type(); {
 	case t.Implements(ringType):
-		kind = kindRing
+		kind = KindRing
 	case t.Implements(clusterType):
-		kind = kindCluster
+		kind = KindCluster
 	}
 	s := reflect.Indirect(v)
 	if s.Kind() != reflect.Struct || slices.Contains(redisClients, s.Type()) || depth == 0 {
@@ -119,7 +119,7 @@ func kindOfValue(v reflect.Value, depth int, cluster **redis.ClusterClient) clie
 		if f.Type.Kind() == reflect.Interface && fv.IsNil() {
 			continue // a test double that implements the methods itself, say
 		}
-		if k := kindOfValue(fv, depth-1, cluster); k != kindNil || !inRedis {
+		if k := kindOfValue(fv, depth-1, cluster); k != KindNil || !inRedis {
 			kind = max(kind, k)
 		}
 	}

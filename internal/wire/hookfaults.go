@@ -1,9 +1,7 @@
-package redisleader
+package wire
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -14,8 +12,8 @@ import (
 // of its own (renewals, Observe's reads, background deletes, Redlock's node
 // calls, shared pipelines), where a panic would end the process and a
 // Goexit would silently stop the work. So a panic becomes the error of the
-// commands it hit (hookPanicError), a Goexit fails the calls it cut short
-// (errHookGoexit), and the work they belonged to is cleaned up as after a
+// commands it hit (HookPanicError), a Goexit fails the calls it cut short
+// (ErrHookGoexit), and the work they belonged to is cleaned up as after a
 // lost reply: an acquire's token is deleted, a heartbeat or an Observe
 // reader is restarted after the retry delay, a release is retried by the
 // heartbeat. A caller's goroutine so ended (in TryLock, Release, Close, Run)
@@ -27,13 +25,10 @@ import (
 // pub/sub connection leaves go-redis's PubSub locked, which ends the process
 // or hangs Close.
 
-// errHookGoexit fails the calls of a pipeline whose goroutine a hook on the
-// client ended (runtime.Goexit) while it was sent.
-var errHookGoexit = errors.New("redisleader: a hook on the client ended the goroutine sending a command (runtime.Goexit)")
-
-// onGoexit runs f and, if f does not return (a hook ended the goroutine
-// with runtime.Goexit, or panicked), runs cleanup on the way out.
-func onGoexit(f, cleanup func()) {
+// OnUnwind runs f and, if f unwinds instead of returning (a hook ended the
+// goroutine with runtime.Goexit, or panicked), runs cleanup on the way out;
+// a panic then goes on unwinding.
+func OnUnwind(f, cleanup func()) {
 	returned := false
 	defer func() {
 		if !returned {
@@ -44,13 +39,13 @@ func onGoexit(f, cleanup func()) {
 	returned = true
 }
 
-// execPipeline runs a pipeline and returns its error: that of its first failed
+// ExecPipeline runs a pipeline and returns its error: that of its first failed
 // command, or one that kept every command from running (a hook on the
-// client that refused the pipeline, say), or a *hookPanicError.
-func execPipeline(ctx context.Context, pipe redis.Pipeliner) (err error) {
+// client that refused the pipeline, say), or a *HookPanicError.
+func ExecPipeline(ctx context.Context, pipe redis.Pipeliner) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = &hookPanicError{v}
+			err = &HookPanicError{v}
 		}
 	}()
 	_, err = pipe.Exec(ctx)
@@ -64,22 +59,10 @@ func failUnsent(cmds []*redis.Cmd, err error) {
 	if err == nil {
 		return
 	}
-	_, panicked := err.(*hookPanicError)
+	_, panicked := err.(*HookPanicError)
 	for _, cmd := range cmds {
 		if panicked || (cmd.Err() == nil && cmd.Val() == nil) {
 			cmd.SetErr(err)
 		}
 	}
-}
-
-// hookPanicError is the error of each command that a hook on the user's
-// client panicked while running, before or after the command reached Redis.
-// It does not unwrap to the panic value: a value that reads as a Redis error
-// (say WRONGTYPE) is not Redis's reply, and must not be classified as one.
-type hookPanicError struct{ v any }
-
-// Error names the panic value's type, not the value, which can quote a
-// command or its reply (tokens, the holder's among them).
-func (e *hookPanicError) Error() string {
-	return fmt.Sprintf("redisleader: a hook on the client panicked (with a %T value, not shown: it can quote tokens)", e.v)
 }

@@ -1,4 +1,4 @@
-package redisleader
+package wire
 
 import (
 	"context"
@@ -12,13 +12,13 @@ import (
 // Coalescing (flat combining). A session's single script calls on one server
 // (acquire attempts, inspections, proclamations, a waiter leaving its queue,
 // a Redlock fence write-back) share pipelines when they overlap, in that
-// server's combiner (a Redlock session has one per node); a release or
+// server's Combiner (a Redlock session has one per node); a release or
 // give-back is never queued (callNow), renewals are already one pipeline
 // per round, and an acquire with WithReplicaAcks (followed by its WAIT) is
-// sent alone. While fewer than maxOnWire calls or
+// sent alone. While fewer than MaxOnWire calls or
 // batches of the session are on the wire, a caller sends its own command at
 // once, on its own goroutine and context, as it would without coalescing. A
-// call that arrives when maxOnWire are on the wire joins a queue instead;
+// call that arrives when MaxOnWire are on the wire joins a queue instead;
 // when one of them returns, a flusher goroutine takes the slot over and
 // sends what is queued as one pipeline, batch after batch, until the queue
 // is empty. So a lone caller pays nothing, and concurrent callers pay one
@@ -39,7 +39,7 @@ import (
 //
 // What stays exactly as without coalescing:
 //   - Each caller waits for its own reply until its own context or call
-//     deadline (Session.bound) ends, and not longer. The batch is bounded by
+//     deadline (Transport.Bound) ends, and not longer. The batch is bounded by
 //     the latest of its callers' deadlines, on a context no caller cancels,
 //     so one caller's cancellation or timeout never fails another caller's
 //     command.
@@ -60,9 +60,9 @@ import (
 //     undo is guarded where Redis runs it: an acquire's token is deleted
 //     until it must have expired, and a Proclaim carries its term's sequence
 //     number (proclaimScript).
-//   - Replies are matched to commands one by one; runCalls re-sends a
+//   - Replies are matched to commands one by one; RunCalls re-sends a
 //     command that met a server without its script (NOSCRIPT) as EVAL, and
-//     rewrites denied commands, per command. On a Cluster, runCalls sends a
+//     rewrites denied commands, per command. On a Cluster, RunCalls sends a
 //     batch as one pipeline per master, concurrently (call.go), go-redis
 //     follows redirections per command, and each caller has its reply as
 //     soon as its own master's pipeline has ended: a master that stopped
@@ -73,7 +73,7 @@ import (
 // see one ProcessPipelineHook call with the batch's context, on a Cluster
 // one per master, on goroutines of the session), and a server that stops
 // answering holds up the session's queued calls, each until its own
-// deadline, once maxOnWire calls are stuck on it. On a Cluster, calls for a
+// deadline, once MaxOnWire calls are stuck on it. On a Cluster, calls for a
 // name on a healthy node can so wait in the queue behind a node that
 // stopped answering (not in a batch); a Redlock node holds up only its
 // own queue, which no operation waits for once a quorum answered. A release
@@ -86,29 +86,29 @@ import (
 // No goroutine is left: a flusher ends when the queue is empty, and Close
 // waits until nothing is on the wire.
 
-// maxOnWire is how many calls or batches of one session may be on the wire
+// MaxOnWire is how many calls or batches of one session may be on the wire
 // at once, besides releases (alone or with the calls they take along);
 // maxBatch bounds the commands in one batch.
 const (
-	maxOnWire = 2
+	MaxOnWire = 2
 	maxBatch  = 128
 )
 
-// combiner is the queue of a session's calls to one server waiting for a
-// batch: the session's own client's (Session.combine), and in Redlock mode
+// Combiner is the queue of a session's calls to one server waiting for a
+// batch: the main client's (Transport.Combiner), and in Redlock mode
 // each node's.
-type combiner struct {
-	s       *Session
+type Combiner struct {
+	t       *Transport
 	client  Client
 	cluster bool // client is a Cluster's: a release takes only a call on its own name along
 	mu      sync.Mutex
-	onWire  int        // calls and flushers on the wire, at most maxOnWire
+	onWire  int        // calls and flushers on the wire, at most MaxOnWire
 	carried int        // releases' pipelines with calls taken along, on the wire (not counted in onWire)
 	closed  bool       // after Close: calls go straight to Redis, uncounted
 	queue   []*pending // waiting to be sent, oldest first
 	idle    []*pending // pendings for reuse
 	drained sync.Cond  // signalled when onWire and carried drop to 0 after closed
-	// unsettled holds, per lock key, the calls whose callers gave up while
+	// unsettled holds, per key (KeyOf), the calls whose callers gave up while
 	// their batches were on the wire, each until its batch has ended: the
 	// command may still reach Redis, and no later call on the key is sent
 	// before then.
@@ -117,62 +117,63 @@ type combiner struct {
 
 // pending is one queued call.
 type pending struct {
-	s         *script
+	s         *Script
 	argv      []any           // a copy of the caller's arguments: the caller may reuse its own after it gives up
 	until     time.Time       // when its caller stops waiting
 	ctx       context.Context // its caller's (bound): once it has ended, the call is never sent
-	sent      bool            // taken into a batch; under combiner.mu
-	delivered bool            // cmd is set and done signalled; under combiner.mu
+	sent      bool            // taken into a batch; under Combiner.mu
+	delivered bool            // cmd is set and done signalled; under Combiner.mu
 	cmd       *redis.Cmd
 	done      chan struct{} // capacity 1: cmd is set
-	settled   chan struct{} // non-nil once its caller gave up on the wire (under combiner.mu); closed when the batch has ended
+	settled   chan struct{} // non-nil once its caller gave up on the wire (under Combiner.mu); closed when the batch has ended
 }
 
-// newCombiner makes the combiner of s's calls through client; Close waits
-// for it (Session.closeCombiners).
-func (s *Session) newCombiner(c *combiner, client Client) *combiner {
-	c.s, c.client, c.cluster = s, client, kindOf(client) == kindCluster
+// NewCombiner makes c the combiner of t's calls through client (another
+// server's than Config.Client's: a Redlock node's) and returns it; Drain
+// waits for it.
+func (t *Transport) NewCombiner(c *Combiner, client Client) *Combiner {
+	c.t, c.client, c.cluster = t, client, KindOf(client) == KindCluster
 	c.drained.L = &c.mu
-	s.combiners = append(s.combiners, c)
+	t.combiners = append(t.combiners, c)
 	return c
 }
 
-// call runs one script on the combiner's server, bounded as Session.bound
+// Call runs one script on the Combiner's server, bounded as Transport.Bound
 // says: at once on the caller's goroutine, or in a batch with other calls
 // of the session (see Coalescing above). It first waits until no earlier
 // call on the same key, given up while its batch was on the wire, can still
 // reach Redis.
-func (c *combiner) call(ctx context.Context, deadline time.Time, sc *script, argv []any) *redis.Cmd {
+func (c *Combiner) Call(ctx context.Context, deadline time.Time, sc *Script, argv []any) *redis.Cmd {
 	return c.send(ctx, deadline, sc, argv, true)
 }
 
-// callNow runs a script that frees a name (a release or a give-back) as
+// CallNow runs a script that frees a name (a release or a give-back) as
 // call does, but at once, never queued behind other calls and not counted on
 // the wire: on the caller's goroutine, or ahead of the queued calls, which it
 // takes along in its pipeline (see Coalescing). The sessions waiting for the
 // name (and this one's own contenders, whose tries fill the queue) should
 // not wait for it longer than one round trip.
-func (c *combiner) callNow(ctx context.Context, deadline time.Time, sc *script, argv []any) *redis.Cmd {
+func (c *Combiner) CallNow(ctx context.Context, deadline time.Time, sc *Script, argv []any) *redis.Cmd {
 	return c.send(ctx, deadline, sc, argv, false)
 }
 
-// send is call, or with coalesce false callNow.
-func (c *combiner) send(ctx context.Context, deadline time.Time, sc *script, argv []any, coalesce bool) *redis.Cmd {
-	callCtx := c.s.bound(ctx, deadline)
-	defer unbind(callCtx)
+// send is Call, or with coalesce false CallNow.
+func (c *Combiner) send(ctx context.Context, deadline time.Time, sc *Script, argv []any, coalesce bool) *redis.Cmd {
+	callCtx := c.t.Bound(ctx, deadline)
+	defer Unbind(callCtx)
 	c.mu.Lock()
-	if err := c.awaitLocked(callCtx, lockKeyOf(argv)); err != nil {
+	if err := c.awaitLocked(callCtx, KeyOf(argv)); err != nil {
 		c.mu.Unlock()
-		return errCmd(ctx, argv, err)
+		return ErrCmd(ctx, argv, err)
 	}
 	along, key := c.alongLocked(callCtx, argv, coalesce)
-	if c.closed || (coalesce && c.onWire < maxOnWire && len(c.queue) == 0) || (!coalesce && along == 0) {
+	if c.closed || (coalesce && c.onWire < MaxOnWire && len(c.queue) == 0) || (!coalesce && along == 0) {
 		if coalesce && !c.closed {
 			c.onWire++
 			defer c.passSlot() // also when a hook on the client panics
 		}
 		c.mu.Unlock()
-		return sc.run(callCtx, c.client, argv)
+		return sc.Run(callCtx, c.client, argv)
 	}
 	p := c.getLocked()
 	p.s, p.argv = sc, append(p.argv[:0], argv...)
@@ -189,7 +190,7 @@ func (c *combiner) send(ctx context.Context, deadline time.Time, sc *script, arg
 
 // alongLocked is how many queued calls a release (coalesce false) takes
 // along in its pipeline, and on which key (nil: any).
-func (c *combiner) alongLocked(ctx context.Context, argv []any, coalesce bool) (along int, key any) {
+func (c *Combiner) alongLocked(ctx context.Context, argv []any, coalesce bool) (along int, key any) {
 	if coalesce || c.closed || ctx.Err() != nil {
 		return 0, nil
 	}
@@ -199,8 +200,8 @@ func (c *combiner) alongLocked(ctx context.Context, argv []any, coalesce bool) (
 	}
 	// Only the oldest call on its own name, in its slot: a call for another
 	// node could hold the release up with it.
-	key = lockKeyOf(argv)
-	if slices.ContainsFunc(c.queue, func(q *pending) bool { return lockKeyOf(q.argv) == key }) {
+	key = KeyOf(argv)
+	if slices.ContainsFunc(c.queue, func(q *pending) bool { return KeyOf(q.argv) == key }) {
 		return 1, key
 	}
 	return 0, key
@@ -209,7 +210,7 @@ func (c *combiner) alongLocked(ctx context.Context, argv []any, coalesce bool) (
 // carryLocked sends the release p with along queued calls (on key, unless
 // nil) right behind it, a round trip sooner than from the queue. It unlocks
 // c.mu.
-func (c *combiner) carryLocked(p *pending, along int, key any) {
+func (c *Combiner) carryLocked(p *pending, along int, key any) {
 	batch := c.takeLocked(append(make([]*pending, 0, along+1), p), along, key)
 	c.carried++
 	c.mu.Unlock()
@@ -227,7 +228,7 @@ func (c *combiner) carryLocked(p *pending, along int, key any) {
 // reply waits for p's reply until p's caller gives up (p.ctx ends). A call
 // not sent yet is then taken out, so it never reaches Redis; one on the
 // wire holds its key until its batch has ended (awaitLocked).
-func (c *combiner) reply(ctx context.Context, p *pending, argv []any) *redis.Cmd {
+func (c *Combiner) reply(ctx context.Context, p *pending, argv []any) *redis.Cmd {
 	select {
 	case <-p.done:
 		return c.collect(p)
@@ -248,16 +249,16 @@ func (c *combiner) reply(ctx context.Context, p *pending, argv []any) *redis.Cmd
 		if c.unsettled == nil {
 			c.unsettled = make(map[any][]*pending)
 		}
-		key := lockKeyOf(p.argv)
+		key := KeyOf(p.argv)
 		c.unsettled[key] = append(c.unsettled[key], p)
 	}
 	c.mu.Unlock()
-	return errCmd(ctx, argv, err)
+	return ErrCmd(ctx, argv, err)
 }
 
 // awaitLocked waits, with c.mu held but released while it waits, until no
 // call on key that a caller gave up on can still reach Redis, or ctx ends.
-func (c *combiner) awaitLocked(ctx context.Context, key any) error {
+func (c *Combiner) awaitLocked(ctx context.Context, key any) error {
 	for {
 		us := c.unsettled[key]
 		if len(us) == 0 {
@@ -275,8 +276,8 @@ func (c *combiner) awaitLocked(ctx context.Context, key any) error {
 	}
 }
 
-// await is awaitLocked for callers that do not hold c.mu.
-func (c *combiner) await(ctx context.Context, key any) error {
+// Await is awaitLocked for callers that do not hold c.mu.
+func (c *Combiner) Await(ctx context.Context, key any) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.awaitLocked(ctx, key)
@@ -284,7 +285,7 @@ func (c *combiner) await(ctx context.Context, key any) error {
 
 // collect returns the reply of p, whose done signal its caller has
 // received, and p to the idle list.
-func (c *combiner) collect(p *pending) *redis.Cmd {
+func (c *Combiner) collect(p *pending) *redis.Cmd {
 	cmd := p.cmd
 	c.mu.Lock()
 	c.putLocked(p)
@@ -292,8 +293,8 @@ func (c *combiner) collect(p *pending) *redis.Cmd {
 	return cmd
 }
 
-// errCmd is a command that failed with err before, or without, a reply.
-func errCmd(ctx context.Context, argv []any, err error) *redis.Cmd {
+// ErrCmd is a command that failed with err before, or without, a reply.
+func ErrCmd(ctx context.Context, argv []any, err error) *redis.Cmd {
 	cmd := redis.NewCmd(ctx, argv...)
 	cmd.SetErr(err)
 	return cmd
@@ -301,7 +302,7 @@ func errCmd(ctx context.Context, argv []any, err error) *redis.Cmd {
 
 // passSlot frees the slot of a call that returned: to a flusher when calls
 // are queued, else for the next caller.
-func (c *combiner) passSlot() {
+func (c *Combiner) passSlot() {
 	c.mu.Lock()
 	if len(c.queue) == 0 {
 		c.freeSlotLocked()
@@ -315,12 +316,12 @@ func (c *combiner) passSlot() {
 // flush sends what is queued, a batch at a time, until the queue is empty;
 // it holds one slot meanwhile.
 // After a hook fault (hookfaults.go) the next flusher takes the slot over.
-func (c *combiner) flush() { onGoexit(c.flushAll, c.passSlot) }
+func (c *Combiner) flush() { OnUnwind(c.flushAll, c.passSlot) }
 
-func (c *combiner) flushAll() {
+func (c *Combiner) flushAll() {
 	var (
 		batch []*pending
-		calls []call
+		calls []Call
 	)
 	for {
 		c.mu.Lock()
@@ -342,17 +343,17 @@ func (c *combiner) flushAll() {
 // ended) but not yet taken them out themselves out of the queue: they are
 // never sent, though a batch leaves meanwhile (as a Redlock give-back can,
 // right after the grace period cancelled its attempt's calls).
-func (c *combiner) pruneLocked() {
+func (c *Combiner) pruneLocked() {
 	c.queue = slices.DeleteFunc(c.queue, func(p *pending) bool { return p.ctx.Err() != nil })
 }
 
 // takeLocked appends the n oldest queued calls (with key not nil, on that
 // key) to batch, takes them out of the queue and marks every call of batch
 // sent.
-func (c *combiner) takeLocked(batch []*pending, n int, key any) []*pending {
+func (c *Combiner) takeLocked(batch []*pending, n int, key any) []*pending {
 	kept := c.queue[:0]
 	for _, q := range c.queue {
-		if n > 0 && (key == nil || lockKeyOf(q.argv) == key) {
+		if n > 0 && (key == nil || KeyOf(q.argv) == key) {
 			batch, n = append(batch, q), n-1
 		} else {
 			kept = append(kept, q)
@@ -367,30 +368,30 @@ func (c *combiner) takeLocked(batch []*pending, n int, key any) []*pending {
 }
 
 // sendBatch sends batch, taken from the queue, as one pipeline bounded by
-// its latest deadline (on a Cluster, one per master: runCalls), and
+// its latest deadline (on a Cluster, one per master: RunCalls), and
 // delivers each reply (or settles the call whose caller gave up), on a
 // Cluster as soon as its master's pipeline has ended; it returns calls
 // (scratch space) for reuse.
-func (c *combiner) sendBatch(batch []*pending, calls []call) []call {
+func (c *Combiner) sendBatch(batch []*pending, calls []Call) []Call {
 	var until time.Time
 	calls = calls[:0]
 	for _, p := range batch {
 		if p.until.After(until) {
 			until = p.until
 		}
-		calls = append(calls, call{p.s, p.argv})
+		calls = append(calls, Call{p.s, p.argv})
 	}
-	ctx := &boundCtx{Context: context.Background(), deadline: until, states: &c.s.dones}
+	ctx := &boundCtx{Context: context.Background(), deadline: until, states: &c.t.dones}
 	var (
 		cmds     []*redis.Cmd
 		answered []bool // by ready; under c.mu
 		ready    func([]int, []*redis.Cmd)
 	)
-	failed := errHookGoexit // until runCalls returns: a hook may end the goroutine
+	failed := ErrHookGoexit // until RunCalls returns: a hook may end the goroutine
 	defer func() {
-		unbind(ctx)
-		if failed == errHookGoexit { // not under c.mu: the user's logger may take its time
-			c.s.cfg.logger.Error(failed.Error())
+		Unbind(ctx)
+		if failed == ErrHookGoexit { // not under c.mu: the user's logger may take its time
+			c.t.cfg.Logger.Error(failed.Error())
 		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -398,7 +399,7 @@ func (c *combiner) sendBatch(batch []*pending, calls []call) []call {
 			switch {
 			case answered != nil && answered[i]: // p may already serve another call
 			case failed != nil:
-				c.answerLocked(p, errCmd(context.Background(), p.argv, failed))
+				c.answerLocked(p, ErrCmd(context.Background(), p.argv, failed))
 			default:
 				c.answerLocked(p, cmds[i])
 			}
@@ -417,16 +418,16 @@ func (c *combiner) sendBatch(batch []*pending, calls []call) []call {
 			}
 		}
 	}
-	cmds, failed = runCalls(ctx, c.client, calls, replicaAcks{}, ready)
+	cmds, failed = RunCalls(ctx, c.client, calls, Acks{}, ready)
 	return calls
 }
 
 // answerLocked hands cmd to p's caller, or, if it gave up while p was on
 // the wire, frees p's key for the session's later calls.
-func (c *combiner) answerLocked(p *pending, cmd *redis.Cmd) {
+func (c *Combiner) answerLocked(p *pending, cmd *redis.Cmd) {
 	p.cmd = cmd
 	if p.settled != nil {
-		key := lockKeyOf(p.argv)
+		key := KeyOf(p.argv)
 		if us := slices.DeleteFunc(c.unsettled[key], func(u *pending) bool { return u == p }); len(us) > 0 {
 			c.unsettled[key] = us
 		} else {
@@ -439,34 +440,32 @@ func (c *combiner) answerLocked(p *pending, cmd *redis.Cmd) {
 	p.done <- struct{}{}
 }
 
-// closeCombiners makes later calls go straight to Redis and waits until no
-// call or batch of the session is on the wire (each ends by its deadline).
-func (s *Session) closeCombiners() {
-	for _, c := range s.combiners {
-		c.mu.Lock()
-		c.closed = true
-		for c.onWire > 0 || c.carried > 0 {
-			c.drained.Wait()
-		}
-		c.mu.Unlock()
+// drain makes later calls go straight to Redis and waits until no call or
+// batch of c is on the wire (each ends by its deadline).
+func (c *Combiner) drain() {
+	c.mu.Lock()
+	c.closed = true
+	for c.onWire > 0 || c.carried > 0 {
+		c.drained.Wait()
 	}
+	c.mu.Unlock()
 }
 
 // freeSlotLocked gives a slot on the wire back, and tells a waiting Close
 // once the last one is free.
-func (c *combiner) freeSlotLocked() {
+func (c *Combiner) freeSlotLocked() {
 	c.onWire--
 	c.drainedLocked()
 }
 
 // drainedLocked tells a waiting Close when nothing is left on the wire.
-func (c *combiner) drainedLocked() {
+func (c *Combiner) drainedLocked() {
 	if c.onWire == 0 && c.carried == 0 && c.closed {
 		c.drained.Broadcast()
 	}
 }
 
-func (c *combiner) getLocked() *pending {
+func (c *Combiner) getLocked() *pending {
 	if n := len(c.idle); n > 0 {
 		p := c.idle[n-1]
 		c.idle[n-1] = nil
@@ -476,7 +475,7 @@ func (c *combiner) getLocked() *pending {
 	return &pending{done: make(chan struct{}, 1)}
 }
 
-func (c *combiner) putLocked(p *pending) {
+func (c *Combiner) putLocked(p *pending) {
 	clear(p.argv) // tokens and values
 	p.s, p.ctx, p.cmd, p.sent, p.delivered = nil, nil, nil, false, false
 	if len(c.idle) < maxBatch {
