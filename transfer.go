@@ -66,16 +66,7 @@ var errRedlockTransfer = invalidf("Transfer is not supported with Redlock")
 // does not lead or its leadership ended first (the error says how); the
 // release's error; or ctx's, which leaves the hand-over as it is.
 func (e *Election) Transfer(ctx context.Context, to string) error {
-	switch err := checkValue(to); {
-	case err != nil:
-		return err
-	case to == "":
-		return invalidf("Transfer: the successor's value must not be empty")
-	}
-	if _, redlock := e.s.place.(*quorum); redlock {
-		return errRedlockTransfer
-	}
-	if err := e.s.Err(); err != nil {
+	if err := e.checkTransfer(to); err != nil {
 		return err
 	}
 	l := e.s.leading(e.keys.name)
