@@ -54,6 +54,8 @@ func (e *Election) RequestTransfer(ctx context.Context, to string) (Leader, erro
 	changes := e.Observe(ctx) // before the request: no change after it goes unseen
 	from, err := e.Leader(ctx)
 	switch {
+	case err != nil && ctx.Err() != nil:
+		return Leader{}, fmt.Errorf("%w: %w", ErrNotTaken, err) // nothing written
 	case err != nil:
 		return Leader{}, err
 	case from.Value == to:
@@ -62,6 +64,9 @@ func (e *Election) RequestTransfer(ctx context.Context, to string) (Leader, erro
 	q := &request{e: e, key: lease.RequestKey(e.keys.name), Request: lease.Request{ID: rand.Text(), Fence: from.Fence, To: to}}
 	if err := e.s.wire.Combiner().Call(ctx, time.Time{}, requestSendScript, lease.SendArgs(q.key, q.Request, e.s.cfg.ttl)).Err(); err != nil {
 		_, _ = q.withdraw(ctx) // it may have been stored all the same
+		if ctx.Err() != nil {
+			return Leader{}, q.errorf("%w; withdrawn: %w", ErrNotTaken, err)
+		}
 		return Leader{}, q.errorf("%w", err)
 	}
 	return q.await(ctx, changes)

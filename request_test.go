@@ -110,6 +110,12 @@ func TestRequestTransferRefused(t *testing.T) {
 
 		lead, err := e.Campaign(ctx, "a")
 		require.NoError(t, err)
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		_, err = e.RequestTransfer(cctx, "b")
+		assert.ErrorIs(t, err, ErrNotTaken, "ctx ended first")
+		assert.ErrorIs(t, err, context.Canceled)
+		assert.Empty(t, requestHeld(b, "req"))
 		other := mustElection(t, newSession(t, b.client, fastOpts()...), "other")
 		_, err = other.TransferRequested(ctx, lead)
 		assert.ErrorIs(t, err, ErrInvalid, "a leadership of another election")
