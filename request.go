@@ -72,26 +72,6 @@ func (e *Election) RequestTransfer(ctx context.Context, to string) (Leader, erro
 	return q.await(ctx, changes)
 }
 
-// checkTransfer checks a successor's value, and that the session can
-// transfer.
-func (e *Election) checkTransfer(to string) error {
-	switch err := checkValue(to); {
-	case err != nil:
-		return err
-	case to == "":
-		return invalidf("Transfer: the successor's value must not be empty")
-	case e.redlock():
-		return errRedlockTransfer
-	}
-	return e.s.Err()
-}
-
-// redlock reports whether the session is a Redlock quorum.
-func (e *Election) redlock() bool {
-	_, q := e.s.place.(*quorum)
-	return q
-}
-
 // takeRequest runs the take script (take, withdraw or readdress: argv
 // says) on the session's server.
 func (e *Election) takeRequest(ctx context.Context, argv []any) (lease.Taken, error) {

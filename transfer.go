@@ -94,6 +94,26 @@ func (e *Election) Transfer(ctx context.Context, to string) error {
 	return e.awaitSuccessor(ctx, sub, l.fence, to, time.Now().Add(e.s.cfg.ttl+e.s.cfg.retryInterval))
 }
 
+// checkTransfer checks a successor's value, and that the session can
+// transfer.
+func (e *Election) checkTransfer(to string) error {
+	switch err := checkValue(to); {
+	case err != nil:
+		return err
+	case to == "":
+		return invalidf("Transfer: the successor's value must not be empty")
+	case e.redlock():
+		return errRedlockTransfer
+	}
+	return e.s.Err()
+}
+
+// redlock reports whether the session is a Redlock quorum.
+func (e *Election) redlock() bool {
+	_, q := e.s.place.(*quorum)
+	return q
+}
+
 // heir returns the successor that l's release hands the name to, if a
 // Transfer ended l ("" otherwise).
 func (l *Lock) heir() string {
