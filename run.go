@@ -64,6 +64,7 @@ func (e *Election) lead(ctx context.Context, lead *Lock, onElected func(context.
 	leaderCtx, cancel := context.WithCancelCause(withTerm(ctx, lead))
 	stop := lead.onEnd(func() { cancel(lead.Err()) })
 	lead.onPreempt(func() { cancel(ErrPreempted) })
+	requests := e.honour(leaderCtx, lead, cancel) // RequestTransfer's, for this term
 	// Deferred on its own, so that the term ends even if a hook on the
 	// client ends this goroutine (runtime.Goexit) in the release, whose
 	// outcome is then unknown (the session deletes the key again).
@@ -71,7 +72,9 @@ func (e *Election) lead(ctx context.Context, lead *Lock, onElected func(context.
 	defer e.s.endTerm(lead, t)
 	defer func() {
 		stop()
+		to := requests.stop()
 		cancel(ErrReleased)
+		lead.transferTo(to) // a request taken: the release hands the name over
 		// A fresh context: the release must happen even when ctx has ended.
 		t.err = lead.releaseTerm(context.WithoutCancel(ctx))
 	}()
@@ -80,8 +83,9 @@ func (e *Election) lead(ctx context.Context, lead *Lock, onElected func(context.
 	}
 	err := onElected(leaderCtx, lead)
 	lost := lead.Err()
-	if lost == nil && context.Cause(leaderCtx) == ErrPreempted {
-		lost = ErrPreempted // it yields: the release hands the name over
+	var requested *TransferRequest
+	if why := context.Cause(leaderCtx); lost == nil && (why == ErrPreempted || errors.As(why, &requested)) {
+		lost = why // it yields or transfers: the release hands the name over
 	}
 	if lost != nil {
 		if err != nil {

@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/redisleader/redisleader/internal/wire"
 	"time"
+
+	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // Transfer (the model is in doc.go, section Choosing the leader).
@@ -66,11 +67,8 @@ var errRedlockTransfer = invalidf("Transfer is not supported with Redlock")
 // does not lead or its leadership ended first (the error says how); the
 // release's error; or ctx's, which leaves the hand-over as it is.
 func (e *Election) Transfer(ctx context.Context, to string) error {
-	switch err := checkValue(to); {
-	case err != nil:
+	if err := e.checkTransfer(to); err != nil {
 		return err
-	case to == "":
-		return invalidf("Transfer: the successor's value must not be empty")
 	}
 	l, err := e.leadership("transfer", transferring)
 	switch {
@@ -96,6 +94,24 @@ func (e *Election) Transfer(ctx context.Context, to string) error {
 	}
 	return e.awaitSuccessor(ctx, sub, l.fence, to, time.Now().Add(e.s.cfg.ttl+e.s.cfg.retryInterval))
 }
+
+// checkTransfer checks a successor's value, and that the session can
+// transfer.
+func (e *Election) checkTransfer(to string) error {
+	switch err := checkValue(to); {
+	case err != nil:
+		return err
+	case to == "":
+		return invalidf("Transfer: the successor's value must not be empty")
+	case e.redlock():
+		return errRedlockTransfer
+	}
+	return e.s.Err()
+}
+
+// redlock reports whether the session is a Redlock quorum, which cannot
+// transfer (place.supports).
+func (e *Election) redlock() bool { return e.s.place.supports(transferring) != nil }
 
 // heir returns the successor that l's release hands the name to, if a
 // Transfer ended l ("" otherwise).

@@ -19,8 +19,8 @@ import (
 // A Transfer has one outcome: with concurrent calls on one leadership
 // (Transfer, Resign, Release, Close) and to the leader's own value.
 
-// subscribeGate holds every write of a SUBSCRIBE on the connections of the
-// client it dials for, once armed and until open: a Transfer then waits in
+// subscribeGate holds every write of a SUBSCRIBE to a name's channel on the
+// connections of the client it dials for, once armed and until open: a Transfer then waits in
 // its subscribe, after it has found that its session leads and before it
 // hands over, so that a test can end the leadership in between.
 type subscribeGate struct {
@@ -50,7 +50,9 @@ type gatedConn struct {
 }
 
 func (c *gatedConn) Write(p []byte) (int, error) {
-	if c.g.armed.Load() && bytes.Contains(bytes.ToLower(p), []byte("\r\nsubscribe\r\n")) {
+	// Only a SUBSCRIBE to a name's channel, Transfer's: a Run term also
+	// subscribes to its transfer requests' channel as it starts.
+	if c.g.armed.Load() && bytes.Contains(bytes.ToLower(p), []byte("\r\nsubscribe\r\n")) && bytes.Contains(p, []byte(":ch\r\n")) {
 		c.g.held.Do(func() { close(c.g.reached) })
 		<-c.g.opened
 	}

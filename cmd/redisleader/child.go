@@ -124,6 +124,10 @@ func (r *runner) signalChild(sig syscall.Signal) {
 // says so.
 func (r *runner) termEnded(t *tenure, res *commandResult) {
 	why := t.cause()
+	if to := requestedOf(why); to != "" { // Election.Run took a transfer request
+		r.transferRequested(to, res)
+		return
+	}
 	if errors.Is(why, redisleader.ErrPreempted) {
 		res.yielded = true
 		r.log.warnf("yielding %s to a candidate with a higher priority; stopping %s (SIGTERM, SIGKILL after %v)",

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -605,7 +606,7 @@ type termOutcome struct {
 func (r *runner) term(e *redisleader.Election, t *tenure) *termOutcome {
 	out := &termOutcome{started: time.Now()}
 	r.log.infof("elected leader of %s (fence %d); starting %s", r.f.name, t.lead.Fence(), r.display)
-	w := r.watchTransfers(t)
+	w := r.watchTransfers(e, t)
 	out.res = r.runCommand(t, w.requests())
 	res := &out.res
 	to := res.transferTo
@@ -614,13 +615,13 @@ func (r *runner) term(e *redisleader.Election, t *tenure) *termOutcome {
 		out.held = true
 	}
 	if w.stop(); to == "" {
-		to = w.pending() // taken as COMMAND exited: honoured, though COMMAND's status stands
+		to = cmp.Or(w.pending(), requestedOf(t.cause())) // taken as COMMAND exited: honoured, though COMMAND's status stands
 	}
 	switch {
 	case to != "" && res.lost != nil: // taken as the lease was lost: nothing left to hand over
 		r.log.warnf("the transfer of %s to %s requested is not made: leadership was lost", r.f.name, printable(to))
 	case to != "":
-		out.transferTo, out.handover = to, r.handOver(e, t, to)
+		out.transferTo, out.handover = to, r.transfer(e, t, to)
 	}
 	if !t.run && (out.handover == nil || t.lead.Err() == nil) { // not handed over
 		ctx, cancel := context.WithTimeout(context.Background(), resignTimeout)
@@ -692,6 +693,10 @@ func (r *runner) hold(t *tenure, requests <-chan string) (transferTo string) {
 	select {
 	case <-ctx.Done():
 	case <-t.ended:
+		if to := requestedOf(t.cause()); to != "" {
+			r.log.infof("transfer of %s to %s requested during --hold", r.f.name, printable(to))
+			return to
+		}
 		if why := t.cause(); errors.Is(why, redisleader.ErrPreempted) {
 			r.log.infof("a candidate with a higher priority waits; yielding %s during --hold", r.f.name)
 		} else {

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -157,107 +156,6 @@ func TestTransferInterruptedWithdraws(t *testing.T) {
 	assert.True(t, job.running())
 	job.signal(t, syscall.SIGTERM)
 	assert.Equal(t, exitOK, job.wait(t))
-}
-
-// requestScript, the one place that decides which request a leader takes
-// and which a transfer withdraws or addresses anew.
-func TestRequestScript(t *testing.T) {
-	t.Parallel()
-	srv, c, store := requestServer(t)
-	ctx := t.Context()
-	const key = requestKeyOfJob
-	stored := func() any { return srv.Do(t, "GET", key) }
-
-	_, _, err := takeRequest(ctx, c, key, "", "5", "")
-	require.ErrorIs(t, err, redis.Nil, "no request")
-
-	q := &transferRequest{key: key, id: "ID", to: "B x\ny", fence: 5} // VALUE may hold spaces and newlines
-	require.Equal(t, "ID 5\nB x\ny", q.stored())
-	for _, v := range []string{q.stored(), "ID\nB", "ID 05\nB", "ID 5", "no request"} {
-		store(v)
-		for _, fence := range []string{"", "4", "50"} { // another term's, or none
-			took, held, err := takeRequest(ctx, c, key, "", fence, "")
-			require.NoError(t, err)
-			assert.False(t, took, "%q taken for fence %q", v, fence)
-			assert.Equal(t, v, held)
-		}
-		took, _, err := takeRequest(ctx, c, key, "", "5", "")
-		require.NoError(t, err)
-		assert.Equal(t, v == q.stored(), took, "%q for fence 5", v)
-		if took {
-			assert.Nil(t, stored(), "taken, not deleted")
-		} else {
-			assert.Equal(t, v, stored(), "left as it was")
-		}
-	}
-
-	// transfer's readdress and withdrawal act only on its own request, and
-	// a readdress keeps the request's TTL.
-	store(q.stored())
-	other := &transferRequest{key: key, id: "OTHER", to: "B x\ny", fence: 5}
-	moved, err := other.readdress(ctx, c, 6)
-	require.NoError(t, err)
-	assert.False(t, moved, "another transfer's request was addressed anew")
-	moved, err = q.readdress(ctx, c, 6)
-	require.NoError(t, err)
-	require.True(t, moved)
-	assert.Equal(t, "ID 6\nB x\ny", stored())
-	assert.Greater(t, c.PTTL(ctx, key).Val(), 50*time.Second, "the TTL was not kept")
-	took, _, err := takeRequest(ctx, c, key, other.id, "", "")
-	require.NoError(t, err)
-	assert.False(t, took, "another transfer's request was withdrawn")
-	took, _, err = takeRequest(ctx, c, key, q.id, "", "")
-	require.NoError(t, err)
-	assert.True(t, took)
-	assert.Nil(t, stored())
-}
-
-// requestServer starts a server, and returns it, a client, and a function
-// that stores v as the request of job for a minute.
-func requestServer(t *testing.T) (*redisserver.Server, *redis.Client, func(v string)) {
-	srv := redisserver.Start(t)
-	c := srv.Client(t)
-	return srv, c, func(v string) { require.NoError(t, c.Set(t.Context(), requestKeyOfJob, v, time.Minute).Err()) }
-}
-
-// A step of transfer whose outcome it did not learn (the reply lost, or
-// its ctx ended mid-call) leaves the request under the old fence or the
-// new one: the step run again, and the next step, find it by its id. On
-// 478d07d they compared the whole request, fence included, and read one
-// readdressed already as taken.
-func TestRequestScriptUnknownOutcome(t *testing.T) {
-	t.Parallel()
-	srv, c, store := requestServer(t)
-	ctx := t.Context()
-	const key = requestKeyOfJob
-	q := &transferRequest{key: key, id: "ID", to: "B", fence: 5}
-	store("ID 6\nB") // readdressed to 6; transfer did not hear so
-
-	moved, err := q.readdress(ctx, c, 6) // the same readdress, run again
-	require.NoError(t, err)
-	assert.True(t, moved, "a request readdressed already was read as taken")
-	assert.Equal(t, "ID 6\nB", srv.Do(t, "GET", key))
-	q.fence = 5 // as if that reply was lost too: the next term's readdress
-	moved, err = q.readdress(ctx, c, 7)
-	require.NoError(t, err)
-	assert.True(t, moved)
-	assert.Equal(t, "ID 7\nB", srv.Do(t, "GET", key))
-
-	q.fence = 5 // the withdrawal knows the fence 5 only
-	for _, v := range []string{"ID 7\nB", "ID 5\nB"} {
-		store(v)
-		taken, ok := q.withdraw(ctx, &nameCommand{client: c, name: "job", log: &logger{w: io.Discard}})
-		require.True(t, ok)
-		assert.False(t, taken, "%q", v)
-		assert.Nil(t, srv.Do(t, "GET", key), "%q was not withdrawn", v)
-	}
-	for _, v := range []string{"OTHER 7\nB", "IDX 7\nB", "ID\nB", "ID 7"} { // not this transfer's
-		store(v)
-		moved, err := q.readdress(ctx, c, 8)
-		require.NoError(t, err)
-		assert.False(t, moved, "%q", v)
-		assert.Equal(t, v, srv.Do(t, "GET", key), "%q changed", v)
-	}
 }
 
 // replyDropper is a TCP proxy to Redis that, once, holds a command
