@@ -1,16 +1,16 @@
 package redisleader
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"github.com/redisleader/redisleader/internal/wire"
 	mrand "math/rand/v2"
 	"time"
 
 	"github.com/redisleader/redisleader/internal/lease"
+	"github.com/redisleader/redisleader/internal/probe"
+	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // Lock acquires name, blocking until it is acquired, ctx ends, or the session
@@ -113,7 +113,12 @@ func (s *Session) waitChannel(k keys) string {
 func (a *acquisition) run(ctx context.Context) (*Lock, error) {
 	s, name := a.s, a.keys.name
 	for {
-		if err := cmp.Or(s.Err(), ctx.Err()); err != nil {
+		select {
+		case <-s.done: // as s.Err, without leaving the file
+			return nil, a.abandon(ctx, a.lastErr, ErrSessionClosed)
+		default:
+		}
+		if err := ctx.Err(); err != nil {
 			return nil, a.abandon(ctx, a.lastErr, err)
 		}
 		var sent time.Time
@@ -394,13 +399,17 @@ func (s *Session) newLock(k keys, value string) *Lock {
 func (l *Lock) attempt(ctx context.Context) acquired {
 	sent := time.Now()
 	deadline := sent.Add(l.s.cfg.validity)
-	var r acquired
-	wire.OnUnwind(func() {
-		r = l.s.place.acquire(ctx, l, deadline)
-		if r.giveBack {
-			l.giveBack(ctx) // within ctx: what fails is left to abandon
+	returned := false
+	defer func() {
+		if !returned { // a hook on the client unwound us (wire.OnUnwind)
+			l.s.markStale(l, true) // the token may be in Redis: the heartbeat deletes it
 		}
-	}, func() { l.s.markStale(l, true) }) // the token may be in Redis: the heartbeat deletes it
+	}()
+	r := l.s.place.acquire(ctx, l, deadline)
+	if r.giveBack {
+		l.giveBack(ctx) // within ctx: what fails is left to abandon
+	}
+	returned = true
 	if r.split {
 		r.took = time.Since(sent) // only then: no clock read on the hot path
 	}
@@ -492,4 +501,72 @@ func (s *Session) bestEffortCleanup(ctx context.Context, f func(context.Context)
 		defer s.work.Done()
 		f(context.WithoutCancel(ctx))
 	}()
+}
+
+// enter registers an acquisition or observer, unless the session is closed.
+// Close waits for every registered one to call s.work.Done.
+func (s *Session) enter() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	s.work.Add(1) // under mu, so never concurrently with Close's Wait
+	return nil
+}
+
+// holds reports whether the session holds name now.
+func (s *Session) holds(name string) bool {
+	s.mu.Lock()
+	l := s.reg.names[name]
+	s.mu.Unlock()
+	return l != nil && l.Held()
+}
+
+// deliver waits out the takeover delay (WithTakeoverDelay) of a fresh
+// acquisition, made by a call that started at start, while the heartbeat
+// renews it, then delivers it to its caller (registering it first as a Run
+// term, with term). It returns why the acquisition ended if it ended before
+// it could be delivered (a deadline can pass even with no delay), or
+// ctx's error or ErrSessionClosed if those ended first (the key is then
+// released, by the caller here or by Close).
+func (l *Lock) deliver(ctx context.Context, start time.Time, term bool) (lost, err error) {
+	if d := l.s.cfg.takeoverDelay; d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-l.Done():
+		case <-ctx.Done():
+			if l.end(ErrReleased) {
+				l.dispose(ctx, false)
+			}
+			return nil, ctx.Err()
+		case <-l.s.done:
+			return nil, ErrSessionClosed
+		}
+	}
+	if lost = l.check(); lost != nil {
+		if errors.Is(lost, ErrSessionClosed) {
+			return nil, lost
+		}
+		return lost, nil
+	}
+	if term {
+		l.s.registerTerm(l)
+	}
+	l.markDelivered(start)
+	return nil, nil
+}
+
+// markDelivered marks the acquisition, whose call started at start, as handed to
+// its caller, unless it has already ended or expired (then the caller finds
+// it ended).
+func (l *Lock) markDelivered(start time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now := time.Now(); l.err == nil && now.Before(l.deadline) {
+		l.delivered, l.deliveredAt = true, now.Sub(hookEpoch)
+		l.emitLocked(probe.Acquired, now, now.Sub(start))
+	}
 }

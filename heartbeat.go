@@ -56,17 +56,6 @@ func newHeartbeatState(interval time.Duration, cancel context.CancelFunc) heartb
 	}
 }
 
-// wake kicks the heartbeat if it is idle. Session.mu must be held.
-func (h *heartbeatState) wake() {
-	if h.idle {
-		h.idle = false
-		select {
-		case h.kick <- struct{}{}:
-		default:
-		}
-	}
-}
-
 // A round renews every held lock once: it walks the ring's slots, renewing
 // each occupied slot's locks in one pipelined round trip (a slice) at the
 // slot's offset from the round's start, and ends once every slot's offset
