@@ -25,7 +25,7 @@ import (
 // token, so no unowned lock is left behind. On a name this session holds,
 // Lock returns an error matching ErrLocked at once.
 func (s *Session) Lock(ctx context.Context, name string) (*Lock, error) {
-	k, err := keysOf(name)
+	k, err := lease.KeysOf(name)
 	if err != nil {
 		return nil, err
 	}
@@ -38,7 +38,7 @@ func (s *Session) Lock(ctx context.Context, name string) (*Lock, error) {
 // for a bad name, ErrSessionClosed, or a Redis error; in the last case the
 // key is released with this attempt's token in case the attempt took effect.
 func (s *Session) TryLock(ctx context.Context, name string) (*Lock, error) {
-	k, err := keysOf(name)
+	k, err := lease.KeysOf(name)
 	if err != nil {
 		return nil, err
 	}
@@ -61,13 +61,13 @@ const (
 // acquire acquires the name of k for value, as candidate c (nil: no
 // priority): the setup of an acquisition (its place in a fair queue, its
 // subscription), then its attempts (run).
-func (s *Session) acquire(ctx context.Context, k keys, value string, m mode, c *candidacy) (*Lock, error) {
+func (s *Session) acquire(ctx context.Context, k lease.Keys, value string, m mode, c *candidacy) (*Lock, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
 	defer s.work.Done()
-	if s.holds(k.name) { // at once, before any I/O: a session never waits for itself
-		return nil, &heldError{k.name}
+	if s.holds(k.Name) { // at once, before any I/O: a session never waits for itself
+		return nil, &heldError{k.Name}
 	}
 	a := acquisition{s: s, start: time.Now(), keys: k, value: value, mode: m, cand: c}
 	if s.cfg.fair {
@@ -98,11 +98,11 @@ func (s *Session) acquire(ctx context.Context, k keys, value string, m mode, c *
 // waitChannel is the channel on which the session's blocking acquisitions
 // of k wait: in fair mode the session's wake-up channel for the name (a
 // release wakes the head waiter only), else the name's channel.
-func (s *Session) waitChannel(k keys) string {
+func (s *Session) waitChannel(k lease.Keys) string {
 	if s.cfg.fair {
-		return k.wakeChannel(s.id)
+		return k.WakeChannel(s.id)
 	}
-	return k.channel()
+	return k.Channel()
 }
 
 // run makes attempts with one token until the key is ours, or (blocking)
@@ -111,7 +111,7 @@ func (s *Session) waitChannel(k keys) string {
 // next one rather than mistaken for another owner; only a give-back moves
 // the acquisition to a new token (rotate).
 func (a *acquisition) run(ctx context.Context) (*Lock, error) {
-	s, name := a.s, a.keys.name
+	s, name := a.s, a.keys.Name
 	for {
 		select {
 		case <-s.done: // as s.Err, without leaving the file
@@ -182,7 +182,7 @@ func (a *acquisition) rotate() {
 type acquisition struct {
 	s        *Session
 	start    time.Time
-	keys     keys
+	keys     lease.Keys
 	value    string
 	mode     mode
 	sub      *wire.Subscription // the name's channel (fair: our wake-up channel), unless mode is tryOnce
@@ -208,7 +208,7 @@ func (a *acquisition) deliver(ctx context.Context) (l *Lock, again bool, err err
 	case lost == nil:
 		return a.l, false, nil
 	case a.mode == tryOnce:
-		return nil, false, fmt.Errorf("redisleader: acquire %q: the lease ended before it could be handed over: %w", a.keys.name, lost)
+		return nil, false, fmt.Errorf("redisleader: acquire %q: the lease ended before it could be handed over: %w", a.keys.Name, lost)
 	}
 	a.newLock()
 	return nil, true, nil
@@ -273,7 +273,7 @@ func (a *acquisition) wait(ctx context.Context, r acquired, err error, locked bo
 	}
 	for end := time.Now().Add(d); ; {
 		err := a.s.wait(ctx, a.sub, time.Until(end))
-		if err != nil || !time.Now().Before(end) || a.s.holds(a.keys.name) {
+		if err != nil || !time.Now().Before(end) || a.s.holds(a.keys.Name) {
 			return err
 		}
 	}
@@ -311,7 +311,7 @@ func (a *acquisition) delay(r acquired, err error, locked bool) (d time.Duration
 	}
 	if time.Since(a.loggedAt) >= a.s.cfg.ttl {
 		a.loggedAt = time.Now()
-		a.s.cfg.logger.Warn("redisleader: acquire failed; retrying", "name", a.keys.name, "err", err)
+		a.s.cfg.logger.Warn("redisleader: acquire failed; retrying", "name", a.keys.Name, "err", err)
 	}
 	if r.split {
 		return a.backoff(r.took), false
@@ -386,9 +386,9 @@ func (s *Session) wait(ctx context.Context, sub *wire.Subscription, d time.Durat
 // newLock prepares an acquisition: a fresh random token (128 bits) and the
 // script arguments, boxed once and reused by every attempt and by the
 // release.
-func (s *Session) newLock(k keys, value string) *Lock {
+func (s *Session) newLock(k lease.Keys, value string) *Lock {
 	token := rand.Text()
-	return &Lock{s: s, keys: k, token: token, value: value, args: lease.NewArgs(k.lock, k.fence, token, s.ttlArg, value), proto: plain{}}
+	return &Lock{s: s, keys: k, token: token, value: value, args: lease.NewArgs(k.Lock, k.Fence, token, s.ttlArg, value), proto: plain{}}
 }
 
 // attempt makes one acquire attempt. On success the lock is armed
@@ -426,7 +426,7 @@ func (l *Lock) arm(sent, deadline time.Time, fence int64) error {
 	if !time.Now().Before(deadline) {
 		// The reply came too late to trust the lease. The key is ours, so the
 		// next attempt (same token) refreshes it and starts a new deadline.
-		return fmt.Errorf("redisleader: acquire %q: reply arrived after the lease's local deadline", l.keys.name)
+		return fmt.Errorf("redisleader: acquire %q: reply arrived after the lease's local deadline", l.keys.Name)
 	}
 	l.fence = fence
 	l.mu.Lock()

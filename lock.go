@@ -21,7 +21,7 @@ import (
 // ErrInvalid, and the other methods return zero values.
 type Lock struct {
 	s     *Session
-	keys  keys
+	keys  lease.Keys
 	token string
 	fence int64
 	// args are the lease's script arguments, boxed once; they never change.
@@ -65,7 +65,7 @@ func (l *Lock) Name() string {
 	if l == nil {
 		return ""
 	}
-	return l.keys.name
+	return l.keys.Name
 }
 
 // Value returns the value published with the lock: the candidate's value for
@@ -85,7 +85,7 @@ func (l *Lock) Key() string {
 	if l == nil {
 		return ""
 	}
-	return l.keys.lock
+	return l.keys.Lock
 }
 
 // Fence returns the fencing token of this acquisition. Fences strictly
@@ -223,10 +223,10 @@ func (l *Lock) del(ctx context.Context) error {
 	d = l.s.place.release(ctx, l)
 	switch {
 	case d.err != nil:
-		return fmt.Errorf("redisleader: release %q (retried in the background; the key expires within the TTL at the latest): %w", l.keys.name, d.err)
+		return fmt.Errorf("redisleader: release %q (retried in the background; the key expires within the TTL at the latest): %w", l.keys.Name, d.err)
 	case d.missing:
 		l.s.cfg.logger.Info("redisleader: released key did not hold our token (a retried delete, or the key was gone)",
-			"name", l.keys.name, "fence", l.fence)
+			"name", l.keys.Name, "fence", l.fence)
 	}
 	return nil
 }
@@ -277,7 +277,7 @@ func (l *Lock) lose(why error) {
 		if why == ErrExpired {
 			l.s.markStale(l, false)
 		}
-		l.s.cfg.logger.Warn("redisleader: lock lost", "name", l.keys.name, "fence", l.fence, "err", why)
+		l.s.cfg.logger.Warn("redisleader: lock lost", "name", l.keys.Name, "fence", l.fence, "err", why)
 	}
 }
 

@@ -51,7 +51,7 @@ func (n *node) acquire(ctx context.Context, l *Lock, deadline time.Time) acquire
 	if r.err == nil && ackErr != nil {
 		// Taken on the primary but not seen by enough replicas: a failover
 		// could lose it, so it does not count.
-		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, ackErr), giveBack: true}
+		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.Name, ackErr), giveBack: true}
 	}
 	return r
 }
@@ -103,16 +103,16 @@ func (n *node) releaseAll(ctx context.Context, locks []*Lock, deadline time.Time
 	return out
 }
 
-func (n *node) inspect(ctx context.Context, k keys) (Leader, bool, error) {
-	r, err := lease.DecodeInspect(n.s.wire.Combiner().Call(ctx, time.Time{}, inspectScript, lease.InspectArgs(k.lock)))
+func (n *node) inspect(ctx context.Context, k lease.Keys) (Leader, bool, error) {
+	r, err := lease.DecodeInspect(n.s.wire.Combiner().Call(ctx, time.Time{}, inspectScript, lease.InspectArgs(k.Lock)))
 	_, reserved := r.Holder.Reserved()
 	switch {
 	case err != nil:
-		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.name, err)
+		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.Name, err)
 	case !r.Present || (r.Known && reserved): // a transfer's reservation: nobody leads
 		return Leader{}, false, nil
 	case !r.Known:
-		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.name, foreignValue(k))
+		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.Name, foreignValue(k))
 	}
 	return Leader{Value: r.Holder.Value, Fence: r.Holder.Fence, TTL: millis(r.PTTL)}, true, nil
 }
@@ -133,18 +133,18 @@ func (n *node) supports(feature) error { return nil }
 // outcome.
 func (l *Lock) acquireReply(res []any, err error) acquired {
 	if err != nil {
-		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, err)}
+		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.Name, err)}
 	}
 	rep, err := lease.DecodeAcquire(res)
 	switch {
 	case err != nil:
-		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, err)}
+		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.Name, err)}
 	case rep.Taken:
 		return acquired{fence: rep.Fence, at: rep.At}
 	case rep.Foreign:
 		// Not another owner's lease: data someone else wrote, which no
 		// wait or retry will free.
-		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, foreignValue(l.keys))}
+		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.Name, foreignValue(l.keys))}
 	}
 	r := acquired{fence: rep.Fence, ahead: rep.Ahead, headLeft: time.Duration(rep.HeadLeft) * time.Millisecond, left: -1}
 	if rep.PTTL >= 0 {
@@ -182,8 +182,7 @@ func deleteReply(cmd *redis.Cmd) deleted {
 
 // holderReply decodes one server's reply to the inspect script: whether the
 // key exists (present), and whether it holds a value this package wrote (ok).
-func holderReply(cmd *redis.Cmd) (h holder, ttl time.Duration, present, ok bool, err error) {
+func holderReply(cmd *redis.Cmd) (h lease.Holder, ttl time.Duration, present, ok bool, err error) {
 	r, err := lease.DecodeInspect(cmd)
-	h = holder{token: r.Holder.Token, fence: r.Holder.Fence, value: r.Holder.Value}
-	return h, millis(r.PTTL), r.Present, r.Known, err
+	return r.Holder, millis(r.PTTL), r.Present, r.Known, err
 }

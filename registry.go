@@ -27,15 +27,15 @@ func newRegistry() registry {
 // hold registers l as held, its name's lock.
 func (r *registry) hold(l *Lock) {
 	r.locks[l] = struct{}{}
-	r.names[l.keys.name] = l
+	r.names[l.keys.Name] = l
 }
 
 // drop forgets l, and reports whether it was held.
 func (r *registry) drop(l *Lock) (held bool) {
 	_, held = r.locks[l]
 	delete(r.locks, l)
-	if r.names[l.keys.name] == l {
-		delete(r.names, l.keys.name)
+	if r.names[l.keys.Name] == l {
+		delete(r.names, l.keys.Name)
 	}
 	return held
 }
@@ -53,7 +53,7 @@ func (s *Session) add(l *Lock) error {
 	s.reg.hold(l)
 	l.slot = s.hb.ring.add(l)
 	s.hb.wake()
-	s.wakeWaitersLocked(l.keys.name)
+	s.wakeWaitersLocked(l.keys.Name)
 	return nil
 }
 
@@ -63,7 +63,7 @@ func (s *Session) add(l *Lock) error {
 // that check after it registers. s.mu must be held.
 func (s *Session) wakeWaitersLocked(name string) {
 	for w := range s.reg.waiting {
-		if w.keys.name == name && w.sub != nil {
+		if w.keys.Name == name && w.sub != nil {
 			w.sub.Poke()
 		}
 	}
