@@ -5,9 +5,8 @@ package lease
 // script of ours has the lock key as KEYS[1], which the combiner orders
 // calls by, and the scripts that take a fence key have it as KEYS[2]. The
 // builders here and in plain.go are the only place that knows each
-// script's slots; they
-// take values boxed once (an any made once per lock, not per call), so that
-// a call costs no allocation it need not.
+// script's slots; they take values boxed once (an any made once per lock,
+// not per call), so that a call costs no allocation it need not.
 
 // Args are one lease's arguments, each boxed once: its lock and fence keys,
 // its token, the session's TTL in ms, and the value it was taken with (for
