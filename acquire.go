@@ -77,7 +77,11 @@ func (s *Session) acquire(ctx context.Context, k lease.Keys, value string, m mod
 	if m != tryOnce {
 		// Subscribe before the first attempt, so a release between a failed
 		// attempt and the wait is never missed.
-		sub, err := s.wire.Subscribe(ctx, s.waitChannel(k), a.w.accept())
+		var accept func(payload string) bool // default mode: every message wakes
+		if a.w != nil {
+			accept = a.w.accept()
+		}
+		sub, err := s.wire.Subscribe(ctx, s.waitChannel(k), accept)
 		if err != nil {
 			return nil, err
 		}
@@ -569,4 +573,17 @@ func (l *Lock) markDelivered(start time.Time) {
 		l.delivered, l.deliveredAt = true, now.Sub(hookEpoch)
 		l.emitLocked(probe.Acquired, now, now.Sub(start))
 	}
+}
+
+// protocolFor is the protocol of an acquisition with waiter w (nil: not
+// fair) as candidate c (nil: no priority).
+func protocolFor(w *waiter, c *candidacy) protocol {
+	var p protocol = plain{}
+	if w != nil {
+		p = w
+	}
+	if c != nil {
+		p = &candidate{base: p, c: c}
+	}
+	return p
 }

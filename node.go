@@ -205,19 +205,6 @@ type protocol interface {
 	release(l *Lock, heir string) wire.Call
 }
 
-// protocolFor is the protocol of an acquisition with waiter w (nil: not
-// fair) as candidate c (nil: no priority).
-func protocolFor(w *waiter, c *candidacy) protocol {
-	var p protocol = plain{}
-	if w != nil {
-		p = w
-	}
-	if c != nil {
-		p = &candidate{base: p, c: c}
-	}
-	return p
-}
-
 // plain is the default protocol.
 type plain struct{}
 
