@@ -32,20 +32,30 @@ type Lock struct {
 	// is registered; guarded by the session's mu.
 	slot int
 
-	mu       sync.Mutex    // protects value, deadline, renewed, err, done, onEnds, delivered(At), lead
-	value    string        // as acquired, then as last proclaimed
-	deadline time.Time     // local deadline D on the monotonic clock
-	renewed  time.Time     // send time of the last successful acquire or renew
-	err      error         // nil while held
-	done     chan struct{} // created lazily by Done, closed by end
-	timer    *time.Timer   // fires at the deadline; re-arms if it moved
-	onEnds   map[*func()]struct{}
+	mu     sync.Mutex // protects value, timing, ending, delivered(At), lead
+	value  string     // as acquired, then as last proclaimed
+	timing            // the local deadline and what moves it
+	ending            // how and when the lock ended
 	// delivered is set when the acquisition is handed to its caller (after
 	// any takeover delay): from then on someone believes it holds the name.
 	delivered bool
 	// deliveredAt is when delivered was set, as a time since hookEpoch
 	// (8 bytes, not a time.Time's 24), for Hooks.
 	deliveredAt time.Duration
+}
+
+// timing is a lock's local deadline and what moves it; guarded by Lock.mu.
+type timing struct {
+	deadline time.Time   // local deadline D on the monotonic clock
+	renewed  time.Time   // send time of the last successful acquire or renew
+	timer    *time.Timer // fires at the deadline; re-arms if it moved
+}
+
+// ending is how a lock ends; guarded by Lock.mu.
+type ending struct {
+	err    error         // nil while held
+	done   chan struct{} // created lazily by Done, closed by end
+	onEnds map[*func()]struct{}
 }
 
 // Name returns the name the lock was acquired under.
