@@ -401,20 +401,14 @@ func (q *quorum) release(ctx context.Context, l *Lock) deleted {
 	return d.outcome(q)
 }
 
-// argFenceKey is the slot of the fence key (KEYS[2]) in Lock.argv, right
-// after the lock key (wire.ArgKey).
-const argFenceKey = wire.ArgKey + 1
-
 // renewArgs returns redlockRenewScript's arguments for l with fence F, made
-// fresh for each node (a script call fills in the first two slots). l.argv[argFenceKey]
-// is the fence key, boxed once by newLock.
+// fresh for each node (a script call fills in the first two slots).
 func (q *quorum) renewArgs(l *Lock, fence int64) []any {
 	return l.lease.Args.RedlockRenew(fence)
 }
 
 // redlockReleaseArgs fills argv with l's arguments for redlockReleaseScript
-// and returns it as a slice. l.argv[argFenceKey] is the fence key, boxed once by
-// newLock.
+// and returns it as a slice.
 func (l *Lock) redlockReleaseArgs(argv *[7]any) []any {
 	return l.lease.Args.RedlockRelease(argv, l.fence)
 }
