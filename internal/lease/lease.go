@@ -34,6 +34,22 @@ func New(k Keys, ttl any, value string, proto Protocol) Lease {
 	return Lease{Keys: k, Token: token, Args: NewArgs(k.Lock, k.Fence, token, ttl, value), Proto: proto}
 }
 
+// Args are one lease's arguments, each boxed once: its lock and fence keys,
+// its token, the session's TTL in ms, and the value it was taken with (for
+// a candidate, the value it campaigned with). They never change, so any
+// goroutine may read them; a vector built into a caller's buffer is that
+// caller's.
+type Args struct {
+	Lock, Fence, Token, TTL, Value any
+}
+
+// NewArgs boxes the arguments of a lease of the lock and fence keys lock
+// and fence for token, taken with value; ttl is the session's TTL in ms,
+// boxed once by the session.
+func NewArgs(lock, fence, token string, ttl any, value string) Args {
+	return Args{Lock: lock, Fence: fence, Token: token, TTL: ttl, Value: value}
+}
+
 // A Protocol is how one acquisition keeps its lease in Redis on one
 // server: Plain (the default, node.go), *Fair (a place in the name's
 // queue, fair.go) or *Candidate (a priority, candidate.go). It builds the
