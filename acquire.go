@@ -105,7 +105,7 @@ func (s *Session) waitChannel(k lease.Keys) string {
 	if s.cfg.fair {
 		return k.WakeChannel(s.id)
 	}
-	return k.Channel()
+	return k.Channel
 }
 
 // run makes attempts with one token until the key is ours, or (blocking)
@@ -217,9 +217,10 @@ func (a *acquisition) deliver(ctx context.Context) (l *Lock, again bool, err err
 	return nil, true, nil
 }
 
-// newLock starts the acquisition's next attempt with a new lock and token.
+// newLock starts the acquisition's next attempt with a new lock, whose
+// first attempt makes its lease and token (Lock.attempt).
 func (a *acquisition) newLock() {
-	a.l = &Lock{s: a.s, value: a.value, lease: lease.New(a.keys, a.s.ttlArg, a.value, protocolFor(a.w, a.cand))}
+	a.l = &Lock{s: a.s, value: a.value, lease: lease.Lease{Keys: a.keys, Proto: protocolFor(a.w, a.cand)}}
 	if a.cand != nil {
 		a.l.lead = &leadership{cand: a.cand}
 	}
@@ -391,6 +392,9 @@ func (s *Session) wait(ctx context.Context, sub *wire.Subscription, d time.Durat
 // ErrLocked, and it says how long that owner's lease has left on the server
 // and where we stand in the queue.
 func (l *Lock) attempt(ctx context.Context) lease.Attempt {
+	if l.lease.Token == "" { // the lock's first attempt: its lease, with a fresh token
+		l.lease = lease.New(l.lease.Keys, l.s.ttlArg, l.value, l.lease.Proto)
+	}
 	sent := time.Now()
 	deadline := sent.Add(l.s.cfg.validity)
 	returned := false
