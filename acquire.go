@@ -425,7 +425,7 @@ func (l *Lock) arm(sent, deadline time.Time, fence int64) error {
 		// next attempt (same token) refreshes it and starts a new deadline.
 		return fmt.Errorf("redisleader: acquire %q: reply arrived after the lease's local deadline", l.lease.Keys.Name)
 	}
-	l.fence = fence
+	l.lease.Fence = fence
 	l.mu.Lock()
 	l.deadline, l.renewed = deadline, sent
 	l.mu.Unlock()
@@ -454,7 +454,7 @@ func (l *Lock) arm(sent, deadline time.Time, fence int64) error {
 // on with a new token (Session.acquire); if the delete failed somewhere
 // (leftover), the stale-token cleanup, or abandon, deletes this one.
 func (l *Lock) giveBack(ctx context.Context) {
-	if l.s.place.release(ctx, l).retry {
+	if l.s.place.Release(ctx, l.leaseEnding()).Retry {
 		l.lease.Leftover = true
 	}
 }

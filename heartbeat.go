@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/redisleader/redisleader/internal/lease"
 	"github.com/redisleader/redisleader/internal/wire"
 )
 
@@ -189,6 +190,14 @@ func (s *Session) slice(ctx context.Context, sc *schedule, slot int, locks []*Lo
 	}
 }
 
+// round reports to the user's Hooks a renewal round trip (a slice) that
+// started at start (hooks.go has the other events).
+func (h *Hooks) round(start time.Time, locks, failures int) {
+	if h.RenewalRound != nil && locks > 0 {
+		h.RenewalRound(RenewalEvent{Duration: time.Since(start), Locks: locks, Failures: failures})
+	}
+}
+
 // endRound ends a round (see schedule): it deletes stale tokens, unless
 // renewals are failing (never delay a retry), until the next round's first
 // slice is due (nor the next round: the TTL rules do not count the
@@ -274,7 +283,7 @@ func (s *Session) goIdle() bool {
 func (s *Session) renewSlice(ctx context.Context, locks []*Lock) (held int, failed []*Lock) {
 	sent := time.Now()
 	earliest := time.Time{}
-	live := locks[:0]
+	live, leases := locks[:0], make([]*lease.Lease, 0, len(locks))
 	for _, l := range locks {
 		d, ok := l.liveDeadline(sent)
 		if !ok {
@@ -283,32 +292,39 @@ func (s *Session) renewSlice(ctx context.Context, locks []*Lock) (held int, fail
 		if earliest.IsZero() || d.Before(earliest) {
 			earliest = d
 		}
-		live = append(live, l)
+		live, leases = append(live, l), append(leases, &l.lease)
 	}
 	if len(live) == 0 {
 		return 0, nil
 	}
-	outcomes := s.place.renew(ctx, live, earliest)
+	outcomes := s.place.Renew(ctx, leases, earliest)
 	if ctx.Err() != nil {
 		return len(live), nil // closing
 	}
 	for i, r := range outcomes {
 		l := live[i]
 		switch {
-		case r.err != nil:
+		case r.Err != nil:
 			failed = append(failed, l)
 			if left := time.Until(l.Deadline()); left > 0 {
 				s.cfg.logger.Warn("redisleader: renewal failed; retrying until the local deadline",
-					"name", l.lease.Keys.Name, "fence", l.fence, "deadline_in", left, "err", r.err)
+					"name", l.lease.Keys.Name, "fence", l.lease.Fence, "deadline_in", left, "err", r.Err)
 			}
-		case r.lost:
+		case r.Lost:
 			l.lose(ErrNotOwner)
 		default:
 			l.extend(sent)
-			if r.better != "" {
+			if r.Better != "" {
 				l.preferred()
 			}
 		}
 	}
 	return len(live), failed
+}
+
+// liveDeadline returns the deadline if the lock is still held at now.
+func (l *Lock) liveDeadline(now time.Time) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline, l.err == nil && now.Before(l.deadline)
 }

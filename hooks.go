@@ -112,14 +112,7 @@ func (h *Hooks) ended(l *Lock) {
 		f = h.Lost
 	}
 	if f != nil {
-		f(EndEvent{Name: l.lease.Keys.Name, Value: l.value, Fence: l.fence, Held: time.Since(hookEpoch) - l.deliveredAt, Cause: l.err})
-	}
-}
-
-// round reports a renewal round that started at start.
-func (h *Hooks) round(start time.Time, locks, failures int) {
-	if h.RenewalRound != nil && locks > 0 {
-		h.RenewalRound(RenewalEvent{Duration: time.Since(start), Locks: locks, Failures: failures})
+		f(EndEvent{Name: l.lease.Keys.Name, Value: l.value, Fence: l.lease.Fence, Held: time.Since(hookEpoch) - l.deliveredAt, Cause: l.err})
 	}
 }
 

@@ -25,7 +25,6 @@ type Lock struct {
 	// lease is the acquisition as Redis sees it: keys, token, arguments,
 	// protocol (internal/lease).
 	lease lease.Lease
-	fence int64
 	// lead is what a leadership carries beyond a plain lock (election.go);
 	// nil for a plain lock.
 	lead *leadership
@@ -97,7 +96,7 @@ func (l *Lock) Fence() int64 {
 	if l == nil {
 		return 0
 	}
-	return l.fence
+	return l.lease.Fence
 }
 
 // Done returns a channel that is closed when the lock ends: released, lost,
@@ -213,21 +212,45 @@ func (l *Lock) resign(ctx context.Context, t *term, heir string, wait bool) (end
 // it succeeds or the token has expired; so it does if a hook on the client
 // panics (the panic goes on to del's caller).
 func (l *Lock) del(ctx context.Context) error {
-	d := deleted{retry: true} // until the release returns: a hook's panic leaves it to the heartbeat
+	d := lease.Deleted{Retry: true} // until the release returns: a hook's panic leaves it to the heartbeat
 	defer func() {
-		if d.retry || l.lease.Leftover {
+		if d.Retry || l.lease.Leftover {
 			l.s.markStale(l, l.lease.Leftover)
 		}
 	}()
-	d = l.s.place.release(ctx, l)
+	d = l.s.place.Release(ctx, l.leaseEnding())
 	switch {
-	case d.err != nil:
-		return fmt.Errorf("redisleader: release %q (retried in the background; the key expires within the TTL at the latest): %w", l.lease.Keys.Name, d.err)
-	case d.missing:
+	case d.Err != nil:
+		return fmt.Errorf("redisleader: release %q (retried in the background; the key expires within the TTL at the latest): %w", l.lease.Keys.Name, d.Err)
+	case d.Missing:
 		l.s.cfg.logger.Info("redisleader: released key did not hold our token (a retried delete, or the key was gone)",
-			"name", l.lease.Keys.Name, "fence", l.fence)
+			"name", l.lease.Keys.Name, "fence", l.lease.Fence)
 	}
 	return nil
+}
+
+// leaseEnding is l's lease to release with its succession: the heir a Transfer
+// that ended l named, if any.
+func (l *Lock) leaseEnding() lease.Ending { return lease.Ending{Lease: &l.lease, Heir: l.heir()} }
+
+// endings is leaseEnding for each of locks.
+func endings(locks []*Lock) []lease.Ending {
+	out := make([]lease.Ending, len(locks))
+	for i, l := range locks {
+		out[i] = l.leaseEnding()
+	}
+	return out
+}
+
+// heir returns the successor that l's release hands the name to, if a
+// Transfer ended l ("" otherwise).
+func (l *Lock) heir() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lead == nil {
+		return ""
+	}
+	return l.lead.heir
 }
 
 // deliver waits out the takeover delay (WithTakeoverDelay) of a fresh
@@ -287,24 +310,17 @@ var hookEpoch = time.Now()
 // Released). l.mu must be held.
 func (l *Lock) emitLocked(kind string, now time.Time, wait time.Duration) {
 	if l.delivered && probe.On() {
-		probe.Emit(probe.Event{Kind: kind, Name: l.lease.Keys.Name, Value: l.value, Token: l.lease.Token, Fence: l.fence,
+		probe.Emit(probe.Event{Kind: kind, Name: l.lease.Keys.Name, Value: l.value, Token: l.lease.Token, Fence: l.lease.Fence,
 			At: now, Sent: l.renewed, Deadline: l.deadline, Reason: l.err})
 	}
 	switch h := &l.s.cfg.hooks; kind {
 	case probe.Acquired:
 		if h.Acquired != nil {
-			h.Acquired(AcquireEvent{Name: l.lease.Keys.Name, Value: l.value, Fence: l.fence, Wait: wait})
+			h.Acquired(AcquireEvent{Name: l.lease.Keys.Name, Value: l.value, Fence: l.lease.Fence, Wait: wait})
 		}
 	case probe.Ended:
 		h.ended(l)
 	}
-}
-
-// liveDeadline returns the deadline if the lock is still held at now.
-func (l *Lock) liveDeadline(now time.Time) (time.Time, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.deadline, l.err == nil && now.Before(l.deadline)
 }
 
 // extend moves the deadline after a successful renewal sent at sent. A reply
@@ -346,7 +362,7 @@ func (l *Lock) lose(why error) {
 		if why == ErrExpired {
 			l.s.markStale(l, false)
 		}
-		l.s.cfg.logger.Warn("redisleader: lock lost", "name", l.lease.Keys.Name, "fence", l.fence, "err", why)
+		l.s.cfg.logger.Warn("redisleader: lock lost", "name", l.lease.Keys.Name, "fence", l.lease.Fence, "err", why)
 	}
 }
 

@@ -16,14 +16,15 @@ type place interface {
 	// Acquire makes one acquire attempt for l, bounded by ctx, the call
 	// timeout and deadline (the local deadline the lease would get).
 	Acquire(ctx context.Context, l *lease.Lease, deadline time.Time) lease.Attempt
-	// renew renews every lock once, bounded by ctx, the call timeout and
-	// deadline (the earliest of the locks' local deadlines; zero: none).
-	renew(ctx context.Context, locks []*Lock, deadline time.Time) []renewal
-	// release deletes l's token wherever the key still holds it.
-	release(ctx context.Context, l *Lock) deleted
-	// releaseAll is release for several locks at once, in one round trip,
+	// Renew renews every lease once, bounded by ctx, the call timeout and
+	// deadline (the earliest of the leases' local deadlines; zero: none).
+	Renew(ctx context.Context, leases []*lease.Lease, deadline time.Time) []lease.Renewal
+	// Release deletes r's token wherever the key still holds it (or hands
+	// the name to r.Heir).
+	Release(ctx context.Context, r lease.Ending) lease.Deleted
+	// ReleaseAll is Release for several leases at once, in one round trip,
 	// bounded by ctx, the call timeout and deadline (zero: none).
-	releaseAll(ctx context.Context, locks []*Lock, deadline time.Time) []deleted
+	ReleaseAll(ctx context.Context, rs []lease.Ending, deadline time.Time) []lease.Deleted
 	// inspect reads who holds k and the TTL left.
 	inspect(ctx context.Context, k lease.Keys) (Leader, bool, error)
 	// proclaim stores value as l's value, keeping token, fence and TTL,
@@ -47,18 +48,3 @@ const (
 	transferring                // Election.Transfer
 	prioritising                // WithPriority, Election.Candidates
 )
-
-// renewal is the outcome of one lock's renewal: renewed when lost and err
-// are zero.
-type renewal struct {
-	lost   bool   // Redis says the key no longer holds the token (for a quorum: no quorum can)
-	err    error  // the renewal failed: retried until the local deadline
-	better string // renewed, and this candidate has a higher priority (priority.go)
-}
-
-// deleted is the outcome of one lock's compare-and-delete.
-type deleted struct {
-	err     error // the delete failed (for a quorum: on a quorum of nodes)
-	retry   bool  // it failed somewhere: the token may still be there
-	missing bool  // the key did not hold the token (for a quorum: on a quorum)
-}

@@ -3,7 +3,6 @@ package redisleader
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math"
 	"strconv"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisleader/redisleader/internal/lease"
-	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // Preferred candidates (WithPriority; the model is in doc.go, section
@@ -38,7 +36,7 @@ import (
 // Redis refuses for its candidate keys (TRYAGAIN while a Cluster slot
 // migrates with the keys split between two nodes, or a value someone else
 // wrote in a candidate key) renews the lease alone at once
-// (renewLeasesAlone), so a leader with a priority keeps every lease a plain
+// (renewLeasesAlone in internal/lease/node.go), so a leader with a priority keeps every lease a plain
 // leader keeps. Every other script that needs the candidates fails, before
 // any write, with an error that names the foreign key (candidateKeys).
 
@@ -182,59 +180,9 @@ func (l *Lock) preferred() {
 	}
 	l.mu.Unlock()
 	if f != nil {
-		l.s.cfg.logger.Info("redisleader: a candidate with a higher priority waits; yielding", "election", l.lease.Keys.Name, "fence", l.fence)
+		l.s.cfg.logger.Info("redisleader: a candidate with a higher priority waits; yielding", "election", l.lease.Keys.Name, "fence", l.lease.Fence)
 		f()
 	}
-}
-
-// leaseCall renews l's lease alone: the lock key, nothing else.
-func (s *Session) leaseCall(l *Lock) wire.Call { return lease.Plain{}.RenewCall(&l.lease) }
-
-// renewLeasesAlone sends again, in one more round trip, as leaseCall, the
-// renewals among calls (whose replies are cmds, of locks) that Redis
-// refused for their candidate keys (candidateKeysRefused), and puts the
-// new replies in cmds. The lease is the fact and the candidates a hint: a
-// leader with a priority keeps every lease a plain leader keeps; enlisting
-// it and hearing of a better candidate wait for a later renewal.
-func (s *Session) renewLeasesAlone(ctx context.Context, c Client, locks []*Lock, calls []wire.Call, cmds []*redis.Cmd) {
-	var again []int
-	for i, cl := range calls {
-		if cl.Script != preferRenewScript || !candidateKeysRefused(cmds[i].Err()) {
-			continue
-		}
-		level := slog.LevelInfo // a slot in migration
-		if redis.HasErrorPrefix(cmds[i].Err(), "redisleader:") {
-			level = slog.LevelWarn // someone else's data, to be removed
-		}
-		s.cfg.logger.Log(ctx, level, "redisleader: renewing the lease alone: the candidate keys refused the renewal",
-			"name", locks[i].lease.Keys.Name, "fence", locks[i].fence, "err", cmds[i].Err())
-		again = append(again, i)
-	}
-	if len(again) == 0 {
-		return
-	}
-	leases := make([]wire.Call, len(again))
-	for j, i := range again {
-		leases[j] = s.leaseCall(locks[i])
-	}
-	replies, ackErr := wire.RunCalls(ctx, c, leases, s.cfg.acks, nil)
-	for j, i := range again {
-		if ackErr != nil && replies[j].Err() == nil {
-			replies[j].SetErr(ackErr) // not acknowledged: it does not count
-		}
-		cmds[i] = replies[j]
-	}
-}
-
-// candidateKeysRefused reports whether a renewal's error can be about its
-// candidate keys, not its lease: on Redis Cluster, while their slot
-// migrates, a call with several keys that are split between the two nodes
-// gets TRYAGAIN, or ASK once the client gave up following redirections
-// (the lock key alone is served, through an ASK redirection); or a value
-// someone else wrote in a candidate key (candidateKeys in internal/lease/lua/cand.lua).
-func candidateKeysRefused(err error) bool {
-	return err != nil && (redis.HasErrorPrefix(err, "TRYAGAIN") || redis.HasErrorPrefix(err, "ASK ") ||
-		redis.HasErrorPrefix(err, "redisleader: candidate key "))
 }
 
 // A Candidate is a live candidate that declared a priority (WithPriority).

@@ -372,7 +372,7 @@ func TestWrongTypeCandidateKeysWriteNothing(t *testing.T) {
 // a priority, and a forged entry for "" on top of the candidates does not
 // hide the best real one. Found reviewing issue 30: Campaign enlisted "",
 // and best() returned the best live entry without looking further, so the
-// renewal reported "" as the better candidate, which renewReply read as
+// renewal reported "" as the better candidate, which lease.DecodeRenew read as
 // none: the leader never yielded to "x" (priority 5, above the leader's 1),
 // and its release deleted the key instead of handing it to "x".
 func TestEmptyValueCandidateHidesTheBest(t *testing.T) {
@@ -411,7 +411,7 @@ func TestEmptyValueCandidateHidesTheBest(t *testing.T) {
 // WithReplicaAcks an unacknowledged renewal must not extend the local
 // deadline (a failover could lose it: the replica's shorter TTL lets
 // another candidate take the name while this leader still believes), also
-// when a better candidate waits. Found reviewing issue 30: node.renew
+// when a better candidate waits. Found reviewing issue 30: node.renew (now lease.Node.Renew)
 // applied WAIT's error only to a zero renewal; preferRenewScript's {1,
 // value} (a better candidate waits) decoded as renewal{better: value}, so
 // the ack error was dropped and the renewal counted: with NeverYield the

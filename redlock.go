@@ -320,15 +320,15 @@ func (q *quorum) raiseFence(ctx context.Context, cancel context.CancelFunc, l *l
 			failed++ // a node we do not hold cannot store it
 		}
 	}
-	onNodesUntil(q, ctx, cancel, func(ctx context.Context, i int, _ Client) (r renewal) {
+	onNodesUntil(q, ctx, cancel, func(ctx context.Context, i int, _ Client) (r lease.Renewal) {
 		if replies[i].r.Err != nil {
 			return r // counted above
 		}
-		return renewReply(q.combs[i].Call(ctx, time.Time{}, redlockRenewScript, l.Args.RedlockRenew(fence)))
-	}, func(i int, r renewal) bool {
+		return lease.DecodeRenew(q.combs[i].Call(ctx, time.Time{}, redlockRenewScript, l.Args.RedlockRenew(fence)))
+	}, func(i int, r lease.Renewal) bool {
 		switch {
 		case replies[i].r.Err != nil:
-		case r == (renewal{}):
+		case r == (lease.Renewal{}):
 			stored++
 		default:
 			failed++
@@ -343,24 +343,24 @@ func (q *quorum) raiseFence(ctx context.Context, cancel context.CancelFunc, l *l
 // (redlockRenewScript). A lock renewed by a quorum is renewed; one that
 // so many nodes no longer hold that no quorum is possible is lost;
 // otherwise its renewal failed.
-func (q *quorum) renew(ctx context.Context, locks []*Lock, deadline time.Time) []renewal {
+func (q *quorum) Renew(ctx context.Context, locks []*lease.Lease, deadline time.Time) []lease.Renewal {
 	renewed, notOwner, errs, lastErr := make([]int, len(locks)), make([]int, len(locks)), make([]int, len(locks)), make([]error, len(locks))
 	callCtx, cancel := q.deadlineCtx(ctx, deadline)
 	defer cancel()
 	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, _ int, c Client) []*redis.Cmd {
 		argvs := make([][]any, len(locks))
 		for j, l := range locks {
-			argvs[j] = q.renewArgs(l, l.fence)
+			argvs[j] = l.Args.RedlockRenew(l.Fence)
 		}
 		cmds, _ := redlockRenewScript.RunAll(ctx, c, argvs, wire.Acks{})
 		return cmds
 	}, func(_ int, cmds []*redis.Cmd) bool {
 		for j, cmd := range cmds {
-			switch r := renewReply(cmd); {
-			case r.err != nil:
+			switch r := lease.DecodeRenew(cmd); {
+			case r.Err != nil:
 				errs[j]++
-				lastErr[j] = r.err
-			case r.lost:
+				lastErr[j] = r.Err
+			case r.Lost:
 				notOwner[j]++
 			default:
 				renewed[j]++
@@ -373,49 +373,44 @@ func (q *quorum) renew(ctx context.Context, locks []*Lock, deadline time.Time) [
 		}
 		return true
 	})
-	out := make([]renewal, len(locks))
+	out := make([]lease.Renewal, len(locks))
 	for j := range locks {
 		switch {
 		case renewed[j] >= q.need:
 		case notOwner[j] > q.spare():
-			out[j].lost = true
+			out[j].Lost = true
 		default:
-			out[j].err = fmt.Errorf("renewed on %d of %d nodes (need %d), not owner on %d: %w",
+			out[j].Err = fmt.Errorf("renewed on %d of %d nodes (need %d), not owner on %d: %w",
 				renewed[j], len(q.nodes), q.need, notOwner[j], cmp.Or(lastErr[j], errNoQuorum))
 		}
 	}
 	return out
 }
 
-// release is releaseAll for one lock, without its slices of calls.
-func (q *quorum) release(ctx context.Context, l *Lock) deleted {
+// Release is ReleaseAll for one lease, without its slices of calls; a
+// Redlock lease has no heir (transferring is not supported).
+func (q *quorum) Release(ctx context.Context, r lease.Ending) lease.Deleted {
 	callCtx, cancel := q.deadlineCtx(ctx, time.Time{})
 	defer cancel()
 	argvs := make([][7]any, len(q.nodes))
 	var d quorumDeleted
-	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, i int, _ Client) deleted {
-		return deleteReply(q.combs[i].CallNow(ctx, time.Time{}, redlockReleaseScript, l.redlockReleaseArgs(&argvs[i])))
-	}, func(_ int, r deleted) bool {
+	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, i int, _ Client) lease.Deleted {
+		return lease.DecodeRelease(q.combs[i].CallNow(ctx, time.Time{}, redlockReleaseScript, redlockReleaseArgs(r.Lease, &argvs[i])))
+	}, func(_ int, r lease.Deleted) bool {
 		return d.add(r) >= q.need
 	})
 	return d.outcome(q)
 }
 
-// renewArgs returns redlockRenewScript's arguments for l with fence F, made
-// fresh for each node (a script call fills in the first two slots).
-func (q *quorum) renewArgs(l *Lock, fence int64) []any {
-	return l.lease.Args.RedlockRenew(fence)
-}
-
 // redlockReleaseArgs fills argv with l's arguments for redlockReleaseScript
 // and returns it as a slice.
-func (l *Lock) redlockReleaseArgs(argv *[7]any) []any {
-	return l.lease.Args.RedlockRelease(argv, l.fence)
+func redlockReleaseArgs(l *lease.Lease, argv *[7]any) []any {
+	return l.Args.RedlockRelease(argv, l.Fence)
 }
 
 // releaseAll deletes every lock's token on every node, raising each node's
 // fence key to the lock's fence first (redlockReleaseScript), at once:
-// unlike node.releaseAll, it does not wait for acquires of these locks given
+// unlike lease.Node.ReleaseAll, it does not wait for acquires of these locks given
 // up while their batch was on the wire to a node (that wait would end with
 // the grace period, and the delete with it); such an acquire marked its lock
 // leftover, and its token is deleted again until it must have expired (the
@@ -424,24 +419,24 @@ func (l *Lock) redlockReleaseArgs(argv *[7]any) []any {
 // unanswered on any: a delete cut short can leave the token on a healthy
 // node, where it keeps the next owner from a quorum while another node is
 // down.
-func (q *quorum) releaseAll(ctx context.Context, locks []*Lock, deadline time.Time) []deleted {
+func (q *quorum) ReleaseAll(ctx context.Context, locks []lease.Ending, deadline time.Time) []lease.Deleted {
 	ds := make([]quorumDeleted, len(locks))
 	callCtx, cancel := q.deadlineCtx(ctx, deadline)
 	defer cancel()
 	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, _ int, c Client) []*redis.Cmd {
 		argvs := make([][]any, len(locks))
 		for i, l := range locks {
-			argvs[i] = l.redlockReleaseArgs(new([7]any))
+			argvs[i] = redlockReleaseArgs(l.Lease, new([7]any))
 		}
 		cmds, _ := redlockReleaseScript.RunAll(ctx, c, argvs, wire.Acks{})
 		return cmds
 	}, func(_ int, cmds []*redis.Cmd) bool {
 		for i, cmd := range cmds {
-			ds[i].add(deleteReply(cmd))
+			ds[i].add(lease.DecodeRelease(cmd))
 		}
 		return len(ds) == 0 || ds[0].answered >= q.need // every lock has one answer per node
 	})
-	out := make([]deleted, len(locks))
+	out := make([]lease.Deleted, len(locks))
 	for i := range ds {
 		out[i] = ds[i].outcome(q)
 	}
@@ -455,15 +450,15 @@ type quorumDeleted struct {
 }
 
 // add counts one node's answer and returns how many nodes have answered.
-func (d *quorumDeleted) add(r deleted) int {
+func (d *quorumDeleted) add(r lease.Deleted) int {
 	d.answered++
 	switch {
-	case r.err != nil:
+	case r.Err != nil:
 		d.failed++
 		if d.firstErr == nil {
-			d.firstErr = r.err
+			d.firstErr = r.Err
 		}
-	case r.missing:
+	case r.Missing:
 		d.missing++
 	}
 	return d.answered
@@ -472,11 +467,11 @@ func (d *quorumDeleted) add(r deleted) int {
 // outcome is the lock's delete: retried if it failed anywhere (a node that
 // did not answer counts as failed), missing if a quorum did not hold the
 // token, failed if it failed on a quorum.
-func (d *quorumDeleted) outcome(q *quorum) deleted {
+func (d *quorumDeleted) outcome(q *quorum) lease.Deleted {
 	failed := d.failed + len(q.nodes) - d.answered
-	out := deleted{retry: failed > 0, missing: d.missing >= q.need}
+	out := lease.Deleted{Retry: failed > 0, Missing: d.missing >= q.need}
 	if failed >= q.need {
-		out.err = fmt.Errorf("failed on %d of %d nodes: %w", failed, len(q.nodes), cmp.Or(d.firstErr, errNoAnswer))
+		out.Err = fmt.Errorf("failed on %d of %d nodes: %w", failed, len(q.nodes), cmp.Or(d.firstErr, errNoAnswer))
 	}
 	return out
 }

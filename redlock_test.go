@@ -180,8 +180,8 @@ func TestRedlockRenewalAndReleaseWriteTheFenceBack(t *testing.T) {
 		require.Less(t, lock, l.Fence(), "node %d before the first renewal", i+1)
 		require.Equal(t, lock, key, "node %d before the first renewal", i+1)
 	}
-	out := s.place.renew(ctx, []*Lock{l}, time.Time{})
-	require.Equal(t, renewal{}, out[0])
+	out := s.place.Renew(ctx, []*lease.Lease{&l.lease}, time.Time{})
+	require.Equal(t, lease.Renewal{}, out[0])
 	for i, m := range ms {
 		lock, key := fenceOf(m)
 		assert.Equal(t, l.Fence(), lock, "node %d's lock value after a renewal", i)
@@ -232,8 +232,8 @@ func TestRedlockRenewalRefusesAForeignFenceKey(t *testing.T) {
 	require.NoError(t, ms[2].Set(l.lease.Keys.Fence, "not a fence"))
 	ms[2].SetTTL(l.lease.Keys.Lock, time.Second)
 	before, _ := ms[2].Get(l.lease.Keys.Lock)
-	out := s.place.renew(ctx, []*Lock{l}, time.Time{})
-	assert.Equal(t, renewal{}, out[0], "renewed on a quorum")
+	out := s.place.Renew(ctx, []*lease.Lease{&l.lease}, time.Time{})
+	assert.Equal(t, lease.Renewal{}, out[0], "renewed on a quorum")
 	after, _ := ms[2].Get(l.lease.Keys.Lock)
 	assert.Equal(t, before, after)
 	assert.Equal(t, time.Second, ms[2].TTL(l.lease.Keys.Lock), "the TTL on the node with the foreign fence key")
@@ -411,16 +411,16 @@ func TestRedlockLeaderReportsTheHoldersFence(t *testing.T) {
 	// After a renewal, a node that took the token late with its own, larger
 	// fence (node 0 here) is rewritten by the next renewal; until then, the
 	// largest is reported (see doc.go).
-	out := s.place.renew(ctx, []*Lock{l}, time.Time{})
-	require.Equal(t, renewal{}, out[0])
-	late := l.fence + 1000
+	out := s.place.Renew(ctx, []*lease.Lease{&l.lease}, time.Time{})
+	require.Equal(t, lease.Renewal{}, out[0])
+	late := l.lease.Fence + 1000
 	ms[0].Set(l.lease.Keys.Lock, fmt.Sprintf("%s\n%d\n%s", l.lease.Token, late, l.value))
 	ms[0].SetTTL(l.lease.Keys.Lock, time.Second)
 	leader, err = mustElection(t, newRedlock(t, cs), "fenced").Leader(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, late, leader.Fence, "a late node's fence, until the next renewal")
-	out = s.place.renew(ctx, []*Lock{l}, time.Time{})
-	require.Equal(t, renewal{}, out[0])
+	out = s.place.Renew(ctx, []*lease.Lease{&l.lease}, time.Time{})
+	require.Equal(t, lease.Renewal{}, out[0])
 	leader, err = mustElection(t, newRedlock(t, cs), "fenced").Leader(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, l.Fence(), leader.Fence, "after the next renewal")

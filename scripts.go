@@ -18,7 +18,6 @@ var (
 	leaveScript            = lease.LeaveRun
 	fairReleaseScript      = lease.FairReleaseRun
 	withdrawScript         = lease.WithdrawRun
-	preferRenewScript      = lease.PreferRenewRun
 	candidatesScript       = lease.CandidatesRun
 	handOffScript          = lease.HandOffRun
 	redlockRenewScript     = lease.RedlockRenewRun

@@ -90,7 +90,7 @@ func NewSession(client Client, opts ...Option) (*Session, error) {
 			cfg.acks.N, cfg.acks.Timeout, client)
 	}
 	return startSession(client, cfg, func(s *Session) place {
-		return &node{Node: lease.Node{T: &s.wire, C: client, Acks: cfg.acks}, s: s, c: client}
+		return &node{Node: lease.Node{T: &s.wire, C: client, Acks: cfg.acks, Log: cfg.logger}, s: s, c: client}
 	}), nil
 }
 
@@ -250,9 +250,9 @@ func (s *Session) releaseAll(ctx context.Context, locks []*Lock) error {
 	if len(locks) == 0 {
 		return nil
 	}
-	for _, d := range s.place.releaseAll(ctx, locks, time.Time{}) {
-		if d.err != nil {
-			failed = append(failed, d.err)
+	for _, d := range s.place.ReleaseAll(ctx, endings(locks), time.Time{}) {
+		if d.Err != nil {
+			failed = append(failed, d.Err)
 		}
 	}
 	if len(failed) > 0 {

@@ -76,9 +76,9 @@ func (s *Session) cleanStale(ctx context.Context, locks []*Lock, deadline time.T
 	if len(locks) == 0 {
 		return
 	}
-	outcomes := s.place.releaseAll(ctx, locks, deadline)
+	outcomes := s.place.ReleaseAll(ctx, endings(locks), deadline)
 	now := time.Now()
 	s.mu.Lock()
-	s.hb.stale.sweep(locks, func(i int) bool { return !outcomes[i].retry }, now)
+	s.hb.stale.sweep(locks, func(i int) bool { return !outcomes[i].Retry }, now)
 	s.mu.Unlock()
 }

@@ -94,7 +94,7 @@ func (e *Election) Transfer(ctx context.Context, to string) error {
 	case termsOf(ctx).has(l):
 		return nil // from the term's own onElected: Run hands over once it returns
 	}
-	return e.awaitSuccessor(ctx, sub, l.fence, to, time.Now().Add(e.s.cfg.ttl+e.s.cfg.retryInterval))
+	return e.awaitSuccessor(ctx, sub, l.lease.Fence, to, time.Now().Add(e.s.cfg.ttl+e.s.cfg.retryInterval))
 }
 
 // checkTransfer checks a successor's value, and that the session can
@@ -114,17 +114,6 @@ func (e *Election) checkTransfer(to string) error {
 // redlock reports whether the session is a Redlock quorum, which cannot
 // transfer (place.supports).
 func (e *Election) redlock() bool { return e.s.place.supports(transferring) != nil }
-
-// heir returns the successor that l's release hands the name to, if a
-// Transfer ended l ("" otherwise).
-func (l *Lock) heir() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.lead == nil {
-		return ""
-	}
-	return l.lead.heir
-}
 
 // isOwn reports whether to is l's own value: the one it campaigned with,
 // or the one it last proclaimed.

@@ -5,12 +5,15 @@ import "github.com/redisleader/redisleader/internal/wire"
 // A Lease is one acquisition's hold on a name as Redis sees it: its keys,
 // its token (128 random bits), its arguments (boxed once, reused by every
 // attempt and by the release) and its protocol. An acquisition names its
-// keys and protocol, and its first attempt makes the rest (New); from then
-// on only Leftover changes.
+// keys and protocol, and its first attempt makes the rest (New); its
+// success sets Fence; from then on only Leftover changes.
 type Lease struct {
 	Keys  Keys
 	Token string
 	Args  Args
+	// Fence is the lease's fence once acquired, set by the acquiring
+	// goroutine before the lock is delivered.
+	Fence int64
 	// Proto is how the acquisition keeps the lease in Redis: Plain, a
 	// *Fair or a *Candidate.
 	Proto Protocol

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"log/slog"
 	"math"
 	"time"
 
@@ -12,11 +13,12 @@ import (
 	"github.com/redisleader/redisleader/internal/wire"
 )
 
-// node.go: one acquire attempt on one server, read in one place: the
+// node.go: a lease's calls on one server, each read in one place: the
 // lease its first attempt makes (New), the place (Node), the default
-// protocol (Plain), acquire's vector, its reply and the attempt's outcome; then renew's and release's vectors and
-// replies (the fair and candidate variants are in fair.go, candidate.go
-// and args.go).
+// protocol (Plain), acquire's vector, its reply and the attempt's outcome;
+// then a renewal round's call (Renew: vectors, round trip, the lease-alone
+// fallback of a candidate, replies), and the release's (the fair and
+// candidate variants are in fair.go, candidate.go and args.go).
 
 // A Node is the place of a session's leases on one Redis server (also a
 // primary found through Sentinel, or a Cluster, whose client routes each
@@ -27,6 +29,7 @@ type Node struct {
 	T    *wire.Transport
 	C    wire.Client
 	Acks wire.Acks
+	Log  *slog.Logger // the session's: a renewal that falls back to the lease alone says so
 }
 
 // New makes a lease of k for value with a fresh token, kept by proto; ttl
@@ -204,37 +207,159 @@ func DecodeAcquire(res []any) (Acquired, error) {
 	return r, nil
 }
 
+// A Renewal is the outcome of one lease's renewal: renewed when Lost and
+// Err are zero. A quorum (the root's redlock.go) makes the same.
+type Renewal struct {
+	Lost   bool   // Redis says the key no longer holds the token (for a quorum: no quorum can)
+	Err    error  // the renewal failed: retried until the local deadline
+	Better string // renewed, and this candidate has a higher priority (candidate.go)
+}
+
+// Renew renews every lease once, in one round trip (on a Cluster, one per
+// master: wire.RunCalls), bounded by ctx, the call timeout and deadline
+// (the earliest of the leases' local deadlines; zero: none). A candidate's
+// renewal that Redis refused for its candidate keys is sent again as the
+// lease's alone (renewLeasesAlone). A renewal too few replicas
+// acknowledged (Acks) failed.
+func (n *Node) Renew(ctx context.Context, leases []*Lease, deadline time.Time) []Renewal {
+	calls := make([]wire.Call, 0, len(leases))
+	for _, l := range leases {
+		calls = append(calls, l.Proto.RenewCall(l))
+	}
+	callCtx := n.T.Bound(ctx, deadline)
+	defer wire.Unbind(callCtx)
+	cmds, ackErr := wire.RunCalls(callCtx, n.C, calls, n.Acks, nil)
+	n.renewLeasesAlone(callCtx, leases, calls, cmds)
+	out := make([]Renewal, len(cmds))
+	for i, cmd := range cmds {
+		out[i] = DecodeRenew(cmd)
+		if !out[i].Lost && out[i].Err == nil && ackErr != nil {
+			out[i].Err = ackErr
+		}
+	}
+	return out
+}
+
+// renewLeasesAlone sends again, in one more round trip, as Plain's, the
+// renewals among calls (whose replies are cmds, of leases) that Redis
+// refused for their candidate keys (candidateKeysRefused), and puts the
+// new replies in cmds. The lease is the fact and the candidates a hint: a
+// leader with a priority keeps every lease a plain leader keeps; enlisting
+// it and hearing of a better candidate wait for a later renewal.
+func (n *Node) renewLeasesAlone(ctx context.Context, leases []*Lease, calls []wire.Call, cmds []*redis.Cmd) {
+	var again []int
+	for i, cl := range calls {
+		if cl.Script != PreferRenewRun || !candidateKeysRefused(cmds[i].Err()) {
+			continue
+		}
+		level := slog.LevelInfo // a slot in migration
+		if redis.HasErrorPrefix(cmds[i].Err(), "redisleader:") {
+			level = slog.LevelWarn // someone else's data, to be removed
+		}
+		n.Log.Log(ctx, level, "redisleader: renewing the lease alone: the candidate keys refused the renewal",
+			"name", leases[i].Keys.Name, "fence", leases[i].Fence, "err", cmds[i].Err())
+		again = append(again, i)
+	}
+	if len(again) == 0 {
+		return
+	}
+	alone := make([]wire.Call, len(again))
+	for j, i := range again {
+		alone[j] = Plain{}.RenewCall(leases[i])
+	}
+	replies, ackErr := wire.RunCalls(ctx, n.C, alone, n.Acks, nil)
+	for j, i := range again {
+		if ackErr != nil && replies[j].Err() == nil {
+			replies[j].SetErr(ackErr) // not acknowledged: it does not count
+		}
+		cmds[i] = replies[j]
+	}
+}
+
+// candidateKeysRefused reports whether a renewal's error can be about its
+// candidate keys, not its lease: on Redis Cluster, while their slot
+// migrates, a call with several keys that are split between the two nodes
+// gets TRYAGAIN, or ASK once the client gave up following redirections
+// (the lock key alone is served, through an ASK redirection); or a value
+// someone else wrote in a candidate key (candidateKeys in lua/cand.lua).
+func candidateKeysRefused(err error) bool {
+	return err != nil && (redis.HasErrorPrefix(err, "TRYAGAIN") || redis.HasErrorPrefix(err, "ASK ") ||
+		redis.HasErrorPrefix(err, "redisleader: candidate key "))
+}
+
 // Renew is renew's vector.
 func (a *Args) Renew() []any { return []any{nil, nil, 1, a.Lock, a.Token, a.TTL} }
 
-// A Renewed is one server's reply to a renew script (renew, prefer_renew,
-// redlock_renew).
-type Renewed struct {
-	Lost   bool   // the key is missing or holds another token
-	Better string // prefer_renew: a live candidate with a higher priority
-}
-
-// DecodeRenew decodes cmd, a renew script's call.
-func DecodeRenew(cmd *redis.Cmd) (Renewed, error) {
+// DecodeRenew turns cmd, a renew script's call (renew, prefer_renew,
+// redlock_renew), into a renewal: Lost when the key is missing or holds
+// another token; Better, from prefer_renew, a live candidate with a higher
+// priority.
+func DecodeRenew(cmd *redis.Cmd) Renewal {
 	if res, ok := cmd.Val().([]any); ok && len(res) == 2 && cmd.Err() == nil {
 		better, _ := res[1].(string)
-		return Renewed{Better: better}, nil
+		return Renewal{Better: better}
 	}
 	n, err := cmd.Int64()
-	return Renewed{Lost: err == nil && n == 0}, err
+	return Renewal{Lost: err == nil && n == 0, Err: err}
+}
+
+// An Ending is one lease to release, with its succession: the heir that
+// ended it (Election.Transfer), or "".
+type Ending struct {
+	Lease *Lease
+	Heir  string
+}
+
+// A Deleted is the outcome of one lease's compare-and-delete (or hand-off).
+type Deleted struct {
+	Err     error // the delete failed (for a quorum: on a quorum of nodes)
+	Retry   bool  // it failed somewhere: the token may still be there
+	Missing bool  // the key did not hold the token (for a quorum: on a quorum)
+}
+
+// Release deletes r's token if the key still holds it, or hands the name
+// to r.Heir, with its protocol's release.
+func (n *Node) Release(ctx context.Context, r Ending) Deleted {
+	c := r.Lease.Proto.ReleaseCall(r.Lease, r.Heir)
+	return DecodeRelease(n.T.Combiner().CallNow(ctx, time.Time{}, c.Script, c.Argv))
+}
+
+// ReleaseAll is Release for several leases in one round trip, bounded by
+// ctx, the call timeout and deadline (zero: none). It first waits until no
+// acquire of these leases that a caller gave up on while its batch was on
+// the wire can still reach Redis (internal/wire/combine.go), so that the
+// delete comes after it.
+func (n *Node) ReleaseAll(ctx context.Context, rs []Ending, deadline time.Time) []Deleted {
+	calls := make([]wire.Call, len(rs))
+	for i, r := range rs {
+		calls[i] = r.Lease.Proto.ReleaseCall(r.Lease, r.Heir)
+	}
+	callCtx := n.T.Bound(ctx, deadline)
+	defer wire.Unbind(callCtx)
+	for _, r := range rs {
+		if n.T.Combiner().Await(callCtx, r.Lease.Args.Lock) != nil {
+			break // the deletes fail with the context's error
+		}
+	}
+	cmds, _ := wire.RunCalls(callCtx, n.C, calls, wire.Acks{}, nil)
+	out := make([]Deleted, len(cmds))
+	for i, cmd := range cmds {
+		out[i] = DecodeRelease(cmd)
+	}
+	return out
 }
 
 // Release is release's vector.
 func (a *Args) Release() []any { return []any{nil, nil, 1, a.Lock, a.Token} }
 
-// DecodeRelease decodes cmd, a release script's call (release,
-// fair_release, redlock_release, hand_off, whose {2, heir} is a
-// reservation made): missing when the key is missing or held another
-// token, so nothing was written.
-func DecodeRelease(cmd *redis.Cmd) (missing bool, err error) {
+// DecodeRelease turns cmd, a release script's call (release, fair_release,
+// redlock_release, hand_off, whose {2, heir} is a reservation made), into
+// its outcome: Missing when the key is missing or held another token, so
+// nothing was written.
+func DecodeRelease(cmd *redis.Cmd) Deleted {
 	if _, reserved := cmd.Val().([]any); reserved && cmd.Err() == nil {
-		return false, nil
+		return Deleted{}
 	}
 	n, err := cmd.Int64()
-	return err == nil && n == 0, err
+	return Deleted{Missing: err == nil && n == 0, Err: err, Retry: err != nil}
 }
