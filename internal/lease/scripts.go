@@ -31,21 +31,21 @@ type Script struct {
 // script that changed; a wrong one would make every call fall back to
 // EVAL, costing a round trip.
 var (
-	Acquire          = build("acquire", "6b3146dd18bedb703f7ea2733ca9fcb44113e460", "fence", "take", "claim")
-	AcquireCandidate = build("acquire_candidate", "0f67f88341a94fab03a9cdf8d8caaffe71beef61", "guard", "fence", "take", "cand", "claim")
+	Acquire          = build("acquire", "933ef4d0ba4f7c713d70306680757b3df22ba28d", "fence", "take", "claim")
+	AcquireCandidate = build("acquire_candidate", "d56f61dbf288329b60eb3190e8a5dc7f998ba41b", "guard", "fence", "take", "cand", "claim")
 	Renew            = build("renew", "ea6b99d1bf0dd001f36fb32c76a7c20d08819c49")
 	Release          = build("release", "1676e167cb5211316acc7f40de956f14f6e72b3a")
 	Proclaim         = build("proclaim", "d6ff39f64e9095f4ab0a406d5c8e0d3910c99110", "guard", "own")
 	Inspect          = build("inspect", "5e5430a4e49a8c7d1c2f628361877fb5537045ad", "guard")
-	FairAcquire      = build("fair_acquire", "493242a078f821be7dc4865efae48307412632d9", "guard", "fence", "take", "queue", "cand")
+	FairAcquire      = build("fair_acquire", "dc1846e6b2c4570247922c4551f78b69dcb6cd12", "guard", "fence", "take", "queue", "cand")
 	Leave            = build("leave", "201cf76da33cda5ee1ca64981f87e640a4b6ce08", "guard", "queue")
 	FairRelease      = build("fair_release", "a2a18ab10432ec0c1cd7ef22261d84cdd45cfdf7", "guard", "queue")
 	Withdraw         = build("withdraw", "eb55c763b4f634bcbaca733f3b02e68e717fd7c1", "guard")
 	PreferRenew      = build("prefer_renew", "f161320047a001f0fcfafe084842afc6ca4086c6", "guard", "cand")
 	Candidates       = build("candidates", "140bc24c0208ac39230c6832b2801cdfb1b06630", "guard", "cand")
 	HandOff          = build("hand_off", "9d78473afa2c925b6b4aa8023de9a1ebd763c309", "guard", "queue", "cand")
-	RedlockRenew     = build("redlock_renew", "8aba0eb8f377daed3e33398931d242986e55b122", "guard", "fence", "own")
-	RedlockRelease   = build("redlock_release", "344d0aac9ef9c24292ea36f0adf30109e035e8db", "guard", "fence")
+	RedlockRenew     = build("redlock_renew", "5fc5568a25b009e03fb653e48eb2d2f504642ea9", "guard", "fence", "own")
+	RedlockRelease   = build("redlock_release", "512ffce9871494acb8f54c980b7092b5fa792341", "guard", "fence")
 	Fenced           = build("fenced", "885b09c4dfbe97d0ca4510d52e94dca1d3873bee", "guard")
 )
 

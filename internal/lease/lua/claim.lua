@@ -15,7 +15,7 @@ local function claim(cur, t, after)
       if not nl then
         return redis.error_reply('ERR redisleader: lock key ' .. KEYS[1] .. ' holds our token but no fence; it was left unchanged')
       end
-      local r = redis.pcall('PEXPIREAT', KEYS[1], expiresAt(t))
+      local r = redis.pcall('PEXPIREAT', KEYS[1], expiresAt(now))
       if type(r) == 'table' then return deny(r, 'PEXPIREAT', KEYS[1]) end
       return {1, tonumber(string.sub(cur, n + 2, nl - 1)), now}
     end
