@@ -15,6 +15,8 @@ import (
 	"github.com/redisleader/redisleader/internal/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // The least-privilege ACL user docs/operations.md documents (section "ACL"): the
@@ -291,14 +293,14 @@ func TestACLDeniedChannel(t *testing.T) {
 	s := newSession(t, userClient(t, srv, "nochannel"), WithTTL(time.Second))
 
 	for name, fence := range map[string]string{"denied-fresh": "", "denied-fenced": "42"} {
-		k := newKeys(name)
+		k := lease.NewKeys(name)
 		if fence != "" {
-			require.NoError(t, admin.Set(ctx, k.fence, fence, 0).Err())
+			require.NoError(t, admin.Set(ctx, k.Fence, fence, 0).Err())
 		}
 		start := time.Now()
 		done := make(chan error, 1)
 		go func() {
-			_, err := s.Lock(ctx, k.name)
+			_, err := s.Lock(ctx, k.Name)
 			done <- err
 		}()
 		var err error
@@ -308,14 +310,14 @@ func TestACLDeniedChannel(t *testing.T) {
 			t.Fatal("a blocking Lock without the channel permission did not return")
 		}
 		t.Logf("Lock returned after %v: %v", time.Since(start), err)
-		assertDenied(t, err, "permission denied for PUBLISH "+k.channel()+" (ACL): ", aclWordings.script(deniedChannel, "nochannel", "publish"))
-		_, err = s.TryLock(ctx, k.name)
-		assertDenied(t, err, "permission denied for PUBLISH "+k.channel()+" (ACL): ", aclWordings.script(deniedChannel, "nochannel", "publish"))
+		assertDenied(t, err, "permission denied for PUBLISH "+k.Channel()+" (ACL): ", aclWordings.script(deniedChannel, "nochannel", "publish"))
+		_, err = s.TryLock(ctx, k.Name)
+		assertDenied(t, err, "permission denied for PUBLISH "+k.Channel()+" (ACL): ", aclWordings.script(deniedChannel, "nochannel", "publish"))
 
-		n, err := admin.Exists(ctx, k.lock).Result()
+		n, err := admin.Exists(ctx, k.Lock).Result()
 		require.NoError(t, err)
 		assert.Zero(t, n, "the denied attempts left a lock key")
-		got, err := admin.Get(ctx, k.fence).Result()
+		got, err := admin.Get(ctx, k.Fence).Result()
 		if fence == "" {
 			assert.ErrorIs(t, err, redis.Nil, "the denied attempts wrote a fence key")
 		} else {
@@ -354,8 +356,8 @@ func TestACLDeniedCommands(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			setUser(t, admin, name, aclRule, tt.without)
 			require.NoError(t, admin.ScriptFlush(ctx).Err()) // so that EVAL is needed
-			k := newKeys(name)
-			require.NoError(t, admin.Set(ctx, k.fence, "42", 0).Err())
+			k := lease.NewKeys(name)
+			require.NoError(t, admin.Set(ctx, k.Fence, "42", 0).Err())
 			s := newSession(t, userClient(t, srv, name), WithTTL(time.Second))
 			_, err := s.TryLock(ctx, name)
 			wordings := aclWordings.outside(tt.denial, name, tt.cmd)
@@ -363,10 +365,10 @@ func TestACLDeniedCommands(t *testing.T) {
 				wordings = aclWordings.script(tt.denial, name, tt.cmd)
 			}
 			assertDenied(t, err, "permission denied "+tt.what, wordings)
-			n, err := admin.Exists(ctx, k.lock).Result()
+			n, err := admin.Exists(ctx, k.Lock).Result()
 			require.NoError(t, err)
 			assert.Zero(t, n, "the denied attempt left a lock key")
-			got, _ := admin.Get(ctx, k.fence).Result()
+			got, _ := admin.Get(ctx, k.Fence).Result()
 			assert.Equal(t, "42", got, "the denied attempt changed the fence key")
 		})
 	}

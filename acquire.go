@@ -1,16 +1,16 @@
 package redisleader
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"github.com/redisleader/redisleader/internal/wire"
 	mrand "math/rand/v2"
 	"time"
 
 	"github.com/redisleader/redisleader/internal/lease"
+	"github.com/redisleader/redisleader/internal/probe"
+	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // Lock acquires name, blocking until it is acquired, ctx ends, or the session
@@ -25,7 +25,7 @@ import (
 // token, so no unowned lock is left behind. On a name this session holds,
 // Lock returns an error matching ErrLocked at once.
 func (s *Session) Lock(ctx context.Context, name string) (*Lock, error) {
-	k, err := keysOf(name)
+	k, err := lease.KeysOf(name)
 	if err != nil {
 		return nil, err
 	}
@@ -38,7 +38,7 @@ func (s *Session) Lock(ctx context.Context, name string) (*Lock, error) {
 // for a bad name, ErrSessionClosed, or a Redis error; in the last case the
 // key is released with this attempt's token in case the attempt took effect.
 func (s *Session) TryLock(ctx context.Context, name string) (*Lock, error) {
-	k, err := keysOf(name)
+	k, err := lease.KeysOf(name)
 	if err != nil {
 		return nil, err
 	}
@@ -61,13 +61,13 @@ const (
 // acquire acquires the name of k for value, as candidate c (nil: no
 // priority): the setup of an acquisition (its place in a fair queue, its
 // subscription), then its attempts (run).
-func (s *Session) acquire(ctx context.Context, k keys, value string, m mode, c *candidacy) (*Lock, error) {
+func (s *Session) acquire(ctx context.Context, k lease.Keys, value string, m mode, c *candidacy) (*Lock, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
 	defer s.work.Done()
-	if s.holds(k.name) { // at once, before any I/O: a session never waits for itself
-		return nil, &heldError{k.name}
+	if s.holds(k.Name) { // at once, before any I/O: a session never waits for itself
+		return nil, &heldError{k.Name}
 	}
 	a := acquisition{s: s, start: time.Now(), keys: k, value: value, mode: m, cand: c}
 	if s.cfg.fair {
@@ -77,7 +77,11 @@ func (s *Session) acquire(ctx context.Context, k keys, value string, m mode, c *
 	if m != tryOnce {
 		// Subscribe before the first attempt, so a release between a failed
 		// attempt and the wait is never missed.
-		sub, err := s.wire.Subscribe(ctx, s.waitChannel(k), a.w.accept())
+		var accept func(payload string) bool // default mode: every message wakes
+		if a.w != nil {
+			accept = a.w.accept()
+		}
+		sub, err := s.wire.Subscribe(ctx, s.waitChannel(k), accept)
 		if err != nil {
 			return nil, err
 		}
@@ -98,11 +102,11 @@ func (s *Session) acquire(ctx context.Context, k keys, value string, m mode, c *
 // waitChannel is the channel on which the session's blocking acquisitions
 // of k wait: in fair mode the session's wake-up channel for the name (a
 // release wakes the head waiter only), else the name's channel.
-func (s *Session) waitChannel(k keys) string {
+func (s *Session) waitChannel(k lease.Keys) string {
 	if s.cfg.fair {
-		return k.wakeChannel(s.id)
+		return k.WakeChannel(s.id)
 	}
-	return k.channel()
+	return k.Channel()
 }
 
 // run makes attempts with one token until the key is ours, or (blocking)
@@ -111,9 +115,14 @@ func (s *Session) waitChannel(k keys) string {
 // next one rather than mistaken for another owner; only a give-back moves
 // the acquisition to a new token (rotate).
 func (a *acquisition) run(ctx context.Context) (*Lock, error) {
-	s, name := a.s, a.keys.name
+	s, name := a.s, a.keys.Name
 	for {
-		if err := cmp.Or(s.Err(), ctx.Err()); err != nil {
+		select {
+		case <-s.done: // as s.Err, without leaving the file
+			return nil, a.abandon(ctx, a.lastErr, ErrSessionClosed)
+		default:
+		}
+		if err := ctx.Err(); err != nil {
 			return nil, a.abandon(ctx, a.lastErr, err)
 		}
 		var sent time.Time
@@ -177,7 +186,7 @@ func (a *acquisition) rotate() {
 type acquisition struct {
 	s        *Session
 	start    time.Time
-	keys     keys
+	keys     lease.Keys
 	value    string
 	mode     mode
 	sub      *wire.Subscription // the name's channel (fair: our wake-up channel), unless mode is tryOnce
@@ -203,7 +212,7 @@ func (a *acquisition) deliver(ctx context.Context) (l *Lock, again bool, err err
 	case lost == nil:
 		return a.l, false, nil
 	case a.mode == tryOnce:
-		return nil, false, fmt.Errorf("redisleader: acquire %q: the lease ended before it could be handed over: %w", a.keys.name, lost)
+		return nil, false, fmt.Errorf("redisleader: acquire %q: the lease ended before it could be handed over: %w", a.keys.Name, lost)
 	}
 	a.newLock()
 	return nil, true, nil
@@ -268,7 +277,7 @@ func (a *acquisition) wait(ctx context.Context, r acquired, err error, locked bo
 	}
 	for end := time.Now().Add(d); ; {
 		err := a.s.wait(ctx, a.sub, time.Until(end))
-		if err != nil || !time.Now().Before(end) || a.s.holds(a.keys.name) {
+		if err != nil || !time.Now().Before(end) || a.s.holds(a.keys.Name) {
 			return err
 		}
 	}
@@ -306,7 +315,7 @@ func (a *acquisition) delay(r acquired, err error, locked bool) (d time.Duration
 	}
 	if time.Since(a.loggedAt) >= a.s.cfg.ttl {
 		a.loggedAt = time.Now()
-		a.s.cfg.logger.Warn("redisleader: acquire failed; retrying", "name", a.keys.name, "err", err)
+		a.s.cfg.logger.Warn("redisleader: acquire failed; retrying", "name", a.keys.Name, "err", err)
 	}
 	if r.split {
 		return a.backoff(r.took), false
@@ -381,9 +390,9 @@ func (s *Session) wait(ctx context.Context, sub *wire.Subscription, d time.Durat
 // newLock prepares an acquisition: a fresh random token (128 bits) and the
 // script arguments, boxed once and reused by every attempt and by the
 // release.
-func (s *Session) newLock(k keys, value string) *Lock {
+func (s *Session) newLock(k lease.Keys, value string) *Lock {
 	token := rand.Text()
-	return &Lock{s: s, keys: k, token: token, value: value, args: lease.NewArgs(k.lock, k.fence, token, s.ttlArg, value), proto: plain{}}
+	return &Lock{s: s, keys: k, token: token, value: value, args: lease.NewArgs(k.Lock, k.Fence, token, s.ttlArg, value), proto: plain{}}
 }
 
 // attempt makes one acquire attempt. On success the lock is armed
@@ -394,13 +403,17 @@ func (s *Session) newLock(k keys, value string) *Lock {
 func (l *Lock) attempt(ctx context.Context) acquired {
 	sent := time.Now()
 	deadline := sent.Add(l.s.cfg.validity)
-	var r acquired
-	wire.OnUnwind(func() {
-		r = l.s.place.acquire(ctx, l, deadline)
-		if r.giveBack {
-			l.giveBack(ctx) // within ctx: what fails is left to abandon
+	returned := false
+	defer func() {
+		if !returned { // a hook on the client unwound us (wire.OnUnwind)
+			l.s.markStale(l, true) // the token may be in Redis: the heartbeat deletes it
 		}
-	}, func() { l.s.markStale(l, true) }) // the token may be in Redis: the heartbeat deletes it
+	}()
+	r := l.s.place.acquire(ctx, l, deadline)
+	if r.giveBack {
+		l.giveBack(ctx) // within ctx: what fails is left to abandon
+	}
+	returned = true
 	if r.split {
 		r.took = time.Since(sent) // only then: no clock read on the hot path
 	}
@@ -417,7 +430,7 @@ func (l *Lock) arm(sent, deadline time.Time, fence int64) error {
 	if !time.Now().Before(deadline) {
 		// The reply came too late to trust the lease. The key is ours, so the
 		// next attempt (same token) refreshes it and starts a new deadline.
-		return fmt.Errorf("redisleader: acquire %q: reply arrived after the lease's local deadline", l.keys.name)
+		return fmt.Errorf("redisleader: acquire %q: reply arrived after the lease's local deadline", l.keys.Name)
 	}
 	l.fence = fence
 	l.mu.Lock()
@@ -492,4 +505,85 @@ func (s *Session) bestEffortCleanup(ctx context.Context, f func(context.Context)
 		defer s.work.Done()
 		f(context.WithoutCancel(ctx))
 	}()
+}
+
+// enter registers an acquisition or observer, unless the session is closed.
+// Close waits for every registered one to call s.work.Done.
+func (s *Session) enter() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	s.work.Add(1) // under mu, so never concurrently with Close's Wait
+	return nil
+}
+
+// holds reports whether the session holds name now.
+func (s *Session) holds(name string) bool {
+	s.mu.Lock()
+	l := s.reg.names[name]
+	s.mu.Unlock()
+	return l != nil && l.Held()
+}
+
+// deliver waits out the takeover delay (WithTakeoverDelay) of a fresh
+// acquisition, made by a call that started at start, while the heartbeat
+// renews it, then delivers it to its caller (registering it first as a Run
+// term, with term). It returns why the acquisition ended if it ended before
+// it could be delivered (a deadline can pass even with no delay), or
+// ctx's error or ErrSessionClosed if those ended first (the key is then
+// released, by the caller here or by Close).
+func (l *Lock) deliver(ctx context.Context, start time.Time, term bool) (lost, err error) {
+	if d := l.s.cfg.takeoverDelay; d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-l.Done():
+		case <-ctx.Done():
+			if l.end(ErrReleased) {
+				l.dispose(ctx, false)
+			}
+			return nil, ctx.Err()
+		case <-l.s.done:
+			return nil, ErrSessionClosed
+		}
+	}
+	if lost = l.check(); lost != nil {
+		if errors.Is(lost, ErrSessionClosed) {
+			return nil, lost
+		}
+		return lost, nil
+	}
+	if term {
+		l.s.registerTerm(l)
+	}
+	l.markDelivered(start)
+	return nil, nil
+}
+
+// markDelivered marks the acquisition, whose call started at start, as handed to
+// its caller, unless it has already ended or expired (then the caller finds
+// it ended).
+func (l *Lock) markDelivered(start time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now := time.Now(); l.err == nil && now.Before(l.deadline) {
+		l.delivered, l.deliveredAt = true, now.Sub(hookEpoch)
+		l.emitLocked(probe.Acquired, now, now.Sub(start))
+	}
+}
+
+// protocolFor is the protocol of an acquisition with waiter w (nil: not
+// fair) as candidate c (nil: no priority).
+func protocolFor(w *waiter, c *candidacy) protocol {
+	var p protocol = plain{}
+	if w != nil {
+		p = w
+	}
+	if c != nil {
+		p = &candidate{base: p, c: c}
+	}
+	return p
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 func TestTryLockContention(t *testing.T) {
@@ -52,10 +54,10 @@ func TestTryLockContention(t *testing.T) {
 		require.Equal(t, int32(1), winners.Load(), "exactly one winner")
 		assert.Equal(t, int32(n-1), locked.Load(), "every other session sees ErrLocked")
 		l := <-won
-		h, ok := parseHolder(b.get(l.Key()))
+		h, ok := lease.ParseHolder(b.get(l.Key()))
 		require.True(t, ok)
-		assert.Equal(t, l.token, h.token, "the key holds the winner's token")
-		assert.Equal(t, l.Fence(), h.fence)
+		assert.Equal(t, l.token, h.Token, "the key holds the winner's token")
+		assert.Equal(t, l.Fence(), h.Fence)
 		require.NoError(t, l.Release(context.Background()))
 		assert.Empty(t, b.get(l.Key()))
 	})
@@ -79,7 +81,7 @@ func TestFencesStrictlyIncrease(t *testing.T) {
 				// Redis loses its data (restart without persistence): the
 				// time-based fence still moves forward.
 				b.del(l.Key())
-				b.del(newKeys("fenced").fence)
+				b.del(lease.NewKeys("fenced").Fence)
 				require.NoError(t, l.Release(ctx), "a key already gone is not a release error")
 				continue
 			}
@@ -95,7 +97,7 @@ func TestFenceCounterAheadOfClock(t *testing.T) {
 	// A counter far ahead of the server clock (written by a server whose clock
 	// ran fast, say) still grows by one per acquisition.
 	ahead := int64(1) << 52
-	require.NoError(t, c.Set(ctx, newKeys("ahead").fence, ahead, 0).Err())
+	require.NoError(t, c.Set(ctx, lease.NewKeys("ahead").Fence, ahead, 0).Err())
 	for i := int64(1); i <= 3; i++ {
 		l, err := s.TryLock(ctx, "ahead")
 		require.NoError(t, err)
@@ -107,27 +109,27 @@ func TestFenceCounterAheadOfClock(t *testing.T) {
 func TestAcquireIsIdempotentForOwnToken(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
-		k := newKeys("idem")
+		k := lease.NewKeys("idem")
 		run := func(token string) []any {
-			res, err := acquireScript.Run(ctx, b.client, []any{nil, nil, 2, k.lock, k.fence, token, "1000", "v"}).Slice()
+			res, err := acquireScript.Run(ctx, b.client, []any{nil, nil, 2, k.Lock, k.Fence, token, "1000", "v"}).Slice()
 			require.NoError(t, err)
 			return res
 		}
 		first := run("tok-a")
 		require.Equal(t, int64(1), first[0])
-		b.client.PExpire(ctx, k.lock, 100*time.Millisecond)
+		b.client.PExpire(ctx, k.Lock, 100*time.Millisecond)
 		again := run("tok-a")
 		require.Len(t, again, 3)
 		assert.Equal(t, first[:2], again[:2], "same token: acquired again with the same fence")
 		assert.Greater(t, again[2], first[2], "the TIME the refreshed TTL runs from")
-		pttl, err := b.client.PTTL(ctx, k.lock).Result()
+		pttl, err := b.client.PTTL(ctx, k.Lock).Result()
 		require.NoError(t, err)
 		assert.Greater(t, pttl, 500*time.Millisecond, "a confirmed acquire refreshes the TTL")
 		other := run("tok-b")
 		assert.Equal(t, int64(0), other[0], "another token: held")
-		h, ok := parseHolder(other[1].(string))
+		h, ok := lease.ParseHolder(other[1].(string))
 		require.True(t, ok)
-		assert.Equal(t, holder{token: "tok-a", fence: first[1].(int64), value: "v"}, h)
+		assert.Equal(t, lease.Holder{Token: "tok-a", Fence: first[1].(int64), Value: "v"}, h)
 	})
 }
 
@@ -141,12 +143,12 @@ func TestAcquireExpiresFromItsReportedTime(t *testing.T) {
 			t.Skip("miniredis has no PEXPIRETIME")
 		}
 		ctx := context.Background()
-		k := newKeys("expires-at")
+		k := lease.NewKeys("expires-at")
 		for _, path := range []string{"take", "refresh"} {
-			res, err := acquireScript.Run(ctx, b.client, []any{nil, nil, 2, k.lock, k.fence, "tok", "5000", "v"}).Slice()
+			res, err := acquireScript.Run(ctx, b.client, []any{nil, nil, 2, k.Lock, k.Fence, "tok", "5000", "v"}).Slice()
 			require.NoError(t, err, path)
 			require.Len(t, res, 3, path)
-			at, err := b.client.PExpireTime(ctx, k.lock).Result()
+			at, err := b.client.PExpireTime(ctx, k.Lock).Result()
 			require.NoError(t, err, path)
 			assert.Equal(t, time.Duration(res[2].(int64)/1000+5000)*time.Millisecond, at, path)
 		}
@@ -195,9 +197,9 @@ func TestBlockingLock(t *testing.T) {
 			}()
 			cancel()
 			assert.ErrorIs(t, recvWithin(t, errc, time.Second, "Lock ignored ctx"), context.Canceled)
-			h, ok := parseHolder(b.get(held.Key()))
+			h, ok := lease.ParseHolder(b.get(held.Key()))
 			require.True(t, ok)
-			assert.Equal(t, held.token, h.token, "the holder is untouched")
+			assert.Equal(t, held.token, h.Token, "the holder is untouched")
 		})
 
 		t.Run("session close ends the wait", func(t *testing.T) {
@@ -239,10 +241,10 @@ func TestAmbiguousAcquire(t *testing.T) {
 			l, err := s.TryLock(ctx, "ambiguous-retried")
 			require.NoError(t, err, "the retried acquire must be recognised as ours")
 			assert.Zero(t, drop.Load(), "a reply was dropped")
-			h, ok := parseHolder(b.get(l.Key()))
+			h, ok := lease.ParseHolder(b.get(l.Key()))
 			require.True(t, ok)
-			assert.Equal(t, l.token, h.token)
-			assert.Equal(t, l.Fence(), h.fence, "one fence for one acquisition")
+			assert.Equal(t, l.token, h.Token)
+			assert.Equal(t, l.Fence(), h.Fence, "one fence for one acquisition")
 			require.NoError(t, l.Release(ctx))
 		})
 		t.Run("no client retries, TryLock", func(t *testing.T) {
@@ -255,7 +257,7 @@ func TestAmbiguousAcquire(t *testing.T) {
 			require.Error(t, err)
 			assert.Nil(t, l)
 			assert.NotErrorIs(t, err, ErrLocked, "an unknown outcome is never 'held by another'")
-			assert.Empty(t, b.get(newKeys("ambiguous-try").lock), "the phantom lock was cleaned up")
+			assert.Empty(t, b.get(lease.NewKeys("ambiguous-try").Lock), "the phantom lock was cleaned up")
 		})
 		t.Run("no client retries, Lock", func(t *testing.T) {
 			var drop atomic.Int32
@@ -265,9 +267,9 @@ func TestAmbiguousAcquire(t *testing.T) {
 			drop.Store(1)
 			l, err := s.Lock(ctx, "ambiguous-lock")
 			require.NoError(t, err, "Lock retries with the same token and finds the key ours")
-			h, ok := parseHolder(b.get(l.Key()))
+			h, ok := lease.ParseHolder(b.get(l.Key()))
 			require.True(t, ok)
-			assert.Equal(t, l.token, h.token)
+			assert.Equal(t, l.token, h.Token)
 			require.NoError(t, l.Release(ctx))
 		})
 	})
@@ -278,13 +280,13 @@ func TestFenceKeyGarbageIsAnError(t *testing.T) {
 	for _, v := range []string{"abc", "-1", "1.5", "9007199254740991", "inf", "1e300"} {
 		_, c := newMini(t)
 		s := newSession(t, c)
-		require.NoError(t, c.Set(ctx, newKeys("garbage").fence, v, 0).Err())
+		require.NoError(t, c.Set(ctx, lease.NewKeys("garbage").Fence, v, 0).Err())
 		_, err := s.TryLock(ctx, "garbage")
 		assert.ErrorContains(t, err, "does not hold a fence", v)
 		assert.True(t, permanent(err), "a broken fence key is not retried (%s)", v)
 		_, err = s.Lock(ctx, "garbage")
 		assert.ErrorContains(t, err, "does not hold a fence", "blocking Lock returns at once (%s)", v)
-		n, _ := c.Exists(ctx, newKeys("garbage").lock).Result()
+		n, _ := c.Exists(ctx, lease.NewKeys("garbage").Lock).Result()
 		assert.Zero(t, n, "no lock without a valid fence (%s)", v)
 	}
 }
@@ -332,9 +334,9 @@ func parseFence(t *testing.T, m interface{ Get(string) (string, error) }, key st
 	t.Helper()
 	v, err := m.Get(key)
 	require.NoError(t, err)
-	h, ok := parseHolder(v)
+	h, ok := lease.ParseHolder(v)
 	require.True(t, ok, v)
-	return h.fence
+	return h.Fence
 }
 
 // TestTakeoverDelay: with WithTakeoverDelay an acquisition holds (and renews)
@@ -346,7 +348,7 @@ func TestTakeoverDelay(t *testing.T) {
 	ctx := context.Background()
 	m, c := newMini(t)
 	s := newSession(t, c, fastOpts(WithTakeoverDelay(delay))...)
-	key := newKeys("td").lock
+	key := lease.NewKeys("td").Lock
 
 	type result struct {
 		l   *Lock
@@ -585,9 +587,9 @@ func TestLockReturnsWithItsContextWhileGivingBack(t *testing.T) {
 	t.Run("Redlock give-back", func(t *testing.T) {
 		ms, cs := redlockNodes(t, 3)
 		cs[2] = hangRelease{Client: cs[2].(*redis.Client), all: true}
-		k := newKeys("giveback-hang")
-		ms[1].Set(k.lock, "other\n1\n")
-		ms[1].SetTTL(k.lock, time.Minute)
+		k := lease.NewKeys("giveback-hang")
+		ms[1].Set(k.Lock, "other\n1\n")
+		ms[1].SetTTL(k.Lock, time.Minute)
 		s, err := NewRedlockSession(cs, WithTTL(6*time.Second), WithCallTimeout(time.Second))
 		require.NoError(t, err)
 		defer s.Close(context.Background())
@@ -602,8 +604,8 @@ func TestLockReturnsWithItsContextWhileGivingBack(t *testing.T) {
 func TestForeignValueAtTheLockKey(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		s := newSession(t, b.client, fastOpts()...)
-		k := newKeys("foreign")
-		b.set(k.lock, "not ours")
+		k := lease.NewKeys("foreign")
+		b.set(k.Lock, "not ours")
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		acquire := map[string]func() error{
@@ -619,7 +621,7 @@ func TestForeignValueAtTheLockKey(t *testing.T) {
 			assert.NotErrorIs(t, err, context.DeadlineExceeded, "%s waited for a lease that is not one", name)
 			assert.Less(t, time.Since(start), time.Second, name)
 		}
-		assert.Equal(t, "not ours", b.get(k.lock))
+		assert.Equal(t, "not ours", b.get(k.Lock))
 	})
 }
 

@@ -20,6 +20,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader/internal/redisserver"
 	"github.com/redisleader/redisleader/internal/wire"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // The baseline ("raw") is the floor any Redis lock pays: SET key token NX PX
@@ -82,14 +84,14 @@ func acquiredFence(cmd *redis.Cmd, key string, prev int64) (int64, error) {
 // scriptsPair is the library's pair without the library: the acquire and
 // release scripts run by EVALSHA on c, one after the other, with a fresh
 // token; it returns the fence, which must be above prev.
-func scriptsPair(ctx context.Context, b *testing.B, c *redis.Client, k keys, prev int64) int64 {
+func scriptsPair(ctx context.Context, b *testing.B, c *redis.Client, k lease.Keys, prev int64) int64 {
 	token := benchToken()
-	f, err := acquiredFence(c.EvalSha(ctx, acquireScript.SHA(), []string{k.lock, k.fence}, token, "10000", ""), k.lock, prev)
+	f, err := acquiredFence(c.EvalSha(ctx, acquireScript.SHA(), []string{k.Lock, k.Fence}, token, "10000", ""), k.Lock, prev)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if r, err := c.EvalSha(ctx, releaseScript.SHA(), []string{k.lock}, token).Int64(); err != nil || r != 1 {
-		b.Fatalf("release %s: %d %v, want 1", k.lock, r, err)
+	if r, err := c.EvalSha(ctx, releaseScript.SHA(), []string{k.Lock}, token).Int64(); err != nil || r != 1 {
+		b.Fatalf("release %s: %d %v, want 1", k.Lock, r, err)
 	}
 	return f
 }
@@ -157,7 +159,7 @@ func BenchmarkLockPairRatio(b *testing.B) {
 	c, s := benchServer(b)
 	ctx := context.Background()
 	loadScripts(ctx, b, c)
-	k := newKeys("scripts-key")
+	k := lease.NewKeys("scripts-key")
 	var fence int64
 	raw, lib, scripts := alternate(b,
 		func() { rawPair(ctx, b, c) },
@@ -220,11 +222,11 @@ func BenchmarkLockParallel(b *testing.B) {
 		return done
 	}
 	rawKeys, libKeys := make([]string, goroutines), make([]string, goroutines)
-	idealKeys := make([]keys, goroutines)
+	idealKeys := make([]lease.Keys, goroutines)
 	idealRawKeys := make([]string, goroutines)
 	for i := range goroutines {
 		rawKeys[i], libKeys[i] = fmt.Sprintf("raw-par-%d", i), fmt.Sprintf("lib-par-%d", i)
-		idealKeys[i] = newKeys(fmt.Sprintf("ideal-par-%d", i))
+		idealKeys[i] = lease.NewKeys(fmt.Sprintf("ideal-par-%d", i))
 		idealRawKeys[i] = fmt.Sprintf("ideal-raw-par-%d", i)
 	}
 	acquireSHA, releaseSHA := acquireScript.SHA(), releaseScript.SHA()
@@ -242,27 +244,27 @@ func BenchmarkLockParallel(b *testing.B) {
 		return func() (int, error) {
 			for j, k := range names {
 				tokens[j] = benchToken()
-				acq[j] = pipe.EvalSha(ctx, acquireSHA, []string{k.lock, k.fence}, tokens[j], "10000", "")
+				acq[j] = pipe.EvalSha(ctx, acquireSHA, []string{k.Lock, k.Fence}, tokens[j], "10000", "")
 			}
 			if _, err := pipe.Exec(ctx); err != nil {
 				return 0, err
 			}
 			for j, cmd := range acq {
-				f, err := acquiredFence(cmd, names[j].lock, fences[j])
+				f, err := acquiredFence(cmd, names[j].Lock, fences[j])
 				if err != nil {
 					return 0, err
 				}
 				fences[j] = f
 			}
 			for j, k := range names {
-				rel[j] = pipe.EvalSha(ctx, releaseSHA, []string{k.lock}, tokens[j])
+				rel[j] = pipe.EvalSha(ctx, releaseSHA, []string{k.Lock}, tokens[j])
 			}
 			if _, err := pipe.Exec(ctx); err != nil {
 				return 0, err
 			}
 			for j, cmd := range rel {
 				if r, err := cmd.Int64(); err != nil || r != 1 {
-					return 0, fmt.Errorf("release %s: %d %v, want 1", names[j].lock, r, err)
+					return 0, fmt.Errorf("release %s: %d %v, want 1", names[j].Lock, r, err)
 				}
 			}
 			return per, nil
@@ -407,7 +409,7 @@ func compareWindows(ctx context.Context, b *testing.B, cs []*redis.Client, windo
 // whatever has arrived as one pipeline and hand each reply back on its
 // caller's own channel: the least a coalescer serving blocking callers does,
 // a goroutine hop each way and no more. It returns the pairs done.
-func handoffWindow(b *testing.B, c *redis.Client, d time.Duration, names []keys, n int) int64 {
+func handoffWindow(b *testing.B, c *redis.Client, d time.Duration, names []lease.Keys, n int) int64 {
 	ctx := context.Background()
 	acquireSHA, releaseSHA := acquireScript.SHA(), releaseScript.SHA()
 	type call struct {
@@ -459,17 +461,17 @@ func handoffWindow(b *testing.B, c *redis.Client, d time.Duration, names []keys,
 	done, _, _ := hammer(b, len(names), d, func(i int) (int, error) {
 		r, k := &mine[i], names[i]
 		token := benchToken()
-		r.sha, r.keys, r.args = acquireSHA, []string{k.lock, k.fence}, []any{token, "10000", ""}
+		r.sha, r.keys, r.args = acquireSHA, []string{k.Lock, k.Fence}, []any{token, "10000", ""}
 		calls <- r
-		f, err := acquiredFence(<-r.done, k.lock, fences[i])
+		f, err := acquiredFence(<-r.done, k.Lock, fences[i])
 		if err != nil {
 			return 0, err
 		}
 		fences[i] = f
-		r.sha, r.keys, r.args = releaseSHA, []string{k.lock}, []any{token}
+		r.sha, r.keys, r.args = releaseSHA, []string{k.Lock}, []any{token}
 		calls <- r
 		if v, err := (<-r.done).Int64(); err != nil || v != 1 {
-			return 0, fmt.Errorf("release %s: %d %v, want 1", k.lock, v, err)
+			return 0, fmt.Errorf("release %s: %d %v, want 1", k.Lock, v, err)
 		}
 		return 1, nil
 	})
@@ -607,15 +609,15 @@ func raw3Pair(ctx context.Context, cs []*redis.Client, key string) error {
 // (with the largest fence) on every server at once, each round waiting for
 // every server, with a fresh token. Every reply is checked; each node's
 // fence must rise.
-func scripts3Pair(ctx context.Context, b *testing.B, cs []*redis.Client, k keys, prev []int64) {
+func scripts3Pair(ctx context.Context, b *testing.B, cs []*redis.Client, k lease.Keys, prev []int64) {
 	token := benchToken()
 	errs := make([]error, len(cs))
 	onAll(cs, func(i int, c *redis.Client) {
-		prev[i], errs[i] = acquiredFence(c.EvalSha(ctx, acquireScript.SHA(), []string{k.lock, k.fence}, token, "10000", ""), k.lock, prev[i])
+		prev[i], errs[i] = acquiredFence(c.EvalSha(ctx, acquireScript.SHA(), []string{k.Lock, k.Fence}, token, "10000", ""), k.Lock, prev[i])
 	})
 	fence := slices.Max(prev)
 	onAll(cs, func(i int, c *redis.Client) {
-		if n, err := c.EvalSha(ctx, redlockReleaseScript.SHA(), []string{k.lock, k.fence}, token, fence).Int64(); err != nil || n != 1 {
+		if n, err := c.EvalSha(ctx, redlockReleaseScript.SHA(), []string{k.Lock, k.Fence}, token, fence).Int64(); err != nil || n != 1 {
 			errs[i] = cmp.Or(errs[i], fmt.Errorf("release on node %d: %d %v", i, n, err))
 		}
 	})
@@ -636,7 +638,7 @@ func scripts3Pair(ctx context.Context, b *testing.B, cs []*redis.Client, k keys,
 func BenchmarkRedlockPairRatio(b *testing.B) {
 	s, rcs := redlockServers(b)
 	ctx := context.Background()
-	k := newKeys("scripts3-key")
+	k := lease.NewKeys("scripts3-key")
 	fences := make([]int64, len(rcs))
 	r, l, sp := alternate(b,
 		func() {
@@ -673,9 +675,9 @@ func BenchmarkRedlockParallel(b *testing.B) {
 	ctx := context.Background()
 	per := goroutines / idealGoroutines
 	ideal := func(g int) func() (int, error) {
-		names := make([]keys, per)
+		names := make([]lease.Keys, per)
 		for j := range names {
-			names[j] = newKeys(fmt.Sprintf("ideal3-par-%d-%d", g, j))
+			names[j] = lease.NewKeys(fmt.Sprintf("ideal3-par-%d-%d", g, j))
 		}
 		tokens := make([]string, per)
 		fences := make([][]int64, len(rcs)) // per node, per name
@@ -691,13 +693,13 @@ func BenchmarkRedlockParallel(b *testing.B) {
 			onAll(rcs, func(i int, _ *redis.Client) {
 				acq := make([]*redis.Cmd, per)
 				for j, k := range names {
-					acq[j] = pipes[i].EvalSha(ctx, acquireScript.SHA(), []string{k.lock, k.fence}, tokens[j], "10000", "")
+					acq[j] = pipes[i].EvalSha(ctx, acquireScript.SHA(), []string{k.Lock, k.Fence}, tokens[j], "10000", "")
 				}
 				if _, errs[i] = pipes[i].Exec(ctx); errs[i] != nil {
 					return
 				}
 				for j, cmd := range acq {
-					if fences[i][j], errs[i] = acquiredFence(cmd, names[j].lock, fences[i][j]); errs[i] != nil {
+					if fences[i][j], errs[i] = acquiredFence(cmd, names[j].Lock, fences[i][j]); errs[i] != nil {
 						return
 					}
 				}
@@ -709,14 +711,14 @@ func BenchmarkRedlockParallel(b *testing.B) {
 				rel := make([]*redis.Cmd, per)
 				for j, k := range names {
 					fence := max(fences[0][j], fences[1][j], fences[2][j])
-					rel[j] = pipes[i].EvalSha(ctx, redlockReleaseScript.SHA(), []string{k.lock, k.fence}, tokens[j], fence)
+					rel[j] = pipes[i].EvalSha(ctx, redlockReleaseScript.SHA(), []string{k.Lock, k.Fence}, tokens[j], fence)
 				}
 				if _, errs[i] = pipes[i].Exec(ctx); errs[i] != nil {
 					return
 				}
 				for j, cmd := range rel {
 					if n, err := cmd.Int64(); err != nil || n != 1 {
-						errs[i] = fmt.Errorf("release %s on node %d: %d %v, want 1", names[j].lock, i, n, err)
+						errs[i] = fmt.Errorf("release %s on node %d: %d %v, want 1", names[j].Lock, i, n, err)
 						return
 					}
 				}
@@ -783,7 +785,7 @@ func BenchmarkLockContended(b *testing.B) {
 	c, s := benchServer(b)
 	ctx := context.Background()
 	loadScripts(ctx, b, c)
-	k := newKeys("contended-scripts")
+	k := lease.NewKeys("contended-scripts")
 	windows := []struct {
 		name string
 		try  func() (bool, error)
@@ -808,36 +810,36 @@ func BenchmarkLockContended(b *testing.B) {
 		}},
 		{"scripts", func() (bool, error) {
 			token := benchToken()
-			r, err := c.EvalSha(ctx, acquireScript.SHA(), []string{k.lock, k.fence}, token, "10000", "").Slice()
+			r, err := c.EvalSha(ctx, acquireScript.SHA(), []string{k.Lock, k.Fence}, token, "10000", "").Slice()
 			if err != nil || len(r) == 0 || r[0] != int64(1) {
 				return false, err
 			}
-			n, err := c.EvalSha(ctx, releaseScript.SHA(), []string{k.lock}, token).Int()
+			n, err := c.EvalSha(ctx, releaseScript.SHA(), []string{k.Lock}, token).Int()
 			if err == nil && n != 1 {
-				err = fmt.Errorf("release of %s: %d, want 1", k.lock, n)
+				err = fmt.Errorf("release of %s: %d, want 1", k.Lock, n)
 			}
 			return true, err
 		}},
 	}
-	ck, held := newKeys("contended-chain"), ""
+	ck, held := lease.NewKeys("contended-chain"), ""
 	chainPipe := c.Pipeline()
 	chain := func() error {
 		var rel *redis.Cmd
 		if held != "" {
-			rel = chainPipe.EvalSha(ctx, releaseScript.SHA(), []string{ck.lock}, held)
+			rel = chainPipe.EvalSha(ctx, releaseScript.SHA(), []string{ck.Lock}, held)
 		}
 		token := benchToken()
-		acq := chainPipe.EvalSha(ctx, acquireScript.SHA(), []string{ck.lock, ck.fence}, token, "10000", "")
+		acq := chainPipe.EvalSha(ctx, acquireScript.SHA(), []string{ck.Lock, ck.Fence}, token, "10000", "")
 		if _, err := chainPipe.Exec(ctx); err != nil {
 			return err
 		}
 		if rel != nil {
 			if n, err := rel.Int(); err != nil || n != 1 {
-				return fmt.Errorf("release of %s: %d %v, want 1", ck.lock, n, err)
+				return fmt.Errorf("release of %s: %d %v, want 1", ck.Lock, n, err)
 			}
 		}
 		held = token
-		_, err := acquiredFence(acq, ck.lock, 0)
+		_, err := acquiredFence(acq, ck.Lock, 0)
 		return err
 	}
 	acq, failed := make([][]float64, len(windows)+1), make([][]float64, len(windows))

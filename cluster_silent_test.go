@@ -15,6 +15,8 @@ import (
 	"github.com/redisleader/redisleader/internal/redisserver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // Issue 35, item 2: one Redis Cluster master that stops answering
@@ -154,7 +156,7 @@ func namesPerMaster(t *testing.T, cluster *redisserver.Cluster, prefix string, n
 	for i := 0; len(out) < len(cluster.Nodes()) || !allHave(out, n); i++ {
 		require.Less(t, i, 1000, "names spread over the masters")
 		name := fmt.Sprintf("%s-%d", prefix, i)
-		owner := cluster.Owner(redisserver.Slot(newKeys(name).lock))
+		owner := cluster.Owner(redisserver.Slot(lease.NewKeys(name).Lock))
 		require.NotNil(t, owner, name)
 		if len(out[owner]) < n {
 			out[owner] = append(out[owner], name)

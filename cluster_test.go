@@ -10,6 +10,8 @@ import (
 	"github.com/redisleader/redisleader/internal/redisserver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // TestClusterLocksAcrossSlots: on a 3-master Redis Cluster, locks on names
@@ -41,9 +43,9 @@ func locksAcrossSlots(t *testing.T, cluster *redisserver.Cluster, newClient func
 	var locks []*Lock
 	for i := range 12 {
 		name := fmt.Sprintf("job-%d", i)
-		k := newKeys(name)
-		require.Equal(t, redisserver.Slot(k.lock), redisserver.Slot(k.fence), "lock and fence keys share a slot")
-		owners[cluster.Owner(redisserver.Slot(k.lock)).Addr()] = true
+		k := lease.NewKeys(name)
+		require.Equal(t, redisserver.Slot(k.Lock), redisserver.Slot(k.Fence), "lock and fence keys share a slot")
+		owners[cluster.Owner(redisserver.Slot(k.Lock)).Addr()] = true
 		l, err := a.TryLock(ctx, name)
 		require.NoError(t, err, name)
 		locks = append(locks, l)
@@ -147,11 +149,11 @@ func TestClusterFair(t *testing.T) {
 	got := make(chan *Lock, n)
 	for i := range n {
 		name := fmt.Sprintf("fair-job-%d", i)
-		k := newKeys(name)
-		for _, key := range []string{k.fence, k.queue(), k.leases()} {
-			require.Equal(t, redisserver.Slot(k.lock), redisserver.Slot(key), "%s shares the lock's slot", key)
+		k := lease.NewKeys(name)
+		for _, key := range []string{k.Fence, k.Queue(), k.Leases()} {
+			require.Equal(t, redisserver.Slot(k.Lock), redisserver.Slot(key), "%s shares the lock's slot", key)
 		}
-		owners[cluster.Owner(redisserver.Slot(k.lock)).Addr()] = true
+		owners[cluster.Owner(redisserver.Slot(k.Lock)).Addr()] = true
 		l, err := a.Lock(ctx, name)
 		require.NoError(t, err, name)
 		held = append(held, l)

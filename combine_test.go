@@ -14,6 +14,8 @@ import (
 
 	"github.com/redisleader/redisleader/internal/faultproxy"
 	"github.com/redisleader/redisleader/internal/redisserver"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // gatedSession returns a session on c, with a wireGate on c whose wire is
@@ -42,10 +44,10 @@ func TestConcurrentCallsShareOnePipeline(t *testing.T) {
 		for i, r := range results {
 			res := recvWithin(t, r, 5*time.Second, names[i])
 			require.NoError(t, res.err, names[i])
-			h, ok := parseHolder(b.get(res.l.Key()))
+			h, ok := lease.ParseHolder(b.get(res.l.Key()))
 			require.True(t, ok, names[i])
-			assert.Equal(t, res.l.token, h.token, "%s holds its own acquisition's token", names[i])
-			assert.Equal(t, res.l.Fence(), h.fence, names[i])
+			assert.Equal(t, res.l.token, h.Token, "%s holds its own acquisition's token", names[i])
+			assert.Equal(t, res.l.Fence(), h.Fence, names[i])
 			fences[res.l.Fence()] = true
 			require.NoError(t, res.l.Release(context.Background()))
 		}
@@ -60,7 +62,7 @@ func TestConcurrentCallsShareOnePipeline(t *testing.T) {
 func prefixed(names ...string) []string {
 	keys := make([]string, len(names))
 	for i, n := range names {
-		keys[i] = newKeys(n).lock
+		keys[i] = lease.NewKeys(n).Lock
 	}
 	return keys
 }
@@ -109,14 +111,14 @@ func TestCancelledCallerInABatch(t *testing.T) {
 			require.NoError(t, recvWithin(t, first, 5*time.Second, "a call held on the wire"))
 		}
 		for _, batch := range g.recorded() {
-			assert.NotContains(t, batch, newKeys("never-sent").lock, "a call cancelled in the queue was sent")
+			assert.NotContains(t, batch, lease.NewKeys("never-sent").Lock, "a call cancelled in the queue was sent")
 		}
-		assert.Empty(t, b.get(newKeys("never-sent").lock))
+		assert.Empty(t, b.get(lease.NewKeys("never-sent").Lock))
 		// The cancelled acquire ran in Redis; its token is given back (by
 		// the give-back or, if that overtook the acquire, the stale-token
 		// cleanup, which repeats until the token must have expired).
 		deadline := time.Now().Add(5 * time.Second)
-		for b.get(newKeys("mid-cancelled").lock) != "" {
+		for b.get(lease.NewKeys("mid-cancelled").Lock) != "" {
 			require.False(t, time.Now().After(deadline), "the cancelled acquisition's token stayed in Redis")
 			runtimeYield()
 		}
@@ -144,7 +146,7 @@ func TestReleaseIsNotQueued(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		require.NoError(t, locks[0].Release(ctx), "Release while the wire is full")
-		assert.Empty(t, b.get(newKeys("release-now").lock), "the released name is still taken")
+		assert.Empty(t, b.get(lease.NewKeys("release-now").Lock), "the released name is still taken")
 		err := recvWithin(t, read, 5*time.Second, "the queued Leader read of the released name, with the wire full")
 		require.ErrorIs(t, err, ErrNoLeader, "read right behind the release")
 		for i, ch := range tries {
@@ -167,7 +169,7 @@ func TestReleasePipelineGivenUp(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
 		s, h, locks, read, freeWire := fullWire(t, b, "given-up")
-		pipe := h.rule(locks[0].keys.lock, true)
+		pipe := h.rule(locks[0].keys.Lock, true)
 		freePipe := freeing(t, pipe)
 
 		rctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
@@ -195,7 +197,7 @@ func TestCancelledReleaseTakesNothingAlong(t *testing.T) {
 		cancel()
 		assert.ErrorIs(t, locks[0].Release(ctx), context.Canceled)
 		assert.Equal(t, 1, s.queued(), "the read was taken along")
-		assert.Contains(t, b.get(locks[0].keys.lock), locks[0].token, "the cancelled release reached Redis")
+		assert.Contains(t, b.get(locks[0].keys.Lock), locks[0].token, "the cancelled release reached Redis")
 		freeWire()
 		require.NoError(t, recvWithin(t, read, 5*time.Second, "the queued read"), "the name is still held")
 	})
@@ -217,7 +219,7 @@ func TestQueuedCallSentWhenASlotFrees(t *testing.T) {
 		freeing(t, slots[1])
 		reads := leaderAll(t, s, "slot")
 		waitQueued(t, s, 1)
-		pipe := h.rule(l.keys.lock, true)
+		pipe := h.rule(l.keys.Lock, true)
 		freePipe := freeing(t, pipe)
 		released := make(chan error, 1)
 		go func() { released <- l.Release(ctx) }()
@@ -245,7 +247,7 @@ func TestCloseWaitsForAReleasePipeline(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
 		s, h, locks, read, freeWire := fullWire(t, b, "close-pipe")
-		pipe := h.rule(locks[0].keys.lock, true)
+		pipe := h.rule(locks[0].keys.Lock, true)
 		freePipe := freeing(t, pipe)
 		released := make(chan error, 1)
 		go func() { released <- locks[0].Release(ctx) }()
@@ -296,16 +298,16 @@ func TestLostRepliesOfABatch(t *testing.T) {
 	for i, ch := range locks {
 		r := recvWithin(t, ch, 5*time.Second, names[i])
 		require.NoError(t, r.err, "%s: Lock retries with its token and finds the key its own", names[i])
-		h, ok := parseHolder(c.Get(context.Background(), r.l.Key()).Val())
+		h, ok := lease.ParseHolder(c.Get(context.Background(), r.l.Key()).Val())
 		require.True(t, ok)
-		assert.Equal(t, r.l.token, h.token)
-		assert.Equal(t, r.l.Fence(), h.fence, "one fence for one acquisition")
+		assert.Equal(t, r.l.token, h.Token)
+		assert.Equal(t, r.l.Fence(), h.Fence, "one fence for one acquisition")
 		require.NoError(t, r.l.Release(context.Background()))
 	}
 	assert.Zero(t, drop.Load(), "the batch's replies were dropped")
 	require.NoError(t, s.Close(context.Background()))
 	deadline := time.Now().Add(5 * time.Second)
-	for c.Exists(context.Background(), newKeys("lost-try").lock).Val() != 0 {
+	for c.Exists(context.Background(), lease.NewKeys("lost-try").Lock).Val() != 0 {
 		require.False(t, time.Now().After(deadline), "the TryLock's token stayed in Redis")
 		runtimeYield()
 	}
@@ -345,7 +347,7 @@ func TestBatchAcrossClusterSlots(t *testing.T) {
 	owners := map[*redisserver.Server][]string{}
 	for i := 0; len(owners) < 3 || len(names) < 6; i++ {
 		name := fmt.Sprintf("slots-%d", i)
-		owner := cl.Owner(redisserver.Slot(newKeys(name).lock))
+		owner := cl.Owner(redisserver.Slot(lease.NewKeys(name).Lock))
 		owners[owner] = append(owners[owner], name)
 		names = append(names, name)
 	}
@@ -360,10 +362,10 @@ func TestBatchAcrossClusterSlots(t *testing.T) {
 		require.NoError(t, res.err, names[i])
 		owner := cl.Owner(redisserver.Slot(res.l.Key()))
 		direct := redis.NewClient(&redis.Options{Addr: owner.Addr()})
-		h, ok := parseHolder(direct.Get(context.Background(), res.l.Key()).Val())
+		h, ok := lease.ParseHolder(direct.Get(context.Background(), res.l.Key()).Val())
 		_ = direct.Close()
 		require.True(t, ok, "%s is on its slot's owner", names[i])
-		assert.Equal(t, res.l.token, h.token)
+		assert.Equal(t, res.l.token, h.Token)
 		require.NoError(t, res.l.Release(context.Background()))
 	}
 	ownerOf := map[string]*redisserver.Server{}
@@ -406,7 +408,7 @@ func TestCloseWithABatchInFlight(t *testing.T) {
 		for i, r := range results {
 			res := recvWithin(t, r, 5*time.Second, names[i])
 			assert.ErrorIs(t, res.err, ErrSessionClosed, names[i])
-			assert.Empty(t, b.get(newKeys(names[i]).lock), "%s was given back before Close returned", names[i])
+			assert.Empty(t, b.get(lease.NewKeys(names[i]).Lock), "%s was given back before Close returned", names[i])
 		}
 		checkNoLeaks(t)
 	})
@@ -505,7 +507,7 @@ func TestLockRetryWaitsForItsGivenUpAttempt(t *testing.T) {
 			WithCallTimeout(call), WithRetryInterval(20*time.Millisecond))
 
 		slots, wired := holdWire(t, s, h, "phantom")
-		key := newKeys("review-phantom").lock
+		key := lease.NewKeys("review-phantom").Lock
 		batch := h.rule(key, true) // the batch that carries the Lock's first attempt
 
 		start := time.Now()
@@ -549,8 +551,8 @@ func TestLockRetryWaitsForItsGivenUpAttempt(t *testing.T) {
 			runtimeYield()
 		}
 		if v := b.get(key); v != "" {
-			hld, _ := parseHolder(v)
-			t.Errorf("after Release, %s holds the released lock's token (%v) again: a phantom lock until its TTL ends", key, hld.token == res.l.token)
+			hld, _ := lease.ParseHolder(v)
+			t.Errorf("after Release, %s holds the released lock's token (%v) again: a phantom lock until its TTL ends", key, hld.Token == res.l.token)
 			s2 := newSession(t, b.client)
 			_, err := s2.TryLock(context.Background(), "review-phantom")
 			assert.NoError(t, err, "another session cannot take the released name")
@@ -577,7 +579,7 @@ func TestCloseWaitsForAGivenUpBatchedAcquire(t *testing.T) {
 		})
 
 		slots, wired := holdWire(t, s, h, "closing")
-		key := newKeys("review-abandoned").lock
+		key := lease.NewKeys("review-abandoned").Lock
 		batch := h.rule(key, true)
 		ctx, cancel := context.WithCancel(context.Background())
 		try := tryAll([]context.Context{ctx}, s, []string{"review-abandoned"})[0]
@@ -618,7 +620,7 @@ func TestEveryGivenUpCallHoldsItsKey(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
 		s, h := holdSession(t, b)
-		key := newKeys("settle").lock
+		key := lease.NewKeys("settle").Lock
 		firstBatch, secondBatch := h.rule(key, true), h.rule(key, true)
 		freeFirst, freeSecond := freeing(t, firstBatch), freeing(t, secondBatch)
 		slots, wired := holdWire(t, s, h, "settle")
@@ -681,7 +683,7 @@ func TestGiveBackLandsBeforeTheNextAttempt(t *testing.T) {
 	wired := make(chan error, maxOnWire)
 	for i := range maxOnWire {
 		name := fmt.Sprintf("acks-wire-%d", i)
-		r := h.rule(newKeys(name).lock, true)
+		r := h.rule(lease.NewKeys(name).Lock, true)
 		slots[i] = r
 		e, err := s.Election(name)
 		require.NoError(t, err)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // An Election is a named leadership contest: a lock whose holder publishes a
@@ -13,7 +15,7 @@ import (
 // for concurrent use; every Campaign is a separate acquisition.
 type Election struct {
 	s    *Session
-	keys keys
+	keys lease.Keys
 }
 
 // Leader describes who leads an election.
@@ -32,7 +34,7 @@ type Leader struct {
 // A bad name returns an error matching ErrInvalid (the naming rule is in the
 // package documentation).
 func (s *Session) Election(name string) (*Election, error) {
-	k, err := keysOf(name)
+	k, err := lease.KeysOf(name)
 	if err != nil {
 		return nil, err
 	}
@@ -40,7 +42,7 @@ func (s *Session) Election(name string) (*Election, error) {
 }
 
 // Name returns the election's name.
-func (e *Election) Name() string { return e.keys.name }
+func (e *Election) Name() string { return e.keys.Name }
 
 // Campaign blocks until this candidate leads, and returns its leadership as a
 // Lock: Done is closed when leadership ends and Err says why, Fence is the
@@ -55,7 +57,7 @@ func (e *Election) Name() string { return e.keys.name }
 // won does not yield by itself (Run does), but its release hands the name
 // to a better candidate.
 func (e *Election) Campaign(ctx context.Context, value string, opts ...CampaignOption) (*Lock, error) {
-	if err := checkValue(value); err != nil {
+	if err := lease.CheckValue(value); err != nil {
 		return nil, err
 	}
 	c, err := e.s.candidacyOf(e.keys, value, opts)
@@ -73,7 +75,7 @@ func (e *Election) Campaign(ctx context.Context, value string, opts ...CampaignO
 // the last case the key is released with this attempt's token in case the
 // attempt took effect.
 func (e *Election) TryCampaign(ctx context.Context, value string) (*Lock, error) {
-	if err := checkValue(value); err != nil {
+	if err := lease.CheckValue(value); err != nil {
 		return nil, err
 	}
 	return e.s.acquire(ctx, e.keys, value, tryOnce, nil)
@@ -88,9 +90,9 @@ func (e *Election) TryCampaign(ctx context.Context, value string) (*Lock, error)
 // writes nothing and returns nil, as etcd's does, once a resigned term's
 // delete is done. It does not stop a Campaign or Run still campaigning.
 func (e *Election) Resign(ctx context.Context) error {
-	l := e.s.leading(e.keys.name)
+	l := e.s.leading(e.keys.Name)
 	if l == nil {
-		l = e.s.resignedTerm(e.keys.name)
+		l = e.s.resignedTerm(e.keys.Name)
 	}
 	if l == nil {
 		return nil
@@ -111,7 +113,7 @@ func (e *Election) Resign(ctx context.Context) error {
 // Proclaim overwrites one that returned nil (proclaimScript). Proclaim does
 // not wait for replicas: after a failover the former value may come back.
 func (e *Election) Proclaim(ctx context.Context, value string) error {
-	if err := checkValue(value); err != nil {
+	if err := lease.CheckValue(value); err != nil {
 		return err
 	}
 	l, err := e.leadership("proclaim", proclaiming)
@@ -131,9 +133,9 @@ func (e *Election) leadership(op string, f feature) (*Lock, error) {
 	if err := e.s.Err(); err != nil {
 		return nil, err
 	}
-	l := e.s.leading(e.keys.name)
+	l := e.s.leading(e.keys.Name)
 	if l == nil {
-		return nil, fmt.Errorf("redisleader: %s %q: %w", op, e.keys.name, ErrNotLeader)
+		return nil, fmt.Errorf("redisleader: %s %q: %w", op, e.keys.Name, ErrNotLeader)
 	}
 	return l, nil
 }
@@ -178,22 +180,22 @@ func (l *Lock) proclaim(ctx context.Context, value string) error {
 	case turn <- struct{}{}:
 		defer func() { <-turn }()
 	case <-ctx.Done():
-		return fmt.Errorf("redisleader: proclaim %q: %w", l.keys.name, ctx.Err())
+		return fmt.Errorf("redisleader: proclaim %q: %w", l.keys.Name, ctx.Err())
 	}
 	deadline, ok := l.liveDeadline(time.Now())
 	if !ok {
-		return fmt.Errorf("redisleader: proclaim %q: %w", l.keys.name, ErrNotLeader)
+		return fmt.Errorf("redisleader: proclaim %q: %w", l.keys.Name, ErrNotLeader)
 	}
 	lead.seq++
 	stored, err := l.s.place.proclaim(ctx, l, lead.seq, value, deadline)
 	switch {
 	case errors.Is(err, errSuperseded):
-		return fmt.Errorf("redisleader: proclaim %q: %w", l.keys.name, err)
+		return fmt.Errorf("redisleader: proclaim %q: %w", l.keys.Name, err)
 	case err != nil:
-		return fmt.Errorf("redisleader: proclaim %q (the stored value may be the former one or the new one): %w", l.keys.name, err)
+		return fmt.Errorf("redisleader: proclaim %q (the stored value may be the former one or the new one): %w", l.keys.Name, err)
 	case !stored:
 		l.lose(ErrNotOwner)
-		return fmt.Errorf("redisleader: proclaim %q: %w: %w", l.keys.name, ErrNotLeader, ErrNotOwner)
+		return fmt.Errorf("redisleader: proclaim %q: %w: %w", l.keys.Name, ErrNotLeader, ErrNotOwner)
 	}
 	l.mu.Lock()
 	l.value = value

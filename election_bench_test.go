@@ -14,6 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader/internal/redisserver"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // Election benchmarks run on a private redis-server and report latency
@@ -71,17 +73,17 @@ var rawResign = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then r
 // scriptsPush is the library's push with no library: its acquire and
 // release scripts (the release publishes on the name's channel), by
 // EVALSHA; what is left of a handover once the library's own work is gone.
-func scriptsPush(k keys) push {
+func scriptsPush(k lease.Keys) push {
 	return push{
-		ch: k.channel(),
+		ch: k.Channel(),
 		take: func(ctx context.Context, c *redis.Client, token string) (bool, error) {
-			r, err := c.EvalSha(ctx, acquireScript.SHA(), []string{k.lock, k.fence}, token, "10000", "").Slice()
+			r, err := c.EvalSha(ctx, acquireScript.SHA(), []string{k.Lock, k.Fence}, token, "10000", "").Slice()
 			return err == nil && len(r) == 3 && r[0] == int64(1), err
 		},
 		resign: func(ctx context.Context, c *redis.Client, token string) error {
-			n, err := c.EvalSha(ctx, releaseScript.SHA(), []string{k.lock}, token).Int()
+			n, err := c.EvalSha(ctx, releaseScript.SHA(), []string{k.Lock}, token).Int()
 			if err == nil && n != 1 {
-				err = fmt.Errorf("release of %s: %d, want 1", k.lock, n)
+				err = fmt.Errorf("release of %s: %d, want 1", k.Lock, n)
 			}
 			return err
 		},
@@ -92,18 +94,18 @@ func scriptsPush(k keys) push {
 // queues the follower (member "push.<token>", so its wake-ups come on k's
 // wake-up channel of session "push"), and fairReleaseScript, which wakes
 // the head waiter there.
-func fairScriptsPush(k keys) push {
+func fairScriptsPush(k lease.Keys) push {
 	return push{
-		ch: k.wakeChannel("push"),
+		ch: k.WakeChannel("push"),
 		take: func(ctx context.Context, c *redis.Client, token string) (bool, error) {
-			r, err := c.EvalSha(ctx, fairAcquireScript.SHA(), []string{k.lock, k.fence, k.queue(), k.leases()},
+			r, err := c.EvalSha(ctx, fairAcquireScript.SHA(), []string{k.Lock, k.Fence, k.Queue(), k.Leases()},
 				token, "10000", "", "push."+token, "1").Slice()
 			return err == nil && len(r) >= 2 && r[0] == int64(1), err
 		},
 		resign: func(ctx context.Context, c *redis.Client, token string) error {
-			n, err := c.EvalSha(ctx, fairReleaseScript.SHA(), []string{k.lock, k.queue(), k.leases()}, token).Int()
+			n, err := c.EvalSha(ctx, fairReleaseScript.SHA(), []string{k.Lock, k.Queue(), k.Leases()}, token).Int()
 			if err == nil && n != 1 {
-				err = fmt.Errorf("release of %s: %d, want 1", k.lock, n)
+				err = fmt.Errorf("release of %s: %d, want 1", k.Lock, n)
 			}
 			return err
 		},
@@ -167,9 +169,9 @@ func (p push) handover(b *testing.B, c *redis.Client) time.Duration {
 // wakes the head waiter with a message addressed to it (fair.go) where the
 // floor's PUBLISH wakes its one subscriber: the same floor serves both.
 func BenchmarkHandover(b *testing.B) {
-	b.Run("default", func(b *testing.B) { benchLibHandover(b, scriptsPush(newKeys("scripts-lead"))) })
+	b.Run("default", func(b *testing.B) { benchLibHandover(b, scriptsPush(lease.NewKeys("scripts-lead"))) })
 	b.Run("fair", func(b *testing.B) {
-		benchLibHandover(b, fairScriptsPush(newKeys("scripts-lead")), WithFairness())
+		benchLibHandover(b, fairScriptsPush(lease.NewKeys("scripts-lead")), WithFairness())
 	})
 }
 

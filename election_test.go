@@ -15,6 +15,8 @@ import (
 	"github.com/redisleader/redisleader/internal/redisserver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 func TestElectionRejectsBadInput(t *testing.T) {
@@ -88,7 +90,7 @@ func TestLeader(t *testing.T) {
 		require.NoError(t, lead.Release(ctx))
 		_, err = e.Leader(ctx)
 		assert.ErrorIs(t, err, ErrNoLeader)
-		b.set(e.keys.lock, "garbage")
+		b.set(e.keys.Lock, "garbage")
 		_, err = e.Leader(ctx)
 		assert.ErrorContains(t, err, "holds a value this package did not write")
 	})
@@ -134,9 +136,9 @@ func TestCampaignEndsWithSessionOrContext(t *testing.T) {
 			cancel()
 			assert.ErrorIs(t, recvWithin(t, errc, time.Second, "Campaign did not return when ctx was cancelled"), context.Canceled)
 		})
-		h, ok := parseHolder(b.get(leader.Key()))
+		h, ok := lease.ParseHolder(b.get(leader.Key()))
 		require.True(t, ok)
-		assert.Equal(t, leader.token, h.token, "waiters that gave up left the leader's key alone")
+		assert.Equal(t, leader.token, h.Token, "waiters that gave up left the leader's key alone")
 		assert.True(t, leader.Held())
 		checkNoLeaksExcept(t, 2) // the leader's session and the backend's own
 	})
@@ -431,7 +433,7 @@ func TestProclaim(t *testing.T) {
 		stored := b.get(lead.Key())
 		sent := hook.n.Load()
 		assert.ErrorIs(t, f.Proclaim(ctx, "host-f:1"), ErrNotLeader)
-		assert.ErrorIs(t, f.Proclaim(ctx, strings.Repeat("v", maxValueLen+1)), ErrInvalid)
+		assert.ErrorIs(t, f.Proclaim(ctx, strings.Repeat("v", lease.MaxValueLen+1)), ErrInvalid)
 		assert.Equal(t, sent, hook.n.Load(), "a follower's Proclaim sent commands")
 		assert.Equal(t, stored, b.get(lead.Key()))
 
@@ -513,7 +515,7 @@ func TestProclaimErrorsWriteNothing(t *testing.T) {
 	setUser(t, admin, "proclaimer", "resetchannels")
 	err = e.Proclaim(ctx, "b")
 	assert.True(t, permanent(err), "%v", err)
-	assert.ErrorContains(t, err, "permission denied for PUBLISH "+lead.keys.channel())
+	assert.ErrorContains(t, err, "permission denied for PUBLISH "+lead.keys.Channel())
 	assert.Equal(t, stored, admin.Get(ctx, lead.Key()).Val())
 	assert.Equal(t, "a", lead.Value())
 

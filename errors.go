@@ -73,8 +73,8 @@ func invalidf(format string, args ...any) error { return lease.Invalidf(format, 
 // foreignValue is the error for a lock key that holds data this package did
 // not write. It is permanent: a blocking acquire returns it rather than wait
 // for a lease that is not one.
-func foreignValue(k keys) error {
-	return &wire.ScriptError{Msg: fmt.Sprintf("ERR redisleader: key %s holds a value this package did not write; it was left unchanged", k.lock)}
+func foreignValue(k lease.Keys) error {
+	return &wire.ScriptError{Msg: fmt.Sprintf("ERR redisleader: key %s holds a value this package did not write; it was left unchanged", k.Lock)}
 }
 
 // replied reports whether err is Redis's reply (the command ran, or was

@@ -67,7 +67,7 @@ func (w *waiter) accept() func(payload string) bool {
 // its attempts (and their tokens).
 type waiter struct {
 	id   string
-	keys keys
+	keys lease.Keys
 	args lease.Fair // its place's arguments, boxed once
 	// argv is the buffer of fairAcquireScript's argument vector; only the
 	// acquiring goroutine uses it.
@@ -77,9 +77,9 @@ type waiter struct {
 
 // newWaiter prepares a fair acquisition of k. join: it waits in the queue
 // when it cannot take the lock at once.
-func (s *Session) newWaiter(k keys, join bool) *waiter {
+func (s *Session) newWaiter(k lease.Keys, join bool) *waiter {
 	w := &waiter{id: s.id + "." + strconv.FormatUint(s.waiterSeq.Add(1), 10), keys: k}
-	w.args = lease.NewFair(k.lease(), w.id, join)
+	w.args = lease.NewFair(k, w.id, join)
 	return w
 }
 
@@ -95,7 +95,7 @@ func (w *waiter) release(l *Lock, heir string) wire.Call {
 	if heir != "" {
 		return l.handOffCall(heir, "")
 	}
-	return wire.Call{Script: fairReleaseScript, Argv: l.args.FairRelease(l.keys.lease())}
+	return wire.Call{Script: fairReleaseScript, Argv: l.args.FairRelease(l.keys)}
 }
 
 // addWaiter registers w as queued, so that the session wakes it when it
@@ -129,6 +129,6 @@ func (a *acquisition) leave(ctx context.Context) {
 	s, w := a.s, a.w
 	s.dropWaiter(w)
 	s.bestEffortCleanup(ctx, func(ctx context.Context) {
-		_ = s.wire.Combiner().Call(ctx, time.Time{}, leaveScript, w.args.Leave(w.keys.lock, s.ttlArg))
+		_ = s.wire.Combiner().Call(ctx, time.Time{}, leaveScript, w.args.Leave(w.keys.Lock, s.ttlArg))
 	})
 }

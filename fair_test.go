@@ -19,6 +19,8 @@ import (
 	"github.com/redisleader/redisleader/internal/redisserver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // fairWaiting takes the name prefix-<backend> with a fair session (holder)
@@ -65,7 +67,7 @@ func TestFairOrder(t *testing.T) {
 			// The next waiter starts only once this one is in the queue.
 			recvWithin(t, locked, 5*time.Second, fmt.Sprintf("waiter %d queued", i))
 		}
-		n0, err := b.client.ZCard(ctx, first.keys.queue()).Result()
+		n0, err := b.client.ZCard(ctx, first.keys.Queue()).Result()
 		require.NoError(t, err)
 		require.EqualValues(t, n, n0, "every waiter has a place")
 
@@ -80,7 +82,7 @@ func TestFairOrder(t *testing.T) {
 			want[i] = i
 		}
 		assert.Equal(t, want, order, "served in arrival order")
-		left, err := b.client.Exists(ctx, first.keys.queue(), first.keys.leases()).Result()
+		left, err := b.client.Exists(ctx, first.keys.Queue(), first.keys.Leases()).Result()
 		require.NoError(t, err)
 		assert.Zero(t, left, "the queue keys are gone with the last waiter")
 	})
@@ -143,7 +145,7 @@ func TestFairLeave(t *testing.T) {
 				done <- err
 			}()
 			recvWithin(t, locked, 5*time.Second, how+": waiter queued")
-			members, err := b.client.ZRange(ctx, k.queue(), 0, -1).Result()
+			members, err := b.client.ZRange(ctx, k.Queue(), 0, -1).Result()
 			require.NoError(t, err)
 			require.Len(t, members, 1, how)
 			if how == "ctx" {
@@ -156,23 +158,23 @@ func TestFairLeave(t *testing.T) {
 			cancel()
 			// With ctx, the leave runs in the background: its tombstone shows when it is done.
 			require.Eventually(t, func() bool {
-				n, _ := b.client.ZCount(ctx, k.leases(), "-inf", "(0").Result()
+				n, _ := b.client.ZCount(ctx, k.Leases(), "-inf", "(0").Result()
 				return n == 1
 			}, 5*time.Second, time.Millisecond, how+": a tombstone")
-			n, err := b.client.Exists(ctx, k.queue()).Result()
+			n, err := b.client.Exists(ctx, k.Queue()).Result()
 			require.NoError(t, err)
 			assert.Zero(t, n, how+": the queue is empty")
 
 			// A late attempt of the waiter that left: nothing queued.
-			argv := []any{nil, nil, 4, k.lock, k.fence, k.queue(), k.leases(), "late-token", l.s.ttlArg, "", members[0], "1"}
+			argv := []any{nil, nil, 4, k.Lock, k.Fence, k.Queue(), k.Leases(), "late-token", l.s.ttlArg, "", members[0], "1"}
 			res, err := fairAcquireScript.Run(ctx, b.client, argv).Slice()
 			require.NoError(t, err)
 			assert.EqualValues(t, -2, res[3], how+": the late attempt knows it left")
-			n, err = b.client.Exists(ctx, k.queue()).Result()
+			n, err = b.client.Exists(ctx, k.Queue()).Result()
 			require.NoError(t, err)
 			assert.Zero(t, n, how+": the late attempt queued nothing")
 			_ = w.Close(ctx)
-			b.client.Del(ctx, k.leases())
+			b.client.Del(ctx, k.Leases())
 		}
 		require.NoError(t, l.Release(ctx))
 	})
@@ -579,19 +581,19 @@ func TestFairOwnWaiterEndsWhenItsSessionTakesTheName(t *testing.T) {
 func TestFairTombstoneOutlivesShortTTLs(t *testing.T) {
 	m, c := newMini(t)
 	ctx := context.Background()
-	k := newKeys("review-tomb")
-	q, ls := k.queue(), k.leases()
+	k := lease.NewKeys("review-tomb")
+	q, ls := k.Queue(), k.Leases()
 	// A holder, so that joins queue.
-	require.NoError(t, c.Set(ctx, k.lock, "holder\n1\n", 0).Err())
+	require.NoError(t, c.Set(ctx, k.Lock, "holder\n1\n", 0).Err())
 
 	join := func(member string, ttl int) []any {
-		argv := []any{nil, nil, 4, k.lock, k.fence, q, ls, "tok-" + member, ttl, "", member, "1"}
+		argv := []any{nil, nil, 4, k.Lock, k.Fence, q, ls, "tok-" + member, ttl, "", member, "1"}
 		res, err := fairAcquireScript.Run(ctx, c, argv).Slice()
 		require.NoError(t, err)
 		return res
 	}
 	join("LONG.1", 30000)
-	require.NoError(t, leaveScript.Run(ctx, c, []any{nil, nil, 3, k.lock, q, ls, "LONG.1", 30000}).Err())
+	require.NoError(t, leaveScript.Run(ctx, c, []any{nil, nil, 3, k.Lock, q, ls, "LONG.1", 30000}).Err())
 	join("SHORT.1", 1000) // a waiter of a session with a 1s TTL
 
 	pttl, err := c.PTTL(ctx, ls).Result()
@@ -618,7 +620,7 @@ func TestFairHearsAnOlderReleasesWakeUp(t *testing.T) {
 		k := holder.keys
 		require.NoError(t, b.client.Eval(ctx, `redis.call('PUBLISH', KEYS[1]..':ch', 'R')
 redis.call('PUBLISH', KEYS[2], 'W')
-return redis.call('DEL', KEYS[1])`, []string{k.lock, k.wakeChannel(s.id)}).Err())
+return redis.call('DEL', KEYS[1])`, []string{k.Lock, k.WakeChannel(s.id)}).Err())
 		start := time.Now()
 		require.NoError(t, recvWithin(t, got, 5*time.Second, "the waiter leads"))
 		assert.Less(t, time.Since(start), time.Second, "the head slept through an older release's wake-up")

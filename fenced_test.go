@@ -17,6 +17,8 @@ import (
 	"github.com/redisleader/redisleader/internal/redisserver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // fencedState reads a fenced key: its value (ok false when it has none) and
@@ -608,7 +610,7 @@ func TestFencesAfterFailoverBehindTheClock(t *testing.T) {
 		const name = "failover-fences"
 		old := time.Now().Add(time.Hour).UnixMicro() // the old owner's fence, ahead of this server's clock
 		require.NoError(t, FencedSet(ctx, b.client, "acct", "old owner", old))
-		b.set(newKeys(name).fence, fmt.Sprint(old-10)) // the promoted replica lacks the last fence writes
+		b.set(lease.NewKeys(name).Fence, fmt.Sprint(old-10)) // the promoted replica lacks the last fence writes
 
 		for i := 1; i <= 10; i++ {
 			l, err := s.TryLock(ctx, name)

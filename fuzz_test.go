@@ -15,6 +15,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // Fuzz targets for everything this package parses from Redis or takes from
@@ -36,29 +38,29 @@ func FuzzParseHolder(f *testing.F) {
 	f.Add("tok\nno-newline-after-the-fence", "tok", int64(0), "")
 	f.Add("", "", int64(0), "")
 	f.Fuzz(func(t *testing.T, stored, token string, fence int64, value string) {
-		h, ok := parseHolder(stored)
+		h, ok := lease.ParseHolder(stored)
 		parts := strings.SplitN(stored, "\n", 3)
 		_, perr := strconv.ParseInt(safeIndex(parts, 1), 10, 64)
 		if want := len(parts) == 3 && perr == nil; ok != want {
 			t.Fatalf("parseHolder(%q) ok = %v, want %v", stored, ok, want)
 		}
 		if ok {
-			if strings.Contains(h.token, "\n") {
-				t.Fatalf("token %q contains a newline", h.token)
+			if strings.Contains(h.Token, "\n") {
+				t.Fatalf("token %q contains a newline", h.Token)
 			}
-			if back := h.token + "\n" + parts[1] + "\n" + h.value; back != stored {
+			if back := h.Token + "\n" + parts[1] + "\n" + h.Value; back != stored {
 				t.Fatalf("parts of %q put back give %q", stored, back)
 			}
-			if n, _ := strconv.ParseInt(parts[1], 10, 64); n != h.fence {
-				t.Fatalf("fence of %q = %d, want %d", stored, h.fence, n)
+			if n, _ := strconv.ParseInt(parts[1], 10, 64); n != h.Fence {
+				t.Fatalf("fence of %q = %d, want %d", stored, h.Fence, n)
 			}
-		} else if h != (holder{}) {
+		} else if h != (lease.Holder{}) {
 			t.Fatalf("parseHolder(%q) failed but returned %+v", stored, h)
 		}
 		// What the acquire script writes reads back as written.
 		token = strings.ReplaceAll(token, "\n", "")
 		written := token + "\n" + strconv.FormatInt(fence, 10) + "\n" + value
-		if got, ok := parseHolder(written); !ok || got != (holder{token, fence, value}) {
+		if got, ok := lease.ParseHolder(written); !ok || got != (lease.Holder{Token: token, Fence: fence, Value: value}) {
 			t.Fatalf("parseHolder(%q) = %+v, %v; want %q %d %q", written, got, ok, token, fence, value)
 		}
 	})
@@ -110,7 +112,7 @@ func FuzzAcquireReply(f *testing.F) {
 	f.Add(uint8(5), int64(1), int64(0), "")
 	f.Fuzz(func(t *testing.T, shape uint8, n1, n2 int64, s string) {
 		res, _ := replyShape(shape, n1, n2, s).([]any)
-		l := &Lock{keys: newKeys("fuzz")}
+		l := &Lock{keys: lease.NewKeys("fuzz")}
 		r := l.acquireReply(res, nil)
 		if len(res) < 2 {
 			// Not a reply the script gives: an error that repeats none of it.
@@ -129,14 +131,14 @@ func FuzzAcquireReply(f *testing.F) {
 		}
 		var want int64
 		if stored, ok := res[1].(string); ok {
-			h, ok := parseHolder(stored)
+			h, ok := lease.ParseHolder(stored)
 			if !ok { // data this package did not write: permanent, and never quoted
 				if !permanent(r.err) || errors.Is(r.err, ErrLocked) || (len(stored) > 8 && strings.Contains(r.err.Error(), stored)) {
 					t.Fatalf("foreign value %q: err %v, want a permanent error that does not quote it", stored, r.err)
 				}
 				return
 			}
-			want = h.fence
+			want = h.Fence
 		}
 		if !errors.Is(r.err, ErrLocked) {
 			t.Fatalf("reply %v: err %v, want ErrLocked", res, r.err)
@@ -277,16 +279,16 @@ func oneLine(t *testing.T, msg string) {
 // gives its length, never its content.
 func FuzzNameAndValue(f *testing.F) {
 	f.Add("scheduler", "host-a:8080", uint16(0))
-	f.Add("", "", uint16(maxValueLen/2))
-	f.Add("a{b}", "v", uint16(maxValueLen/2+1))
+	f.Add("", "", uint16(lease.MaxValueLen/2))
+	f.Add("a{b}", "v", uint16(lease.MaxValueLen/2+1))
 	f.Add("job\nlevel=ERROR", "\x00", uint16(1))
 	f.Add("\xff\xfe", "v", uint16(0xffff))
 	f.Add("\u2028name\u0085", "v", uint16(7))
-	f.Add(strings.Repeat("n", maxNameLen+1), "v", uint16(0))
-	long := strings.Repeat("x", 2*maxValueLen)
+	f.Add(strings.Repeat("n", lease.MaxNameLen+1), "v", uint16(0))
+	long := strings.Repeat("x", 2*lease.MaxValueLen)
 	f.Fuzz(func(t *testing.T, name, value string, halfLen uint16) {
-		err := checkName(name)
-		valid := name != "" && len(name) <= maxNameLen && !strings.ContainsAny(name, "{}") &&
+		err := lease.CheckName(name)
+		valid := name != "" && len(name) <= lease.MaxNameLen && !strings.ContainsAny(name, "{}") &&
 			utf8.ValidString(name) && strings.IndexFunc(name, unicode.IsControl) < 0
 		if (err == nil) != valid {
 			t.Fatalf("checkName(%q) = %v", name, err)
@@ -297,8 +299,8 @@ func FuzzNameAndValue(f *testing.F) {
 			}
 			oneLine(t, err.Error())
 		} else {
-			k := newKeys(name)
-			for _, key := range []string{k.lock, k.fence, k.channel()} {
+			k := lease.NewKeys(name)
+			for _, key := range []string{k.Lock, k.Fence, k.Channel()} {
 				open := strings.IndexByte(key, '{')
 				end := strings.IndexByte(key[open:], '}')
 				if open < 0 || end < 0 || key[open+1:open+end] != name {
@@ -307,12 +309,12 @@ func FuzzNameAndValue(f *testing.F) {
 			}
 		}
 		for _, v := range []string{value, long[:2*int(halfLen)]} {
-			err = checkValue(v)
-			if (err == nil) != (len(v) <= maxValueLen) {
+			err = lease.CheckValue(v)
+			if (err == nil) != (len(v) <= lease.MaxValueLen) {
 				t.Fatalf("checkValue(%d bytes) = %v", len(v), err)
 			}
 			if err != nil {
-				want := fmt.Sprintf("redisleader: value is %d bytes long; it must be at most %d", len(v), maxValueLen)
+				want := fmt.Sprintf("redisleader: value is %d bytes long; it must be at most %d", len(v), lease.MaxValueLen)
 				if !errors.Is(err, ErrInvalid) || err.Error() != want {
 					t.Fatalf("checkValue: %v", err)
 				}

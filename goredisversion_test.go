@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // TestGoRedisPubSubBug: the go-redis versions whose RESP3 pub/sub reader
@@ -85,7 +87,7 @@ func TestWarnGoRedisOncePerProcess(t *testing.T) {
 // channel of a one-byte name, with an empty payload) is longer than what
 // go-redis 9.20.1–9.21.x waits for.
 func TestSessionPushFramesOutgrowGoRedisPeek(t *testing.T) {
-	ch := newKeys("a").channel()
+	ch := lease.NewKeys("a").Channel()
 	bulk := func(s string) string { return fmt.Sprintf("$%d\r\n%s\r\n", len(s), s) }
 	for _, frame := range []string{
 		">3\r\n" + bulk("message") + bulk(ch) + bulk(""),

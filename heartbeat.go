@@ -56,17 +56,6 @@ func newHeartbeatState(interval time.Duration, cancel context.CancelFunc) heartb
 	}
 }
 
-// wake kicks the heartbeat if it is idle. Session.mu must be held.
-func (h *heartbeatState) wake() {
-	if h.idle {
-		h.idle = false
-		select {
-		case h.kick <- struct{}{}:
-		default:
-		}
-	}
-}
-
 // A round renews every held lock once: it walks the ring's slots, renewing
 // each occupied slot's locks in one pipelined round trip (a slice) at the
 // slot's offset from the round's start, and ends once every slot's offset
@@ -310,7 +299,7 @@ func (s *Session) renewSlice(ctx context.Context, locks []*Lock) (held int, fail
 			failed = append(failed, l)
 			if left := time.Until(l.Deadline()); left > 0 {
 				s.cfg.logger.Warn("redisleader: renewal failed; retrying until the local deadline",
-					"name", l.keys.name, "fence", l.fence, "deadline_in", left, "err", r.err)
+					"name", l.keys.Name, "fence", l.fence, "deadline_in", left, "err", r.err)
 			}
 		case r.lost:
 			l.lose(ErrNotOwner)

@@ -16,6 +16,8 @@ import (
 	"github.com/redisleader/redisleader/internal/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 func TestLossPaths(t *testing.T) {
@@ -300,7 +302,7 @@ func TestStaleCleanupRunsWhenRoundsAreSlow(t *testing.T) {
 			require.NoError(t, err)
 			require.Error(t, ended.Release(ctx), "the first delete fails: it is left to the heartbeat")
 
-			key := newKeys("ended").lock
+			key := lease.NewKeys("ended").Lock
 			deadline := time.Now().Add(2 * time.Second) // 8+ rounds; miniredis never expires the key by itself
 			for m.Exists(key) && time.Now().Before(deadline) {
 				runtimeYield()
@@ -524,7 +526,7 @@ func TestFailedSliceRetriedAlone(t *testing.T) {
 	locks, acquired := map[string]*Lock{}, map[string]time.Time{}
 	tryLocks(t, s, "retried", 2*sliceMax+10, locks, acquired)
 	<-time.After(interval) // a round's slices have run
-	key := locks[newKeys("retried-0").lock].Key()
+	key := locks[lease.NewKeys("retried-0").Lock].Key()
 	failing.Store(&key)
 	<-time.After(2 * interval) // the measured window: the failure, its retry, a round more
 

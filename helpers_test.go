@@ -21,6 +21,8 @@ import (
 	"github.com/redisleader/redisleader/internal/redisserver"
 	"github.com/redisleader/redisleader/internal/wire"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // TestMain fails the run if any goroutine of this package is still running
@@ -935,7 +937,7 @@ func holdWire(t *testing.T, s *Session, h *holdHook, prefix string) ([maxOnWire]
 	errc := make(chan error, maxOnWire)
 	for i := range maxOnWire {
 		name := fmt.Sprintf("%s-wire-%d", prefix, i)
-		rules[i] = h.rule(newKeys(name).lock, true)
+		rules[i] = h.rule(lease.NewKeys(name).Lock, true)
 		go func() {
 			_, err := s.TryLock(context.Background(), name)
 			errc <- err // Close releases it

@@ -21,6 +21,8 @@ import (
 	"github.com/redisleader/redisleader/internal/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // A panic in a hook on the user's client, on a call sent alone, fails the
@@ -33,7 +35,7 @@ func TestRecoveredHookPanicFreesTheSlot(t *testing.T) {
 		s, err := NewSession(b.client, fastOpts()...)
 		require.NoError(t, err)
 		for i := range maxOnWire {
-			key := newKeys(fmt.Sprintf("review-boom-%d", i)).lock
+			key := lease.NewKeys(fmt.Sprintf("review-boom-%d", i)).Lock
 			h.mu.Lock()
 			h.panicOn[key] = true
 			h.mu.Unlock()
@@ -76,7 +78,7 @@ func TestRecoveredHookPanicInABatch(t *testing.T) {
 		defer stopObserving()
 		changes := e.Observe(obsCtx) // its first read heads the queue
 		waitQueued(t, s, 1)
-		h.panicking(newKeys("batch-boom-other").lock)
+		h.panicking(lease.NewKeys("batch-boom-other").Lock)
 		head := leaderAll(t, s, "batch-boom-head")[0]
 		other := leaderAll(t, s, "batch-boom-other")[0]
 		waitQueued(t, s, 3)
@@ -106,7 +108,7 @@ func TestRecoveredHookPanicInABatch(t *testing.T) {
 func TestRecoveredHookPanicInAReleasePipeline(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		s, h, locks, read, freeWire := fullWire(t, b, "pair-boom")
-		h.panicking(locks[0].keys.lock)
+		h.panicking(locks[0].keys.Lock)
 		assert.ErrorContains(t, locks[0].Release(context.Background()), "a hook on the client panicked")
 		assert.ErrorContains(t, recvWithin(t, read, 5*time.Second, "the read taken along"), "a hook on the client panicked")
 		h.panicking()
@@ -193,14 +195,14 @@ func TestReleaseRetriedAfterAHookPanic(t *testing.T) {
 		s, h, locks, read, freeWire := fullWire(t, b, "carry-boom")
 		other := leaderAll(t, s, "carry-boom-other")[0]
 		waitQueued(t, s, 2)
-		h.panicking(newKeys("carry-boom-other").lock)
+		h.panicking(lease.NewKeys("carry-boom-other").Lock)
 		require.ErrorContains(t, locks[0].Release(context.Background()), "a hook on the client panicked")
 		h.panicking()
 		freeWire()
 		assert.Error(t, recvWithin(t, read, 5*time.Second, "the read taken along"), "it rode in the pipeline that panicked")
 		assert.Error(t, recvWithin(t, other, 5*time.Second, "the other read"), "it rode in the pipeline that panicked")
 		start := time.Now()
-		waitFreed(t, b.get, locks[0].keys.lock, "the released name is still taken")
+		waitFreed(t, b.get, locks[0].keys.Lock, "the released name is still taken")
 		t.Logf("freed %v after the panic", time.Since(start))
 		require.NoError(t, s.Close(context.Background()))
 		checkNoLeaks(t)
@@ -217,10 +219,10 @@ func TestReleaseRetriedAfterAHookPanicAlone(t *testing.T) {
 		s := newSession(t, b.client, WithTTL(3*time.Second))
 		l, err := s.TryLock(context.Background(), "alone-boom")
 		require.NoError(t, err)
-		h.panicking(l.keys.lock)
+		h.panicking(l.keys.Lock)
 		assert.ErrorContains(t, l.Release(context.Background()), "a hook on the client panicked")
 		h.panicking()
-		waitFreed(t, b.get, l.keys.lock, "the released name is still taken")
+		waitFreed(t, b.get, l.keys.Lock, "the released name is still taken")
 		require.NoError(t, s.Close(context.Background()))
 		checkNoLeaks(t)
 	})
@@ -243,7 +245,7 @@ func TestGiveBackRetriedAfterAHookPanic(t *testing.T) {
 	assert.Error(t, err, "TryLock of an unacknowledged attempt")
 	link.Heal()
 	h.panicking()
-	waitFreed(t, func(k string) string { return c.Get(context.Background(), k).Val() }, newKeys("gb-boom").lock,
+	waitFreed(t, func(k string) string { return c.Get(context.Background(), k).Val() }, lease.NewKeys("gb-boom").Lock,
 		"the unacknowledged attempt's token still holds the name (TTL 30s)")
 	require.NoError(t, s.Close(context.Background()))
 	checkNoLeaks(t)
@@ -325,7 +327,7 @@ func TestHookGoexitInASharedPipeline(t *testing.T) {
 		g := &faultHook{}
 		b.client.AddHook(g.hook())
 		s, h, locks, read, freeWire := fullWire(t, b, "goexit")
-		g.set(locks[0].keys.lock, true, false)
+		g.set(locks[0].keys.Lock, true, false)
 		assert.ErrorIs(t, locks[0].Release(ctx), wire.ErrHookGoexit, "the release, which heads its pipeline")
 		assert.ErrorIs(t, recvWithin(t, read, 5*time.Second, "the read taken along"), wire.ErrHookGoexit)
 		g.set("", false, false)
@@ -336,7 +338,7 @@ func TestHookGoexitInASharedPipeline(t *testing.T) {
 		free := freeing(t, slots[:]...)
 		reads := leaderAll(t, s, "goexit-batch-a", "goexit-batch-b")
 		waitQueued(t, s, 2)
-		g.set(newKeys("goexit-batch-a").lock, true, false)
+		g.set(lease.NewKeys("goexit-batch-a").Lock, true, false)
 		free()
 		for _, ch := range reads {
 			assert.ErrorIs(t, recvWithin(t, ch, 5*time.Second, "a read of the flusher's batch"), wire.ErrHookGoexit)
@@ -362,7 +364,7 @@ func TestHookGoexitInASharedPipeline(t *testing.T) {
 // panic unwound TryLock past its clean-up.)
 func TestHookPanicAfterALoneAcquireRan(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
-		key := newKeys("after-boom").lock
+		key := lease.NewKeys("after-boom").Lock
 		f := &faultHook{}
 		f.set(key, false, true)
 		b.client.AddHook(f.hook())
@@ -592,7 +594,7 @@ func TestHookGoexitInRunsRelease(t *testing.T) {
 		})
 	}), "Run returned: the hook did not end its goroutine")
 	f.set("", false, false)
-	waitFreed(t, func(k string) string { v, _ := m.Get(k); return v }, newKeys("run-goexit").lock,
+	waitFreed(t, func(k string) string { v, _ := m.Get(k); return v }, lease.NewKeys("run-goexit").Lock,
 		"the term's key stayed (TTL 30s)")
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -606,7 +608,7 @@ func TestHookGoexitInRunsRelease(t *testing.T) {
 // (TestHookPanicAfterALoneAcquireRan): the name is not held for the TTL.
 func TestHookGoexitAfterALoneAcquireRan(t *testing.T) {
 	m, c := newMini(t)
-	key := newKeys("after-goexit").lock
+	key := lease.NewKeys("after-goexit").Lock
 	f := &faultHook{}
 	c.AddHook(f.hook())
 	s := newSession(t, c, WithTTL(30*time.Second), WithRenewInterval(300*time.Millisecond))

@@ -2,7 +2,6 @@ package redisleader
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -22,7 +21,7 @@ import (
 // ErrInvalid, and the other methods return zero values.
 type Lock struct {
 	s     *Session
-	keys  keys
+	keys  lease.Keys
 	token string
 	fence int64
 	// args are the lease's script arguments, boxed once; they never change.
@@ -66,7 +65,7 @@ func (l *Lock) Name() string {
 	if l == nil {
 		return ""
 	}
-	return l.keys.name
+	return l.keys.Name
 }
 
 // Value returns the value published with the lock: the candidate's value for
@@ -86,7 +85,7 @@ func (l *Lock) Key() string {
 	if l == nil {
 		return ""
 	}
-	return l.keys.lock
+	return l.keys.Lock
 }
 
 // Fence returns the fencing token of this acquisition. Fences strictly
@@ -224,10 +223,10 @@ func (l *Lock) del(ctx context.Context) error {
 	d = l.s.place.release(ctx, l)
 	switch {
 	case d.err != nil:
-		return fmt.Errorf("redisleader: release %q (retried in the background; the key expires within the TTL at the latest): %w", l.keys.name, d.err)
+		return fmt.Errorf("redisleader: release %q (retried in the background; the key expires within the TTL at the latest): %w", l.keys.Name, d.err)
 	case d.missing:
 		l.s.cfg.logger.Info("redisleader: released key did not hold our token (a retried delete, or the key was gone)",
-			"name", l.keys.name, "fence", l.fence)
+			"name", l.keys.Name, "fence", l.fence)
 	}
 	return nil
 }
@@ -255,54 +254,6 @@ func (l *Lock) extend(sent time.Time) {
 	l.emitLocked(probe.Renewed, now, 0)
 }
 
-// deliver waits out the takeover delay (WithTakeoverDelay) of a fresh
-// acquisition, made by a call that started at start, while the heartbeat
-// renews it, then delivers it to its caller (registering it first as a Run
-// term, with term). It returns why the acquisition ended if it ended before
-// it could be delivered (a deadline can pass even with no delay), or
-// ctx's error or ErrSessionClosed if those ended first (the key is then
-// released, by the caller here or by Close).
-func (l *Lock) deliver(ctx context.Context, start time.Time, term bool) (lost, err error) {
-	if d := l.s.cfg.takeoverDelay; d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-l.Done():
-		case <-ctx.Done():
-			if l.end(ErrReleased) {
-				l.dispose(ctx, false)
-			}
-			return nil, ctx.Err()
-		case <-l.s.done:
-			return nil, ErrSessionClosed
-		}
-	}
-	if lost = l.check(); lost != nil {
-		if errors.Is(lost, ErrSessionClosed) {
-			return nil, lost
-		}
-		return lost, nil
-	}
-	if term {
-		l.s.registerTerm(l)
-	}
-	l.markDelivered(start)
-	return nil, nil
-}
-
-// markDelivered marks the acquisition, whose call started at start, as handed to
-// its caller, unless it has already ended or expired (then the caller finds
-// it ended).
-func (l *Lock) markDelivered(start time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now := time.Now(); l.err == nil && now.Before(l.deadline) {
-		l.delivered, l.deliveredAt = true, now.Sub(hookEpoch)
-		l.emitLocked(probe.Acquired, now, now.Sub(start))
-	}
-}
-
 // onDeadline runs on the deadline timer. If a renewal moved the deadline it
 // re-arms; otherwise the lock is lost with ErrExpired.
 func (l *Lock) onDeadline() {
@@ -326,7 +277,7 @@ func (l *Lock) lose(why error) {
 		if why == ErrExpired {
 			l.s.markStale(l, false)
 		}
-		l.s.cfg.logger.Warn("redisleader: lock lost", "name", l.keys.name, "fence", l.fence, "err", why)
+		l.s.cfg.logger.Warn("redisleader: lock lost", "name", l.keys.Name, "fence", l.fence, "err", why)
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 func TestRelease(t *testing.T) {
@@ -22,7 +24,7 @@ func TestRelease(t *testing.T) {
 		assert.Equal(t, "released", l.Name())
 		assert.Equal(t, "redisleader:{released}", l.Key())
 
-		sub := b.client.Subscribe(ctx, newKeys("released").channel())
+		sub := b.client.Subscribe(ctx, lease.NewKeys("released").Channel())
 		defer sub.Close()
 		_, err = sub.Receive(ctx) // subscription confirmed
 		require.NoError(t, err)
@@ -34,7 +36,7 @@ func TestRelease(t *testing.T) {
 		assert.Empty(t, b.get(l.Key()), "key deleted")
 		select {
 		case msg := <-sub.Channel():
-			assert.Equal(t, newKeys("released").channel(), msg.Channel)
+			assert.Equal(t, lease.NewKeys("released").Channel(), msg.Channel)
 		case <-time.After(time.Second):
 			t.Fatal("release published nothing")
 		}

@@ -12,8 +12,9 @@ import (
 	"github.com/redisleader/redisleader/internal/wire"
 )
 
-// node.go: the place of a session on one server, and the decoding of one
-// server's replies (which a quorum uses per node too).
+// node.go: the place of a session on one server, the protocols' seam with
+// its default (plain), and the decoding of one server's replies (which a
+// quorum uses per node too).
 
 // node is the place of a session on one Redis server (also a primary found
 // through Sentinel, or a Cluster, whose client routes each name to its
@@ -51,7 +52,7 @@ func (n *node) acquire(ctx context.Context, l *Lock, deadline time.Time) acquire
 	if r.err == nil && ackErr != nil {
 		// Taken on the primary but not seen by enough replicas: a failover
 		// could lose it, so it does not count.
-		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, ackErr), giveBack: true}
+		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.Name, ackErr), giveBack: true}
 	}
 	return r
 }
@@ -103,16 +104,16 @@ func (n *node) releaseAll(ctx context.Context, locks []*Lock, deadline time.Time
 	return out
 }
 
-func (n *node) inspect(ctx context.Context, k keys) (Leader, bool, error) {
-	r, err := lease.DecodeInspect(n.s.wire.Combiner().Call(ctx, time.Time{}, inspectScript, lease.InspectArgs(k.lock)))
+func (n *node) inspect(ctx context.Context, k lease.Keys) (Leader, bool, error) {
+	r, err := lease.DecodeInspect(n.s.wire.Combiner().Call(ctx, time.Time{}, inspectScript, lease.InspectArgs(k.Lock)))
 	_, reserved := r.Holder.Reserved()
 	switch {
 	case err != nil:
-		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.name, err)
+		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.Name, err)
 	case !r.Present || (r.Known && reserved): // a transfer's reservation: nobody leads
 		return Leader{}, false, nil
 	case !r.Known:
-		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.name, foreignValue(k))
+		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.Name, foreignValue(k))
 	}
 	return Leader{Value: r.Holder.Value, Fence: r.Holder.Fence, TTL: millis(r.PTTL)}, true, nil
 }
@@ -133,18 +134,18 @@ func (n *node) supports(feature) error { return nil }
 // outcome.
 func (l *Lock) acquireReply(res []any, err error) acquired {
 	if err != nil {
-		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, err)}
+		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.Name, err)}
 	}
 	rep, err := lease.DecodeAcquire(res)
 	switch {
 	case err != nil:
-		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, err)}
+		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.Name, err)}
 	case rep.Taken:
 		return acquired{fence: rep.Fence, at: rep.At}
 	case rep.Foreign:
 		// Not another owner's lease: data someone else wrote, which no
 		// wait or retry will free.
-		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.name, foreignValue(l.keys))}
+		return acquired{err: fmt.Errorf("redisleader: acquire %q: %w", l.keys.Name, foreignValue(l.keys))}
 	}
 	r := acquired{fence: rep.Fence, ahead: rep.Ahead, headLeft: time.Duration(rep.HeadLeft) * time.Millisecond, left: -1}
 	if rep.PTTL >= 0 {
@@ -182,8 +183,44 @@ func deleteReply(cmd *redis.Cmd) deleted {
 
 // holderReply decodes one server's reply to the inspect script: whether the
 // key exists (present), and whether it holds a value this package wrote (ok).
-func holderReply(cmd *redis.Cmd) (h holder, ttl time.Duration, present, ok bool, err error) {
+func holderReply(cmd *redis.Cmd) (h lease.Holder, ttl time.Duration, present, ok bool, err error) {
 	r, err := lease.DecodeInspect(cmd)
-	h = holder{token: r.Holder.Token, fence: r.Holder.Fence, value: r.Holder.Value}
-	return h, millis(r.PTTL), r.Present, r.Known, err
+	return r.Holder, millis(r.PTTL), r.Present, r.Known, err
 }
+
+// A protocol is how one acquisition keeps its lease in Redis on one server:
+// plain (the default, here), fair (a place in the name's queue: *waiter,
+// fair.go) or candidate (a priority: priority.go). It builds the
+// acquisition's script calls; the place runs them and interprets nothing
+// of the mode. Every Lock of an acquisition carries its protocol. A
+// Redlock session's leases are plain ones, which the quorum runs with its
+// own scripts (redlock.go).
+type protocol interface {
+	// acquire is l's acquire attempt.
+	acquire(l *Lock) wire.Call
+	// renew is l's renewal.
+	renew(l *Lock) wire.Call
+	// release is l's release, which hands the name to heir ("": to
+	// nobody named).
+	release(l *Lock, heir string) wire.Call
+}
+
+// plain is the default protocol.
+type plain struct{}
+
+func (plain) acquire(l *Lock) wire.Call {
+	return wire.Call{Script: acquireScript, Argv: l.args.Acquire(&l.argv)}
+}
+
+func (plain) renew(l *Lock) wire.Call { return wire.Call{Script: renewScript, Argv: l.args.Renew()} }
+
+func (plain) release(l *Lock, heir string) wire.Call {
+	if heir != "" {
+		return l.handOffCall(heir, "")
+	}
+	return wire.Call{Script: releaseScript, Argv: l.args.Release()}
+}
+
+// releaseCall is l's release on one server: its protocol's, with the heir
+// that ended it (Transfer), if any, as its succession.
+func releaseCall(l *Lock) wire.Call { return l.proto.release(l, l.heir()) }

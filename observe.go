@@ -52,7 +52,7 @@ func (o *observer) run(ctx context.Context, first time.Duration) {
 
 func (o *observer) observe(ctx context.Context, next time.Duration) {
 	e := o.e
-	sub, err := e.s.wire.Subscribe(ctx, e.keys.channel(), nil)
+	sub, err := e.s.wire.Subscribe(ctx, e.keys.Channel(), nil)
 	if err != nil {
 		return
 	}
@@ -112,7 +112,7 @@ func (o *observer) report(l Leader) {
 // send puts l on the channel; when it is full the oldest change is dropped,
 // so the latest state always arrives.
 func (o *observer) send(l Leader) {
-	o.e.s.cfg.hooks.observed(o.e.keys.name, l, !o.sent)
+	o.e.s.cfg.hooks.observed(o.e.keys.Name, l, !o.sent)
 	o.last, o.sent = l, true
 	for {
 		select {

@@ -3,6 +3,8 @@ package redisleader
 import (
 	"context"
 	"time"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // A place is where a session's leases live: one Redis server (node, node.go)
@@ -23,7 +25,7 @@ type place interface {
 	// bounded by ctx, the call timeout and deadline (zero: none).
 	releaseAll(ctx context.Context, locks []*Lock, deadline time.Time) []deleted
 	// inspect reads who holds k and the TTL left.
-	inspect(ctx context.Context, k keys) (Leader, bool, error)
+	inspect(ctx context.Context, k lease.Keys) (Leader, bool, error)
 	// proclaim stores value as l's value, keeping token, fence and TTL,
 	// as the seq'th Proclaim of l's term; it reports whether the key still
 	// held l's token, and errSuperseded when a later one is stored already.

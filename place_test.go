@@ -8,6 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // A reply of the wrong shape (a proxy or server that does not run our
@@ -15,7 +17,7 @@ import (
 // could hold another owner's token; a PTTL beyond a Duration saturates.
 func TestRepliesNeverEchoContent(t *testing.T) {
 	const secret = "SECRETTOKENSECRETTOKEN"
-	l := &Lock{keys: newKeys("shape")}
+	l := &Lock{keys: lease.NewKeys("shape")}
 	r := l.acquireReply([]any{secret + "\n7\nv"}, nil)
 	assert.EqualError(t, r.err, `redisleader: acquire "shape": unexpected reply of 1 elements`)
 

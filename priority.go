@@ -98,7 +98,7 @@ type candidacy struct {
 // validates them, the one place that does; it returns nil without a
 // priority, and an error matching ErrInvalid when they break a rule or the
 // session is a Redlock one.
-func (s *Session) candidacyOf(k keys, value string, opts []CampaignOption) (*candidacy, error) {
+func (s *Session) candidacyOf(k lease.Keys, value string, opts []CampaignOption) (*candidacy, error) {
 	if len(opts) == 0 {
 		return nil, nil
 	}
@@ -118,7 +118,7 @@ func (s *Session) candidacyOf(k keys, value string, opts []CampaignOption) (*can
 	if value == "" {
 		return nil, invalidf("a candidate with a priority needs a value: candidates are told apart by their values")
 	}
-	c.args = lease.NewCandidate(k.lease(), value, strconv.FormatInt(c.priority, 10))
+	c.args = lease.NewCandidate(k, value, strconv.FormatInt(c.priority, 10))
 	return c, nil
 }
 
@@ -181,7 +181,7 @@ func (l *Lock) preferred() {
 	}
 	l.mu.Unlock()
 	if f != nil {
-		l.s.cfg.logger.Info("redisleader: a candidate with a higher priority waits; yielding", "election", l.keys.name, "fence", l.fence)
+		l.s.cfg.logger.Info("redisleader: a candidate with a higher priority waits; yielding", "election", l.keys.Name, "fence", l.fence)
 		f()
 	}
 }
@@ -232,7 +232,7 @@ func (s *Session) renewLeasesAlone(ctx context.Context, c Client, locks []*Lock,
 			level = slog.LevelWarn // someone else's data, to be removed
 		}
 		s.cfg.logger.Log(ctx, level, "redisleader: renewing the lease alone: the candidate keys refused the renewal",
-			"name", locks[i].keys.name, "fence", locks[i].fence, "err", cmds[i].Err())
+			"name", locks[i].keys.Name, "fence", locks[i].fence, "err", cmds[i].Err())
 		again = append(again, i)
 	}
 	if len(again) == 0 {
@@ -276,9 +276,9 @@ func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
 	if e.s.place.supports(prioritising) != nil {
 		return nil, invalidf("Candidates: priorities are not supported with Redlock")
 	}
-	res, err := e.s.wire.Combiner().Call(ctx, time.Time{}, candidatesScript, lease.CandidatesArgs(e.keys.lease())).Slice()
+	res, err := e.s.wire.Combiner().Call(ctx, time.Time{}, candidatesScript, lease.CandidatesArgs(e.keys)).Slice()
 	if err != nil && err != redis.Nil {
-		return nil, fmt.Errorf("redisleader: candidates of %q: %w", e.keys.name, err)
+		return nil, fmt.Errorf("redisleader: candidates of %q: %w", e.keys.Name, err)
 	}
 	out := make([]Candidate, 0, len(res)/2)
 	for i := 0; i+1 < len(res); i += 2 {

@@ -11,6 +11,8 @@ import (
 	"github.com/redisleader/redisleader/internal/redisserver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // campaignOn runs e.Campaign(ctx, value, opts...) on its own goroutine and
@@ -112,7 +114,7 @@ func TestClusterPriorityLeaderKeepsLeaseInSplitSlot(t *testing.T) {
 	dst.Do(t, "CLUSTER", "SETSLOT", slot, "IMPORTING", cluster.NodeID(src))
 	src.Do(t, "CLUSTER", "SETSLOT", slot, "MIGRATING", cluster.NodeID(dst))
 	src.Do(t, "MIGRATE", "127.0.0.1", dst.Port(), "", 0, 5000, "KEYS", l.Key())
-	require.Equal(t, int64(1), src.Do(t, "EXISTS", newKeys("split-slot").candidates()), "the candidate keys stay behind")
+	require.Equal(t, int64(1), src.Do(t, "EXISTS", lease.NewKeys("split-slot").Candidates()), "the candidate keys stay behind")
 	// Four rounds (the renew interval is TTL/3): past the local deadline of
 	// a leader whose renewals all fail.
 	for range 4 {
@@ -135,13 +137,13 @@ func TestForeignCandidateKeyIsNamed(t *testing.T) {
 	ctx := context.Background()
 	for _, which := range []string{"cand", "candlease"} {
 		t.Run(which, func(t *testing.T) {
-			k := newKeys("foreign-" + which)
-			key := k.candidates()
+			k := lease.NewKeys("foreign-" + which)
+			key := k.Candidates()
 			if which == "candlease" {
-				key = k.candidateLeases()
+				key = k.CandidateLeases()
 			}
 			roundOpt, renewed := rounds()
-			e := mustElection(t, newSession(t, c, fastOpts(roundOpt)...), k.name)
+			e := mustElection(t, newSession(t, c, fastOpts(roundOpt)...), k.Name)
 			l, err := e.Campaign(ctx, "leader", WithPriority(1))
 			require.NoError(t, err)
 			require.NoError(t, c.Del(ctx, key).Err())
@@ -154,7 +156,7 @@ func TestForeignCandidateKeyIsNamed(t *testing.T) {
 				assert.ErrorContains(t, err, "delete it")
 				assert.True(t, permanent(err), "%v", err)
 			}
-			peer := mustElection(t, newSession(t, c, fastOpts()...), k.name)
+			peer := mustElection(t, newSession(t, c, fastOpts()...), k.Name)
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
 			_, err = peer.Campaign(cctx, "peer", WithPriority(2))
@@ -168,7 +170,7 @@ func TestForeignCandidateKeyIsNamed(t *testing.T) {
 			assert.True(t, l.Held(), "the leader lost its lease: %v", l.Err())
 
 			for _, w := range ks.writes("redisleader:") {
-				if w != k.lock+" expire" && !strings.HasSuffix(w, " expired") { // the leader's renewals; expiry
+				if w != k.Lock+" expire" && !strings.HasSuffix(w, " expired") { // the leader's renewals; expiry
 					t.Errorf("a write despite the foreign key: %s", w)
 				}
 			}
@@ -266,8 +268,8 @@ func TestForgedCandidateLeaseCostsNoMoreThanAHandover(t *testing.T) {
 	onRedisServer(t, func(t *testing.T, b *backend) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		k := newKeys("forgedlease")
-		require.NoError(t, b.client.Do(ctx, "ZADD", k.candidateLeases(), "+inf", "ghost").Err())
+		k := lease.NewKeys("forgedlease")
+		require.NoError(t, b.client.Do(ctx, "ZADD", k.CandidateLeases(), "+inf", "ghost").Err())
 		roundOpt, renewed := rounds()
 		e := mustElection(t, newSession(t, b.client, fastOpts(roundOpt)...), "forgedlease")
 		cctx, ccancel := context.WithTimeout(ctx, 3*time.Second)
@@ -327,35 +329,35 @@ func TestWrongTypeCandidateKeysWriteNothing(t *testing.T) {
 	ctx := context.Background()
 	for _, which := range []string{"cand", "candlease"} {
 		t.Run(which, func(t *testing.T) {
-			k := newKeys("wrongtype-" + which)
-			key := k.candidates()
+			k := lease.NewKeys("wrongtype-" + which)
+			key := k.Candidates()
 			if which == "candlease" {
-				key = k.candidateLeases()
+				key = k.CandidateLeases()
 			}
-			e := mustElection(t, newSession(t, c, fastOpts()...), k.name)
+			e := mustElection(t, newSession(t, c, fastOpts()...), k.Name)
 			// A leader that enlisted before the foreign value arrived.
 			l, err := e.Campaign(ctx, "leader", WithPriority(1), WithMinTerm(NeverYield))
 			require.NoError(t, err)
 			require.NoError(t, c.Del(ctx, key).Err())
 			require.NoError(t, c.Set(ctx, key, "foreign", time.Minute).Err())
 			ks.writes("")
-			peer := mustElection(t, newSession(t, c, fastOpts()...), k.name)
+			peer := mustElection(t, newSession(t, c, fastOpts()...), k.Name)
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
 			_, err = peer.Campaign(cctx, "peer", WithPriority(2))
 			require.Error(t, err)
 			assert.True(t, permanent(err), "a foreign value is permanent: %v", err)
 			assert.ErrorContains(t, err, key)
-			before, err := c.Get(ctx, k.lock).Result()
+			before, err := c.Get(ctx, k.Lock).Result()
 			require.NoError(t, err)
 			assert.Error(t, l.Release(ctx), "the release reads the candidates and fails")
-			after, err := c.Get(ctx, k.lock).Result()
+			after, err := c.Get(ctx, k.Lock).Result()
 			require.NoError(t, err)
 			assert.Equal(t, before, after, "the lock key is untouched")
 			for _, w := range ks.writes("redisleader:") {
 				// The leader's renewals fail before their first write
 				// too, and renew the lease alone (issue 35.8).
-				if w != k.lock+" expire" {
+				if w != k.Lock+" expire" {
 					t.Errorf("a write despite the foreign key: %s", w)
 				}
 			}
@@ -385,9 +387,9 @@ func TestEmptyValueCandidateHidesTheBest(t *testing.T) {
 		// skipped.
 		_, err := e.Campaign(ctx, "", WithPriority(9))
 		require.ErrorIs(t, err, ErrInvalid)
-		k := newKeys("emptyvalue")
-		require.NoError(t, b.client.ZAdd(ctx, k.candidates(), redis.Z{Score: 9, Member: ""}).Err())
-		require.NoError(t, b.client.ZAdd(ctx, k.candidateLeases(), redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: ""}).Err())
+		k := lease.NewKeys("emptyvalue")
+		require.NoError(t, b.client.ZAdd(ctx, k.Candidates(), redis.Z{Score: 9, Member: ""}).Err())
+		require.NoError(t, b.client.ZAdd(ctx, k.CandidateLeases(), redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: ""}).Err())
 		peer := mustElection(t, newSession(t, b.client, fastOpts()...), "emptyvalue")
 		go func() { _, _ = peer.Campaign(ctx, "x", WithPriority(5)) }()
 		waitEnlisted(t, e, "L", "x")

@@ -14,6 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // lateRequest holds back the first request, on any connection of a client,
@@ -145,14 +147,14 @@ type seqRig struct {
 	t  *testing.T
 	m  *miniredis.Miniredis
 	c  *redis.Client
-	k  keys
+	k  lease.Keys
 	ps *redis.PubSub
 }
 
 func newSeqRig(t *testing.T) *seqRig {
 	m, c := newMini(t)
-	r := &seqRig{t: t, m: m, c: c, k: newKeys("seq")}
-	r.ps = c.Subscribe(context.Background(), r.k.channel())
+	r := &seqRig{t: t, m: m, c: c, k: lease.NewKeys("seq")}
+	r.ps = c.Subscribe(context.Background(), r.k.Channel())
 	t.Cleanup(func() { _ = r.ps.Close() })
 	_, err := r.ps.Receive(context.Background())
 	require.NoError(t, err)
@@ -160,7 +162,7 @@ func newSeqRig(t *testing.T) *seqRig {
 }
 
 func (r *seqRig) proclaim(token string, seq int64, value string) (int64, error) {
-	argv := []any{nil, nil, 2, r.k.lock, r.k.seq(), token, seq, value}
+	argv := []any{nil, nil, 2, r.k.Lock, r.k.Seq(), token, seq, value}
 	return proclaimScript.Run(context.Background(), r.c, argv).Int64()
 }
 
@@ -174,7 +176,7 @@ func (r *seqRig) get(key string) string {
 func (r *seqRig) events() (got []string) {
 	r.t.Helper()
 	ctx := context.Background()
-	require.NoError(r.t, r.c.Publish(ctx, r.k.channel(), "marker").Err())
+	require.NoError(r.t, r.c.Publish(ctx, r.k.Channel(), "marker").Err())
 	for {
 		msg, err := r.ps.ReceiveMessage(ctx)
 		require.NoError(r.t, err)
@@ -191,8 +193,8 @@ func (r *seqRig) events() (got []string) {
 // (a resent request) writes nothing and replies 1. The TTL stays.
 func TestProclaimScriptSequence(t *testing.T) {
 	r := newSeqRig(t)
-	require.NoError(t, r.m.Set(r.k.lock, "tok\n7\nv0"))
-	r.m.SetTTL(r.k.lock, time.Minute)
+	require.NoError(t, r.m.Set(r.k.Lock, "tok\n7\nv0"))
+	r.m.SetTTL(r.k.Lock, time.Minute)
 	steps := []struct {
 		what         string
 		seq          int64
@@ -210,11 +212,11 @@ func TestProclaimScriptSequence(t *testing.T) {
 		got, err := r.proclaim("tok", st.seq, st.value)
 		require.NoError(t, err, st.what)
 		assert.Equal(t, st.reply, got, st.what)
-		assert.Equal(t, st.lock, r.get(r.k.lock), st.what)
-		assert.Equal(t, st.seqKey, r.get(r.k.seq()), st.what)
+		assert.Equal(t, st.lock, r.get(r.k.Lock), st.what)
+		assert.Equal(t, st.seqKey, r.get(r.k.Seq()), st.what)
 		assert.Equal(t, st.published, r.events(), st.what)
-		assert.Equal(t, time.Minute, r.m.TTL(r.k.lock), "%s: the TTL is kept", st.what)
-		assert.Zero(t, r.m.TTL(r.k.seq()), "%s: the seq key has no TTL", st.what)
+		assert.Equal(t, time.Minute, r.m.TTL(r.k.Lock), "%s: the TTL is kept", st.what)
+		assert.Zero(t, r.m.TTL(r.k.Seq()), "%s: the seq key has no TTL", st.what)
 	}
 }
 
@@ -222,33 +224,33 @@ func TestProclaimScriptSequence(t *testing.T) {
 // a new term proclaims from 1 over the former term's greater sequence.
 func TestProclaimScriptOtherTerms(t *testing.T) {
 	r := newSeqRig(t)
-	require.NoError(t, r.m.Set(r.k.lock, "tok\n7\nv0"))
-	require.NoError(t, r.m.Set(r.k.seq(), "old\n9"))
+	require.NoError(t, r.m.Set(r.k.Lock, "tok\n7\nv0"))
+	require.NoError(t, r.m.Set(r.k.Seq(), "old\n9"))
 	got, err := r.proclaim("other", 10, "x")
 	require.NoError(t, err)
 	assert.Zero(t, got)
-	assert.Equal(t, "old\n9", r.get(r.k.seq()), "another owner's Proclaim wrote the seq key")
-	assert.Equal(t, "tok\n7\nv0", r.get(r.k.lock))
+	assert.Equal(t, "old\n9", r.get(r.k.Seq()), "another owner's Proclaim wrote the seq key")
+	assert.Equal(t, "tok\n7\nv0", r.get(r.k.Lock))
 	assert.Empty(t, r.events(), "another owner's Proclaim published")
 
 	got, err = r.proclaim("tok", 1, "v1")
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), got)
-	assert.Equal(t, "tok\n7\nv1", r.get(r.k.lock), "the former term's sequence held the new term back")
-	assert.Equal(t, "tok\n1", r.get(r.k.seq()))
+	assert.Equal(t, "tok\n7\nv1", r.get(r.k.Lock), "the former term's sequence held the new term back")
+	assert.Equal(t, "tok\n1", r.get(r.k.Seq()))
 }
 
 // TestProclaimScriptForeignSeqKey: a seq key that someone else wrote is an
 // error that leaves it and the value as they were, and publishes nothing.
 func TestProclaimScriptForeignSeqKey(t *testing.T) {
 	r := newSeqRig(t)
-	require.NoError(t, r.m.Set(r.k.lock, "tok\n7\nv0"))
+	require.NoError(t, r.m.Set(r.k.Lock, "tok\n7\nv0"))
 	for _, foreign := range []string{"not a sequence", "tok\nx", "tok\n-1", "tok\n1.5", "tok\n"} {
-		require.NoError(t, r.m.Set(r.k.seq(), foreign))
+		require.NoError(t, r.m.Set(r.k.Seq(), foreign))
 		_, err := r.proclaim("tok", 5, "v5")
 		assert.ErrorContains(t, err, "does not hold a proclaim sequence", foreign)
-		assert.Equal(t, foreign, r.get(r.k.seq()))
-		assert.Equal(t, "tok\n7\nv0", r.get(r.k.lock), "a Proclaim over the seq key %q wrote the value", foreign)
+		assert.Equal(t, foreign, r.get(r.k.Seq()))
+		assert.Equal(t, "tok\n7\nv0", r.get(r.k.Lock), "a Proclaim over the seq key %q wrote the value", foreign)
 		assert.Empty(t, r.events(), foreign)
 	}
 }
@@ -264,7 +266,7 @@ func TestProclaimSuperseded(t *testing.T) {
 		lead, err := e.Campaign(ctx, "v0")
 		require.NoError(t, err)
 		require.NoError(t, e.Proclaim(ctx, "v1"))
-		seqKey := newKeys("superseded").seq()
+		seqKey := lease.NewKeys("superseded").Seq()
 		b.set(seqKey, lead.token+"\n99")
 		err = e.Proclaim(ctx, "v2")
 		require.ErrorIs(t, err, errSuperseded)

@@ -254,7 +254,7 @@ func (q *quorum) acquire(ctx context.Context, l *Lock, deadline time.Time) acqui
 		return acquired{left: left, err: err, giveBack: true, split: won > 0}
 	}
 	err := fmt.Errorf("redisleader: acquire %q: %w: acquired on %d of %d nodes (need %d), held by others on %d",
-		l.keys.name, errNoQuorum, won, len(q.nodes), q.need, locked)
+		l.keys.Name, errNoQuorum, won, len(q.nodes), q.need, locked)
 	if lastErr != nil {
 		err = fmt.Errorf("%w; last error: %w", err, lastErr)
 	}
@@ -493,11 +493,11 @@ func (d *quorumDeleted) outcome(q *quorum) deleted {
 // the largest; a renewal (and a write-back at acquire) stores that one on
 // every node that holds the token. See docs/MECHANISMS.md (Leader and
 // Observe) for the one case where this is larger than the holder's fence.
-func holderFence(held []holder, token string) int64 {
+func holderFence(held []lease.Holder, token string) int64 {
 	var fence int64
 	for _, h := range held {
-		if h.token == token {
-			fence = max(fence, h.fence)
+		if h.Token == token {
+			fence = max(fence, h.Fence)
 		}
 	}
 	return fence
@@ -505,10 +505,10 @@ func holderFence(held []holder, token string) int64 {
 
 // inspect reports the holder found on a quorum of nodes, with the smallest
 // remaining TTL among them and the fence it knows (holderFence).
-func (q *quorum) inspect(ctx context.Context, k keys) (Leader, bool, error) {
+func (q *quorum) inspect(ctx context.Context, k lease.Keys) (Leader, bool, error) {
 	replies := q.readHolders(ctx, k)
 	var (
-		held    []holder
+		held    []lease.Holder
 		failed  int
 		lastErr error
 	)
@@ -526,24 +526,24 @@ func (q *quorum) inspect(ctx context.Context, k keys) (Leader, bool, error) {
 		}
 		n, ttl := 0, r.ttl
 		for _, o := range replies {
-			if o.ok && o.h.token == r.h.token {
+			if o.ok && o.h.Token == r.h.Token {
 				n++
 				ttl = min(ttl, o.ttl)
 			}
 		}
 		if n >= q.need {
-			return Leader{Value: r.h.value, Fence: holderFence(held, r.h.token), TTL: ttl}, true, nil
+			return Leader{Value: r.h.Value, Fence: holderFence(held, r.h.Token), TTL: ttl}, true, nil
 		}
 	}
 	if failed > q.spare() {
-		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %d of %d nodes failed: %w", k.name, failed, len(q.nodes), lastErr)
+		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %d of %d nodes failed: %w", k.Name, failed, len(q.nodes), lastErr)
 	}
 	return Leader{}, false, nil
 }
 
 // nodeHolder is what one node's lock key says.
 type nodeHolder struct {
-	h   holder
+	h   lease.Holder
 	ttl time.Duration
 	ok  bool // the key holds a value this package wrote
 	err error
@@ -553,7 +553,7 @@ type nodeHolder struct {
 // (up to the call timeout), not just a quorum's: until the holder's first
 // renewal only the node that issued its fence may hold it. A node that never
 // answers (its goroutine ended by a hook) counts as failed, never as free.
-func (q *quorum) readHolders(ctx context.Context, k keys) []nodeHolder {
+func (q *quorum) readHolders(ctx context.Context, k lease.Keys) []nodeHolder {
 	replies := make([]nodeHolder, len(q.nodes))
 	for i := range replies {
 		replies[i].err = errNoAnswer
@@ -561,7 +561,7 @@ func (q *quorum) readHolders(ctx context.Context, k keys) []nodeHolder {
 	callCtx, cancel := q.deadlineCtx(ctx, time.Time{})
 	defer cancel()
 	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, i int, _ Client) (r nodeHolder) {
-		r.h, r.ttl, _, r.ok, r.err = holderReply(q.combs[i].Call(ctx, time.Time{}, inspectScript, lease.InspectArgs(k.lock)))
+		r.h, r.ttl, _, r.ok, r.err = holderReply(q.combs[i].Call(ctx, time.Time{}, inspectScript, lease.InspectArgs(k.Lock)))
 		return r
 	}, func(i int, r nodeHolder) bool {
 		replies[i] = r

@@ -15,6 +15,8 @@ import (
 	"github.com/redisleader/redisleader/internal/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 func TestNewRedlockSessionRejectsBadInput(t *testing.T) {
@@ -63,13 +65,13 @@ func TestRedlockLock(t *testing.T) {
 		if err != nil {
 			continue
 		}
-		h, ok := parseHolder(v)
+		h, ok := lease.ParseHolder(v)
 		require.True(t, ok)
-		require.Equal(t, l.token, h.token)
-		assert.LessOrEqual(t, h.fence, l.Fence())
-		assert.GreaterOrEqual(t, fenceKey(t, m, "job"), h.fence, "a holding node's fence key")
+		require.Equal(t, l.token, h.Token)
+		assert.LessOrEqual(t, h.Fence, l.Fence())
+		assert.GreaterOrEqual(t, fenceKey(t, m, "job"), h.Fence, "a holding node's fence key")
 		holding++
-		largest = max(largest, h.fence)
+		largest = max(largest, h.Fence)
 	}
 	assert.GreaterOrEqual(t, holding, 2, "a quorum holds the token")
 	assert.Equal(t, l.Fence(), largest, "the acquisition's fence is the largest its nodes issued")
@@ -87,7 +89,7 @@ func TestRedlockLock(t *testing.T) {
 // fenceKey returns the fence stored in name's fence key on m.
 func fenceKey(t *testing.T, m *miniredis.Miniredis, name string) int64 {
 	t.Helper()
-	stored, err := m.Get(newKeys(name).fence)
+	stored, err := m.Get(lease.NewKeys(name).Fence)
 	require.NoError(t, err)
 	var f int64
 	_, err = fmt.Sscan(stored, &f)
@@ -133,7 +135,7 @@ func TestRedlockAcquireWriteBack(t *testing.T) {
 	require.NoError(t, l1.Release(ctx))
 
 	ahead := time.Now().Add(30 * time.Second).UnixMicro() // 3 TTLs
-	require.NoError(t, ms[1].Set(newKeys("wb").fence, fmt.Sprint(ahead)))
+	require.NoError(t, ms[1].Set(lease.NewKeys("wb").Fence, fmt.Sprint(ahead)))
 	l2, err := s.TryLock(ctx, "wb")
 	require.NoError(t, err)
 	assert.Equal(t, ahead+1, l2.Fence())
@@ -141,9 +143,9 @@ func TestRedlockAcquireWriteBack(t *testing.T) {
 	for i, m := range ms {
 		v, err := m.Get(l2.Key())
 		require.NoError(t, err, "node %d", i)
-		h, _ := parseHolder(v)
-		assert.Equal(t, l2.Fence(), h.fence, "node %d's lock value", i)
-		stored, _ := m.Get(newKeys("wb").fence)
+		h, _ := lease.ParseHolder(v)
+		assert.Equal(t, l2.Fence(), h.Fence, "node %d's lock value", i)
+		stored, _ := m.Get(lease.NewKeys("wb").Fence)
 		assert.Equal(t, fmt.Sprint(l2.Fence()), stored, "node %d's fence key", i)
 	}
 	require.NoError(t, l2.Release(ctx))
@@ -157,17 +159,17 @@ func TestRedlockRenewalAndReleaseWriteTheFenceBack(t *testing.T) {
 	ctx := context.Background()
 	ms, cs := redlockNodes(t, 3)
 	s := newRedlock(t, cs, slowOpts()...)
-	k := newKeys("rw")
+	k := lease.NewKeys("rw")
 	// Node 0 issues the largest fence (its key half a TTL ahead of its
 	// clock), the others their clocks: all below it.
 	ahead := time.Now().Add(5 * time.Second).UnixMicro()
-	require.NoError(t, ms[0].Set(k.fence, fmt.Sprint(ahead)))
+	require.NoError(t, ms[0].Set(k.Fence, fmt.Sprint(ahead)))
 	fenceOf := func(m *miniredis.Miniredis) (lock, key int64) {
-		v, err := m.Get(k.lock)
+		v, err := m.Get(k.Lock)
 		require.NoError(t, err)
-		h, ok := parseHolder(v)
+		h, ok := lease.ParseHolder(v)
 		require.True(t, ok)
-		return h.fence, fenceKey(t, m, "rw")
+		return h.Fence, fenceKey(t, m, "rw")
 	}
 
 	l, err := s.TryLock(ctx, "rw")
@@ -189,7 +191,7 @@ func TestRedlockRenewalAndReleaseWriteTheFenceBack(t *testing.T) {
 	// Release alone carries the fence too, to the nodes whose clocks have
 	// not passed it: here every node, as node 0's fence key is half a TTL
 	// ahead of the clocks.
-	require.NoError(t, ms[0].Set(newKeys("rw2").fence, fmt.Sprint(ahead)))
+	require.NoError(t, ms[0].Set(lease.NewKeys("rw2").Fence, fmt.Sprint(ahead)))
 	l2, err := s.TryLock(ctx, "rw2")
 	require.NoError(t, err)
 	require.Equal(t, ahead+1, l2.Fence())
@@ -227,18 +229,18 @@ func TestRedlockRenewalRefusesAForeignFenceKey(t *testing.T) {
 	s := newRedlock(t, cs, slowOpts()...)
 	l, err := s.TryLock(ctx, "foreign")
 	require.NoError(t, err)
-	require.NoError(t, ms[2].Set(l.keys.fence, "not a fence"))
-	ms[2].SetTTL(l.keys.lock, time.Second)
-	before, _ := ms[2].Get(l.keys.lock)
+	require.NoError(t, ms[2].Set(l.keys.Fence, "not a fence"))
+	ms[2].SetTTL(l.keys.Lock, time.Second)
+	before, _ := ms[2].Get(l.keys.Lock)
 	out := s.place.renew(ctx, []*Lock{l}, time.Time{})
 	assert.Equal(t, renewal{}, out[0], "renewed on a quorum")
-	after, _ := ms[2].Get(l.keys.lock)
+	after, _ := ms[2].Get(l.keys.Lock)
 	assert.Equal(t, before, after)
-	assert.Equal(t, time.Second, ms[2].TTL(l.keys.lock), "the TTL on the node with the foreign fence key")
-	stored, _ := ms[2].Get(l.keys.fence)
+	assert.Equal(t, time.Second, ms[2].TTL(l.keys.Lock), "the TTL on the node with the foreign fence key")
+	stored, _ := ms[2].Get(l.keys.Fence)
 	assert.Equal(t, "not a fence", stored)
 	require.NoError(t, l.Release(ctx), "a release that fails on one node of three succeeds")
-	assert.True(t, ms[2].Exists(l.keys.lock), "the foreign fence key's node keeps the key until its TTL")
+	assert.True(t, ms[2].Exists(l.keys.Lock), "the foreign fence key's node keeps the key until its TTL")
 }
 
 // TestRedlockFencesSurviveANodeAhead: a node whose fence counter is far
@@ -249,7 +251,7 @@ func TestRedlockFencesSurviveANodeAhead(t *testing.T) {
 	ms, cs := redlockNodes(t, 3)
 	s := newRedlock(t, cs)
 	ahead := int64(8_000_000_000_000_000)
-	require.NoError(t, ms[2].Set(newKeys("f").fence, fmt.Sprint(ahead)))
+	require.NoError(t, ms[2].Set(lease.NewKeys("f").Fence, fmt.Sprint(ahead)))
 	l1, err := s.TryLock(ctx, "f")
 	require.NoError(t, err)
 	assert.Equal(t, ahead+1, l1.Fence())
@@ -333,7 +335,7 @@ func TestRedlockSplitVote(t *testing.T) {
 	ctx := context.Background()
 	ms, cs := redlockNodes(t, 3)
 	x := newRedlock(t, cs)
-	key := newKeys("split").lock
+	key := lease.NewKeys("split").Lock
 	require.NoError(t, ms[0].Set(key, "X\n1\n"))
 	ms[0].SetTTL(key, time.Minute)
 	require.NoError(t, ms[1].Set(key, "Y\n2\n"))
@@ -352,7 +354,7 @@ func TestRedlockRetryKeepsItsKeys(t *testing.T) {
 	ctx := context.Background()
 	ms, cs := redlockNodes(t, 3)
 	ms[2].Close()
-	key := newKeys("retry").lock
+	key := lease.NewKeys("retry").Lock
 	require.NoError(t, ms[0].Set(key, "X\n1\n")) // another owner on node 0
 	ms[0].SetTTL(key, time.Minute)
 	round, roundDone := rounds()
@@ -398,8 +400,8 @@ func TestRedlockLeaderReportsTheHoldersFence(t *testing.T) {
 	ctx := context.Background()
 	// Before the first renewal each node holds the fence it issued: node 2's
 	// key half a TTL ahead makes it the largest, the acquisition's.
-	k := newKeys("fenced")
-	require.NoError(t, ms[2].Set(k.fence, fmt.Sprint(time.Now().Add(5*time.Second).UnixMicro())))
+	k := lease.NewKeys("fenced")
+	require.NoError(t, ms[2].Set(k.Fence, fmt.Sprint(time.Now().Add(5*time.Second).UnixMicro())))
 	l, err := mustElection(t, s, "fenced").Campaign(ctx, "me")
 	require.NoError(t, err)
 	leader, err := mustElection(t, newRedlock(t, cs), "fenced").Leader(ctx)
@@ -412,8 +414,8 @@ func TestRedlockLeaderReportsTheHoldersFence(t *testing.T) {
 	out := s.place.renew(ctx, []*Lock{l}, time.Time{})
 	require.Equal(t, renewal{}, out[0])
 	late := l.fence + 1000
-	ms[0].Set(l.keys.lock, fmt.Sprintf("%s\n%d\n%s", l.token, late, l.value))
-	ms[0].SetTTL(l.keys.lock, time.Second)
+	ms[0].Set(l.keys.Lock, fmt.Sprintf("%s\n%d\n%s", l.token, late, l.value))
+	ms[0].SetTTL(l.keys.Lock, time.Second)
 	leader, err = mustElection(t, newRedlock(t, cs), "fenced").Leader(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, late, leader.Fence, "a late node's fence, until the next renewal")
@@ -448,15 +450,15 @@ func (c *failFirstRelease) Process(ctx context.Context, cmd redis.Cmder) error {
 func TestRedlockGiveBackLeftoverIsCleaned(t *testing.T) {
 	ms, cs := redlockNodes(t, 3)
 	cs[2] = &failFirstRelease{Client: cs[2].(*redis.Client)}
-	k := newKeys("leftover")
+	k := lease.NewKeys("leftover")
 	for _, m := range ms[:2] {
-		m.Set(k.lock, "other\n1\n")
-		m.SetTTL(k.lock, time.Minute)
+		m.Set(k.Lock, "other\n1\n")
+		m.SetTTL(k.Lock, time.Minute)
 	}
 	s := newRedlock(t, cs, WithTTL(3*time.Second))
 	_, err := s.TryLock(context.Background(), "leftover")
 	require.ErrorIs(t, err, ErrLocked)
-	require.Eventually(t, func() bool { return !ms[2].Exists(k.lock) }, time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return !ms[2].Exists(k.Lock) }, time.Second, 5*time.Millisecond,
 		"the token on the node whose give-back failed (TTL 3s) is still there")
 }
 
@@ -487,7 +489,7 @@ func TestRedlockLateQuorumReply(t *testing.T) {
 				if writeBack {
 					sc = redlockRenewScript // the write-back
 					for _, m := range ms {
-						m.Set(newKeys("late").fence, fmt.Sprint(time.Now().Add(2*time.Second).UnixMicro()))
+						m.Set(lease.NewKeys("late").Fence, fmt.Sprint(time.Now().Add(2*time.Second).UnixMicro()))
 					}
 				}
 				for _, c := range cs {
@@ -507,7 +509,7 @@ func TestRedlockLateQuorumReply(t *testing.T) {
 				}
 				first := <-attempts
 				require.ErrorContains(t, first, "after the lease's local deadline")
-				key := newKeys("late").lock
+				key := lease.NewKeys("late").Lock
 				if !block {
 					require.Error(t, err)
 					for i, m := range ms {
@@ -521,10 +523,10 @@ func TestRedlockLateQuorumReply(t *testing.T) {
 				for i, m := range ms {
 					v, err := m.Get(key)
 					require.NoError(t, err, "node %d", i)
-					h, _ := parseHolder(v)
-					assert.Equal(t, l.token, h.token, "node %d", i)
-					assert.LessOrEqual(t, h.fence, l.Fence(), "node %d", i)
-					largest = max(largest, h.fence)
+					h, _ := lease.ParseHolder(v)
+					assert.Equal(t, l.token, h.Token, "node %d", i)
+					assert.LessOrEqual(t, h.Fence, l.Fence(), "node %d", i)
+					largest = max(largest, h.Fence)
 				}
 				assert.Equal(t, l.Fence(), largest)
 				require.NoError(t, l.Release(ctx))
@@ -607,7 +609,7 @@ func TestRedlockLeaderWaitsForTheSlowNode(t *testing.T) {
 	cs[2], proxy = behindProxy(t, ms[2])
 	s := newRedlock(t, cs, WithTTL(10*time.Second), WithRenewInterval(3*time.Second), WithCallTimeout(2*time.Second))
 	ahead := time.Now().Add(5 * time.Second).UnixMicro()
-	require.NoError(t, ms[2].Set(newKeys("f").fence, fmt.Sprint(ahead)))
+	require.NoError(t, ms[2].Set(lease.NewKeys("f").Fence, fmt.Sprint(ahead)))
 	l, err := s.TryLock(ctx, "f")
 	require.NoError(t, err)
 	require.Equal(t, ahead+1, l.Fence(), "node 2 issued the acquisition's fence")
@@ -629,9 +631,9 @@ func TestRedlockSplitVoteRetriesAfterTheRandomDelay(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ms, cs := redlockNodes(t, 3)
-	k := newKeys("split")
-	ms[0].Set(k.lock, "other\n1\n")
-	ms[0].SetTTL(k.lock, time.Minute)
+	k := lease.NewKeys("split")
+	ms[0].Set(k.Lock, "other\n1\n")
+	ms[0].SetTTL(k.Lock, time.Minute)
 	ms[1].Close()
 	attempts := make(chan time.Time, 16)
 	const retry = 500 * time.Millisecond
@@ -647,7 +649,7 @@ func TestRedlockSplitVoteRetriesAfterTheRandomDelay(t *testing.T) {
 		done <- err
 	}()
 	first := recvWithin(t, attempts, 2*time.Second, "a split vote")
-	require.NoError(t, cs[0].(*redis.Client).Publish(ctx, k.channel(), "R").Err(), "the other contender gave its node back")
+	require.NoError(t, cs[0].(*redis.Client).Publish(ctx, k.Channel(), "R").Err(), "the other contender gave its node back")
 	second := recvWithin(t, attempts, 2*time.Second, "the next attempt")
 	assert.GreaterOrEqual(t, second.Sub(first), retry*9/10, "retried on the release event, not after the random delay")
 	cancel()
@@ -694,10 +696,10 @@ func TestRedlockThreeWaySplitRetriesAfterTheRandomDelay(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ms, cs := redlockNodes(t, 3)
-	k := newKeys("split3")
+	k := lease.NewKeys("split3")
 	for i, who := range []string{"b", "c"} {
-		ms[i+1].Set(k.lock, who+"\n1\n") // contenders B and C took nodes 1 and 2
-		ms[i+1].SetTTL(k.lock, time.Minute)
+		ms[i+1].Set(k.Lock, who+"\n1\n") // contenders B and C took nodes 1 and 2
+		ms[i+1].SetTTL(k.Lock, time.Minute)
 	}
 	type attempt struct {
 		err error
@@ -715,8 +717,8 @@ func TestRedlockThreeWaySplitRetriesAfterTheRandomDelay(t *testing.T) {
 		WithRetryInterval(retry), WithRetryJitter(0),
 		withAttemptHook(func(_ string, err error) {
 			if first.CompareAndSwap(false, true) {
-				ms[1].Del(k.lock) // B and C give back too
-				ms[2].Del(k.lock)
+				ms[1].Del(k.Lock) // B and C give back too
+				ms[2].Del(k.Lock)
 			}
 			attempts <- attempt{err, time.Now()}
 		}),
@@ -726,7 +728,7 @@ func TestRedlockThreeWaySplitRetriesAfterTheRandomDelay(t *testing.T) {
 	assert.ErrorIs(t, split.err, ErrLocked, "we took node 0, B and C the others")
 	assert.Equal(t, pause{retry, false}, recvWithin(t, pauses, 2*time.Second, "the wait after the split"),
 		"after a split vote: the retry delay (jitter 0), not the next event")
-	require.NoError(t, cs[0].(*redis.Client).Publish(ctx, k.channel(), "R").Err(), "a contender's give-back")
+	require.NoError(t, cs[0].(*redis.Client).Publish(ctx, k.Channel(), "R").Err(), "a contender's give-back")
 	next := recvWithin(t, attempts, 2*time.Second, "the next attempt")
 	assert.NoError(t, next.err)
 	assert.GreaterOrEqual(t, next.at.Sub(split.at), retry, "retried on a release event after a split vote")
@@ -747,9 +749,9 @@ func TestRedlockSplitVotesBackOff(t *testing.T) {
 	var proxy *faultproxy.Proxy
 	cs[2], proxy = behindProxy(t, ms[2])
 	proxy.Blackhole(faultproxy.Both)
-	k := newKeys("backoff")
-	ms[0].Set(k.lock, "other\n1\n")
-	ms[0].SetTTL(k.lock, time.Minute)
+	k := lease.NewKeys("backoff")
+	ms[0].Set(k.Lock, "other\n1\n")
+	ms[0].SetTTL(k.Lock, time.Minute)
 	const splits, retry = 6, 20 * time.Millisecond
 	sent := make(chan time.Time, 64)
 	cs[1].(*redis.Client).AddHook(scriptCounter(acquireScript, new(atomic.Int64), sent))
@@ -814,9 +816,9 @@ func TestRedlockCallsShareAPipelinePerNode(t *testing.T) {
 		for n, m := range ms[:2] {
 			v, err := m.Get(res.l.Key())
 			require.NoError(t, err, "%s on node %d", names[i], n)
-			h, ok := parseHolder(v)
+			h, ok := lease.ParseHolder(v)
 			require.True(t, ok, "%s on node %d", names[i], n)
-			assert.Equal(t, res.l.token, h.token, "%s holds its own token on node %d", names[i], n)
+			assert.Equal(t, res.l.token, h.Token, "%s holds its own token on node %d", names[i], n)
 		}
 		require.NoError(t, res.l.Release(ctx))
 	}
@@ -1093,7 +1095,7 @@ func TestRedlockCloseDeletesBehindAnUnsettledRead(t *testing.T) {
 		}()
 	}
 	waitQueuedOn(t, q.combs[2], 2)
-	batch := h.rule(newKeys("k").lock, true) // node 2's batch of the two reads
+	batch := h.rule(lease.NewKeys("k").Lock, true) // node 2's batch of the two reads
 	for _, r := range rules {
 		close(r.release)
 	}
@@ -1119,10 +1121,10 @@ func TestRedlockCloseDeletesBehindAnUnsettledRead(t *testing.T) {
 func TestRedlockGiveBackNeverSendsItsOwnAcquire(t *testing.T) {
 	ctx := context.Background()
 	ms, cs := redlockNodes(t, 3)
-	k := newKeys("g")
+	k := lease.NewKeys("g")
 	for _, m := range ms[:2] {
-		m.Set(k.lock, "other\n1\n")
-		m.SetTTL(k.lock, time.Minute)
+		m.Set(k.Lock, "other\n1\n")
+		m.SetTTL(k.Lock, time.Minute)
 	}
 	gate := newWireGate()
 	var pairs atomic.Int64

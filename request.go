@@ -61,7 +61,7 @@ func (e *Election) RequestTransfer(ctx context.Context, to string) (Leader, erro
 	case from.Value == to:
 		return from, nil
 	}
-	q := &request{e: e, key: lease.RequestKey(e.keys.name), Request: lease.Request{ID: rand.Text(), Fence: from.Fence, To: to}}
+	q := &request{e: e, key: lease.RequestKey(e.keys.Name), Request: lease.Request{ID: rand.Text(), Fence: from.Fence, To: to}}
 	if err := e.s.wire.Combiner().Call(ctx, time.Time{}, requestSendScript, lease.SendArgs(q.key, q.Request, e.s.cfg.ttl)).Err(); err != nil {
 		_, _ = q.withdraw(ctx) // it may have been stored all the same
 		if ctx.Err() != nil {
@@ -122,7 +122,7 @@ func (q *request) changed(ctx context.Context, l Leader) (done bool, err error) 
 	switch moved, err := q.readdress(ctx, l.Fence); {
 	case err != nil && ctx.Err() == nil:
 		q.e.s.cfg.logger.Warn("redisleader: cannot address a transfer request to the new term",
-			"election", q.e.keys.name, "fence", l.Fence, "err", err)
+			"election", q.e.keys.Name, "fence", l.Fence, "err", err)
 	case err == nil && !moved:
 		return true, q.errorf("%w; %q leads (fence %d)", ErrNoSuccessor, l.Value, l.Fence)
 	}
@@ -167,7 +167,7 @@ func (q *request) giveUp(ctx context.Context) error {
 }
 
 func (q *request) errorf(format string, a ...any) error {
-	return fmt.Errorf("redisleader: transfer request %q to %q: "+format, append([]any{q.e.keys.name, q.To}, a...)...)
+	return fmt.Errorf("redisleader: transfer request %q to %q: "+format, append([]any{q.e.keys.Name, q.To}, a...)...)
 }
 
 // TransferRequested waits until RequestTransfer asks leadership (this
@@ -180,8 +180,8 @@ func (q *request) errorf(format string, a ...any) error {
 // TransferRequest): do not call it for a term of Run.
 func (e *Election) TransferRequested(ctx context.Context, leadership *Lock) (to string, err error) {
 	switch {
-	case leadership == nil || leadership.s != e.s || leadership.keys.name != e.keys.name:
-		return "", invalidf("TransferRequested: not a leadership of %q in this session", e.keys.name)
+	case leadership == nil || leadership.s != e.s || leadership.keys.Name != e.keys.Name:
+		return "", invalidf("TransferRequested: not a leadership of %q in this session", e.keys.Name)
 	case e.redlock():
 		return "", errRedlockTransfer
 	}
@@ -195,7 +195,7 @@ func (e *Election) awaitRequest(ctx context.Context, l *Lock) (string, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer l.onEnd(cancel)()
-	w := &requestWatch{e: e, l: l, key: lease.RequestKey(e.keys.name)}
+	w := &requestWatch{e: e, l: l, key: lease.RequestKey(e.keys.Name)}
 	sub, err := e.s.wire.Subscribe(ctx, w.key, nil)
 	for err == nil {
 		if !l.Held() {
@@ -211,7 +211,7 @@ func (e *Election) awaitRequest(ctx context.Context, l *Lock) (string, error) {
 		sub.Close()
 	}
 	if why := l.Err(); why != nil || !l.Held() {
-		return "", fmt.Errorf("redisleader: transfer requests of %q: %w: %w", e.keys.name, ErrNotLeader, cmp.Or(why, ErrExpired))
+		return "", fmt.Errorf("redisleader: transfer requests of %q: %w: %w", e.keys.Name, ErrNotLeader, cmp.Or(why, ErrExpired))
 	}
 	return "", err
 }
@@ -230,7 +230,7 @@ type requestWatch struct {
 // for the leader's own value, or an error, logged).
 func (w *requestWatch) take(ctx context.Context) string {
 	t, err := w.e.takeRequest(ctx, lease.TakeArgs(w.key, w.l.Fence()))
-	log, name := w.e.s.cfg.logger, w.e.keys.name
+	log, name := w.e.s.cfg.logger, w.e.keys.Name
 	switch {
 	case ctx.Err() != nil || err == nil && !t.Present:
 		return ""

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"github.com/redisleader/redisleader/internal/wire"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // Run campaigns for leadership with value and, for each term it wins, calls
@@ -23,7 +25,7 @@ func (e *Election) Run(ctx context.Context, value string, onElected func(ctx con
 	if onElected == nil {
 		return invalidf("Run: onElected must not be nil")
 	}
-	if err := checkValue(value); err != nil {
+	if err := lease.CheckValue(value); err != nil {
 		return err
 	}
 	c, err := e.s.candidacyOf(e.keys, value, opts)
@@ -90,7 +92,7 @@ func (e *Election) lead(ctx context.Context, lead *Lock, onElected func(context.
 	if lost != nil {
 		if err != nil {
 			e.s.cfg.logger.Warn("redisleader: onElected returned after leadership ended",
-				"election", e.keys.name, "fence", lead.Fence(), "why", lost, "err", err)
+				"election", e.keys.Name, "fence", lead.Fence(), "why", lost, "err", err)
 		}
 		return nil
 	}
@@ -172,7 +174,7 @@ func (s *Session) resignedTerm(name string) *Lock {
 	var terms []*Lock
 	s.mu.Lock()
 	for l := range s.reg.terms {
-		if l.keys.name == name {
+		if l.keys.Name == name {
 			terms = append(terms, l)
 		}
 	}
@@ -203,7 +205,7 @@ func (l *Lock) awaitTerm(ctx context.Context, t *term, wait bool) error {
 	case <-t.released:
 		return t.err
 	case <-ctx.Done():
-		return fmt.Errorf("redisleader: release %q: Election.Run deletes the key once onElected has returned: %w", l.keys.name, ctx.Err())
+		return fmt.Errorf("redisleader: release %q: Election.Run deletes the key once onElected has returned: %w", l.keys.Name, ctx.Err())
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"github.com/redisleader/redisleader/internal/redisserver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 func TestRun(t *testing.T) {
@@ -40,7 +42,7 @@ func TestRun(t *testing.T) {
 				t.Fatal("Run did not return")
 			}
 			assert.True(t, <-stillMine, "the key was released before the callback returned")
-			assert.Empty(t, b.get(e.keys.lock), "released after the callback returned")
+			assert.Empty(t, b.get(e.keys.Lock), "released after the callback returned")
 		})
 
 		t.Run("loss cancels the callback, then it campaigns again", func(t *testing.T) {
@@ -60,7 +62,7 @@ func TestRun(t *testing.T) {
 				})
 			}()
 			first := recvWithin(t, terms, 2*time.Second, "first term")
-			b.del(e.keys.lock) // stolen
+			b.del(e.keys.Lock) // stolen
 			assert.ErrorIs(t, recvWithin(t, causes, 2*time.Second, "cancel on loss"), ErrNotOwner)
 			second := recvWithin(t, terms, 2*time.Second, "second term")
 			assert.Greater(t, second, first)
@@ -74,7 +76,7 @@ func TestRun(t *testing.T) {
 			boom := errors.New("boom")
 			err := e.Run(context.Background(), "me", func(context.Context, *Lock) error { return boom })
 			assert.ErrorIs(t, err, boom)
-			assert.Empty(t, b.get(e.keys.lock), "resigned")
+			assert.Empty(t, b.get(e.keys.Lock), "resigned")
 		})
 
 		t.Run("nil return campaigns again, never concurrently", func(t *testing.T) {
@@ -111,7 +113,7 @@ func TestRun(t *testing.T) {
 				}()
 				_ = e.Run(context.Background(), "me", func(context.Context, *Lock) error { panic("kaboom") })
 			}()
-			assert.Empty(t, b.get(e.keys.lock), "resigned before the panic propagated")
+			assert.Empty(t, b.get(e.keys.Lock), "resigned before the panic propagated")
 		})
 
 		t.Run("session close ends Run", func(t *testing.T) {
@@ -260,7 +262,7 @@ func TestCloseWaitsForRunsRelease(t *testing.T) {
 			})
 		}()
 		assert.ErrorIs(t, recvWithin(t, runErr, 2*time.Second, "Run after Close from onElected"), ErrSessionClosed)
-		assert.Empty(t, b.get(newKeys("self-close").lock))
+		assert.Empty(t, b.get(lease.NewKeys("self-close").Lock))
 	})
 }
 
@@ -283,7 +285,7 @@ func TestCloseFromOnElectedReleasesTheRest(t *testing.T) {
 		assert.NoError(t, recvWithin(t, closeErr, 3*time.Second, "Close from onElected"))
 		assert.Empty(t, b.get(other.Key()), "the session's other lock after Close")
 		assert.ErrorIs(t, recvWithin(t, runErr, 3*time.Second, "Run"), ErrSessionClosed)
-		assert.Empty(t, b.get(newKeys("close-self").lock), "the leadership after Run returned")
+		assert.Empty(t, b.get(lease.NewKeys("close-self").Lock), "the leadership after Run returned")
 	})
 }
 
@@ -603,8 +605,8 @@ func closeAfterExpiry(t *testing.T, runTerm bool) (leftOver bool) {
 		require.ErrorIs(t, <-ran, ErrSessionClosed)
 	}
 	if v, err := m.Get(l.Key()); err == nil {
-		h, _ := parseHolder(v)
-		return h.token == l.token
+		h, _ := lease.ParseHolder(v)
+		return h.Token == l.token
 	}
 	return false
 }

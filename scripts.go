@@ -33,5 +33,5 @@ func leaseScript(ls *lease.Script) *wire.Script { return wire.NewScript(ls.SHA, 
 // proclaimArgs returns the proclaim script's arguments for the seq'th
 // Proclaim of l's term, of value.
 func proclaimArgs(l *Lock, seq int64, value string) []any {
-	return l.args.Proclaim(l.keys.seq(), seq, value)
+	return l.args.Proclaim(l.keys.Seq(), seq, value)
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // foreignFences are values someone else may have left in a fence key: a
@@ -62,24 +64,24 @@ func TestForeignFenceKeyIsUntouched(t *testing.T) {
 	s := newSession(t, c, WithTTL(time.Second))
 	for _, f := range foreignFences {
 		t.Run(f.name, func(t *testing.T) {
-			k := newKeys("foreign-" + f.name)
-			require.NoError(t, f.write(c, k.fence))
-			want, err := f.read(c, k.fence)
+			k := lease.NewKeys("foreign-" + f.name)
+			require.NoError(t, f.write(c, k.Fence))
+			want, err := f.read(c, k.Fence)
 			require.NoError(t, err)
 			ks.writes("") // only what follows
-			_, err = s.TryLock(ctx, k.name)
+			_, err = s.TryLock(ctx, k.Name)
 			require.Error(t, err)
 			assert.True(t, permanent(err), "a foreign fence key is not retried: %v", err)
 			if f.name == "string" {
-				assert.ErrorContains(t, err, "fence key "+k.fence+" does not hold a fence (an integer in [0, 2^53-1)); it was left unchanged")
+				assert.ErrorContains(t, err, "fence key "+k.Fence+" does not hold a fence (an integer in [0, 2^53-1)); it was left unchanged")
 			} else {
 				assert.ErrorContains(t, err, "WRONGTYPE")
 			}
-			_, err = s.Lock(ctx, k.name)
+			_, err = s.Lock(ctx, k.Name)
 			assert.True(t, permanent(err), "blocking Lock returns at once: %v", err)
 			assert.Empty(t, ks.writes("redisleader:"), "a foreign fence key means no write at all")
-			untouched(t, c, k.fence, f.read, want)
-			n, err := c.Exists(ctx, k.lock).Result()
+			untouched(t, c, k.Fence, f.read, want)
+			n, err := c.Exists(ctx, k.Lock).Result()
 			require.NoError(t, err)
 			assert.Zero(t, n, "no lock without a fence")
 		})
@@ -101,51 +103,51 @@ func TestRedlockScriptsLeaveForeignFenceKey(t *testing.T) {
 	further := fmt.Sprint(time.Now().Add(2 * time.Hour).UnixMicro())
 	for _, sc := range []struct {
 		name string
-		run  func(k keys, fence string) error
+		run  func(k lease.Keys, fence string) error
 	}{
-		{"renew", func(k keys, fence string) error {
-			return redlockRenewScript.Run(ctx, c, []any{nil, nil, 2, k.lock, k.fence, "tok", "60000", fence}).Err()
+		{"renew", func(k lease.Keys, fence string) error {
+			return redlockRenewScript.Run(ctx, c, []any{nil, nil, 2, k.Lock, k.Fence, "tok", "60000", fence}).Err()
 		}},
-		{"release", func(k keys, fence string) error {
-			return redlockReleaseScript.Run(ctx, c, []any{nil, nil, 2, k.lock, k.fence, "tok", fence}).Err()
+		{"release", func(k lease.Keys, fence string) error {
+			return redlockReleaseScript.Run(ctx, c, []any{nil, nil, 2, k.Lock, k.Fence, "tok", fence}).Err()
 		}},
 	} {
 		const held = "tok\n100\nv"
 		for _, f := range foreignFences {
 			t.Run(sc.name+"/"+f.name, func(t *testing.T) {
-				k := newKeys(sc.name + "-" + f.name)
-				require.NoError(t, c.Set(ctx, k.lock, held, time.Minute).Err())
-				require.NoError(t, f.write(c, k.fence))
-				want, err := f.read(c, k.fence)
+				k := lease.NewKeys(sc.name + "-" + f.name)
+				require.NoError(t, c.Set(ctx, k.Lock, held, time.Minute).Err())
+				require.NoError(t, f.write(c, k.Fence))
+				want, err := f.read(c, k.Fence)
 				require.NoError(t, err)
 				ks.writes("")
 				err = sc.run(k, ahead)
 				assert.Error(t, err)
 				assert.True(t, permanent(err), "%v", err)
 				assert.Empty(t, ks.writes("redisleader:"), "no write at all")
-				untouched(t, c, k.fence, f.read, want)
-				v, err := c.Get(ctx, k.lock).Result()
+				untouched(t, c, k.Fence, f.read, want)
+				v, err := c.Get(ctx, k.Lock).Result()
 				require.NoError(t, err)
 				assert.Equal(t, held, v, "the lock keeps its value")
 			})
 		}
 		t.Run(sc.name+"/valid", func(t *testing.T) {
-			k := newKeys(sc.name)
-			require.NoError(t, c.Set(ctx, k.lock, held, time.Minute).Err())
-			require.NoError(t, c.Set(ctx, k.fence, "150", 0).Err())
+			k := lease.NewKeys(sc.name)
+			require.NoError(t, c.Set(ctx, k.Lock, held, time.Minute).Err())
+			require.NoError(t, c.Set(ctx, k.Fence, "150", 0).Err())
 			require.NoError(t, sc.run(k, ahead))
-			v, _ := c.Get(ctx, k.fence).Result()
+			v, _ := c.Get(ctx, k.Fence).Result()
 			assert.Equal(t, ahead, v, "a smaller fence is raised")
-			v, _ = c.Get(ctx, k.lock).Result()
+			v, _ = c.Get(ctx, k.Lock).Result()
 			if sc.name == "renew" {
 				assert.Equal(t, "tok\n"+ahead+"\nv", v)
 			} else {
 				assert.Empty(t, v, "released")
 			}
-			require.NoError(t, c.Set(ctx, k.lock, held, time.Minute).Err())
-			require.NoError(t, c.Set(ctx, k.fence, further, 0).Err())
+			require.NoError(t, c.Set(ctx, k.Lock, held, time.Minute).Err())
+			require.NoError(t, c.Set(ctx, k.Fence, further, 0).Err())
 			require.NoError(t, sc.run(k, ahead))
-			v, _ = c.Get(ctx, k.fence).Result()
+			v, _ = c.Get(ctx, k.Fence).Result()
 			assert.Equal(t, further, v, "a larger fence stays")
 		})
 	}
@@ -157,8 +159,8 @@ func TestRedlockScriptsLeaveForeignFenceKey(t *testing.T) {
 func TestEventsCarryNoContent(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
-		k := newKeys("quiet")
-		ps := b.client.Subscribe(ctx, k.channel())
+		k := lease.NewKeys("quiet")
+		ps := b.client.Subscribe(ctx, k.Channel())
 		defer ps.Close()
 		_, err := ps.Receive(ctx)
 		require.NoError(t, err)
@@ -191,9 +193,9 @@ func TestScriptErrorsWriteNothing(t *testing.T) {
 	require.NoError(t, c.ConfigSet(ctx, "maxmemory", "0").Err())
 
 	// The idempotent path finds our token followed by no fence.
-	k := newKeys("broken")
-	require.NoError(t, c.Set(ctx, k.lock, "tok\nno-newline-after-the-fence", time.Minute).Err())
-	err = acquireScript.Run(ctx, c, []any{nil, nil, 2, k.lock, k.fence, "tok", "1000", ""}).Err()
+	k := lease.NewKeys("broken")
+	require.NoError(t, c.Set(ctx, k.Lock, "tok\nno-newline-after-the-fence", time.Minute).Err())
+	err = acquireScript.Run(ctx, c, []any{nil, nil, 2, k.Lock, k.Fence, "tok", "1000", ""}).Err()
 	var rerr redis.Error
 	require.ErrorAs(t, err, &rerr, "an error reply, not a status reply")
 	assert.True(t, strings.HasPrefix(err.Error(), "ERR "), "%v", err)

@@ -125,18 +125,6 @@ func (s *Session) Err() error {
 	return s.err
 }
 
-// enter registers an acquisition or observer, unless the session is closed.
-// Close waits for every registered one to call s.work.Done.
-func (s *Session) enter() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err != nil {
-		return s.err
-	}
-	s.work.Add(1) // under mu, so never concurrently with Close's Wait
-	return nil
-}
-
 // Close ends the session. Every lock it holds ends with ErrSessionClosed,
 // and its key is released in one pipelined round trip, so waiters take
 // over at once; Run releases its own terms (package documentation,
@@ -242,51 +230,6 @@ func (s *Session) stopped(terms map[*Lock]*term, chain *terms, again []*Lock) <-
 		close(s.closed)
 	}()
 	return stopped
-}
-
-// add registers an acquired lock with the heartbeat and wakes the session's
-// fair waiters for its name, which end with ErrLocked (a session never waits
-// for itself; default-mode waiters hear the acquire's own message). It fails
-// when the session was closed meanwhile; the caller then releases the key.
-func (s *Session) add(l *Lock) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err != nil {
-		return s.err
-	}
-	s.reg.hold(l)
-	l.slot = s.hb.ring.add(l)
-	s.hb.wake()
-	s.wakeWaitersLocked(l.keys.name)
-	return nil
-}
-
-// wakeWaitersLocked wakes the session's queued waiters for name, which has
-// just become the session's: they find it held by their next look and end
-// (a session never waits for itself). A waiter not yet registered makes
-// that check after it registers. s.mu must be held.
-func (s *Session) wakeWaitersLocked(name string) {
-	for w := range s.reg.waiting {
-		if w.keys.name == name && w.sub != nil {
-			w.sub.Poke()
-		}
-	}
-}
-
-func (s *Session) remove(l *Lock) {
-	s.mu.Lock()
-	if s.reg.drop(l) {
-		s.hb.ring.remove(l, l.slot)
-	}
-	s.mu.Unlock()
-}
-
-// holds reports whether the session holds name now.
-func (s *Session) holds(name string) bool {
-	s.mu.Lock()
-	l := s.reg.names[name]
-	s.mu.Unlock()
-	return l != nil && l.Held()
 }
 
 // held returns the locks the session holds now.

@@ -10,6 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 func TestCloseReleasesEverything(t *testing.T) {
@@ -37,7 +39,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 				assert.ErrorIs(t, err, ErrSessionClosed)
 				_, err = s.Lock(ctx, "after-close")
 				assert.ErrorIs(t, err, ErrSessionClosed)
-				assert.Empty(t, b.get(newKeys("after-close").lock))
+				assert.Empty(t, b.get(lease.NewKeys("after-close").Lock))
 				assert.NoError(t, s.Close(ctx), "Close is idempotent")
 				checkNoLeaks(t)
 			})
@@ -62,7 +64,7 @@ func TestCloseDuringAcquireLeavesNoKey(t *testing.T) {
 			waitClosed(t, l.Done(), time.Second, "lock of a closed session")
 			assert.ErrorIs(t, l.Err(), ErrSessionClosed)
 		}
-		n, err := c.Exists(ctx, newKeys(name).lock).Result()
+		n, err := c.Exists(ctx, lease.NewKeys(name).Lock).Result()
 		require.NoError(t, err)
 		assert.Zero(t, n, "no key outlives a closed session (round %d)", i)
 	}
@@ -116,7 +118,7 @@ func TestCloseWaitsForAcquisitionsInFlight(t *testing.T) {
 	waitClosed(t, s.Done(), 5*time.Second, "Close started")
 	close(hold.release) // the acquisition's reply arrives after Close started
 	require.NoError(t, recvWithin(t, closed, 5*time.Second, "Close"))
-	n, err := c.Exists(context.Background(), newKeys("in-flight").lock).Result()
+	n, err := c.Exists(context.Background(), lease.NewKeys("in-flight").Lock).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "the in-flight acquisition gave its key back before Close returned")
 	assert.ErrorIs(t, recvWithin(t, errc, 5*time.Second, "TryLock"), ErrSessionClosed)
@@ -147,7 +149,7 @@ func TestConcurrentCloseWaitsForTheFirst(t *testing.T) {
 	default:
 		t.Fatal("the second Close returned before the first finished")
 	}
-	n, err := c.Exists(context.Background(), newKeys("slow").lock).Result()
+	n, err := c.Exists(context.Background(), lease.NewKeys("slow").Lock).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "everything the first Close waits for was done")
 	checkNoLeaks(t)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redisleader/redisleader/internal/wire"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // Transfer (the model is in doc.go, section Choosing the leader).
@@ -78,7 +80,7 @@ func (e *Election) Transfer(ctx context.Context, to string) error {
 		return nil // to leads already: the CLI's transfer exits 0 too
 	}
 	// Subscribed before the hand-over, so that the successor's "A" is heard.
-	sub, err := e.s.wire.Subscribe(ctx, e.keys.channel(), nil)
+	sub, err := e.s.wire.Subscribe(ctx, e.keys.Channel(), nil)
 	if err != nil {
 		return err
 	}
@@ -98,7 +100,7 @@ func (e *Election) Transfer(ctx context.Context, to string) error {
 // checkTransfer checks a successor's value, and that the session can
 // transfer.
 func (e *Election) checkTransfer(to string) error {
-	switch err := checkValue(to); {
+	switch err := lease.CheckValue(to); {
 	case err != nil:
 		return err
 	case to == "":
@@ -143,7 +145,7 @@ func (l *Lock) endedBefore(to string) error {
 	case why == ErrReleased:
 		how = "it was released first (Resign, Release, or Run)"
 	}
-	return fmt.Errorf("redisleader: transfer %q to %q: %w: %s: %w", l.keys.name, to, ErrNotLeader, how, why)
+	return fmt.Errorf("redisleader: transfer %q to %q: %w: %s: %w", l.keys.Name, to, ErrNotLeader, how, why)
 }
 
 // awaitSuccessor reads who leads, after every message on sub, until to
@@ -160,19 +162,19 @@ func (e *Election) awaitSuccessor(ctx context.Context, sub *wire.Subscription, f
 		case err == nil && who.Value == to:
 			return nil
 		case err == nil:
-			return fmt.Errorf("redisleader: transfer %q to %q: %w; %q leads instead", e.keys.name, to, ErrNoSuccessor, who.Value)
+			return fmt.Errorf("redisleader: transfer %q to %q: %w; %q leads instead", e.keys.Name, to, ErrNoSuccessor, who.Value)
 		case !errors.Is(err, ErrNoLeader) && ctx.Err() != nil:
-			return fmt.Errorf("redisleader: transfer %q to %q: %w", e.keys.name, to, ctx.Err())
+			return fmt.Errorf("redisleader: transfer %q to %q: %w", e.keys.Name, to, ctx.Err())
 		}
 		if !time.Now().Before(until) {
-			return fmt.Errorf("redisleader: transfer %q to %q: %w within the TTL; the name is free to anyone", e.keys.name, to, ErrNoSuccessor)
+			return fmt.Errorf("redisleader: transfer %q to %q: %w within the TTL; the name is free to anyone", e.keys.Name, to, ErrNoSuccessor)
 		}
 		d := time.Until(until)
 		if former || err != nil && !errors.Is(err, ErrNoLeader) {
 			d = min(d, e.s.cfg.retryDelay()) // a Redis error, or the hand-over not made yet: read again soon
 		}
 		if err := e.s.wait(ctx, sub, d); err != nil {
-			return fmt.Errorf("redisleader: transfer %q to %q: %w", e.keys.name, to, err)
+			return fmt.Errorf("redisleader: transfer %q to %q: %w", e.keys.Name, to, err)
 		}
 	}
 }
@@ -181,5 +183,5 @@ func (e *Election) awaitSuccessor(ctx context.Context, sub *wire.Subscription, f
 // goes to the heir, or to the best candidate above the leader's priority,
 // or is deleted as by the release scripts.
 func (l *Lock) handOffCall(heir string, prio any) wire.Call {
-	return wire.Call{Script: handOffScript, Argv: l.args.HandOff(l.keys.lease(), heir, prio)}
+	return wire.Call{Script: handOffScript, Argv: l.args.HandOff(l.keys, heir, prio)}
 }

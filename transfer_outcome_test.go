@@ -14,6 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // A Transfer has one outcome: with concurrent calls on one leadership
@@ -105,7 +107,7 @@ func releaseSHA(fair bool) string {
 // channel (calls waiting in subscribe, say).
 func waitWatchers(t *testing.T, e *Election, n int) {
 	t.Helper()
-	w, ch := &e.s.wire, e.keys.channel()
+	w, ch := &e.s.wire, e.keys.Channel()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		got, _ := w.Watchers(ch)
@@ -315,7 +317,7 @@ func TestTransferConcurrentCallsOneOutcome(t *testing.T) {
 // leads. Not leading, it is ErrNotLeader.
 func TestTransferToOwnValue(t *testing.T) {
 	m, c := newMini(t)
-	onKey := &countingHook{match: newKeys("own").lock}
+	onKey := &countingHook{match: lease.NewKeys("own").Lock}
 	c.AddHook(onKey.hook())
 	ctx := context.Background()
 	e := mustElection(t, newSession(t, c, WithTTL(time.Minute)), "own") // no renewal during the test
@@ -328,7 +330,7 @@ func TestTransferToOwnValue(t *testing.T) {
 		n := onKey.n.Load()
 		require.NoError(t, e.Transfer(ctx, v), "Transfer to the leader's own value %q", v)
 		assert.Equal(t, n, onKey.n.Load(), "Transfer(%q): a command on the name", v)
-		_, known := e.s.wire.Watchers(e.keys.channel())
+		_, known := e.s.wire.Watchers(e.keys.Channel())
 		assert.False(t, known, "Transfer(%q) subscribed", v)
 		now, _ := m.Get(l.Key())
 		assert.Equal(t, stored, now, "nothing written")

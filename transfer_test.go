@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // candidates starts a Campaign for each value, each in its own session of
@@ -124,14 +126,14 @@ func enlistAll(t *testing.T, ctx context.Context, b *backend, name string, fair 
 	// the channels' subscribers is the witness that they wait.
 	c := b.client
 	deadline := time.Now().Add(5 * time.Second)
-	ch := newKeys(name).channel()
+	ch := lease.NewKeys(name).Channel()
 	for {
 		n, err := c.PubSubNumSub(ctx, ch).Result()
 		require.NoError(t, err)
 		subs := n[ch]
 		if fair {
 			subs = int64(len(got)) // fair waiters listen on their own channels: count queued ones
-			q, err := c.ZCard(ctx, newKeys(name).queue()).Result()
+			q, err := c.ZCard(ctx, lease.NewKeys(name).Queue()).Result()
 			require.NoError(t, err)
 			if q >= int64(len(got)) {
 				return
@@ -368,8 +370,8 @@ func TestForgedReservationCostsAtMostItsTTL(t *testing.T) {
 	onRedisServer(t, func(t *testing.T, b *backend) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		k := newKeys("forged")
-		require.NoError(t, b.client.Set(ctx, k.lock, "\n5\nghost", 300*time.Millisecond).Err())
+		k := lease.NewKeys("forged")
+		require.NoError(t, b.client.Set(ctx, k.Lock, "\n5\nghost", 300*time.Millisecond).Err())
 		e := mustElection(t, newSession(t, b.client, fastOpts()...), "forged")
 		_, err := e.Leader(ctx)
 		assert.ErrorIs(t, err, ErrNoLeader, "a reservation is no leader")
@@ -380,7 +382,7 @@ func TestForgedReservationCostsAtMostItsTTL(t *testing.T) {
 		assert.Greater(t, l.Fence(), int64(5))
 		// The reservation's value is taken only by its own candidate.
 		require.NoError(t, l.Release(ctx))
-		require.NoError(t, b.client.Set(ctx, k.lock, "\n5\nreal", time.Minute).Err())
+		require.NoError(t, b.client.Set(ctx, k.Lock, "\n5\nreal", time.Minute).Err())
 		l2, err := e.TryCampaign(ctx, "real")
 		require.NoError(t, err, "a reservation for our value is ours to take")
 		assert.True(t, l2.Held())

@@ -4,9 +4,9 @@ package lease
 // numkeys, KEYS..., ARGV...}: the runner fills the first two slots. Every
 // script of ours has the lock key as KEYS[1], which the combiner orders
 // calls by, and the scripts that take a fence key have it as KEYS[2]. The
-// builders here are the only place that knows each script's slots; they
-// take values boxed once (an any made once per lock, not per call), so that
-// a call costs no allocation it need not.
+// builders here and in plain.go are the only place that knows each
+// script's slots; they take values boxed once (an any made once per lock,
+// not per call), so that a call costs no allocation it need not.
 
 // Args are one lease's arguments, each boxed once: its lock and fence keys,
 // its token, the session's TTL in ms, and the value it was taken with (for
@@ -22,12 +22,6 @@ type Args struct {
 // boxed once by the session.
 func NewArgs(lock, fence, token string, ttl any, value string) Args {
 	return Args{Lock: lock, Fence: fence, Token: token, TTL: ttl, Value: value}
-}
-
-// Acquire fills buf with acquire's vector and returns it.
-func (a *Args) Acquire(buf *[8]any) []any {
-	*buf = [8]any{nil, nil, 2, a.Lock, a.Fence, a.Token, a.TTL, a.Value}
-	return buf[:]
 }
 
 // Candidate are a candidate's arguments, boxed once: its two keys and its
@@ -83,16 +77,10 @@ func (f *Fair) Leave(lock, ttl any) []any {
 	return []any{nil, nil, 3, lock, f.Queue, f.Leases, f.ID, ttl}
 }
 
-// Renew is renew's vector.
-func (a *Args) Renew() []any { return []any{nil, nil, 1, a.Lock, a.Token, a.TTL} }
-
 // PreferRenew is prefer_renew's vector for c.
 func (a *Args) PreferRenew(c *Candidate) []any {
 	return []any{nil, nil, 3, a.Lock, c.Keys[0], c.Keys[1], a.Token, a.TTL, a.Value, c.Prio}
 }
-
-// Release is release's vector.
-func (a *Args) Release() []any { return []any{nil, nil, 1, a.Lock, a.Token} }
 
 // FairRelease is fair_release's vector for k's queue.
 func (a *Args) FairRelease(k Keys) []any {

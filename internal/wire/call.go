@@ -11,10 +11,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The script runner: how a script call reaches Redis (EVALSHA, EVAL on
-// NOSCRIPT), alone or in a pipeline, with the replica acknowledgements'
-// WAIT at its end. It knows nothing of locks; the scripts are defined by
-// the floors above, which hand NewScript their source and SHA.
+// One script call: how it reaches Redis (EVALSHA, EVAL on NOSCRIPT) and
+// within which deadline (Bound, Unbind and the bound context). A lone call
+// of a Combiner reads here from its deadline to its reply (runBound), and
+// so does a renewal round (Bound, RunCalls, Unbind); several calls in one
+// round trip go on in pipeline.go. It knows nothing of locks; the scripts
+// are defined by the floors above, which hand NewScript their source and
+// SHA.
 
 // A script call's argument vector is {command, SHA or source, numkeys,
 // KEYS..., ARGV...}, boxed once where it can be (by the caller) and
@@ -62,6 +65,14 @@ func NewScript(sha, src string) *Script {
 	s := &Script{src: src, sha: sha}
 	scripts = append(scripts, s)
 	return s
+}
+
+// runBound runs sc once on c, bounded as Bound says, and unbinds: a
+// Combiner's lone call, on its caller's goroutine.
+func (t *Transport) runBound(ctx context.Context, deadline time.Time, c Client, sc *Script, argv []any) *redis.Cmd {
+	callCtx := t.Bound(ctx, deadline)
+	defer Unbind(callCtx)
+	return sc.Run(callCtx, c, argv)
 }
 
 // Run executes the script once. argv is {_, _, numkeys, keys..., args...};
@@ -121,6 +132,13 @@ func denied(cmd *redis.Cmd, argv []any) {
 		strings.ToUpper(fmt.Sprint(argv[0])), strings.Join(keys, " "), msg)})
 }
 
+// ErrCmd is a command that failed with err before, or without, a reply.
+func ErrCmd(ctx context.Context, argv []any, err error) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, argv...)
+	cmd.SetErr(err)
+	return cmd
+}
+
 // RunAll executes the script once per argument vector in one round trip; see
 // RunCalls.
 func (s *Script) RunAll(ctx context.Context, c Client, argvs [][]any, acks Acks) ([]*redis.Cmd, error) {
@@ -159,177 +177,284 @@ func RunCalls(ctx context.Context, c Client, calls []Call, acks Acks, ready func
 	return cmds, runPipeline(ctx, c, calls, cmds, acks)
 }
 
-// runPipeline is RunCalls's round trip (and its NOSCRIPT re-send) for
-// calls, whose commands it stores in cmds.
-func runPipeline(ctx context.Context, c Client, calls []Call, cmds []*redis.Cmd, acks Acks) error {
-	pipe := c.Pipeline()
-	for i, cl := range calls {
-		cl.Argv[0], cl.Argv[1] = "evalsha", cl.Script.sha
-		cmds[i] = redis.NewCmd(ctx, cl.Argv...)
-		_ = pipe.Process(ctx, cmds[i])
+// Bound bounds one Redis call by the call timeout and, when deadline is not
+// zero, by a lease's local deadline. It returns ctx itself when ctx already
+// ends sooner. Once the call has returned, the caller passes the result to
+// Unbind, which ends it and keeps its timer for the next call; a context that
+// is never unbound ends at its deadline all the same. ctx must not itself
+// come from Bound.
+func (t *Transport) Bound(ctx context.Context, deadline time.Time) context.Context {
+	d := t.CallDeadline(deadline)
+	if cur, ok := ctx.Deadline(); ok && !cur.After(d) {
+		return ctx
 	}
-	wait := acks.queue(ctx, pipe)
-	failUnsent(cmds, ExecPipeline(ctx, pipe))
-	// Scan every reply: Exec reports only the first error, and on Cluster
-	// one node may have lost the script while another timed out.
-	var (
-		retry   redis.Pipeliner
-		retried []*redis.Cmd
-	)
-	for i, cl := range calls {
-		if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			if retry == nil {
-				retry = c.Pipeline()
-			}
-			cl.Argv[0], cl.Argv[1] = "eval", cl.Script.src
-			cmds[i] = redis.NewCmd(ctx, cl.Argv...)
-			_ = retry.Process(ctx, cmds[i])
-			retried = append(retried, cmds[i])
+	return &boundCtx{Context: ctx, deadline: d, states: &t.dones}
+}
+
+// CallDeadline is when a call that starts now must end: after the call
+// timeout, or at deadline (a lease's local deadline) when that is sooner
+// and not zero.
+func (t *Transport) CallDeadline(deadline time.Time) time.Time {
+	d := time.Now().Add(t.cfg.CallTimeout)
+	if !deadline.IsZero() && deadline.Before(d) {
+		d = deadline
+	}
+	return d
+}
+
+// Unbind ends a context from Bound once its call has returned: its Done
+// channel closes, Err returns context.Canceled unless the context had already
+// ended, and its timer goes back to the session for the next call. Any other
+// context is left alone.
+func Unbind(ctx context.Context) {
+	c, ok := ctx.(*boundCtx)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = context.Canceled
+	}
+	if c.done == nil {
+		c.done = ClosedChan
+	}
+	st := c.st
+	c.st = nil
+	if st != nil {
+		st.closeDone()
+	}
+	c.mu.Unlock()
+	if st != nil {
+		st.recycle(c.states)
+	}
+}
+
+// boundCtx is a context with an earlier deadline than its parent, made for
+// one go-redis call. go-redis bounds socket reads and writes by Deadline
+// (with ContextTimeoutEnabled), checks Err, and selects on Done while it
+// waits for a pool connection, for a dial, or between its own retries, so
+// each of these waits ends at the deadline or when the parent is done. Done,
+// Deadline and Err keep the context.Context contract exactly: Done returns
+// one channel, closed at the deadline, when the parent is done, or by Unbind;
+// Err is non-nil from that moment (from the deadline on, by the clock, even
+// before the timer has run) and does not change afterwards. A context derived
+// from it is cancelled at the deadline too. One wait in go-redis does not use
+// it: a *redis.ClusterClient loads the server's command table (COMMAND) when
+// a single command (not a pipeline) first needs it, on a context of its own
+// with a 5s timeout, and until one load has succeeded every such command
+// waits for it.
+//
+// Every go-redis command calls Done, so its cost is on the hot path. The
+// channel is made on the first call to Done, with a timer at the deadline
+// and, only for a parent that can be cancelled, a context.AfterFunc on the
+// parent; the timer and its callback come from a per-session list of idle
+// doneStates, so a call costs the context and the channel, two allocations
+// (context.WithDeadline costs about ten). Unbind returns the doneState to the
+// list when neither its timer nor the parent's callback has started. A
+// context that is never unbound (the pub/sub calls) ends at its deadline:
+// the timer closes the channel and unregisters the parent's callback, so
+// nothing stays registered on a long-lived parent. The channel itself is
+// never reused: whoever still holds it after the call (a hook's goroutine,
+// say) sees it closed. Only go-redis, and hooks on the user's client, see a
+// boundCtx.
+type boundCtx struct {
+	context.Context
+	deadline time.Time
+	states   *doneStates // where the timer comes from and goes back to
+
+	mu   sync.Mutex    // protects done, err and st; Done may be called from several goroutines
+	done chan struct{} // made by the first Done
+	err  error         // why the context ended, once it has
+	st   *doneState    // closes done at the deadline or when the parent is done; nil after Unbind
+}
+
+func (c *boundCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		if c.errLocked() != nil {
+			c.done = ClosedChan
+		} else {
+			c.done = make(chan struct{})
+			c.st = c.states.get()
+			c.st.arm(c.Context, c.done, c.deadline)
 		}
 	}
-	var wait2 *redis.IntCmd
-	if retry != nil {
-		wait2 = acks.queue(ctx, retry)
-		failUnsent(retried, ExecPipeline(ctx, retry))
+	return c.done
+}
+
+func (c *boundCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func (c *boundCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.errLocked()
+}
+
+// errLocked returns why the context ended, recording it the first time it
+// sees the parent done or the deadline passed, and then closes Done at once
+// rather than when the timer or the parent's callback runs. c.mu must be held.
+func (c *boundCtx) errLocked() error {
+	if c.err != nil {
+		return c.err
 	}
-	for i, cl := range calls {
-		denied(cmds[i], cl.Argv)
-	}
-	return acks.check(wait, wait2)
-}
-
-// Per master on Redis Cluster. go-redis splits a Cluster pipeline by node
-// and runs the nodes' parts concurrently, but as one operation: it returns
-// once every node has answered or failed, and when a node's part times out
-// as the context ends, the error goes to every command of the pipeline that
-// has none, also those whose replies healthy masters had already sent
-// (ClusterClient.processPipeline: setCmdsErr after its retry sleep). One
-// silent master then failed every renewal of a slice, and a session lost
-// all its locks. So RunCalls groups the calls itself, by the master that
-// serves their first key's slot in the client's slot map (the key is
-// KEYS[1]; every key of a call shares its hash tag), and sends each group
-// as a pipeline of its own through c, concurrently, each bounded by ctx:
-// a call's outcome depends only on its own master, a healthy master's
-// replies are final as soon as they arrive (ready), and go-redis still
-// follows MOVED and ASK per command inside each group. Every caller of
-// RunCalls (renewal slices, the stale-token clean-up, Close's deletes, the
-// Combiner's batches) gets this. A plain client keeps one pipeline.
-
-// group is the calls of one pipeline on Redis Cluster: their indexes, and
-// the master that serves them (nil: unknown, left to go-redis's routing).
-type group struct {
-	node *redis.Client
-	idx  []int
-}
-
-// byNode groups calls by the master that serves their first key's slot, in
-// cc's slot map now. A key it cannot place (no slot map yet) goes to the
-// nil group, which go-redis routes as it routes any pipeline.
-func byNode(ctx context.Context, cc *redis.ClusterClient, calls []Call) []group {
-	var groups []group
-	for i, cl := range calls {
-		var node *redis.Client
-		if key, ok := KeyOf(cl.Argv).(string); ok {
-			node = masterFor(ctx, cc, key)
-		}
-		j := slices.IndexFunc(groups, func(g group) bool { return g.node == node })
-		if j < 0 {
-			j = len(groups)
-			groups = append(groups, group{node: node})
-		}
-		groups[j].idx = append(groups[j].idx, i)
-	}
-	return groups
-}
-
-// masterFor returns the master that serves key's slot, or nil if it is
-// unknown. Without a slot map, MasterForKey loads one, which runs the node
-// clients' hooks outside ExecPipeline: a hook's panic there leaves the key
-// unplaced (nil), and go-redis's own routing inside ExecPipeline then meets
-// it as the batch's error (hookfaults.go).
-func masterFor(ctx context.Context, cc *redis.ClusterClient, key string) (node *redis.Client) {
-	defer func() {
-		if recover() != nil {
-			node = nil
-		}
-	}()
-	node, _ = cc.MasterForKey(ctx, key)
-	return node
-}
-
-// runGroups runs each group as its own pipeline (runPipeline), on a
-// goroutine of its own, and returns once all have ended (each by ctx's
-// end), with the first error of their WAITs. A group whose goroutine a
-// hook ended (runtime.Goexit) fails with ErrHookGoexit where it has no
-// reply.
-func runGroups(ctx context.Context, c Client, calls []Call, cmds []*redis.Cmd, groups []group, acks Acks, ready func([]int, []*redis.Cmd)) error {
-	errs := make([]error, len(groups))
-	var wg sync.WaitGroup
-	for gi, g := range groups {
-		Go(&wg, func() {
-			sub := make([]Call, len(g.idx))
-			for j, i := range g.idx {
-				sub[j] = calls[i]
-			}
-			out := make([]*redis.Cmd, len(sub))
-			returned := false
-			defer func() { // also when a hook ends the goroutine
-				for j, i := range g.idx {
-					if out[j] == nil {
-						out[j] = ErrCmd(ctx, calls[i].Argv, ErrHookGoexit)
-					} else if !returned {
-						failUnsent(out[j:j+1], ErrHookGoexit)
-					}
-					cmds[i] = out[j]
-				}
-				if ready != nil {
-					ready(g.idx, cmds)
-				}
-			}()
-			errs[gi] = runPipeline(ctx, c, sub, out, acks)
-			returned = true
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// Acks is the replica-acknowledgement safety level: how many replicas must
-// acknowledge a write, and how long WAIT may wait for them. N == 0: off.
-type Acks struct {
-	N       int
-	Timeout time.Duration
-}
-
-// queue adds WAIT to a pipeline, if the safety level is on.
-func (a Acks) queue(ctx context.Context, pipe redis.Pipeliner) *redis.IntCmd {
-	if a.N == 0 {
+	if err := c.Context.Err(); err != nil {
+		c.err = err
+	} else if !time.Now().Before(c.deadline) {
+		c.err = context.DeadlineExceeded
+	} else {
 		return nil
 	}
-	cmd := redis.NewIntCmd(ctx, "wait", a.N, a.Timeout.Milliseconds())
-	_ = pipe.Process(ctx, cmd)
-	return cmd
+	if c.st != nil {
+		c.st.closeDone()
+	}
+	return c.err
 }
 
-// check returns nil if every WAIT saw enough acknowledgements, else an
-// error that says how many replicas acknowledged.
-func (a Acks) check(waits ...*redis.IntCmd) error {
-	for _, w := range waits {
-		if w == nil {
-			continue
-		}
-		got, err := w.Result()
-		if err != nil {
-			return fmt.Errorf("WAIT for %d replicas: %w", a.N, err)
-		}
-		if got < int64(a.N) {
-			return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrReplication, got, a.N, a.Timeout)
-		}
+// A doneState closes one boundCtx's Done channel at its deadline or when its
+// parent is done. It is reused, for another channel, once Unbind has stopped
+// both callbacks before they started.
+type doneState struct {
+	fireFunc func()      // fire, as a func value made once
+	timer    *time.Timer // runs fire at the deadline
+
+	mu    sync.Mutex    // protects ch, stop and fired
+	ch    chan struct{} // the channel to close; nil once closed
+	stop  func() bool   // unregisters fire from the parent; nil when not registered
+	fired bool          // a callback ran: the state is not reused
+}
+
+// arm makes the state close ch at deadline or when parent is done.
+func (st *doneState) arm(parent context.Context, ch chan struct{}, deadline time.Time) {
+	st.mu.Lock()
+	st.ch = ch
+	st.mu.Unlock()
+	if parent.Done() != nil {
+		// Registered before the timer is armed, so that the timer always
+		// finds it to unregister.
+		stop := context.AfterFunc(parent, st.fireFunc)
+		st.mu.Lock()
+		st.stop = stop
+		st.mu.Unlock()
 	}
-	return nil
+	if st.timer == nil {
+		st.timer = time.AfterFunc(time.Until(deadline), st.fireFunc)
+	} else {
+		st.timer.Reset(time.Until(deadline))
+	}
+}
+
+// fire runs on the timer or on the parent's AfterFunc: it closes the channel
+// and unregisters the parent's callback (a no-op when that is the caller).
+func (st *doneState) fire() {
+	st.mu.Lock()
+	st.fired = true
+	st.closeDoneLocked()
+	stop := st.stop
+	st.stop = nil
+	st.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+func (st *doneState) closeDone() {
+	st.mu.Lock()
+	st.closeDoneLocked()
+	st.mu.Unlock()
+}
+
+func (st *doneState) closeDoneLocked() {
+	if st.ch != nil {
+		close(st.ch)
+		st.ch = nil
+	}
+}
+
+// recycle stops the callbacks of a state whose channel Unbind has closed,
+// and returns it to the list unless one of them has started (it may still be
+// running; the state is then left to the garbage collector).
+func (st *doneState) recycle(states *doneStates) {
+	reusable := st.timer.Stop()
+	st.mu.Lock()
+	stop := st.stop
+	st.stop = nil
+	if st.fired {
+		reusable = false
+	}
+	st.mu.Unlock()
+	if stop != nil && !stop() {
+		reusable = false
+	}
+	if reusable {
+		states.put(st)
+	}
+}
+
+// maxIdleDoneStates bounds the idle doneStates a session keeps: about the
+// number of its Redis calls in flight at once that it expects.
+const maxIdleDoneStates = 64
+
+// doneStates is a session's list of idle doneStates.
+type doneStates struct {
+	mu   sync.Mutex
+	idle []*doneState
+}
+
+func (d *doneStates) get() *doneState {
+	d.mu.Lock()
+	if n := len(d.idle); n > 0 {
+		st := d.idle[n-1]
+		d.idle[n-1] = nil
+		d.idle = d.idle[:n-1]
+		d.mu.Unlock()
+		return st
+	}
+	d.mu.Unlock()
+	st := &doneState{}
+	st.fireFunc = st.fire
+	return st
+}
+
+func (d *doneStates) put(st *doneState) {
+	d.mu.Lock()
+	if len(d.idle) < maxIdleDoneStates {
+		d.idle = append(d.idle, st)
+	}
+	d.mu.Unlock()
+}
+
+// ClosedChan is a closed channel: the Done channel of what ended before
+// anyone asked.
+var ClosedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// UntilDone runs call on a goroutine of its own and returns its result, or
+// ctx's error once ctx has ended first: a bound for calls without a session
+// on a client that may not honour ctx (go-redis without ContextTimeoutEnabled
+// waits for a reply until its ReadTimeout, for ever with -1). A call left
+// behind runs on until the client ends it (at that timeout, or when it is
+// closed); nothing waits for it. A call whose goroutine a hook on the client
+// ends (runtime.Goexit) fails with ErrHookGoexit.
+func UntilDone(ctx context.Context, call func() (any, error)) (any, error) {
+	type result struct {
+		v   any
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		OnUnwind(func() { r.v, r.err = call() }, func() { done <- result{err: ErrHookGoexit} })
+		done <- r
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+	}
+	select {
+	case r := <-done: // the reply came as ctx ended: take it
+		return r.v, r.err
+	default:
+		return nil, ctx.Err()
+	}
 }

@@ -50,9 +50,6 @@ func (t *Transport) Init(cfg Config) {
 	t.watch = watcher{t: t, chans: make(map[string]*channelSubs)}
 }
 
-// Combiner returns the main client's combiner.
-func (t *Transport) Combiner() *Combiner { return &t.combine }
-
 // Subscribe registers interest in channel's messages that accept lets
 // through (nil: every message); see watcher.subscribe.
 func (t *Transport) Subscribe(ctx context.Context, channel string, accept func(payload string) bool) (*Subscription, error) {
