@@ -309,13 +309,13 @@ func TestFenceKeyForms(t *testing.T) {
 			{"9007199254740990", 9007199254740991}, {"9007199254740991", -1},
 			{"10000000000000000", -1}, {"009007199254740991", -1},
 		} {
-			k := newKeys(fmt.Sprintf("forms-%d", i))
-			require.NoError(t, b.client.Set(ctx, k.fence, tt.stored, 0).Err())
-			res, err := acquireScript.Run(ctx, b.client, []any{nil, nil, 2, k.lock, k.fence, "tok", "1000", "v"}).Slice()
+			k := lease.NewKeys(fmt.Sprintf("forms-%d", i))
+			require.NoError(t, b.client.Set(ctx, k.Fence, tt.stored, 0).Err())
+			res, err := acquireScript.Run(ctx, b.client, []any{nil, nil, 2, k.Lock, k.Fence, "tok", "1000", "v"}).Slice()
 			if tt.want == -1 {
 				assert.ErrorContains(t, err, "does not hold a fence", tt.stored)
-				assert.Equal(t, tt.stored, b.get(k.fence), "the fence key was left as it was")
-				assert.Empty(t, b.get(k.lock), "no lock without a valid fence")
+				assert.Equal(t, tt.stored, b.get(k.Fence), "the fence key was left as it was")
+				assert.Empty(t, b.get(k.Lock), "no lock without a valid fence")
 				continue
 			}
 			require.NoError(t, err, tt.stored)
@@ -324,7 +324,7 @@ func TestFenceKeyForms(t *testing.T) {
 				want = res[2].(int64)
 			}
 			assert.Equal(t, []any{int64(1), want}, res[:2], tt.stored)
-			assert.Equal(t, strconv.FormatInt(want, 10), b.get(k.fence), tt.stored)
+			assert.Equal(t, strconv.FormatInt(want, 10), b.get(k.Fence), tt.stored)
 		}
 	})
 }
