@@ -33,8 +33,8 @@ type Script struct {
 var (
 	Acquire          = build("acquire", "933ef4d0ba4f7c713d70306680757b3df22ba28d", "fence", "take", "claim")
 	AcquireCandidate = build("acquire_candidate", "d56f61dbf288329b60eb3190e8a5dc7f998ba41b", "guard", "fence", "take", "cand", "claim")
-	Renew            = build("renew", "ea6b99d1bf0dd001f36fb32c76a7c20d08819c49")
-	Release          = build("release", "1676e167cb5211316acc7f40de956f14f6e72b3a")
+	Renew            = build("renew", "05af59ddf0ef94ff9ec87c1e5b1e6fd3a7519940", "mine")
+	Release          = build("release", "ca8c93ef28ba7119b23df93a5d4defc09140db3b", "mine")
 	Proclaim         = build("proclaim", "d6ff39f64e9095f4ab0a406d5c8e0d3910c99110", "guard", "own")
 	Inspect          = build("inspect", "5e5430a4e49a8c7d1c2f628361877fb5537045ad", "guard")
 	FairAcquire      = build("fair_acquire", "dc1846e6b2c4570247922c4551f78b69dcb6cd12", "guard", "fence", "take", "queue", "cand")

@@ -7,14 +7,9 @@
 -- Replies 1 if deleted, 0 if the key is missing or holds another token (then
 -- it writes nothing). Order: GET, PUBLISH "R", DEL: a denied channel leaves
 -- the key in place (it expires with its TTL) rather than deleted by a
--- release that reports an error. It is lean (see the prelude).
-local cur = redis.pcall('GET', KEYS[1])
-if type(cur) ~= 'string' then
-  if cur then return deny(cur, 'GET', KEYS[1]) end
-  return 0
-end
-local n = #ARGV[1]
-if string.sub(cur, 1, n) ~= ARGV[1] or string.byte(cur, n + 1) ~= 10 then return 0 end
+-- release that reports an error. It is lean (see the prelude; mine.lua).
+local ours, no = mine()
+if not ours then return no end
 local ch = KEYS[1] .. ':ch'
 local r = redis.pcall('PUBLISH', ch, 'R')
 if type(r) == 'table' then return deny(r, 'PUBLISH', ch) end
