@@ -477,7 +477,7 @@ func TestACLRevokedChannel(t *testing.T) {
 	assert.ErrorContains(t, err, "permission denied for PUBLISH redisleader:{revoked}:ch (ACL)")
 	v, err := admin.Get(ctx, l.Key()).Result()
 	require.NoError(t, err, "the release that could not publish deleted the key")
-	assert.True(t, strings.HasPrefix(v, l.token+"\n"))
+	assert.True(t, strings.HasPrefix(v, l.lease.Token+"\n"))
 }
 
 func TestPermanentACLErrors(t *testing.T) {

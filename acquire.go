@@ -2,7 +2,6 @@ package redisleader
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
@@ -130,7 +129,7 @@ func (a *acquisition) run(ctx context.Context) (*Lock, error) {
 			sent = time.Now() // the attempt renews our place: its lease runs from here
 		}
 		r := a.l.attempt(ctx)
-		err := r.err
+		err := r.Err
 		if s.cfg.test.attempt != nil {
 			s.cfg.test.attempt(name, err)
 		}
@@ -157,7 +156,7 @@ func (a *acquisition) run(ctx context.Context) (*Lock, error) {
 		if a.mode == tryOnce || permanent(err) {
 			return nil, a.abandon(ctx, nil, err)
 		}
-		if r.giveBack {
+		if r.GiveBack {
 			a.rotate()
 		}
 		if err := a.wait(ctx, r, err, locked); err != nil {
@@ -176,7 +175,7 @@ func (a *acquisition) run(ctx context.Context) (*Lock, error) {
 // its way. If the give-back failed somewhere, the heartbeat deletes this
 // token until it must have expired.
 func (a *acquisition) rotate() {
-	if a.l.leftover {
+	if a.l.lease.Leftover {
 		a.s.markStale(a.l, true)
 	}
 	a.newLock()
@@ -220,11 +219,10 @@ func (a *acquisition) deliver(ctx context.Context) (l *Lock, again bool, err err
 
 // newLock starts the acquisition's next attempt with a new lock and token.
 func (a *acquisition) newLock() {
-	a.l = a.s.newLock(a.keys, a.value)
+	a.l = &Lock{s: a.s, value: a.value, lease: lease.New(a.keys, a.s.ttlArg, a.value, protocolFor(a.w, a.cand))}
 	if a.cand != nil {
 		a.l.lead = &leadership{cand: a.cand}
 	}
-	a.l.proto = protocolFor(a.w, a.cand)
 }
 
 // trackPlace keeps the session's record of a fair acquisition's place in
@@ -266,7 +264,7 @@ func (a *acquisition) keepPlace(d time.Duration) time.Duration {
 // no longer than keepPlace allows): until a message if delay follows them,
 // and in any case until this session takes the name (Session.add wakes its
 // waiters).
-func (a *acquisition) wait(ctx context.Context, r acquired, err error, locked bool) error {
+func (a *acquisition) wait(ctx context.Context, r lease.Attempt, err error, locked bool) error {
 	d, follow := a.delay(r, err, locked)
 	d = a.keepPlace(d)
 	if a.s.cfg.test.pause != nil {
@@ -294,16 +292,16 @@ func (a *acquisition) wait(ctx context.Context, r acquired, err error, locked bo
 // that keeps contenders that failed together from trying together again, and
 // a release event (the other side's give-back) would wake them all at once.
 // A failure other than "held" is logged at most once per TTL.
-func (a *acquisition) delay(r acquired, err error, locked bool) (d time.Duration, follow bool) {
+func (a *acquisition) delay(r lease.Attempt, err error, locked bool) (d time.Duration, follow bool) {
 	if locked {
 		a.lastErr, a.splits = nil, 0
-		if r.split {
+		if r.Split {
 			return a.s.cfg.retryDelay(), false
 		}
-		if r.ahead > 0 {
-			wait := r.headLeft
-			if r.left >= 0 {
-				wait = min(wait, r.left)
+		if r.Ahead > 0 {
+			wait := r.HeadLeft
+			if r.Left >= 0 {
+				wait = min(wait, r.Left)
 			}
 			// Behind the head: until the lease it waits behind (the
 			// head's, or the holder's if that ends first) can have passed;
@@ -311,14 +309,14 @@ func (a *acquisition) delay(r acquired, err error, locked bool) (d time.Duration
 			// by the next attempt.
 			return a.s.followDelay(max(wait, 0), a.sub), true
 		}
-		return a.s.followDelay(r.left, a.sub), true
+		return a.s.followDelay(r.Left, a.sub), true
 	}
 	if time.Since(a.loggedAt) >= a.s.cfg.ttl {
 		a.loggedAt = time.Now()
 		a.s.cfg.logger.Warn("redisleader: acquire failed; retrying", "name", a.keys.Name, "err", err)
 	}
-	if r.split {
-		return a.backoff(r.took), false
+	if r.Split {
+		return a.backoff(r.Took), false
 	}
 	a.splits = 0
 	// A queued fair waiter keeps listening: it may be the head, which the
@@ -387,20 +385,12 @@ func (s *Session) wait(ctx context.Context, sub *wire.Subscription, d time.Durat
 	return nil
 }
 
-// newLock prepares an acquisition: a fresh random token (128 bits) and the
-// script arguments, boxed once and reused by every attempt and by the
-// release.
-func (s *Session) newLock(k lease.Keys, value string) *Lock {
-	token := rand.Text()
-	return &Lock{s: s, keys: k, token: token, value: value, args: lease.NewArgs(k.Lock, k.Fence, token, s.ttlArg, value), proto: plain{}}
-}
-
 // attempt makes one acquire attempt. On success the lock is armed
 // (deadline timer) and registered with the heartbeat. If another owner holds
 // the key (or, in fair mode, waiters came first) its error matches
 // ErrLocked, and it says how long that owner's lease has left on the server
 // and where we stand in the queue.
-func (l *Lock) attempt(ctx context.Context) acquired {
+func (l *Lock) attempt(ctx context.Context) lease.Attempt {
 	sent := time.Now()
 	deadline := sent.Add(l.s.cfg.validity)
 	returned := false
@@ -409,16 +399,16 @@ func (l *Lock) attempt(ctx context.Context) acquired {
 			l.s.markStale(l, true) // the token may be in Redis: the heartbeat deletes it
 		}
 	}()
-	r := l.s.place.acquire(ctx, l, deadline)
-	if r.giveBack {
+	r := l.s.place.Acquire(ctx, &l.lease, deadline)
+	if r.GiveBack {
 		l.giveBack(ctx) // within ctx: what fails is left to abandon
 	}
 	returned = true
-	if r.split {
-		r.took = time.Since(sent) // only then: no clock read on the hot path
+	if r.Split {
+		r.Took = time.Since(sent) // only then: no clock read on the hot path
 	}
-	if r.err == nil {
-		r.err = l.arm(sent, deadline, r.fence)
+	if r.Err == nil {
+		r.Err = l.arm(sent, deadline, r.Fence)
 	}
 	return r
 }
@@ -430,7 +420,7 @@ func (l *Lock) arm(sent, deadline time.Time, fence int64) error {
 	if !time.Now().Before(deadline) {
 		// The reply came too late to trust the lease. The key is ours, so the
 		// next attempt (same token) refreshes it and starts a new deadline.
-		return fmt.Errorf("redisleader: acquire %q: reply arrived after the lease's local deadline", l.keys.Name)
+		return fmt.Errorf("redisleader: acquire %q: reply arrived after the lease's local deadline", l.lease.Keys.Name)
 	}
 	l.fence = fence
 	l.mu.Lock()
@@ -462,7 +452,7 @@ func (l *Lock) arm(sent, deadline time.Time, fence int64) error {
 // (leftover), the stale-token cleanup, or abandon, deletes this one.
 func (l *Lock) giveBack(ctx context.Context) {
 	if l.s.place.release(ctx, l).retry {
-		l.leftover = true
+		l.lease.Leftover = true
 	}
 }
 
@@ -473,7 +463,7 @@ func (l *Lock) giveBack(ctx context.Context) {
 // the heartbeat keep deleting it until it must have expired, so no phantom
 // lock blocks others for a TTL.
 func (l *Lock) abandon(ctx context.Context, unsure bool, lastErr, err error) error {
-	if unsure || l.leftover {
+	if unsure || l.lease.Leftover {
 		l.dispose(ctx, true)
 	}
 	if lastErr != nil && lastErr != err {
@@ -577,13 +567,13 @@ func (l *Lock) markDelivered(start time.Time) {
 
 // protocolFor is the protocol of an acquisition with waiter w (nil: not
 // fair) as candidate c (nil: no priority).
-func protocolFor(w *waiter, c *candidacy) protocol {
-	var p protocol = plain{}
+func protocolFor(w *waiter, c *candidacy) lease.Protocol {
+	var p lease.Protocol = lease.Plain{}
 	if w != nil {
-		p = w
+		p = &w.proto
 	}
 	if c != nil {
-		p = &candidate{base: p, c: c}
+		p = &lease.CandidateProtocol{Base: p, C: &c.args}
 	}
 	return p
 }

@@ -56,7 +56,7 @@ func TestTryLockContention(t *testing.T) {
 		l := <-won
 		h, ok := lease.ParseHolder(b.get(l.Key()))
 		require.True(t, ok)
-		assert.Equal(t, l.token, h.Token, "the key holds the winner's token")
+		assert.Equal(t, l.lease.Token, h.Token, "the key holds the winner's token")
 		assert.Equal(t, l.Fence(), h.Fence)
 		require.NoError(t, l.Release(context.Background()))
 		assert.Empty(t, b.get(l.Key()))
@@ -199,7 +199,7 @@ func TestBlockingLock(t *testing.T) {
 			assert.ErrorIs(t, recvWithin(t, errc, time.Second, "Lock ignored ctx"), context.Canceled)
 			h, ok := lease.ParseHolder(b.get(held.Key()))
 			require.True(t, ok)
-			assert.Equal(t, held.token, h.Token, "the holder is untouched")
+			assert.Equal(t, held.lease.Token, h.Token, "the holder is untouched")
 		})
 
 		t.Run("session close ends the wait", func(t *testing.T) {
@@ -243,7 +243,7 @@ func TestAmbiguousAcquire(t *testing.T) {
 			assert.Zero(t, drop.Load(), "a reply was dropped")
 			h, ok := lease.ParseHolder(b.get(l.Key()))
 			require.True(t, ok)
-			assert.Equal(t, l.token, h.Token)
+			assert.Equal(t, l.lease.Token, h.Token)
 			assert.Equal(t, l.Fence(), h.Fence, "one fence for one acquisition")
 			require.NoError(t, l.Release(ctx))
 		})
@@ -269,7 +269,7 @@ func TestAmbiguousAcquire(t *testing.T) {
 			require.NoError(t, err, "Lock retries with the same token and finds the key ours")
 			h, ok := lease.ParseHolder(b.get(l.Key()))
 			require.True(t, ok)
-			assert.Equal(t, l.token, h.Token)
+			assert.Equal(t, l.lease.Token, h.Token)
 			require.NoError(t, l.Release(ctx))
 		})
 	})

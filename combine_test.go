@@ -46,7 +46,7 @@ func TestConcurrentCallsShareOnePipeline(t *testing.T) {
 			require.NoError(t, res.err, names[i])
 			h, ok := lease.ParseHolder(b.get(res.l.Key()))
 			require.True(t, ok, names[i])
-			assert.Equal(t, res.l.token, h.Token, "%s holds its own acquisition's token", names[i])
+			assert.Equal(t, res.l.lease.Token, h.Token, "%s holds its own acquisition's token", names[i])
 			assert.Equal(t, res.l.Fence(), h.Fence, names[i])
 			fences[res.l.Fence()] = true
 			require.NoError(t, res.l.Release(context.Background()))
@@ -169,7 +169,7 @@ func TestReleasePipelineGivenUp(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
 		s, h, locks, read, freeWire := fullWire(t, b, "given-up")
-		pipe := h.rule(locks[0].keys.Lock, true)
+		pipe := h.rule(locks[0].lease.Keys.Lock, true)
 		freePipe := freeing(t, pipe)
 
 		rctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
@@ -197,7 +197,7 @@ func TestCancelledReleaseTakesNothingAlong(t *testing.T) {
 		cancel()
 		assert.ErrorIs(t, locks[0].Release(ctx), context.Canceled)
 		assert.Equal(t, 1, s.queued(), "the read was taken along")
-		assert.Contains(t, b.get(locks[0].keys.Lock), locks[0].token, "the cancelled release reached Redis")
+		assert.Contains(t, b.get(locks[0].lease.Keys.Lock), locks[0].lease.Token, "the cancelled release reached Redis")
 		freeWire()
 		require.NoError(t, recvWithin(t, read, 5*time.Second, "the queued read"), "the name is still held")
 	})
@@ -219,7 +219,7 @@ func TestQueuedCallSentWhenASlotFrees(t *testing.T) {
 		freeing(t, slots[1])
 		reads := leaderAll(t, s, "slot")
 		waitQueued(t, s, 1)
-		pipe := h.rule(l.keys.Lock, true)
+		pipe := h.rule(l.lease.Keys.Lock, true)
 		freePipe := freeing(t, pipe)
 		released := make(chan error, 1)
 		go func() { released <- l.Release(ctx) }()
@@ -247,7 +247,7 @@ func TestCloseWaitsForAReleasePipeline(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
 		s, h, locks, read, freeWire := fullWire(t, b, "close-pipe")
-		pipe := h.rule(locks[0].keys.Lock, true)
+		pipe := h.rule(locks[0].lease.Keys.Lock, true)
 		freePipe := freeing(t, pipe)
 		released := make(chan error, 1)
 		go func() { released <- locks[0].Release(ctx) }()
@@ -300,7 +300,7 @@ func TestLostRepliesOfABatch(t *testing.T) {
 		require.NoError(t, r.err, "%s: Lock retries with its token and finds the key its own", names[i])
 		h, ok := lease.ParseHolder(c.Get(context.Background(), r.l.Key()).Val())
 		require.True(t, ok)
-		assert.Equal(t, r.l.token, h.Token)
+		assert.Equal(t, r.l.lease.Token, h.Token)
 		assert.Equal(t, r.l.Fence(), h.Fence, "one fence for one acquisition")
 		require.NoError(t, r.l.Release(context.Background()))
 	}
@@ -365,7 +365,7 @@ func TestBatchAcrossClusterSlots(t *testing.T) {
 		h, ok := lease.ParseHolder(direct.Get(context.Background(), res.l.Key()).Val())
 		_ = direct.Close()
 		require.True(t, ok, "%s is on its slot's owner", names[i])
-		assert.Equal(t, res.l.token, h.Token)
+		assert.Equal(t, res.l.lease.Token, h.Token)
 		require.NoError(t, res.l.Release(context.Background()))
 	}
 	ownerOf := map[string]*redisserver.Server{}
@@ -552,7 +552,7 @@ func TestLockRetryWaitsForItsGivenUpAttempt(t *testing.T) {
 		}
 		if v := b.get(key); v != "" {
 			hld, _ := lease.ParseHolder(v)
-			t.Errorf("after Release, %s holds the released lock's token (%v) again: a phantom lock until its TTL ends", key, hld.Token == res.l.token)
+			t.Errorf("after Release, %s holds the released lock's token (%v) again: a phantom lock until its TTL ends", key, hld.Token == res.l.lease.Token)
 			s2 := newSession(t, b.client)
 			_, err := s2.TryLock(context.Background(), "review-phantom")
 			assert.NoError(t, err, "another session cannot take the released name")

@@ -180,22 +180,22 @@ func (l *Lock) proclaim(ctx context.Context, value string) error {
 	case turn <- struct{}{}:
 		defer func() { <-turn }()
 	case <-ctx.Done():
-		return fmt.Errorf("redisleader: proclaim %q: %w", l.keys.Name, ctx.Err())
+		return fmt.Errorf("redisleader: proclaim %q: %w", l.lease.Keys.Name, ctx.Err())
 	}
 	deadline, ok := l.liveDeadline(time.Now())
 	if !ok {
-		return fmt.Errorf("redisleader: proclaim %q: %w", l.keys.Name, ErrNotLeader)
+		return fmt.Errorf("redisleader: proclaim %q: %w", l.lease.Keys.Name, ErrNotLeader)
 	}
 	lead.seq++
 	stored, err := l.s.place.proclaim(ctx, l, lead.seq, value, deadline)
 	switch {
 	case errors.Is(err, errSuperseded):
-		return fmt.Errorf("redisleader: proclaim %q: %w", l.keys.Name, err)
+		return fmt.Errorf("redisleader: proclaim %q: %w", l.lease.Keys.Name, err)
 	case err != nil:
-		return fmt.Errorf("redisleader: proclaim %q (the stored value may be the former one or the new one): %w", l.keys.Name, err)
+		return fmt.Errorf("redisleader: proclaim %q (the stored value may be the former one or the new one): %w", l.lease.Keys.Name, err)
 	case !stored:
 		l.lose(ErrNotOwner)
-		return fmt.Errorf("redisleader: proclaim %q: %w: %w", l.keys.Name, ErrNotLeader, ErrNotOwner)
+		return fmt.Errorf("redisleader: proclaim %q: %w: %w", l.lease.Keys.Name, ErrNotLeader, ErrNotOwner)
 	}
 	l.mu.Lock()
 	l.value = value

@@ -138,7 +138,7 @@ func TestCampaignEndsWithSessionOrContext(t *testing.T) {
 		})
 		h, ok := lease.ParseHolder(b.get(leader.Key()))
 		require.True(t, ok)
-		assert.Equal(t, leader.token, h.Token, "waiters that gave up left the leader's key alone")
+		assert.Equal(t, leader.lease.Token, h.Token, "waiters that gave up left the leader's key alone")
 		assert.True(t, leader.Held())
 		checkNoLeaksExcept(t, 2) // the leader's session and the backend's own
 	})
@@ -378,7 +378,7 @@ func TestResign(t *testing.T) {
 		require.NoError(t, f.Resign(ctx), "Resign by a candidate that does not lead")
 		assert.Equal(t, sent, hook.n.Load(), "Resign by a non-leader sent commands")
 		assert.True(t, lead.Held())
-		assert.Equal(t, lead.token, strings.SplitN(b.get(lead.Key()), "\n", 2)[0], "the leader's key after a non-leader's Resign")
+		assert.Equal(t, lead.lease.Token, strings.SplitN(b.get(lead.Key()), "\n", 2)[0], "the leader's key after a non-leader's Resign")
 
 		start := time.Now()
 		require.NoError(t, a.Resign(ctx))
@@ -515,12 +515,12 @@ func TestProclaimErrorsWriteNothing(t *testing.T) {
 	setUser(t, admin, "proclaimer", "resetchannels")
 	err = e.Proclaim(ctx, "b")
 	assert.True(t, permanent(err), "%v", err)
-	assert.ErrorContains(t, err, "permission denied for PUBLISH "+lead.keys.Channel())
+	assert.ErrorContains(t, err, "permission denied for PUBLISH "+lead.lease.Keys.Channel())
 	assert.Equal(t, stored, admin.Get(ctx, lead.Key()).Val())
 	assert.Equal(t, "a", lead.Value())
 
 	setUser(t, admin, "proclaimer", "&redisleader:*")
-	broken := lead.token + "\nno-fence"
+	broken := lead.lease.Token + "\nno-fence"
 	require.NoError(t, admin.Set(ctx, lead.Key(), broken, time.Minute).Err())
 	err = e.Proclaim(ctx, "b")
 	assert.True(t, permanent(err), "%v", err)

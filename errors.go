@@ -22,7 +22,7 @@ var (
 
 	// ErrLocked is returned by TryLock when another owner holds the key, and
 	// by Lock, TryLock and Campaign when this session holds it.
-	ErrLocked = errors.New("redisleader: held by another owner")
+	ErrLocked = lease.ErrLocked
 
 	// ErrLost is matched by both ways of losing ownership without releasing it:
 	// ErrNotOwner and ErrExpired.
@@ -69,13 +69,6 @@ func (e *lostError) Is(target error) bool { return target == ErrLost }
 
 // invalidf is a bad-input error; it matches ErrInvalid (lease.Invalidf).
 func invalidf(format string, args ...any) error { return lease.Invalidf(format, args...) }
-
-// foreignValue is the error for a lock key that holds data this package did
-// not write. It is permanent: a blocking acquire returns it rather than wait
-// for a lease that is not one.
-func foreignValue(k lease.Keys) error {
-	return &wire.ScriptError{Msg: fmt.Sprintf("ERR redisleader: key %s holds a value this package did not write; it was left unchanged", k.Lock)}
-}
 
 // replied reports whether err is Redis's reply (the command ran, or was
 // refused, and will not run later), rather than a failure to hear one

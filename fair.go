@@ -68,34 +68,18 @@ func (w *waiter) accept() func(payload string) bool {
 type waiter struct {
 	id   string
 	keys lease.Keys
-	args lease.Fair // its place's arguments, boxed once
-	// argv is the buffer of fairAcquireScript's argument vector; only the
-	// acquiring goroutine uses it.
-	argv [12]any
-	sub  *wire.Subscription // the acquisition's, when it blocks
+	// proto is its protocol, which holds its place's arguments
+	// (internal/lease/fair.go).
+	proto lease.FairProtocol
+	sub   *wire.Subscription // the acquisition's, when it blocks
 }
 
 // newWaiter prepares a fair acquisition of k. join: it waits in the queue
 // when it cannot take the lock at once.
 func (s *Session) newWaiter(k lease.Keys, join bool) *waiter {
 	w := &waiter{id: s.id + "." + strconv.FormatUint(s.waiterSeq.Add(1), 10), keys: k}
-	w.args = lease.NewFair(k, w.id, join)
+	w.proto.Args = lease.NewFair(k, w.id, join)
 	return w
-}
-
-// A waiter is the fair protocol: its acquire keeps its place, and its
-// release wakes the head waiter.
-func (w *waiter) acquire(l *Lock) wire.Call {
-	return wire.Call{Script: fairAcquireScript, Argv: l.args.FairAcquire(&w.argv, &w.args)}
-}
-
-func (w *waiter) renew(l *Lock) wire.Call { return plain{}.renew(l) }
-
-func (w *waiter) release(l *Lock, heir string) wire.Call {
-	if heir != "" {
-		return l.handOffCall(heir, "")
-	}
-	return wire.Call{Script: fairReleaseScript, Argv: l.args.FairRelease(l.keys)}
 }
 
 // addWaiter registers w as queued, so that the session wakes it when it
@@ -129,6 +113,7 @@ func (a *acquisition) leave(ctx context.Context) {
 	s, w := a.s, a.w
 	s.dropWaiter(w)
 	s.bestEffortCleanup(ctx, func(ctx context.Context) {
-		_ = s.wire.Combiner().Call(ctx, time.Time{}, leaveScript, w.args.Leave(w.keys.Lock, s.ttlArg))
+		cl := w.proto.LeaveCall(w.keys.Lock, s.ttlArg)
+		_ = s.wire.Combiner().Call(ctx, time.Time{}, cl.Script, cl.Argv)
 	})
 }

@@ -67,7 +67,7 @@ func TestFairOrder(t *testing.T) {
 			// The next waiter starts only once this one is in the queue.
 			recvWithin(t, locked, 5*time.Second, fmt.Sprintf("waiter %d queued", i))
 		}
-		n0, err := b.client.ZCard(ctx, first.keys.Queue()).Result()
+		n0, err := b.client.ZCard(ctx, first.lease.Keys.Queue()).Result()
 		require.NoError(t, err)
 		require.EqualValues(t, n, n0, "every waiter has a place")
 
@@ -82,7 +82,7 @@ func TestFairOrder(t *testing.T) {
 			want[i] = i
 		}
 		assert.Equal(t, want, order, "served in arrival order")
-		left, err := b.client.Exists(ctx, first.keys.Queue(), first.keys.Leases()).Result()
+		left, err := b.client.Exists(ctx, first.lease.Keys.Queue(), first.lease.Keys.Leases()).Result()
 		require.NoError(t, err)
 		assert.Zero(t, left, "the queue keys are gone with the last waiter")
 	})
@@ -132,7 +132,7 @@ func TestFairLeave(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
 		name, l := fairHeld(t, b, "fair-leave")
-		k := l.keys
+		k := l.lease.Keys
 
 		for _, how := range []string{"ctx", "close"} {
 			hook, locked := queued()
@@ -617,7 +617,7 @@ func TestFairHearsAnOlderReleasesWakeUp(t *testing.T) {
 		got := lockAndRelease(ctx, s, name)
 		recvWithin(t, locked, 5*time.Second, "the waiter queued")
 		// What a release of 4170eab does, and then nothing else.
-		k := holder.keys
+		k := holder.lease.Keys
 		require.NoError(t, b.client.Eval(ctx, `redis.call('PUBLISH', KEYS[1]..':ch', 'R')
 redis.call('PUBLISH', KEYS[2], 'W')
 return redis.call('DEL', KEYS[1])`, []string{k.Lock, k.WakeChannel(s.id)}).Err())

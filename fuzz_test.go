@@ -112,19 +112,19 @@ func FuzzAcquireReply(f *testing.F) {
 	f.Add(uint8(5), int64(1), int64(0), "")
 	f.Fuzz(func(t *testing.T, shape uint8, n1, n2 int64, s string) {
 		res, _ := replyShape(shape, n1, n2, s).([]any)
-		l := &Lock{keys: lease.NewKeys("fuzz")}
-		r := l.acquireReply(res, nil)
+		l := &Lock{lease: lease.Lease{Keys: lease.NewKeys("fuzz")}}
+		r := l.lease.Outcome(res, nil)
 		if len(res) < 2 {
 			// Not a reply the script gives: an error that repeats none of it.
 			want := fmt.Sprintf("redisleader: acquire \"fuzz\": unexpected reply of %d elements", len(res))
-			if r.err == nil || r.err.Error() != want {
-				t.Fatalf("short reply %v: err %v, want %q", res, r.err, want)
+			if r.Err == nil || r.Err.Error() != want {
+				t.Fatalf("short reply %v: err %v, want %q", res, r.Err, want)
 			}
 			return
 		}
 		if ok, _ := res[0].(int64); ok == 1 {
 			want, _ := res[1].(int64)
-			if r.err != nil || r.fence != want {
+			if r.Err != nil || r.Fence != want {
 				t.Fatalf("acquired reply %v decoded as %+v", res, r)
 			}
 			return
@@ -133,21 +133,21 @@ func FuzzAcquireReply(f *testing.F) {
 		if stored, ok := res[1].(string); ok {
 			h, ok := lease.ParseHolder(stored)
 			if !ok { // data this package did not write: permanent, and never quoted
-				if !permanent(r.err) || errors.Is(r.err, ErrLocked) || (len(stored) > 8 && strings.Contains(r.err.Error(), stored)) {
-					t.Fatalf("foreign value %q: err %v, want a permanent error that does not quote it", stored, r.err)
+				if !permanent(r.Err) || errors.Is(r.Err, ErrLocked) || (len(stored) > 8 && strings.Contains(r.Err.Error(), stored)) {
+					t.Fatalf("foreign value %q: err %v, want a permanent error that does not quote it", stored, r.Err)
 				}
 				return
 			}
 			want = h.Fence
 		}
-		if !errors.Is(r.err, ErrLocked) {
-			t.Fatalf("reply %v: err %v, want ErrLocked", res, r.err)
+		if !errors.Is(r.Err, ErrLocked) {
+			t.Fatalf("reply %v: err %v, want ErrLocked", res, r.Err)
 		}
-		if r.fence != want {
-			t.Fatalf("reply %v: fence %d, want the holder's %d", res, r.fence, want)
+		if r.Fence != want {
+			t.Fatalf("reply %v: fence %d, want the holder's %d", res, r.Fence, want)
 		}
-		if msg := fmt.Sprintf("%s (fence %d)", ErrLocked, want); r.err.Error() != msg {
-			t.Fatalf("reply %v: message %q, want only the fence: %q", res, r.err, msg)
+		if msg := fmt.Sprintf("%s (fence %d)", ErrLocked, want); r.Err.Error() != msg {
+			t.Fatalf("reply %v: message %q, want only the fence: %q", res, r.Err, msg)
 		}
 		wantLeft := time.Duration(-1)
 		if len(res) == 2 {
@@ -158,8 +158,8 @@ func FuzzAcquireReply(f *testing.F) {
 				wantLeft = time.Duration(ms) * time.Millisecond
 			}
 		}
-		if r.left != wantLeft {
-			t.Fatalf("reply %v: wait %v, want %v", res, r.left, wantLeft)
+		if r.Left != wantLeft {
+			t.Fatalf("reply %v: wait %v, want %v", res, r.Left, wantLeft)
 		}
 	})
 }

@@ -27,7 +27,7 @@ func (s *Session) CheckHealth(tolerance time.Duration) error {
 		l.mu.Unlock()
 		if held && since > limit {
 			return fmt.Errorf("redisleader: %q is held but was last renewed %v ago (renew interval %v + tolerance %v)",
-				l.keys.Name, since.Round(time.Millisecond), s.cfg.renewInterval, max(tolerance, 0))
+				l.lease.Keys.Name, since.Round(time.Millisecond), s.cfg.renewInterval, max(tolerance, 0))
 		}
 	}
 	return nil

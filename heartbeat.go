@@ -299,7 +299,7 @@ func (s *Session) renewSlice(ctx context.Context, locks []*Lock) (held int, fail
 			failed = append(failed, l)
 			if left := time.Until(l.Deadline()); left > 0 {
 				s.cfg.logger.Warn("redisleader: renewal failed; retrying until the local deadline",
-					"name", l.keys.Name, "fence", l.fence, "deadline_in", left, "err", r.err)
+					"name", l.lease.Keys.Name, "fence", l.fence, "deadline_in", left, "err", r.err)
 			}
 		case r.lost:
 			l.lose(ErrNotOwner)

@@ -112,13 +112,13 @@ var hookEpoch = time.Now()
 // Released). l.mu must be held.
 func (l *Lock) emitLocked(kind string, now time.Time, wait time.Duration) {
 	if l.delivered && probe.On() {
-		probe.Emit(probe.Event{Kind: kind, Name: l.keys.Name, Value: l.value, Token: l.token, Fence: l.fence,
+		probe.Emit(probe.Event{Kind: kind, Name: l.lease.Keys.Name, Value: l.value, Token: l.lease.Token, Fence: l.fence,
 			At: now, Sent: l.renewed, Deadline: l.deadline, Reason: l.err})
 	}
 	switch h := &l.s.cfg.hooks; kind {
 	case probe.Acquired:
 		if h.Acquired != nil {
-			h.Acquired(AcquireEvent{Name: l.keys.Name, Value: l.value, Fence: l.fence, Wait: wait})
+			h.Acquired(AcquireEvent{Name: l.lease.Keys.Name, Value: l.value, Fence: l.fence, Wait: wait})
 		}
 	case probe.Ended:
 		h.ended(l)
@@ -136,7 +136,7 @@ func (h *Hooks) ended(l *Lock) {
 		f = h.Lost
 	}
 	if f != nil {
-		f(EndEvent{Name: l.keys.Name, Value: l.value, Fence: l.fence, Held: time.Since(hookEpoch) - l.deliveredAt, Cause: l.err})
+		f(EndEvent{Name: l.lease.Keys.Name, Value: l.value, Fence: l.fence, Held: time.Since(hookEpoch) - l.deliveredAt, Cause: l.err})
 	}
 }
 

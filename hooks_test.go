@@ -186,7 +186,7 @@ func TestHooksAllocs(t *testing.T) {
 		LeaderChanged: func(LeaderEvent) { n.Add(1) },
 	}
 	for _, h := range []Hooks{{}, set} {
-		l := &Lock{s: &Session{cfg: config{hooks: h}}, keys: lease.NewKeys("job"), value: "v", fence: 7, delivered: true, deliveredAt: time.Since(hookEpoch)}
+		l := &Lock{s: &Session{cfg: config{hooks: h}}, lease: lease.Lease{Keys: lease.NewKeys("job")}, value: "v", fence: 7, delivered: true, deliveredAt: time.Since(hookEpoch)}
 		allocs := testing.AllocsPerRun(100, func() {
 			now := time.Now()
 			l.emitLocked(probe.Acquired, now, 0)

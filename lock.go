@@ -20,17 +20,11 @@ import (
 // is false, Done is closed, Err and Release return an error matching
 // ErrInvalid, and the other methods return zero values.
 type Lock struct {
-	s     *Session
-	keys  lease.Keys
-	token string
+	s *Session
+	// lease is the acquisition as Redis sees it: keys, token, arguments,
+	// protocol (internal/lease).
+	lease lease.Lease
 	fence int64
-	// args are the lease's script arguments, boxed once; they never change.
-	args lease.Args
-	// argv is the buffer of the acquire script's argument vector; only the
-	// acquiring goroutine uses it.
-	argv [8]any
-	// proto is how the acquisition keeps the lease in Redis (protocol.go).
-	proto protocol
 	// lead is what a leadership carries beyond a plain lock (election.go);
 	// nil for a plain lock.
 	lead *leadership
@@ -38,26 +32,30 @@ type Lock struct {
 	// is registered; guarded by the session's mu.
 	slot int
 
-	mu       sync.Mutex    // protects value, deadline, renewed, err, done, onEnds, delivered(At), lead
-	value    string        // as acquired, then as last proclaimed
-	deadline time.Time     // local deadline D on the monotonic clock
-	renewed  time.Time     // send time of the last successful acquire or renew
-	err      error         // nil while held
-	done     chan struct{} // created lazily by Done, closed by end
-	timer    *time.Timer   // fires at the deadline; re-arms if it moved
-	onEnds   map[*func()]struct{}
+	mu     sync.Mutex // protects value, timing, ending, delivered(At), lead
+	value  string     // as acquired, then as last proclaimed
+	timing            // the local deadline and what moves it
+	ending            // how and when the lock ended
 	// delivered is set when the acquisition is handed to its caller (after
 	// any takeover delay): from then on someone believes it holds the name.
 	delivered bool
-	// leftover: a give-back failed somewhere, or an attempt went unanswered
-	// on a Redlock node, so this token may be, or get, in Redis after a
-	// delete: every delete is then repeated until the token must have
-	// expired. Written only by the acquiring goroutine, before the lock is
-	// delivered.
-	leftover bool
 	// deliveredAt is when delivered was set, as a time since hookEpoch
 	// (8 bytes, not a time.Time's 24), for Hooks.
 	deliveredAt time.Duration
+}
+
+// timing is a lock's local deadline and what moves it; guarded by Lock.mu.
+type timing struct {
+	deadline time.Time   // local deadline D on the monotonic clock
+	renewed  time.Time   // send time of the last successful acquire or renew
+	timer    *time.Timer // fires at the deadline; re-arms if it moved
+}
+
+// ending is how a lock ends; guarded by Lock.mu.
+type ending struct {
+	err    error         // nil while held
+	done   chan struct{} // created lazily by Done, closed by end
+	onEnds map[*func()]struct{}
 }
 
 // Name returns the name the lock was acquired under.
@@ -65,7 +63,7 @@ func (l *Lock) Name() string {
 	if l == nil {
 		return ""
 	}
-	return l.keys.Name
+	return l.lease.Keys.Name
 }
 
 // Value returns the value published with the lock: the candidate's value for
@@ -85,7 +83,7 @@ func (l *Lock) Key() string {
 	if l == nil {
 		return ""
 	}
-	return l.keys.Lock
+	return l.lease.Keys.Lock
 }
 
 // Fence returns the fencing token of this acquisition. Fences strictly
@@ -216,17 +214,17 @@ func (l *Lock) resign(ctx context.Context, t *term, heir string, wait bool) (end
 func (l *Lock) del(ctx context.Context) error {
 	d := deleted{retry: true} // until the release returns: a hook's panic leaves it to the heartbeat
 	defer func() {
-		if d.retry || l.leftover {
-			l.s.markStale(l, l.leftover)
+		if d.retry || l.lease.Leftover {
+			l.s.markStale(l, l.lease.Leftover)
 		}
 	}()
 	d = l.s.place.release(ctx, l)
 	switch {
 	case d.err != nil:
-		return fmt.Errorf("redisleader: release %q (retried in the background; the key expires within the TTL at the latest): %w", l.keys.Name, d.err)
+		return fmt.Errorf("redisleader: release %q (retried in the background; the key expires within the TTL at the latest): %w", l.lease.Keys.Name, d.err)
 	case d.missing:
 		l.s.cfg.logger.Info("redisleader: released key did not hold our token (a retried delete, or the key was gone)",
-			"name", l.keys.Name, "fence", l.fence)
+			"name", l.lease.Keys.Name, "fence", l.fence)
 	}
 	return nil
 }
@@ -277,7 +275,7 @@ func (l *Lock) lose(why error) {
 		if why == ErrExpired {
 			l.s.markStale(l, false)
 		}
-		l.s.cfg.logger.Warn("redisleader: lock lost", "name", l.keys.Name, "fence", l.fence, "err", why)
+		l.s.cfg.logger.Warn("redisleader: lock lost", "name", l.lease.Keys.Name, "fence", l.fence, "err", why)
 	}
 }
 

@@ -13,9 +13,9 @@ import (
 // session does with an outcome (arm a deadline, extend it, lose the lock,
 // retry, log) is the same for both, and is written once, in the callers.
 type place interface {
-	// acquire makes one acquire attempt for l, bounded by ctx, the call
+	// Acquire makes one acquire attempt for l, bounded by ctx, the call
 	// timeout and deadline (the local deadline the lease would get).
-	acquire(ctx context.Context, l *Lock, deadline time.Time) acquired
+	Acquire(ctx context.Context, l *lease.Lease, deadline time.Time) lease.Attempt
 	// renew renews every lock once, bounded by ctx, the call timeout and
 	// deadline (the earliest of the locks' local deadlines; zero: none).
 	renew(ctx context.Context, locks []*Lock, deadline time.Time) []renewal
@@ -47,31 +47,6 @@ const (
 	transferring                // Election.Transfer
 	prioritising                // WithPriority, Election.Candidates
 )
-
-// acquired is the outcome of an acquire attempt.
-type acquired struct {
-	fence int64         // ours when err is nil, else the holder's (ErrLocked)
-	left  time.Duration // ErrLocked: the holder's PTTL (-1: no TTL, or no holder)
-	err   error         // nil: acquired; ErrLocked wrapped; or why not
-	// giveBack: the attempt does not count, but may have left our token
-	// in Redis; the caller deletes it.
-	giveBack bool
-	// split (Redlock): we took nodes, and other owners held nodes too, so
-	// contenders split them; a blocking acquisition retries after its random
-	// delay, or, short of ErrLocked, a growing one (acquisition.backoff).
-	split bool
-	// took, with split: from the attempt's first send to its give-back's
-	// end (Lock.attempt), the unit of acquisition.backoff.
-	took time.Duration
-	// Fair mode, ErrLocked: at most how many live waiters are ahead of us
-	// (0: we are the head; -1: not fair mode), and how long the head's
-	// lease has left.
-	ahead    int
-	headLeft time.Duration
-	// at is, on success, the server TIME in µs from which the key's TTL
-	// runs (the acquire script's third element; 0 if the reply has none).
-	at int64
-}
 
 // renewal is the outcome of one lock's renewal: renewed when lost and err
 // are zero.

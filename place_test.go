@@ -17,9 +17,9 @@ import (
 // could hold another owner's token; a PTTL beyond a Duration saturates.
 func TestRepliesNeverEchoContent(t *testing.T) {
 	const secret = "SECRETTOKENSECRETTOKEN"
-	l := &Lock{keys: lease.NewKeys("shape")}
-	r := l.acquireReply([]any{secret + "\n7\nv"}, nil)
-	assert.EqualError(t, r.err, `redisleader: acquire "shape": unexpected reply of 1 elements`)
+	l := &Lock{lease: lease.Lease{Keys: lease.NewKeys("shape")}}
+	r := l.lease.Outcome([]any{secret + "\n7\nv"}, nil)
+	assert.EqualError(t, r.Err, `redisleader: acquire "shape": unexpected reply of 1 elements`)
 
 	cmd := redis.NewCmd(context.Background())
 	cmd.SetVal([]any{secret + "\n7\nv", int64(10), secret})
@@ -28,7 +28,7 @@ func TestRepliesNeverEchoContent(t *testing.T) {
 	assert.False(t, ok)
 	assert.EqualError(t, err, "unexpected reply of 3 elements")
 
-	r = l.acquireReply([]any{int64(0), secret + "\n7\nv", int64(math.MaxInt64)}, nil)
-	assert.Equal(t, time.Duration(math.MaxInt64), r.left, "a huge PTTL must not wrap to a short wait")
-	assert.NotContains(t, r.err.Error(), secret)
+	r = l.lease.Outcome([]any{int64(0), secret + "\n7\nv", int64(math.MaxInt64)}, nil)
+	assert.Equal(t, time.Duration(math.MaxInt64), r.Left, "a huge PTTL must not wrap to a short wait")
+	assert.NotContains(t, r.Err.Error(), secret)
 }

@@ -141,7 +141,8 @@ func (c *candidacy) validate() error {
 func (a *acquisition) withdraw(ctx context.Context) {
 	s, c := a.s, a.cand // not a: the closure would move every acquisition to the heap
 	s.bestEffortCleanup(ctx, func(ctx context.Context) {
-		_ = s.wire.Combiner().Call(ctx, time.Time{}, withdrawScript, c.args.Withdraw())
+		cl := c.args.WithdrawCall()
+		_ = s.wire.Combiner().Call(ctx, time.Time{}, cl.Script, cl.Argv)
 	})
 }
 
@@ -181,39 +182,13 @@ func (l *Lock) preferred() {
 	}
 	l.mu.Unlock()
 	if f != nil {
-		l.s.cfg.logger.Info("redisleader: a candidate with a higher priority waits; yielding", "election", l.keys.Name, "fence", l.fence)
+		l.s.cfg.logger.Info("redisleader: a candidate with a higher priority waits; yielding", "election", l.lease.Keys.Name, "fence", l.fence)
 		f()
 	}
 }
 
-// candidate is the protocol of a candidate with a priority, over base
-// (plain or fair): every acquire attempt enlists it, its renewal also
-// enlists it and reports the best candidate above it, and its release
-// hands the name to its heir or to the best candidate above it.
-type candidate struct {
-	base protocol
-	c    *candidacy
-}
-
-func (p *candidate) acquire(l *Lock) wire.Call {
-	cl := p.base.acquire(l)
-	if cl.Script == acquireScript {
-		cl.Script = acquireCandidateScript // fair_acquire enlists by itself when given the keys
-	}
-	cl.Argv = p.c.args.Enlist(cl.Argv)
-	return cl
-}
-
-func (p *candidate) renew(l *Lock) wire.Call {
-	return wire.Call{Script: preferRenewScript, Argv: l.args.PreferRenew(&p.c.args)}
-}
-
-func (p *candidate) release(l *Lock, heir string) wire.Call {
-	return l.handOffCall(heir, p.c.args.Prio)
-}
-
 // leaseCall renews l's lease alone: the lock key, nothing else.
-func (s *Session) leaseCall(l *Lock) wire.Call { return plain{}.renew(l) }
+func (s *Session) leaseCall(l *Lock) wire.Call { return lease.Plain{}.RenewCall(&l.lease) }
 
 // renewLeasesAlone sends again, in one more round trip, as leaseCall, the
 // renewals among calls (whose replies are cmds, of locks) that Redis
@@ -232,7 +207,7 @@ func (s *Session) renewLeasesAlone(ctx context.Context, c Client, locks []*Lock,
 			level = slog.LevelWarn // someone else's data, to be removed
 		}
 		s.cfg.logger.Log(ctx, level, "redisleader: renewing the lease alone: the candidate keys refused the renewal",
-			"name", locks[i].keys.Name, "fence", locks[i].fence, "err", cmds[i].Err())
+			"name", locks[i].lease.Keys.Name, "fence", locks[i].fence, "err", cmds[i].Err())
 		again = append(again, i)
 	}
 	if len(again) == 0 {

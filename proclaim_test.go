@@ -267,7 +267,7 @@ func TestProclaimSuperseded(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, e.Proclaim(ctx, "v1"))
 		seqKey := lease.NewKeys("superseded").Seq()
-		b.set(seqKey, lead.token+"\n99")
+		b.set(seqKey, lead.lease.Token+"\n99")
 		err = e.Proclaim(ctx, "v2")
 		require.ErrorIs(t, err, errSuperseded)
 		assert.NotErrorIs(t, err, ErrNotLeader)
@@ -284,6 +284,6 @@ func TestProclaimSuperseded(t *testing.T) {
 		got, err = e.Leader(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, Leader{Value: "w1", Fence: next.Fence(), TTL: got.TTL}, got)
-		assert.Equal(t, next.token+"\n1", b.get(seqKey))
+		assert.Equal(t, next.lease.Token+"\n1", b.get(seqKey))
 	})
 }

@@ -204,14 +204,14 @@ func (q *quorum) each(f func(c Client)) {
 // acquisitions retry it after a random delay.
 var errNoQuorum = errors.New("no quorum")
 
-// acquire runs the acquire script on every node. With a quorum, the
+// Acquire runs the acquire script on every node. With a quorum, the
 // acquisition's fence F is the largest its nodes issued. It is written back
 // (raiseFence, a second round before the acquire returns) only when a node
 // of the quorum could let the key expire before its clock passes F (see
 // fenceSafe); otherwise it travels with the renewals and the release
 // (redlockRenewScript, redlockReleaseScript). Short of a quorum, what was
 // taken is given back.
-func (q *quorum) acquire(ctx context.Context, l *Lock, deadline time.Time) acquired {
+func (q *quorum) Acquire(ctx context.Context, l *lease.Lease, deadline time.Time) lease.Attempt {
 	var (
 		won, locked int
 		fence       int64
@@ -221,44 +221,44 @@ func (q *quorum) acquire(ctx context.Context, l *Lock, deadline time.Time) acqui
 	replies := q.acquireAll(ctx, l, deadline)
 	for i := range replies {
 		switch r := &replies[i].r; {
-		case r.err == nil:
+		case r.Err == nil:
 			won++
-			fence = max(fence, r.fence)
-		case errors.Is(r.err, ErrLocked):
+			fence = max(fence, r.Fence)
+		case errors.Is(r.Err, ErrLocked):
 			locked++
-			if r.left >= 0 && (left < 0 || r.left < left) {
-				left = r.left // the earliest a held node can free up
+			if r.Left >= 0 && (left < 0 || r.Left < left) {
+				left = r.Left // the earliest a held node can free up
 			}
 		default:
-			lastErr = r.err
-			if !replied(r.err) {
+			lastErr = r.Err
+			if !replied(r.Err) {
 				// Its request may still take the key, after our release.
-				l.leftover = true
+				l.Leftover = true
 			}
 		}
 	}
 	if won >= q.need {
 		if q.fenceSafe(replies, fence) {
-			return acquired{fence: fence}
+			return lease.Attempt{Fence: fence}
 		}
 		raiseCtx, cancelRaise := q.deadlineCtx(ctx, deadline)
 		raised := q.raiseFence(raiseCtx, cancelRaise, l, replies, fence)
 		cancelRaise()
 		if raised >= q.need {
-			return acquired{fence: fence}
+			return lease.Attempt{Fence: fence}
 		}
 		lastErr = fmt.Errorf("the fence was stored on %d of %d nodes", raised, len(q.nodes))
 	}
 	if locked > q.spare() {
 		err := fmt.Errorf("%w on %d of %d nodes", ErrLocked, locked, len(q.nodes))
-		return acquired{left: left, err: err, giveBack: true, split: won > 0}
+		return lease.Attempt{Left: left, Err: err, GiveBack: true, Split: won > 0}
 	}
 	err := fmt.Errorf("redisleader: acquire %q: %w: acquired on %d of %d nodes (need %d), held by others on %d",
-		l.keys.Name, errNoQuorum, won, len(q.nodes), q.need, locked)
+		l.Keys.Name, errNoQuorum, won, len(q.nodes), q.need, locked)
 	if lastErr != nil {
 		err = fmt.Errorf("%w; last error: %w", err, lastErr)
 	}
-	return acquired{err: err, giveBack: true, split: won > 0 && locked > 0}
+	return lease.Attempt{Err: err, GiveBack: true, Split: won > 0 && locked > 0}
 }
 
 // fenceSafe reports whether fence can stay unwritten until the renewals
@@ -272,7 +272,7 @@ func (q *quorum) acquire(ctx context.Context, l *Lock, deadline time.Time) acqui
 func (q *quorum) fenceSafe(replies []nodeAcquire, fence int64) bool {
 	ttl := q.s.cfg.ttl.Microseconds()
 	for i := range replies {
-		if r := &replies[i].r; r.err == nil && (r.at <= 0 || fence >= r.at+ttl) {
+		if r := &replies[i].r; r.Err == nil && (r.At <= 0 || fence >= r.At+ttl) {
 			return false
 		}
 	}
@@ -283,24 +283,24 @@ func (q *quorum) fenceSafe(replies []nodeAcquire, fence int64) bool {
 // copied: a script call writes the first two slots) and its outcome.
 type nodeAcquire struct {
 	argv [8]any
-	r    acquired
+	r    lease.Attempt
 }
 
 // acquireAll runs the acquire script on every node and returns each one's
 // answer; it stops waiting once a quorum took the key, or none can.
-func (q *quorum) acquireAll(ctx context.Context, l *Lock, deadline time.Time) []nodeAcquire {
+func (q *quorum) acquireAll(ctx context.Context, l *lease.Lease, deadline time.Time) []nodeAcquire {
 	callCtx, cancel := q.deadlineCtx(ctx, deadline)
 	defer cancel()
 	replies := make([]nodeAcquire, len(q.nodes))
 	for i := range replies {
-		replies[i].r.err = errNoAnswer
+		replies[i].r.Err = errNoAnswer
 	}
 	var taken, refused int
-	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, i int, _ Client) acquired {
-		return l.acquireReply(q.combs[i].Call(ctx, time.Time{}, acquireScript, l.args.Acquire(&replies[i].argv)).Slice())
-	}, func(i int, r acquired) bool {
+	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, i int, _ Client) lease.Attempt {
+		return l.Outcome(q.combs[i].Call(ctx, time.Time{}, acquireScript, l.Args.Acquire(&replies[i].argv)).Slice())
+	}, func(i int, r lease.Attempt) bool {
 		replies[i].r = r
-		if r.err == nil {
+		if r.Err == nil {
 			taken++
 		} else {
 			refused++
@@ -313,21 +313,21 @@ func (q *quorum) acquireAll(ctx context.Context, l *Lock, deadline time.Time) []
 // raiseFence writes fence back to the nodes that took the key (with
 // redlockRenewScript, which also refreshes their TTL) and returns on how
 // many it was stored (it stops waiting once a quorum has, or cannot).
-func (q *quorum) raiseFence(ctx context.Context, cancel context.CancelFunc, l *Lock, replies []nodeAcquire, fence int64) int {
+func (q *quorum) raiseFence(ctx context.Context, cancel context.CancelFunc, l *lease.Lease, replies []nodeAcquire, fence int64) int {
 	var stored, failed int
 	for i := range replies {
-		if replies[i].r.err != nil {
+		if replies[i].r.Err != nil {
 			failed++ // a node we do not hold cannot store it
 		}
 	}
 	onNodesUntil(q, ctx, cancel, func(ctx context.Context, i int, _ Client) (r renewal) {
-		if replies[i].r.err != nil {
+		if replies[i].r.Err != nil {
 			return r // counted above
 		}
-		return renewReply(q.combs[i].Call(ctx, time.Time{}, redlockRenewScript, q.renewArgs(l, fence)))
+		return renewReply(q.combs[i].Call(ctx, time.Time{}, redlockRenewScript, l.Args.RedlockRenew(fence)))
 	}, func(i int, r renewal) bool {
 		switch {
-		case replies[i].r.err != nil:
+		case replies[i].r.Err != nil:
 		case r == (renewal{}):
 			stored++
 		default:
@@ -401,22 +401,16 @@ func (q *quorum) release(ctx context.Context, l *Lock) deleted {
 	return d.outcome(q)
 }
 
-// argFenceKey is the slot of the fence key (KEYS[2]) in Lock.argv, right
-// after the lock key (wire.ArgKey).
-const argFenceKey = wire.ArgKey + 1
-
 // renewArgs returns redlockRenewScript's arguments for l with fence F, made
-// fresh for each node (a script call fills in the first two slots). l.argv[argFenceKey]
-// is the fence key, boxed once by newLock.
+// fresh for each node (a script call fills in the first two slots).
 func (q *quorum) renewArgs(l *Lock, fence int64) []any {
-	return l.args.RedlockRenew(fence)
+	return l.lease.Args.RedlockRenew(fence)
 }
 
 // redlockReleaseArgs fills argv with l's arguments for redlockReleaseScript
-// and returns it as a slice. l.argv[argFenceKey] is the fence key, boxed once by
-// newLock.
+// and returns it as a slice.
 func (l *Lock) redlockReleaseArgs(argv *[7]any) []any {
-	return l.args.RedlockRelease(argv, l.fence)
+	return l.lease.Args.RedlockRelease(argv, l.fence)
 }
 
 // releaseAll deletes every lock's token on every node, raising each node's
@@ -622,7 +616,7 @@ func (s *Session) againLocked(held []*Lock) []*Lock {
 	}
 	var again []*Lock
 	for _, l := range held {
-		if _, term := s.reg.terms[l]; l.leftover && !term {
+		if _, term := s.reg.terms[l]; l.lease.Leftover && !term {
 			again = append(again, l)
 		}
 	}

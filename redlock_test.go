@@ -67,7 +67,7 @@ func TestRedlockLock(t *testing.T) {
 		}
 		h, ok := lease.ParseHolder(v)
 		require.True(t, ok)
-		require.Equal(t, l.token, h.Token)
+		require.Equal(t, l.lease.Token, h.Token)
 		assert.LessOrEqual(t, h.Fence, l.Fence())
 		assert.GreaterOrEqual(t, fenceKey(t, m, "job"), h.Fence, "a holding node's fence key")
 		holding++
@@ -229,18 +229,18 @@ func TestRedlockRenewalRefusesAForeignFenceKey(t *testing.T) {
 	s := newRedlock(t, cs, slowOpts()...)
 	l, err := s.TryLock(ctx, "foreign")
 	require.NoError(t, err)
-	require.NoError(t, ms[2].Set(l.keys.Fence, "not a fence"))
-	ms[2].SetTTL(l.keys.Lock, time.Second)
-	before, _ := ms[2].Get(l.keys.Lock)
+	require.NoError(t, ms[2].Set(l.lease.Keys.Fence, "not a fence"))
+	ms[2].SetTTL(l.lease.Keys.Lock, time.Second)
+	before, _ := ms[2].Get(l.lease.Keys.Lock)
 	out := s.place.renew(ctx, []*Lock{l}, time.Time{})
 	assert.Equal(t, renewal{}, out[0], "renewed on a quorum")
-	after, _ := ms[2].Get(l.keys.Lock)
+	after, _ := ms[2].Get(l.lease.Keys.Lock)
 	assert.Equal(t, before, after)
-	assert.Equal(t, time.Second, ms[2].TTL(l.keys.Lock), "the TTL on the node with the foreign fence key")
-	stored, _ := ms[2].Get(l.keys.Fence)
+	assert.Equal(t, time.Second, ms[2].TTL(l.lease.Keys.Lock), "the TTL on the node with the foreign fence key")
+	stored, _ := ms[2].Get(l.lease.Keys.Fence)
 	assert.Equal(t, "not a fence", stored)
 	require.NoError(t, l.Release(ctx), "a release that fails on one node of three succeeds")
-	assert.True(t, ms[2].Exists(l.keys.Lock), "the foreign fence key's node keeps the key until its TTL")
+	assert.True(t, ms[2].Exists(l.lease.Keys.Lock), "the foreign fence key's node keeps the key until its TTL")
 }
 
 // TestRedlockFencesSurviveANodeAhead: a node whose fence counter is far
@@ -414,8 +414,8 @@ func TestRedlockLeaderReportsTheHoldersFence(t *testing.T) {
 	out := s.place.renew(ctx, []*Lock{l}, time.Time{})
 	require.Equal(t, renewal{}, out[0])
 	late := l.fence + 1000
-	ms[0].Set(l.keys.Lock, fmt.Sprintf("%s\n%d\n%s", l.token, late, l.value))
-	ms[0].SetTTL(l.keys.Lock, time.Second)
+	ms[0].Set(l.lease.Keys.Lock, fmt.Sprintf("%s\n%d\n%s", l.lease.Token, late, l.value))
+	ms[0].SetTTL(l.lease.Keys.Lock, time.Second)
 	leader, err = mustElection(t, newRedlock(t, cs), "fenced").Leader(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, late, leader.Fence, "a late node's fence, until the next renewal")
@@ -524,7 +524,7 @@ func TestRedlockLateQuorumReply(t *testing.T) {
 					v, err := m.Get(key)
 					require.NoError(t, err, "node %d", i)
 					h, _ := lease.ParseHolder(v)
-					assert.Equal(t, l.token, h.Token, "node %d", i)
+					assert.Equal(t, l.lease.Token, h.Token, "node %d", i)
 					assert.LessOrEqual(t, h.Fence, l.Fence(), "node %d", i)
 					largest = max(largest, h.Fence)
 				}
@@ -818,7 +818,7 @@ func TestRedlockCallsShareAPipelinePerNode(t *testing.T) {
 			require.NoError(t, err, "%s on node %d", names[i], n)
 			h, ok := lease.ParseHolder(v)
 			require.True(t, ok, "%s on node %d", names[i], n)
-			assert.Equal(t, res.l.token, h.Token, "%s holds its own token on node %d", names[i], n)
+			assert.Equal(t, res.l.lease.Token, h.Token, "%s holds its own token on node %d", names[i], n)
 		}
 		require.NoError(t, res.l.Release(ctx))
 	}
@@ -933,7 +933,7 @@ func TestRedlockGraceWaitsForASlowerHealthyNode(t *testing.T) {
 	l, err := s.TryLock(ctx, "slow")
 	require.NoError(t, err)
 	assert.True(t, ms[2].Exists(l.Key()), "the slower node's acquire was not waited for")
-	assert.False(t, l.leftover, "a healthy node's answer was counted as missing")
+	assert.False(t, l.lease.Leftover, "a healthy node's answer was counted as missing")
 }
 
 // closeUntilCombinerClosed starts s.Close and waits until it has closed c
@@ -995,7 +995,7 @@ func TestRedlockCloseDeletesAfterBatchedAcquireLands(t *testing.T) {
 	for i, res := range results {
 		r := recvWithin(t, res, 5*time.Second, names[i])
 		require.NoError(t, r.err, "nodes 0 and 1 took %s", names[i])
-		require.True(t, r.l.leftover, "node 2's acquire of %s went unanswered", names[i])
+		require.True(t, r.l.lease.Leftover, "node 2's acquire of %s went unanswered", names[i])
 		locks = append(locks, r.l)
 	}
 	for range maxOnWire {

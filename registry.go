@@ -27,15 +27,15 @@ func newRegistry() registry {
 // hold registers l as held, its name's lock.
 func (r *registry) hold(l *Lock) {
 	r.locks[l] = struct{}{}
-	r.names[l.keys.Name] = l
+	r.names[l.lease.Keys.Name] = l
 }
 
 // drop forgets l, and reports whether it was held.
 func (r *registry) drop(l *Lock) (held bool) {
 	_, held = r.locks[l]
 	delete(r.locks, l)
-	if r.names[l.keys.Name] == l {
-		delete(r.names, l.keys.Name)
+	if r.names[l.lease.Keys.Name] == l {
+		delete(r.names, l.lease.Keys.Name)
 	}
 	return held
 }
@@ -53,7 +53,7 @@ func (s *Session) add(l *Lock) error {
 	s.reg.hold(l)
 	l.slot = s.hb.ring.add(l)
 	s.hb.wake()
-	s.wakeWaitersLocked(l.keys.Name)
+	s.wakeWaitersLocked(l.lease.Keys.Name)
 	return nil
 }
 

@@ -180,7 +180,7 @@ func (q *request) errorf(format string, a ...any) error {
 // TransferRequest): do not call it for a term of Run.
 func (e *Election) TransferRequested(ctx context.Context, leadership *Lock) (to string, err error) {
 	switch {
-	case leadership == nil || leadership.s != e.s || leadership.keys.Name != e.keys.Name:
+	case leadership == nil || leadership.s != e.s || leadership.lease.Keys.Name != e.keys.Name:
 		return "", invalidf("TransferRequested: not a leadership of %q in this session", e.keys.Name)
 	case e.redlock():
 		return "", errRedlockTransfer

@@ -174,7 +174,7 @@ func (s *Session) resignedTerm(name string) *Lock {
 	var terms []*Lock
 	s.mu.Lock()
 	for l := range s.reg.terms {
-		if l.keys.Name == name {
+		if l.lease.Keys.Name == name {
 			terms = append(terms, l)
 		}
 	}
@@ -205,7 +205,7 @@ func (l *Lock) awaitTerm(ctx context.Context, t *term, wait bool) error {
 	case <-t.released:
 		return t.err
 	case <-ctx.Done():
-		return fmt.Errorf("redisleader: release %q: Election.Run deletes the key once onElected has returned: %w", l.keys.Name, ctx.Err())
+		return fmt.Errorf("redisleader: release %q: Election.Run deletes the key once onElected has returned: %w", l.lease.Keys.Name, ctx.Err())
 	}
 }
 

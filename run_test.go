@@ -342,7 +342,7 @@ func TestResignRacingRun(t *testing.T) {
 		var terms, gone atomic.Int64
 		_ = e.Run(ctx, "me", func(lctx context.Context, l *Lock) error {
 			terms.Add(1)
-			if !strings.HasPrefix(b.get(l.Key()), l.token+"\n") {
+			if !strings.HasPrefix(b.get(l.Key()), l.lease.Token+"\n") {
 				gone.Add(1)
 			}
 			<-lctx.Done()
@@ -477,7 +477,7 @@ func TestResignDuringRun(t *testing.T) {
 				return nil
 			})
 		}()
-		ours := func(l *Lock) bool { return strings.HasPrefix(b.get(l.Key()), l.token+"\n") }
+		ours := func(l *Lock) bool { return strings.HasPrefix(b.get(l.Key()), l.lease.Token+"\n") }
 
 		// Resign waits for onElected, then for Run's delete.
 		first := recvWithin(t, terms, 2*time.Second, "first term")
@@ -606,7 +606,7 @@ func closeAfterExpiry(t *testing.T, runTerm bool) (leftOver bool) {
 	}
 	if v, err := m.Get(l.Key()); err == nil {
 		h, _ := lease.ParseHolder(v)
-		return h.Token == l.token
+		return h.Token == l.lease.Token
 	}
 	return false
 }

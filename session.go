@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/lease"
 	"github.com/redisleader/redisleader/internal/wire"
 )
 
@@ -88,7 +89,9 @@ func NewSession(client Client, opts ...Option) (*Session, error) {
 		return nil, invalidf("WithReplicaAcks(%d, %v) needs WAIT on the connection that wrote, which a cluster client (%T is or wraps a *redis.ClusterClient) does not give; use it with a *redis.Client (also from redis.NewFailoverClient)",
 			cfg.acks.N, cfg.acks.Timeout, client)
 	}
-	return startSession(client, cfg, func(s *Session) place { return &node{s: s, c: client} }), nil
+	return startSession(client, cfg, func(s *Session) place {
+		return &node{Node: lease.Node{T: &s.wire, C: client, Acks: cfg.acks}, s: s, c: client}
+	}), nil
 }
 
 // startSession starts a session on a validated configuration, with pub/sub

@@ -131,7 +131,7 @@ func (l *Lock) heir() string {
 func (l *Lock) isOwn(to string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return to == l.args.Value || to == l.value
+	return to == l.lease.Args.Value || to == l.value
 }
 
 // endedBefore is what a Transfer to to returns when l ended before it could
@@ -145,7 +145,7 @@ func (l *Lock) endedBefore(to string) error {
 	case why == ErrReleased:
 		how = "it was released first (Resign, Release, or Run)"
 	}
-	return fmt.Errorf("redisleader: transfer %q to %q: %w: %s: %w", l.keys.Name, to, ErrNotLeader, how, why)
+	return fmt.Errorf("redisleader: transfer %q to %q: %w: %s: %w", l.lease.Keys.Name, to, ErrNotLeader, how, why)
 }
 
 // awaitSuccessor reads who leads, after every message on sub, until to
@@ -177,11 +177,4 @@ func (e *Election) awaitSuccessor(ctx context.Context, sub *wire.Subscription, f
 			return fmt.Errorf("redisleader: transfer %q to %q: %w", e.keys.Name, to, err)
 		}
 	}
-}
-
-// handOffCall is the release of a leadership with a succession: the name
-// goes to the heir, or to the best candidate above the leader's priority,
-// or is deleted as by the release scripts.
-func (l *Lock) handOffCall(heir string, prio any) wire.Call {
-	return wire.Call{Script: handOffScript, Argv: l.args.HandOff(l.keys, heir, prio)}
 }

@@ -8,22 +8,6 @@ package lease
 // script's slots; they take values boxed once (an any made once per lock,
 // not per call), so that a call costs no allocation it need not.
 
-// Args are one lease's arguments, each boxed once: its lock and fence keys,
-// its token, the session's TTL in ms, and the value it was taken with (for
-// a candidate, the value it campaigned with). They never change, so any
-// goroutine may read them; a vector built into a caller's buffer is that
-// caller's.
-type Args struct {
-	Lock, Fence, Token, TTL, Value any
-}
-
-// NewArgs boxes the arguments of a lease of the lock and fence keys lock
-// and fence for token, taken with value; ttl is the session's TTL in ms,
-// boxed once by the session.
-func NewArgs(lock, fence, token string, ttl any, value string) Args {
-	return Args{Lock: lock, Fence: fence, Token: token, TTL: ttl, Value: value}
-}
-
 // Candidate are a candidate's arguments, boxed once: its two keys and its
 // priority (a decimal string).
 type Candidate struct {

@@ -1,0 +1,73 @@
+package lease
+
+import (
+	"crypto/rand"
+
+	"github.com/redisleader/redisleader/internal/wire"
+)
+
+// A Lease is one acquisition's hold on a name as Redis sees it: its keys,
+// its token (128 random bits), its arguments (boxed once, reused by every
+// attempt and by the release) and its protocol. Only Leftover changes.
+type Lease struct {
+	Keys  Keys
+	Token string
+	Args  Args
+	// Proto is how the acquisition keeps the lease in Redis: Plain, a
+	// *Fair or a *Candidate.
+	Proto Protocol
+	// Leftover: a give-back failed somewhere, or an attempt went unanswered
+	// on a Redlock node, so this token may be, or get, in Redis after a
+	// delete: every delete is then repeated until the token must have
+	// expired. Written only by the acquiring goroutine, before the lock is
+	// delivered.
+	Leftover bool
+	// argv is the buffer of the acquire script's argument vector; only the
+	// acquiring goroutine uses it.
+	argv [8]any
+}
+
+// New makes a lease of k for value with a fresh token, kept by proto; ttl
+// is the session's TTL in ms, boxed once by the session.
+func New(k Keys, ttl any, value string, proto Protocol) Lease {
+	token := rand.Text()
+	return Lease{Keys: k, Token: token, Args: NewArgs(k.Lock, k.Fence, token, ttl, value), Proto: proto}
+}
+
+// Args are one lease's arguments, each boxed once: its lock and fence keys,
+// its token, the session's TTL in ms, and the value it was taken with (for
+// a candidate, the value it campaigned with). They never change, so any
+// goroutine may read them; a vector built into a caller's buffer is that
+// caller's.
+type Args struct {
+	Lock, Fence, Token, TTL, Value any
+}
+
+// NewArgs boxes the arguments of a lease of the lock and fence keys lock
+// and fence for token, taken with value; ttl is the session's TTL in ms,
+// boxed once by the session.
+func NewArgs(lock, fence, token string, ttl any, value string) Args {
+	return Args{Lock: lock, Fence: fence, Token: token, TTL: ttl, Value: value}
+}
+
+// A Protocol is how one acquisition keeps its lease in Redis on one
+// server: Plain (the default, node.go), *Fair (a place in the name's
+// queue, fair.go) or *Candidate (a priority, candidate.go). It builds the
+// lease's script calls; the place runs them. A Redlock session's leases
+// are plain ones, which the quorum runs with its own scripts.
+type Protocol interface {
+	// AcquireCall is l's acquire attempt.
+	AcquireCall(l *Lease) wire.Call
+	// RenewCall is l's renewal.
+	RenewCall(l *Lease) wire.Call
+	// ReleaseCall is l's release, which hands the name to heir ("": to
+	// nobody named).
+	ReleaseCall(l *Lease, heir string) wire.Call
+}
+
+// HandOffCall is the release of a leadership with a succession: the name
+// goes to the heir, or to the best candidate above prio ("": none), or is
+// deleted as by the release scripts.
+func (l *Lease) HandOffCall(heir string, prio any) wire.Call {
+	return wire.Call{Script: HandOffRun, Argv: l.Args.HandOff(l.Keys, heir, prio)}
+}
