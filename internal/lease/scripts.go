@@ -23,7 +23,10 @@ type Script struct {
 // the fragments named, then the script's own file (its name), which holds
 // its contract (KEYS, ARGV, replies, order of writes). A fragment defines
 // functions only, and takes what it needs as parameters or from KEYS and
-// ARGV as its header says.
+// ARGV as its header says. The default mode's scripts (acquire, release,
+// renew) are lean: they call redis.pcall and hand its errors to the
+// prelude's deny; every other script names guard first, whose one pcall
+// and call wrapper note which command failed (see lua/prelude.lua).
 //
 // The SHAs are written out, not computed: hashing at start-up panics under
 // GODEBUG=fips140=only (SHA-1 is not FIPS 140 approved), which regulated
