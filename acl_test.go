@@ -310,9 +310,9 @@ func TestACLDeniedChannel(t *testing.T) {
 			t.Fatal("a blocking Lock without the channel permission did not return")
 		}
 		t.Logf("Lock returned after %v: %v", time.Since(start), err)
-		assertDenied(t, err, "permission denied for PUBLISH "+k.Channel()+" (ACL): ", aclWordings.script(deniedChannel, "nochannel", "publish"))
+		assertDenied(t, err, "permission denied for PUBLISH "+k.Channel+" (ACL): ", aclWordings.script(deniedChannel, "nochannel", "publish"))
 		_, err = s.TryLock(ctx, k.Name)
-		assertDenied(t, err, "permission denied for PUBLISH "+k.Channel()+" (ACL): ", aclWordings.script(deniedChannel, "nochannel", "publish"))
+		assertDenied(t, err, "permission denied for PUBLISH "+k.Channel+" (ACL): ", aclWordings.script(deniedChannel, "nochannel", "publish"))
 
 		n, err := admin.Exists(ctx, k.Lock).Result()
 		require.NoError(t, err)

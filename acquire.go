@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/redisleader/redisleader/internal/lease"
-	"github.com/redisleader/redisleader/internal/probe"
 	"github.com/redisleader/redisleader/internal/wire"
 )
 
@@ -105,7 +104,7 @@ func (s *Session) waitChannel(k lease.Keys) string {
 	if s.cfg.fair {
 		return k.WakeChannel(s.id)
 	}
-	return k.Channel()
+	return k.Channel
 }
 
 // run makes attempts with one token until the key is ours, or (blocking)
@@ -217,9 +216,10 @@ func (a *acquisition) deliver(ctx context.Context) (l *Lock, again bool, err err
 	return nil, true, nil
 }
 
-// newLock starts the acquisition's next attempt with a new lock and token.
+// newLock starts the acquisition's next attempt with a new lock, whose
+// first attempt makes its lease and token (Lock.attempt).
 func (a *acquisition) newLock() {
-	a.l = &Lock{s: a.s, value: a.value, lease: lease.New(a.keys, a.s.ttlArg, a.value, protocolFor(a.w, a.cand))}
+	a.l = &Lock{s: a.s, value: a.value, lease: lease.Lease{Keys: a.keys, Proto: protocolFor(a.w, a.cand)}}
 	if a.cand != nil {
 		a.l.lead = &leadership{cand: a.cand}
 	}
@@ -391,6 +391,9 @@ func (s *Session) wait(ctx context.Context, sub *wire.Subscription, d time.Durat
 // ErrLocked, and it says how long that owner's lease has left on the server
 // and where we stand in the queue.
 func (l *Lock) attempt(ctx context.Context) lease.Attempt {
+	if l.lease.Token == "" { // the lock's first attempt: its lease, with a fresh token
+		l.lease = lease.New(l.lease.Keys, l.s.ttlArg, l.value, l.lease.Proto)
+	}
 	sent := time.Now()
 	deadline := sent.Add(l.s.cfg.validity)
 	returned := false
@@ -515,54 +518,6 @@ func (s *Session) holds(name string) bool {
 	l := s.reg.names[name]
 	s.mu.Unlock()
 	return l != nil && l.Held()
-}
-
-// deliver waits out the takeover delay (WithTakeoverDelay) of a fresh
-// acquisition, made by a call that started at start, while the heartbeat
-// renews it, then delivers it to its caller (registering it first as a Run
-// term, with term). It returns why the acquisition ended if it ended before
-// it could be delivered (a deadline can pass even with no delay), or
-// ctx's error or ErrSessionClosed if those ended first (the key is then
-// released, by the caller here or by Close).
-func (l *Lock) deliver(ctx context.Context, start time.Time, term bool) (lost, err error) {
-	if d := l.s.cfg.takeoverDelay; d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-l.Done():
-		case <-ctx.Done():
-			if l.end(ErrReleased) {
-				l.dispose(ctx, false)
-			}
-			return nil, ctx.Err()
-		case <-l.s.done:
-			return nil, ErrSessionClosed
-		}
-	}
-	if lost = l.check(); lost != nil {
-		if errors.Is(lost, ErrSessionClosed) {
-			return nil, lost
-		}
-		return lost, nil
-	}
-	if term {
-		l.s.registerTerm(l)
-	}
-	l.markDelivered(start)
-	return nil, nil
-}
-
-// markDelivered marks the acquisition, whose call started at start, as handed to
-// its caller, unless it has already ended or expired (then the caller finds
-// it ended).
-func (l *Lock) markDelivered(start time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now := time.Now(); l.err == nil && now.Before(l.deadline) {
-		l.delivered, l.deliveredAt = true, now.Sub(hookEpoch)
-		l.emitLocked(probe.Acquired, now, now.Sub(start))
-	}
 }
 
 // protocolFor is the protocol of an acquisition with waiter w (nil: not

@@ -75,7 +75,7 @@ var rawResign = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then r
 // EVALSHA; what is left of a handover once the library's own work is gone.
 func scriptsPush(k lease.Keys) push {
 	return push{
-		ch: k.Channel(),
+		ch: k.Channel,
 		take: func(ctx context.Context, c *redis.Client, token string) (bool, error) {
 			r, err := c.EvalSha(ctx, acquireScript.SHA(), []string{k.Lock, k.Fence}, token, "10000", "").Slice()
 			return err == nil && len(r) == 3 && r[0] == int64(1), err

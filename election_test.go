@@ -515,7 +515,7 @@ func TestProclaimErrorsWriteNothing(t *testing.T) {
 	setUser(t, admin, "proclaimer", "resetchannels")
 	err = e.Proclaim(ctx, "b")
 	assert.True(t, permanent(err), "%v", err)
-	assert.ErrorContains(t, err, "permission denied for PUBLISH "+lead.lease.Keys.Channel())
+	assert.ErrorContains(t, err, "permission denied for PUBLISH "+lead.lease.Keys.Channel)
 	assert.Equal(t, stored, admin.Get(ctx, lead.Key()).Val())
 	assert.Equal(t, "a", lead.Value())
 

@@ -300,7 +300,7 @@ func FuzzNameAndValue(f *testing.F) {
 			oneLine(t, err.Error())
 		} else {
 			k := lease.NewKeys(name)
-			for _, key := range []string{k.Lock, k.Fence, k.Channel()} {
+			for _, key := range []string{k.Lock, k.Fence, k.Channel} {
 				open := strings.IndexByte(key, '{')
 				end := strings.IndexByte(key[open:], '}')
 				if open < 0 || end < 0 || key[open+1:open+end] != name {

@@ -87,7 +87,7 @@ func TestWarnGoRedisOncePerProcess(t *testing.T) {
 // channel of a one-byte name, with an empty payload) is longer than what
 // go-redis 9.20.1–9.21.x waits for.
 func TestSessionPushFramesOutgrowGoRedisPeek(t *testing.T) {
-	ch := lease.NewKeys("a").Channel()
+	ch := lease.NewKeys("a").Channel
 	bulk := func(s string) string { return fmt.Sprintf("$%d\r\n%s\r\n", len(s), s) }
 	for _, frame := range []string{
 		">3\r\n" + bulk("message") + bulk(ch) + bulk(""),

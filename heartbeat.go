@@ -34,7 +34,7 @@ func (s *Session) heartbeat(ctx context.Context, retry bool) {
 // heartbeatState is what the session keeps for its heartbeat. Session.mu
 // guards ring, stale and idle.
 type heartbeatState struct {
-	ring    ring[*Lock]        // the slots of the held locks' renewals (ring.go)
+	ring    ring[*Lock]        // the slots of the held locks' renewals (registry.go)
 	stale   staleTokens        // ended locks whose token may still be in Redis (stale.go)
 	idle    bool               // the heartbeat sleeps until kicked
 	kick    chan struct{}      // capacity 1: work was added while idle

@@ -3,8 +3,6 @@ package redisleader
 import (
 	"errors"
 	"time"
-
-	"github.com/redisleader/redisleader/internal/probe"
 )
 
 // Hooks are callbacks through which a session reports what happens to the
@@ -101,28 +99,6 @@ func chain[E any](f, g func(E)) func(E) {
 		return f
 	}
 	return func(e E) { f(e); g(e) }
-}
-
-// hookEpoch is the origin of Lock.deliveredAt, on the monotonic clock.
-var hookEpoch = time.Now()
-
-// emitLocked reports a lease event of l at now: to the reliability tests'
-// probe (a no-op unless a test installed one) if l was delivered, and to
-// the user's Hooks (Acquired, after a call that took wait; Lost or
-// Released). l.mu must be held.
-func (l *Lock) emitLocked(kind string, now time.Time, wait time.Duration) {
-	if l.delivered && probe.On() {
-		probe.Emit(probe.Event{Kind: kind, Name: l.lease.Keys.Name, Value: l.value, Token: l.lease.Token, Fence: l.fence,
-			At: now, Sent: l.renewed, Deadline: l.deadline, Reason: l.err})
-	}
-	switch h := &l.s.cfg.hooks; kind {
-	case probe.Acquired:
-		if h.Acquired != nil {
-			h.Acquired(AcquireEvent{Name: l.lease.Keys.Name, Value: l.value, Fence: l.fence, Wait: wait})
-		}
-	case probe.Ended:
-		h.ended(l)
-	}
 }
 
 // ended reports the end of l, with l.err as the cause, if l was handed

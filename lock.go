@@ -2,6 +2,7 @@ package redisleader
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -227,6 +228,76 @@ func (l *Lock) del(ctx context.Context) error {
 			"name", l.lease.Keys.Name, "fence", l.fence)
 	}
 	return nil
+}
+
+// deliver waits out the takeover delay (WithTakeoverDelay) of a fresh
+// acquisition, made by a call that started at start, while the heartbeat
+// renews it, then delivers it to its caller (registering it first as a Run
+// term, with term). It returns why the acquisition ended if it ended before
+// it could be delivered (a deadline can pass even with no delay), or
+// ctx's error or ErrSessionClosed if those ended first (the key is then
+// released, by the caller here or by Close).
+func (l *Lock) deliver(ctx context.Context, start time.Time, term bool) (lost, err error) {
+	if d := l.s.cfg.takeoverDelay; d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-l.Done():
+		case <-ctx.Done():
+			if l.end(ErrReleased) {
+				l.dispose(ctx, false)
+			}
+			return nil, ctx.Err()
+		case <-l.s.done:
+			return nil, ErrSessionClosed
+		}
+	}
+	if lost = l.check(); lost != nil {
+		if errors.Is(lost, ErrSessionClosed) {
+			return nil, lost
+		}
+		return lost, nil
+	}
+	if term {
+		l.s.registerTerm(l)
+	}
+	l.markDelivered(start)
+	return nil, nil
+}
+
+// markDelivered marks the acquisition, whose call started at start, as handed to
+// its caller, unless it has already ended or expired (then the caller finds
+// it ended).
+func (l *Lock) markDelivered(start time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now := time.Now(); l.err == nil && now.Before(l.deadline) {
+		l.delivered, l.deliveredAt = true, now.Sub(hookEpoch)
+		l.emitLocked(probe.Acquired, now, now.Sub(start))
+	}
+}
+
+// hookEpoch is the origin of Lock.deliveredAt, on the monotonic clock.
+var hookEpoch = time.Now()
+
+// emitLocked reports a lease event of l at now: to the reliability tests'
+// probe (a no-op unless a test installed one) if l was delivered, and to
+// the user's Hooks (Acquired, after a call that took wait; Lost or
+// Released). l.mu must be held.
+func (l *Lock) emitLocked(kind string, now time.Time, wait time.Duration) {
+	if l.delivered && probe.On() {
+		probe.Emit(probe.Event{Kind: kind, Name: l.lease.Keys.Name, Value: l.value, Token: l.lease.Token, Fence: l.fence,
+			At: now, Sent: l.renewed, Deadline: l.deadline, Reason: l.err})
+	}
+	switch h := &l.s.cfg.hooks; kind {
+	case probe.Acquired:
+		if h.Acquired != nil {
+			h.Acquired(AcquireEvent{Name: l.lease.Keys.Name, Value: l.value, Fence: l.fence, Wait: wait})
+		}
+	case probe.Ended:
+		h.ended(l)
+	}
 }
 
 // liveDeadline returns the deadline if the lock is still held at now.

@@ -24,7 +24,7 @@ func TestRelease(t *testing.T) {
 		assert.Equal(t, "released", l.Name())
 		assert.Equal(t, "redisleader:{released}", l.Key())
 
-		sub := b.client.Subscribe(ctx, lease.NewKeys("released").Channel())
+		sub := b.client.Subscribe(ctx, lease.NewKeys("released").Channel)
 		defer sub.Close()
 		_, err = sub.Receive(ctx) // subscription confirmed
 		require.NoError(t, err)
@@ -36,7 +36,7 @@ func TestRelease(t *testing.T) {
 		assert.Empty(t, b.get(l.Key()), "key deleted")
 		select {
 		case msg := <-sub.Channel():
-			assert.Equal(t, lease.NewKeys("released").Channel(), msg.Channel)
+			assert.Equal(t, lease.NewKeys("released").Channel, msg.Channel)
 		case <-time.After(time.Second):
 			t.Fatal("release published nothing")
 		}

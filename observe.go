@@ -52,7 +52,7 @@ func (o *observer) run(ctx context.Context, first time.Duration) {
 
 func (o *observer) observe(ctx context.Context, next time.Duration) {
 	e := o.e
-	sub, err := e.s.wire.Subscribe(ctx, e.keys.Channel(), nil)
+	sub, err := e.s.wire.Subscribe(ctx, e.keys.Channel, nil)
 	if err != nil {
 		return
 	}

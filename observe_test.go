@@ -66,7 +66,7 @@ func TestObserveIgnoresForgedEvents(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		bystander := mustElection(t, newSession(t, b.client, fastOpts()...), "forged")
-		channel := bystander.keys.Channel()
+		channel := bystander.keys.Channel
 		forge := func(payloads ...string) {
 			t.Helper()
 			for _, p := range payloads {

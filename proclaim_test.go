@@ -154,7 +154,7 @@ type seqRig struct {
 func newSeqRig(t *testing.T) *seqRig {
 	m, c := newMini(t)
 	r := &seqRig{t: t, m: m, c: c, k: lease.NewKeys("seq")}
-	r.ps = c.Subscribe(context.Background(), r.k.Channel())
+	r.ps = c.Subscribe(context.Background(), r.k.Channel)
 	t.Cleanup(func() { _ = r.ps.Close() })
 	_, err := r.ps.Receive(context.Background())
 	require.NoError(t, err)
@@ -176,7 +176,7 @@ func (r *seqRig) get(key string) string {
 func (r *seqRig) events() (got []string) {
 	r.t.Helper()
 	ctx := context.Background()
-	require.NoError(r.t, r.c.Publish(ctx, r.k.Channel(), "marker").Err())
+	require.NoError(r.t, r.c.Publish(ctx, r.k.Channel, "marker").Err())
 	for {
 		msg, err := r.ps.ReceiveMessage(ctx)
 		require.NoError(r.t, err)

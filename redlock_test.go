@@ -649,7 +649,7 @@ func TestRedlockSplitVoteRetriesAfterTheRandomDelay(t *testing.T) {
 		done <- err
 	}()
 	first := recvWithin(t, attempts, 2*time.Second, "a split vote")
-	require.NoError(t, cs[0].(*redis.Client).Publish(ctx, k.Channel(), "R").Err(), "the other contender gave its node back")
+	require.NoError(t, cs[0].(*redis.Client).Publish(ctx, k.Channel, "R").Err(), "the other contender gave its node back")
 	second := recvWithin(t, attempts, 2*time.Second, "the next attempt")
 	assert.GreaterOrEqual(t, second.Sub(first), retry*9/10, "retried on the release event, not after the random delay")
 	cancel()
@@ -728,7 +728,7 @@ func TestRedlockThreeWaySplitRetriesAfterTheRandomDelay(t *testing.T) {
 	assert.ErrorIs(t, split.err, ErrLocked, "we took node 0, B and C the others")
 	assert.Equal(t, pause{retry, false}, recvWithin(t, pauses, 2*time.Second, "the wait after the split"),
 		"after a split vote: the retry delay (jitter 0), not the next event")
-	require.NoError(t, cs[0].(*redis.Client).Publish(ctx, k.Channel(), "R").Err(), "a contender's give-back")
+	require.NoError(t, cs[0].(*redis.Client).Publish(ctx, k.Channel, "R").Err(), "a contender's give-back")
 	next := recvWithin(t, attempts, 2*time.Second, "the next attempt")
 	assert.NoError(t, next.err)
 	assert.GreaterOrEqual(t, next.at.Sub(split.at), retry, "retried on a release event after a split vote")

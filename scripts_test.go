@@ -160,7 +160,7 @@ func TestEventsCarryNoContent(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
 		k := lease.NewKeys("quiet")
-		ps := b.client.Subscribe(ctx, k.Channel())
+		ps := b.client.Subscribe(ctx, k.Channel)
 		defer ps.Close()
 		_, err := ps.Receive(ctx)
 		require.NoError(t, err)

@@ -80,7 +80,7 @@ func (e *Election) Transfer(ctx context.Context, to string) error {
 		return nil // to leads already: the CLI's transfer exits 0 too
 	}
 	// Subscribed before the hand-over, so that the successor's "A" is heard.
-	sub, err := e.s.wire.Subscribe(ctx, e.keys.Channel(), nil)
+	sub, err := e.s.wire.Subscribe(ctx, e.keys.Channel, nil)
 	if err != nil {
 		return err
 	}

@@ -107,7 +107,7 @@ func releaseSHA(fair bool) string {
 // channel (calls waiting in subscribe, say).
 func waitWatchers(t *testing.T, e *Election, n int) {
 	t.Helper()
-	w, ch := &e.s.wire, e.keys.Channel()
+	w, ch := &e.s.wire, e.keys.Channel
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		got, _ := w.Watchers(ch)
@@ -330,7 +330,7 @@ func TestTransferToOwnValue(t *testing.T) {
 		n := onKey.n.Load()
 		require.NoError(t, e.Transfer(ctx, v), "Transfer to the leader's own value %q", v)
 		assert.Equal(t, n, onKey.n.Load(), "Transfer(%q): a command on the name", v)
-		_, known := e.s.wire.Watchers(e.keys.Channel())
+		_, known := e.s.wire.Watchers(e.keys.Channel)
 		assert.False(t, known, "Transfer(%q) subscribed", v)
 		now, _ := m.Get(l.Key())
 		assert.Equal(t, stored, now, "nothing written")

@@ -126,7 +126,7 @@ func enlistAll(t *testing.T, ctx context.Context, b *backend, name string, fair 
 	// the channels' subscribers is the witness that they wait.
 	c := b.client
 	deadline := time.Now().Add(5 * time.Second)
-	ch := lease.NewKeys(name).Channel()
+	ch := lease.NewKeys(name).Channel
 	for {
 		n, err := c.PubSubNumSub(ctx, ch).Result()
 		require.NoError(t, err)

@@ -29,7 +29,7 @@ func TestParseHolderAndReservation(t *testing.T) {
 // script's contract.
 func TestArgsVectors(t *testing.T) {
 	k := NewKeys("n")
-	a := NewArgs(k.Lock, k.Fence, "tok", "1000", "v")
+	a := Args{Lock: k.Lock, Fence: k.Fence, Token: "tok", TTL: "1000", Value: "v"}
 	var buf [8]any
 	want := []any{nil, nil, 2, k.Lock, k.Fence, "tok", "1000", "v"}
 	if got := a.Acquire(&buf); !equal(got, want) {

@@ -25,6 +25,8 @@ import (
 // "\n<fence>\n<successor's value>" (no token), with a PX TTL.
 type Keys struct {
 	Name, Lock, Fence string
+	// Channel is the pub/sub channel of the name's changes.
+	Channel string
 }
 
 const (
@@ -54,15 +56,14 @@ func KeysOf(name string) (Keys, error) {
 	return NewKeys(name), nil
 }
 
-// NewKeys derives the keys of a name with one allocation: the lock key is a
-// prefix of the fence key.
+// NewKeys derives the keys of a name, and its channel, with one allocation:
+// the lock key is a prefix of the fence key, which the channel follows in
+// the same string.
 func NewKeys(name string) Keys {
-	fence := keyPrefix + name + "}" + fenceSuffix
-	return Keys{Name: name, Lock: fence[:len(fence)-len(fenceSuffix)], Fence: fence}
+	all := keyPrefix + name + "}" + fenceSuffix + keyPrefix + name + "}" + channelSuffix
+	fence := all[:len(keyPrefix)+len(name)+1+len(fenceSuffix)]
+	return Keys{Name: name, Lock: fence[:len(fence)-len(fenceSuffix)], Fence: fence, Channel: all[len(fence):]}
 }
-
-// Channel is the pub/sub channel of the name's changes.
-func (k Keys) Channel() string { return k.Lock + channelSuffix }
 
 // Seq is the key of the sequence number of the name's last Proclaim.
 func (k Keys) Seq() string { return k.Lock + seqSuffix }

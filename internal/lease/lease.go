@@ -1,14 +1,12 @@
 package lease
 
-import (
-	"crypto/rand"
-
-	"github.com/redisleader/redisleader/internal/wire"
-)
+import "github.com/redisleader/redisleader/internal/wire"
 
 // A Lease is one acquisition's hold on a name as Redis sees it: its keys,
 // its token (128 random bits), its arguments (boxed once, reused by every
-// attempt and by the release) and its protocol. Only Leftover changes.
+// attempt and by the release) and its protocol. An acquisition names its
+// keys and protocol, and its first attempt makes the rest (New); from then
+// on only Leftover changes.
 type Lease struct {
 	Keys  Keys
 	Token string
@@ -27,13 +25,6 @@ type Lease struct {
 	argv [8]any
 }
 
-// New makes a lease of k for value with a fresh token, kept by proto; ttl
-// is the session's TTL in ms, boxed once by the session.
-func New(k Keys, ttl any, value string, proto Protocol) Lease {
-	token := rand.Text()
-	return Lease{Keys: k, Token: token, Args: NewArgs(k.Lock, k.Fence, token, ttl, value), Proto: proto}
-}
-
 // Args are one lease's arguments, each boxed once: its lock and fence keys,
 // its token, the session's TTL in ms, and the value it was taken with (for
 // a candidate, the value it campaigned with). They never change, so any
@@ -41,13 +32,6 @@ func New(k Keys, ttl any, value string, proto Protocol) Lease {
 // caller's.
 type Args struct {
 	Lock, Fence, Token, TTL, Value any
-}
-
-// NewArgs boxes the arguments of a lease of the lock and fence keys lock
-// and fence for token, taken with value; ttl is the session's TTL in ms,
-// boxed once by the session.
-func NewArgs(lock, fence, token string, ttl any, value string) Args {
-	return Args{Lock: lock, Fence: fence, Token: token, TTL: ttl, Value: value}
 }
 
 // A Protocol is how one acquisition keeps its lease in Redis on one

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"math"
 	"time"
@@ -12,8 +13,8 @@ import (
 )
 
 // node.go: one acquire attempt on one server, read in one place: the
-// place (Node), the default protocol (Plain), acquire's vector, its reply
-// and the attempt's outcome; then renew's and release's vectors and
+// lease its first attempt makes (New), the place (Node), the default
+// protocol (Plain), acquire's vector, its reply and the attempt's outcome; then renew's and release's vectors and
 // replies (the fair and candidate variants are in fair.go, candidate.go
 // and args.go).
 
@@ -26,6 +27,15 @@ type Node struct {
 	T    *wire.Transport
 	C    wire.Client
 	Acks wire.Acks
+}
+
+// New makes a lease of k for value with a fresh token, kept by proto; ttl
+// is the session's TTL in ms, boxed once by the session. An acquisition
+// makes it at its first attempt with a token, and keeps it for the next.
+func New(k Keys, ttl any, value string, proto Protocol) Lease {
+	token := rand.Text()
+	args := Args{Lock: k.Lock, Fence: k.Fence, Token: token, TTL: ttl, Value: value}
+	return Lease{Keys: k, Token: token, Args: args, Proto: proto}
 }
 
 // Acquire makes one acquire attempt for l, bounded by ctx, the call
