@@ -3,7 +3,9 @@ package redisleader
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -287,6 +289,44 @@ func TestFenceKeyGarbageIsAnError(t *testing.T) {
 		n, _ := c.Exists(ctx, lease.NewKeys("garbage").Lock).Result()
 		assert.Zero(t, n, "no lock without a valid fence (%s)", v)
 	}
+}
+
+// TestFenceKeyForms pins how acquire reads the fence key on both sides of
+// its shortcut (a fence of plain digits is compared with TIME's as a
+// string, anything else through tonumber): a stored fence below the clock
+// in any form tonumber reads gives TIME's fence, one ahead of it (as long
+// as TIME's, or longer) the stored one plus one, and one at or past 2^53-1
+// an error that writes nothing, with or without leading zeros.
+func TestFenceKeyForms(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		for i, tt := range []struct {
+			stored string
+			want   int64 // 0: TIME's fence (the reply's time); -1: an error
+		}{
+			{"0", 0}, {"7", 0}, {"0042", 0}, {"999999999999999", 0}, {"1000000000000000", 0},
+			{"9000000000000000", 9000000000000001}, {"09000000000000000", 9000000000000001},
+			{"9007199254740990", 9007199254740991}, {"9007199254740991", -1},
+			{"10000000000000000", -1}, {"009007199254740991", -1},
+		} {
+			k := lease.NewKeys(fmt.Sprintf("forms-%d", i))
+			require.NoError(t, b.client.Set(ctx, k.Fence, tt.stored, 0).Err())
+			res, err := acquireScript.Run(ctx, b.client, []any{nil, nil, 2, k.Lock, k.Fence, "tok", "1000", "v"}).Slice()
+			if tt.want == -1 {
+				assert.ErrorContains(t, err, "does not hold a fence", tt.stored)
+				assert.Equal(t, tt.stored, b.get(k.Fence), "the fence key was left as it was")
+				assert.Empty(t, b.get(k.Lock), "no lock without a valid fence")
+				continue
+			}
+			require.NoError(t, err, tt.stored)
+			want := tt.want
+			if want == 0 {
+				want = res[2].(int64)
+			}
+			assert.Equal(t, []any{int64(1), want}, res[:2], tt.stored)
+			assert.Equal(t, strconv.FormatInt(want, 10), b.get(k.Fence), tt.stored)
+		}
+	})
 }
 
 // parseFence reads the fence stored in a lock key on miniredis.

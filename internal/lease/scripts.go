@@ -23,7 +23,10 @@ type Script struct {
 // the fragments named, then the script's own file (its name), which holds
 // its contract (KEYS, ARGV, replies, order of writes). A fragment defines
 // functions only, and takes what it needs as parameters or from KEYS and
-// ARGV as its header says.
+// ARGV as its header says. The default mode's scripts (acquire, release,
+// renew) are lean: they call redis.pcall and hand its errors to the
+// prelude's deny; every other script names guard first, whose one pcall
+// and call wrapper note which command failed (see lua/prelude.lua).
 //
 // The SHAs are written out, not computed: hashing at start-up panics under
 // GODEBUG=fips140=only (SHA-1 is not FIPS 140 approved), which regulated
@@ -31,22 +34,22 @@ type Script struct {
 // script that changed; a wrong one would make every call fall back to
 // EVAL, costing a round trip.
 var (
-	Acquire          = build("acquire", "0baddf5727e7f973c143a0de935ae8fb87c10eba", "fence", "take", "claim")
-	AcquireCandidate = build("acquire_candidate", "65f77277e782f6fc50010390eeba8d4026a52a37", "fence", "take", "cand", "claim")
-	Renew            = build("renew", "7e4ef256d5b50d8a2bd40a0b35937357fb3cf685")
-	Release          = build("release", "b01a21dfdecbd90fa8908a6edab3f8d981967388")
-	Proclaim         = build("proclaim", "494ed535d128bef31b7e5ce1c8e9549527dbd2bf", "own")
-	Inspect          = build("inspect", "f6367af37233613f1fc6ded6f5a831fd8b294159")
-	FairAcquire      = build("fair_acquire", "52a94b79c025baccb1241fcf258d893d8de43fa8", "fence", "take", "queue", "cand")
-	Leave            = build("leave", "6b10f34b5a74e4d1f96c72ddba15e1063f686156", "queue")
-	FairRelease      = build("fair_release", "a8efd6ef791a68e9e2a96beca9cbfce4914ba42c", "queue")
-	Withdraw         = build("withdraw", "eb5a6a5c62552102139c8a7cd2abae0d1aee9a0b")
-	PreferRenew      = build("prefer_renew", "36fc22526df99480e9b3896d6ef7c256f2cc4846", "cand")
-	Candidates       = build("candidates", "57e467f74f860e63e15b5692926c1a91482e01ce", "cand")
-	HandOff          = build("hand_off", "e581048992efadf34a51bdd7f0dc7c1f5094a894", "queue", "cand")
-	RedlockRenew     = build("redlock_renew", "ce9ecb8824c979ef7281b3753da5554fb87c9cdd", "fence", "own")
-	RedlockRelease   = build("redlock_release", "6ebb97bfd442b0d833db2a8910d24126f55cd382", "fence")
-	Fenced           = build("fenced", "198b87f8f9092d1e4b0a4a8efd5760378acf0e78")
+	Acquire          = build("acquire", "933ef4d0ba4f7c713d70306680757b3df22ba28d", "fence", "take", "claim")
+	AcquireCandidate = build("acquire_candidate", "d56f61dbf288329b60eb3190e8a5dc7f998ba41b", "guard", "fence", "take", "cand", "claim")
+	Renew            = build("renew", "05af59ddf0ef94ff9ec87c1e5b1e6fd3a7519940", "mine")
+	Release          = build("release", "ca8c93ef28ba7119b23df93a5d4defc09140db3b", "mine")
+	Proclaim         = build("proclaim", "d6ff39f64e9095f4ab0a406d5c8e0d3910c99110", "guard", "own")
+	Inspect          = build("inspect", "5e5430a4e49a8c7d1c2f628361877fb5537045ad", "guard")
+	FairAcquire      = build("fair_acquire", "dc1846e6b2c4570247922c4551f78b69dcb6cd12", "guard", "fence", "take", "queue", "cand")
+	Leave            = build("leave", "201cf76da33cda5ee1ca64981f87e640a4b6ce08", "guard", "queue")
+	FairRelease      = build("fair_release", "a2a18ab10432ec0c1cd7ef22261d84cdd45cfdf7", "guard", "queue")
+	Withdraw         = build("withdraw", "eb55c763b4f634bcbaca733f3b02e68e717fd7c1", "guard")
+	PreferRenew      = build("prefer_renew", "f161320047a001f0fcfafe084842afc6ca4086c6", "guard", "cand")
+	Candidates       = build("candidates", "140bc24c0208ac39230c6832b2801cdfb1b06630", "guard", "cand")
+	HandOff          = build("hand_off", "9d78473afa2c925b6b4aa8023de9a1ebd763c309", "guard", "queue", "cand")
+	RedlockRenew     = build("redlock_renew", "5fc5568a25b009e03fb653e48eb2d2f504642ea9", "guard", "fence", "own")
+	RedlockRelease   = build("redlock_release", "512ffce9871494acb8f54c980b7092b5fa792341", "guard", "fence")
+	Fenced           = build("fenced", "885b09c4dfbe97d0ca4510d52e94dca1d3873bee", "guard")
 )
 
 // All lists every script build made, for TestScriptSHAs.

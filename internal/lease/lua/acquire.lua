@@ -23,8 +23,6 @@
 -- fence. Fences stay monotonic when Redis loses data (restart without
 -- persistence, old snapshot) unless the server clock also goes back.
 -- Numbers up to 2^53 are exact in Lua; us since 1970 stay below that for
--- centuries. A transfer's reservation for our value (heir) is taken.
-return guard(function()
-local cur = call('GET', KEYS[1])
-return claim(cur, call('TIME'))
-end)
+-- centuries. A transfer's reservation for our value (heir) is taken. It is
+-- lean (see the prelude): redis.pcall, its errors to deny.
+return claim(redis.pcall('GET', KEYS[1]), redis.pcall('TIME'))

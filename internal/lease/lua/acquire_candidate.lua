@@ -8,7 +8,8 @@
 -- Replies as acquire. Order: GET the lock key, the candidate reads, then as
 -- acquire, then (after the writes) enlist.
 return guard(function()
-local cur = call('GET', KEYS[1])
+local cur = redis.pcall('GET', KEYS[1])
+if type(cur) == 'table' then return deny(cur, 'GET', KEYS[1]) end
 enlisting(3)
-return claim(cur, call('TIME'), enlist)
+return claim(cur, redis.pcall('TIME'), enlist)
 end)

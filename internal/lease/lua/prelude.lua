@@ -8,46 +8,18 @@
 -- channel (Redis 7.0 words a denial inside a script as "ERR The user
 -- executing the script can't ..." without saying what it denied).
 --
--- call(...) is redis.call, except that it notes the command and its first
--- argument before redis.call and forgets them when it returns, so that a
--- failed call (redis.call raises) ends the script's body, through the one
--- pcall of guard, with them noted.
---
--- guard(body) runs body under one pcall and returns its reply; an error
--- ends it with that call's error, read as a table's err or as a message
--- (what pcall hands back differs between Redis versions: 7.0 turns an
--- error table into its message), an ACL denial becoming "NOPERM
--- redisleader: permission denied for <COMMAND> <key or channel> (ACL):
--- <what Redis said>". A Lua runtime error (nothing noted) becomes "ERR
--- <message>". One pcall per script, none per call: a per-call pcall cost
--- about 0.1 us of server time per call.
---
--- ours(v) tells whether a lock value v (or nil) holds our token, ARGV[1] of
--- every script that takes one; ownFence(v), for such a v, returns the part
--- after our token ("<fence>\n<value>") and where the fence ends in it (the
--- index of its newline, nil if none).
---
--- nowMs(t) is TIME's reply t in ms.
-local rcall, cmd, target = redis.call
-local function call(...)
-  cmd, target = ...
-  local r = rcall(...)
-  cmd = nil
-  return r
-end
-local function ours(v) return v and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' end
-local function ownFence(v)
-  local rest = string.sub(v, #ARGV[1] + 2)
-  return rest, string.find(rest, '\n', 1, true)
-end
-local function nowMs(t) return t[1] * 1000 + math.floor(t[2] / 1000) end
-local function guard(body)
-  local ok, res = pcall(body)
-  if ok then return res end
-  if not cmd then return redis.error_reply('ERR ' .. tostring(res)) end
-  local e = type(res) == 'table' and res.err or tostring(res)
+-- deny(r, cmd, target) is the error reply for r, the error table that
+-- redis.pcall returned for cmd (upper case) on target (a key or channel,
+-- or nil): an ACL denial becomes "NOPERM redisleader: permission denied
+-- for <cmd> <target> (ACL): <what Redis said>", any other error stays as
+-- Redis said it. The lean scripts (acquire, release, renew) call
+-- redis.pcall and hand its error to deny: no wrapper, no pcall, no helper
+-- they do not use (each costs server time on every call; see guard.lua for
+-- the others).
+local function deny(r, cmd, target)
+  local e = r.err
   if string.sub(e, 1, 6) == 'NOPERM' or string.find(e, "executing the script can't", 1, true) or string.find(e, 'ACL failure', 1, true) then
-    e = 'NOPERM redisleader: permission denied for ' .. string.upper(cmd) .. (target and ' ' .. target or '') .. ' (ACL): ' .. e
+    e = 'NOPERM redisleader: permission denied for ' .. cmd .. (target and ' ' .. target or '') .. ' (ACL): ' .. e
   end
   return redis.error_reply(e)
 end

@@ -7,13 +7,12 @@
 -- Replies 1 if deleted, 0 if the key is missing or holds another token (then
 -- it writes nothing). Order: GET, PUBLISH "R", DEL: a denied channel leaves
 -- the key in place (it expires with its TTL) rather than deleted by a
--- release that reports an error.
-return guard(function()
-local cur = call('GET', KEYS[1])
-if ours(cur) then
-  call('PUBLISH', KEYS[1] .. ':ch', 'R')
-  call('DEL', KEYS[1])
-  return 1
-end
-return 0
-end)
+-- release that reports an error. It is lean (see the prelude; mine.lua).
+local ours, no = mine()
+if not ours then return no end
+local ch = KEYS[1] .. ':ch'
+local r = redis.pcall('PUBLISH', ch, 'R')
+if type(r) == 'table' then return deny(r, 'PUBLISH', ch) end
+r = redis.pcall('DEL', KEYS[1])
+if type(r) == 'table' then return deny(r, 'DEL', KEYS[1]) end
+return 1

@@ -4,11 +4,10 @@
 --   ARGV[1] token, ARGV[2] TTL in ms
 --
 -- Replies 1 if renewed, 0 if the key is missing or holds another token. It
--- publishes nothing; its one write (PEXPIRE) comes last.
-return guard(function()
-local cur = call('GET', KEYS[1])
-if ours(cur) then
-  return call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-end)
+-- publishes nothing; its one write (PEXPIRE) comes last. It is lean (see
+-- the prelude; mine.lua).
+local ours, no = mine()
+if not ours then return no end
+local r = redis.pcall('PEXPIRE', KEYS[1], ARGV[2])
+if type(r) == 'table' then return deny(r, 'PEXPIRE', KEYS[1]) end
+return r
