@@ -437,7 +437,13 @@ func TestTransferFromOnElected(t *testing.T) {
 		go func() {
 			_ = e.Run(ctx, "first", func(ctx context.Context, l *Lock) error {
 				elected <- struct{}{}
-				enlistAll(t, ctx, b, "inside", false, <-followers)
+				var fs map[string]<-chan *Lock
+				select { // not a bare receive: if the test failed before sending, Close must not wait for this term forever
+				case fs = <-followers:
+				case <-ctx.Done():
+					return nil
+				}
+				enlistAll(t, ctx, b, "inside", false, fs)
 				transferred <- e.Transfer(ctx, "next")
 				<-ctx.Done()
 				return nil
