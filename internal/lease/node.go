@@ -281,7 +281,7 @@ func (n *Node) renewLeasesAlone(ctx context.Context, leases []*Lease, calls []wi
 // migrates, a call with several keys that are split between the two nodes
 // gets TRYAGAIN, or ASK once the client gave up following redirections
 // (the lock key alone is served, through an ASK redirection); or a value
-// someone else wrote in a candidate key (candidateKeys in lua/cand.lua).
+// someone else wrote in a candidate key (candidateKeys in prelude.lua's piece cand).
 func candidateKeysRefused(err error) bool {
 	return err != nil && (redis.HasErrorPrefix(err, "TRYAGAIN") || redis.HasErrorPrefix(err, "ASK ") ||
 		redis.HasErrorPrefix(err, "redisleader: candidate key "))

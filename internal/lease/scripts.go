@@ -19,8 +19,8 @@ type Script struct {
 	SHA  string
 }
 
-// The scripts, and the pieces each is made of: lua/prelude.lua first, then
-// the fragments named, then the script's own file (its name), which holds
+// The scripts, and the pieces each is made of: lua/prelude.lua's base first,
+// then the prelude's pieces named, then the script's own file (its name), which holds
 // its contract (KEYS, ARGV, replies, order of writes). A fragment defines
 // functions only, and takes what it needs as parameters or from KEYS and
 // ARGV as its header says. The default mode's scripts (acquire, release,
@@ -55,27 +55,60 @@ var (
 // All lists every script build made, for TestScriptSHAs.
 var All []*Script
 
-// build assembles the script name from the prelude, the fragments and its
-// own file, with sha as its SHA-1.
+// build assembles the script name from the prelude's base, the prelude's
+// pieces named (fragments) and its own file, with sha as its SHA-1.
 func build(name, sha string, fragments ...string) *Script {
 	var b strings.Builder
-	for _, f := range append(append([]string{"prelude"}, fragments...), name) {
-		b.WriteString(piece(f))
+	b.WriteString(prelude[""])
+	for _, f := range fragments {
+		p, ok := prelude[f]
+		if !ok {
+			panic("lease: lua/prelude.lua has no piece " + f)
+		}
+		b.WriteString(p)
 	}
+	b.WriteString(code(lua("lua/" + name + ".lua")))
 	s := &Script{Name: name, Src: b.String(), SHA: sha}
 	All = append(All, s)
 	return s
 }
 
-// piece is lua/<name>.lua without its comment lines: a comment is for the
-// reader of the file, and would only lengthen what EVAL sends.
-func piece(name string) string {
-	raw, err := luaFiles.ReadFile("lua/" + name + ".lua")
+// pieceMark starts a piece of lua/prelude.lua: "-- ==== piece NAME ====".
+const pieceMark = "-- ==== piece "
+
+// prelude is lua/prelude.lua cut into its pieces, without comment lines:
+// "" is its base (what every script starts with), then one entry per
+// piece, which a script takes only if the table above names it, so that no
+// script pays server time for definitions it does not call.
+var prelude = func() map[string]string {
+	pieces := map[string]string{}
+	name, body := "", ""
+	for line := range strings.Lines(lua("lua/prelude.lua")) {
+		if rest, ok := strings.CutPrefix(line, pieceMark); ok {
+			pieces[name] += code(body)
+			name, body = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "====")), ""
+			continue
+		}
+		body += line
+	}
+	pieces[name] += code(body)
+	return pieces
+}()
+
+// lua reads an embedded file.
+func lua(path string) string {
+	raw, err := luaFiles.ReadFile(path)
 	if err != nil {
 		panic("lease: " + err.Error())
 	}
+	return string(raw)
+}
+
+// code is Lua text without its comment lines: a comment is for the reader
+// of the file, and would only lengthen what EVAL sends.
+func code(text string) string {
 	var b strings.Builder
-	for line := range strings.Lines(string(raw)) {
+	for line := range strings.Lines(text) {
 		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
 			b.WriteString(line)
 		}

@@ -1,5 +1,5 @@
 -- acquire_candidate is acquire for a candidate with a priority: it also
--- enlists the candidate (cand.lua), whatever the outcome.
+-- enlists the candidate (prelude.lua's piece cand), whatever the outcome.
 --
 --   KEYS[1] lock key, KEYS[2] fence key, KEYS[3] candidates, KEYS[4] their
 --   leases

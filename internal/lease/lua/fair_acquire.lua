@@ -18,7 +18,7 @@
 --                and the ms left on the head waiter's lease
 --
 -- A candidate with a priority appends its two keys (KEYS[5], KEYS[6]) and
--- its priority (ARGV[6]), and is enlisted whatever the outcome (cand.lua);
+-- its priority (ARGV[6]), and is enlisted whatever the outcome (prelude.lua's piece cand);
 -- a transfer's reservation for our value is taken whoever waits.
 --
 -- Order: TIME, GET the lock key, ZSCORE our place, the queue reads

@@ -10,7 +10,7 @@
 -- another token. Order: GET the lock key, GET and validate the fence key,
 -- SET the fence key (if below F), SET the lock key KEEPTTL (if its fence is
 -- not F), PEXPIRE. A fence key that does not hold a fence, or our token
--- without a fence after it, is an error that writes nothing (see fence.lua),
+-- without a fence after it, is an error that writes nothing (see prelude.lua's piece fence),
 -- and a failure between the two SETs leaves the lock with this node's own,
 -- smaller fence: a gap, never a fence key behind a lock.
 return guard(function()

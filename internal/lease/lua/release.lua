@@ -7,7 +7,7 @@
 -- Replies 1 if deleted, 0 if the key is missing or holds another token (then
 -- it writes nothing). Order: GET, PUBLISH "R", DEL: a denied channel leaves
 -- the key in place (it expires with its TTL) rather than deleted by a
--- release that reports an error. It is lean (see the prelude; mine.lua).
+-- release that reports an error. It is lean (see the prelude; prelude.lua's piece mine).
 local ours, no = mine()
 if not ours then return no end
 local ch = KEYS[1] .. ':ch'

@@ -5,7 +5,7 @@
 --
 -- Replies 1 if renewed, 0 if the key is missing or holds another token. It
 -- publishes nothing; its one write (PEXPIRE) comes last. It is lean (see
--- the prelude; mine.lua).
+-- the prelude; prelude.lua's piece mine).
 local ours, no = mine()
 if not ours then return no end
 local r = redis.pcall('PEXPIRE', KEYS[1], ARGV[2])
