@@ -113,10 +113,7 @@ func (e *Election) Resign(ctx context.Context) error {
 // Proclaim overwrites one that returned nil (proclaimScript). Proclaim does
 // not wait for replicas: after a failover the former value may come back.
 func (e *Election) Proclaim(ctx context.Context, value string) error {
-	if err := lease.CheckValue(value); err != nil {
-		return err
-	}
-	l, err := e.leadership("proclaim", proclaiming)
+	l, err := e.leadership("proclaim", proclaiming, value)
 	if err != nil {
 		return err
 	}
@@ -124,13 +121,11 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 }
 
 // leadership is the prologue of every leader-only operation op, which
-// needs the feature f: the place must support it, the session be open and
-// lead the election (ErrNotLeader otherwise). It returns the leadership.
-func (e *Election) leadership(op string, f feature) (*Lock, error) {
-	if err := e.s.place.supports(f); err != nil {
-		return nil, err
-	}
-	if err := e.s.Err(); err != nil {
+// needs the feature f and writes value: the checks (check), then this
+// session must lead the election (ErrNotLeader otherwise). It returns the
+// leadership.
+func (e *Election) leadership(op string, f feature, value string) (*Lock, error) {
+	if err := e.check(f, value); err != nil {
 		return nil, err
 	}
 	l := e.s.leading(e.keys.Name)
@@ -159,12 +154,17 @@ type leadership struct {
 	seq int64
 }
 
-// leadLocked returns l's leadership, made if l has none. l.mu must be held.
-func (l *Lock) leadLocked() *leadership {
-	if l.lead == nil {
-		l.lead = &leadership{}
+// check is what an operation that needs the feature f and writes value
+// checks before any I/O: the value's length, that the place supports f
+// (ErrInvalid on Redlock), and that the session is open.
+func (e *Election) check(f feature, value string) error {
+	if err := lease.CheckValue(value); err != nil {
+		return err
 	}
-	return l.lead
+	if err := e.s.place.supports(f); err != nil {
+		return err
+	}
+	return e.s.Err()
 }
 
 // proclaim stores value as the leadership's value in Redis, then here.

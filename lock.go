@@ -391,6 +391,14 @@ func (l *Lock) endTo(err error, heir string) bool {
 	return true
 }
 
+// leadLocked returns l's leadership, made if l has none. l.mu must be held.
+func (l *Lock) leadLocked() *leadership {
+	if l.lead == nil {
+		l.lead = &leadership{}
+	}
+	return l.lead
+}
+
 // endLocked records the end and returns the onEnd callbacks, which the caller
 // runs after unlocking l.mu.
 func (l *Lock) endLocked(err error) []func() {

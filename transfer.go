@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/redisleader/redisleader/internal/wire"
-
-	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // Transfer (the model is in doc.go, section Choosing the leader).
@@ -69,11 +67,10 @@ var errRedlockTransfer = invalidf("Transfer is not supported with Redlock")
 // does not lead or its leadership ended first (the error says how); the
 // release's error; or ctx's, which leaves the hand-over as it is.
 func (e *Election) Transfer(ctx context.Context, to string) error {
-	if err := e.checkTransfer(to); err != nil {
-		return err
-	}
-	l, err := e.leadership("transfer", transferring)
+	l, err := e.leadership("transfer", transferring, to)
 	switch {
+	case to == "":
+		return errNoSuccessorValue
 	case err != nil:
 		return err
 	case l.isOwn(to):
@@ -100,16 +97,14 @@ func (e *Election) Transfer(ctx context.Context, to string) error {
 // checkTransfer checks a successor's value, and that the session can
 // transfer.
 func (e *Election) checkTransfer(to string) error {
-	switch err := lease.CheckValue(to); {
-	case err != nil:
-		return err
-	case to == "":
-		return invalidf("Transfer: the successor's value must not be empty")
-	case e.redlock():
-		return errRedlockTransfer
+	if to == "" {
+		return errNoSuccessorValue
 	}
-	return e.s.Err()
+	return e.check(transferring, to)
 }
+
+// errNoSuccessorValue: a Transfer names its successor by a value.
+var errNoSuccessorValue = invalidf("Transfer: the successor's value must not be empty")
 
 // redlock reports whether the session is a Redlock quorum, which cannot
 // transfer (place.supports).
