@@ -527,7 +527,7 @@ func TestRedlockLeaderWithGoexitNodes(t *testing.T) {
 	require.NoError(t, err)
 	e, err := s.Election("rl-leader-goexit")
 	require.NoError(t, err)
-	f.set(inspectScript.SHA(), true, false)
+	f.set(lease.InspectRun.SHA(), true, false)
 	_, err = e.Leader(ctx)
 	f.set("", false, false)
 	require.Error(t, err, "two of three nodes did not answer")
@@ -638,7 +638,7 @@ func TestObserveSurvivesAHookGoexit(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	f.set(inspectScript.SHA(), true, false)
+	f.set(lease.InspectRun.SHA(), true, false)
 	fired := f.fired
 	changes := e.Observe(ctx)
 	waitClosed(t, fired, 5*time.Second, "the Observe read")

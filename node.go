@@ -11,7 +11,7 @@ import (
 )
 
 // node.go: the place of a session on one server beyond its lease's calls
-// (lease.Node: acquire, renew, release), and the decoding of one server's
+// (lease.Node: acquire, renew, release, inspect), and the decoding of one server's
 // inspect reply (which a quorum uses per node too).
 
 // node is the place of a session on one Redis server: lease.Node, whose
@@ -25,12 +25,11 @@ type node struct {
 }
 
 func (n *node) inspect(ctx context.Context, k lease.Keys) (Leader, bool, error) {
-	r, err := lease.DecodeInspect(n.s.wire.Combiner().Call(ctx, time.Time{}, inspectScript, lease.InspectArgs(k.Lock)))
-	_, reserved := r.Holder.Reserved()
+	r, err := n.Inspect(ctx, k)
 	switch {
 	case err != nil:
 		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.Name, err)
-	case !r.Present || (r.Known && reserved): // a transfer's reservation: nobody leads
+	case !r.Present || r.Reserved: // a transfer's reservation: nobody leads
 		return Leader{}, false, nil
 	case !r.Known:
 		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.Name, lease.ForeignValue(k))

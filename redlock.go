@@ -550,7 +550,7 @@ func (q *quorum) readHolders(ctx context.Context, k lease.Keys) []nodeHolder {
 	callCtx, cancel := q.deadlineCtx(ctx, time.Time{})
 	defer cancel()
 	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, i int, _ Client) (r nodeHolder) {
-		r.h, r.ttl, _, r.ok, r.err = holderReply(q.combs[i].Call(ctx, time.Time{}, inspectScript, lease.InspectArgs(k.Lock)))
+		r.h, r.ttl, _, r.ok, r.err = holderReply(q.combs[i].Call(ctx, time.Time{}, lease.InspectRun, lease.InspectArgs(k.Lock)))
 		return r
 	}, func(i int, r nodeHolder) bool {
 		replies[i] = r

@@ -13,7 +13,6 @@ var (
 	renewScript            = lease.RenewRun
 	releaseScript          = lease.ReleaseRun
 	proclaimScript         = lease.ProclaimRun
-	inspectScript          = lease.InspectRun
 	fairAcquireScript      = lease.FairAcquireRun
 	leaveScript            = lease.LeaveRun
 	fairReleaseScript      = lease.FairReleaseRun

@@ -71,13 +71,6 @@ func (a *Args) FairRelease(k Keys) []any {
 	return []any{nil, nil, 3, a.Lock, k.Queue(), k.Leases(), a.Token}
 }
 
-// HandOff is hand_off's vector: to the heir ("": to the best candidate
-// above prio, "" for none).
-func (a *Args) HandOff(k Keys, heir string, prio any) []any {
-	return []any{nil, nil, 5, a.Lock, k.Queue(), k.Leases(), k.Candidates(), k.CandidateLeases(),
-		a.Token, heir, prio, a.Value, a.TTL}
-}
-
 // Proclaim is proclaim's vector for the seq'th Proclaim of the term, of
 // value, with the term's seq key.
 func (a *Args) Proclaim(seqKey string, seq int64, value string) []any {
@@ -94,9 +87,6 @@ func (a *Args) RedlockRelease(buf *[7]any, fence int64) []any {
 	*buf = [7]any{nil, nil, 2, a.Lock, a.Fence, a.Token, fence}
 	return buf[:]
 }
-
-// InspectArgs is inspect's vector for the lock key lock.
-func InspectArgs(lock any) []any { return []any{nil, nil, 1, lock} }
 
 // Withdraw is withdraw's vector for c.
 func (c *Candidate) Withdraw() []any { return []any{nil, nil, 2, c.Keys[0], c.Keys[1], c.Value} }

@@ -51,10 +51,3 @@ type Protocol interface {
 	// nobody named).
 	ReleaseCall(l *Lease, heir string) wire.Call
 }
-
-// HandOffCall is the release of a leadership with a succession: the name
-// goes to the heir, or to the best candidate above prio ("": none), or is
-// deleted as by the release scripts.
-func (l *Lease) HandOffCall(heir string, prio any) wire.Call {
-	return wire.Call{Script: HandOffRun, Argv: l.Args.HandOff(l.Keys, heir, prio)}
-}

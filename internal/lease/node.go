@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -89,6 +90,20 @@ func (Plain) ReleaseCall(l *Lease, heir string) wire.Call {
 		return l.HandOffCall(heir, "")
 	}
 	return wire.Call{Script: ReleaseRun, Argv: l.Args.Release()}
+}
+
+// HandOffCall is the release of a leadership with a succession: the name
+// goes to the heir, or to the best candidate above prio ("": none), or is
+// deleted as by the release scripts.
+func (l *Lease) HandOffCall(heir string, prio any) wire.Call {
+	return wire.Call{Script: HandOffRun, Argv: l.Args.HandOff(l.Keys, heir, prio)}
+}
+
+// HandOff is hand_off's vector: to the heir ("": to the best candidate
+// above prio, "" for none).
+func (a *Args) HandOff(k Keys, heir string, prio any) []any {
+	return []any{nil, nil, 5, a.Lock, k.Queue(), k.Leases(), k.Candidates(), k.CandidateLeases(),
+		a.Token, heir, prio, a.Value, a.TTL}
 }
 
 // Acquire fills buf with acquire's vector and returns it.
@@ -362,4 +377,45 @@ func DecodeRelease(cmd *redis.Cmd) Deleted {
 	}
 	n, err := cmd.Int64()
 	return Deleted{Missing: err == nil && n == 0, Err: err, Retry: err != nil}
+}
+
+// Inspect reads who holds k's name on this server, in one call: the
+// reply, with a Transfer's reservation judged (Inspected.Reserved).
+func (n *Node) Inspect(ctx context.Context, k Keys) (Inspected, error) {
+	return DecodeInspect(n.T.Combiner().Call(ctx, time.Time{}, InspectRun, InspectArgs(k.Lock)))
+}
+
+// InspectArgs is inspect's vector for the lock key lock.
+func InspectArgs(lock any) []any { return []any{nil, nil, 1, lock} }
+
+// An Inspected is one server's reply to inspect. A decoder never puts the
+// reply itself in an error: it could hold another owner's token.
+type Inspected struct {
+	Present  bool   // the lock key exists
+	Known    bool   // and holds a value this package wrote (Holder)
+	Reserved bool   // Known, and a Transfer's reservation: nobody leads
+	Holder   Holder // a reservation is a holder without a token
+	PTTL     int64  // ms; 0 when none
+}
+
+// DecodeInspect decodes cmd, an inspect call.
+func DecodeInspect(cmd *redis.Cmd) (Inspected, error) {
+	res, err := cmd.Slice()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return Inspected{}, nil
+	case err != nil:
+		return Inspected{}, err
+	case len(res) != 2:
+		return Inspected{Present: true}, fmt.Errorf("unexpected reply of %d elements", len(res))
+	}
+	stored, _ := res[0].(string)
+	r := Inspected{Present: true}
+	r.Holder, r.Known = ParseHolder(stored)
+	_, reserved := r.Holder.Reserved()
+	r.Reserved = r.Known && reserved
+	if ms, ok := res[1].(int64); ok && ms > 0 {
+		r.PTTL = ms
+	}
+	return r, nil
 }
