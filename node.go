@@ -34,7 +34,7 @@ func (n *node) inspect(ctx context.Context, k lease.Keys) (Leader, bool, error) 
 	case !r.Known:
 		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.Name, lease.ForeignValue(k))
 	}
-	return Leader{Value: r.Holder.Value, Fence: r.Holder.Fence, TTL: lease.Millis(r.PTTL)}, true, nil
+	return Leader{Value: r.Holder.Value, Fence: r.Holder.Fence, TTL: r.TTL}, true, nil
 }
 
 func (n *node) proclaim(ctx context.Context, l *Lock, seq int64, value string, deadline time.Time) (bool, error) {
@@ -53,5 +53,5 @@ func (n *node) supports(feature) error { return nil }
 // key exists (present), and whether it holds a value this package wrote (ok).
 func holderReply(cmd *redis.Cmd) (h lease.Holder, ttl time.Duration, present, ok bool, err error) {
 	r, err := lease.DecodeInspect(cmd)
-	return r.Holder, lease.Millis(r.PTTL), r.Present, r.Known, err
+	return r.Holder, r.TTL, r.Present, r.Known, err
 }

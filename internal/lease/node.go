@@ -391,11 +391,11 @@ func InspectArgs(lock any) []any { return []any{nil, nil, 1, lock} }
 // An Inspected is one server's reply to inspect. A decoder never puts the
 // reply itself in an error: it could hold another owner's token.
 type Inspected struct {
-	Present  bool   // the lock key exists
-	Known    bool   // and holds a value this package wrote (Holder)
-	Reserved bool   // Known, and a Transfer's reservation: nobody leads
-	Holder   Holder // a reservation is a holder without a token
-	PTTL     int64  // ms; 0 when none
+	Present  bool          // the lock key exists
+	Known    bool          // and holds a value this package wrote (Holder)
+	Reserved bool          // Known, and a Transfer's reservation: nobody leads
+	Holder   Holder        // a reservation is a holder without a token
+	TTL      time.Duration // the key's PTTL; 0 when none
 }
 
 // DecodeInspect decodes cmd, an inspect call.
@@ -415,7 +415,7 @@ func DecodeInspect(cmd *redis.Cmd) (Inspected, error) {
 	_, reserved := r.Holder.Reserved()
 	r.Reserved = r.Known && reserved
 	if ms, ok := res[1].(int64); ok && ms > 0 {
-		r.PTTL = ms
+		r.TTL = Millis(ms)
 	}
 	return r, nil
 }
