@@ -70,7 +70,7 @@ func TestAutoPipelineOverClusterClient(t *testing.T) {
 		// calls held on the wire do not work here, as the AutoPipeliner
 		// batches the session's calls with one another in its own way.
 		s := newSession(t, newClient(t))
-		assert.True(t, s.combine.cluster, "the session's combiner takes the client for a Cluster's")
+		assert.True(t, s.wire.Combiner().Cluster(), "the session's combiner takes the client for a Cluster's")
 	})
 	t.Run("locks across slots", func(t *testing.T) { locksAcrossSlots(t, cluster, newClient) })
 }

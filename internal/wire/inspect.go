@@ -65,3 +65,6 @@ func (c *Combiner) Draining() bool {
 	defer c.mu.Unlock()
 	return c.closed
 }
+
+// Cluster reports whether the combiner takes its client for a Cluster's.
+func (c *Combiner) Cluster() bool { return c.cluster }
