@@ -8,20 +8,18 @@ import (
 // (internal/lease/lua, where their contracts are) as the transport runs
 // it (internal/lease/run.go).
 var (
-	acquireScript          = lease.AcquireRun
-	acquireCandidateScript = lease.AcquireCandidateRun
-	renewScript            = lease.RenewRun
-	releaseScript          = lease.ReleaseRun
-	proclaimScript         = lease.ProclaimRun
-	fairAcquireScript      = lease.FairAcquireRun
-	leaveScript            = lease.LeaveRun
-	fairReleaseScript      = lease.FairReleaseRun
-	withdrawScript         = lease.WithdrawRun
-	candidatesScript       = lease.CandidatesRun
-	handOffScript          = lease.HandOffRun
-	redlockRenewScript     = lease.RedlockRenewRun
-	redlockReleaseScript   = lease.RedlockReleaseRun
-	fencedScript           = lease.FencedRun
+	acquireScript        = lease.AcquireRun
+	renewScript          = lease.RenewRun
+	releaseScript        = lease.ReleaseRun
+	proclaimScript       = lease.ProclaimRun
+	fairAcquireScript    = lease.FairAcquireRun
+	leaveScript          = lease.LeaveRun
+	fairReleaseScript    = lease.FairReleaseRun
+	candidatesScript     = lease.CandidatesRun
+	handOffScript        = lease.HandOffRun
+	redlockRenewScript   = lease.RedlockRenewRun
+	redlockReleaseScript = lease.RedlockReleaseRun
+	fencedScript         = lease.FencedRun
 )
 
 // proclaimArgs returns the proclaim script's arguments for the seq'th
