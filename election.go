@@ -57,7 +57,7 @@ func (e *Election) Name() string { return e.keys.Name }
 // won does not yield by itself (Run does), but its release hands the name
 // to a better candidate.
 func (e *Election) Campaign(ctx context.Context, value string, opts ...CampaignOption) (*Lock, error) {
-	if err := lease.CheckValue(value); err != nil {
+	if err := checkValue(value); err != nil {
 		return nil, err
 	}
 	c, err := e.s.candidacyOf(e.keys, value, opts)
@@ -75,7 +75,7 @@ func (e *Election) Campaign(ctx context.Context, value string, opts ...CampaignO
 // the last case the key is released with this attempt's token in case the
 // attempt took effect.
 func (e *Election) TryCampaign(ctx context.Context, value string) (*Lock, error) {
-	if err := lease.CheckValue(value); err != nil {
+	if err := checkValue(value); err != nil {
 		return nil, err
 	}
 	return e.s.acquire(ctx, e.keys, value, tryOnce, nil)
@@ -121,18 +121,17 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 }
 
 // leadership is the prologue of every leader-only operation op, which
-// needs the feature f and writes value: the checks (check), then this
-// session must lead the election (ErrNotLeader otherwise). It returns the
-// leadership.
+// needs the feature f and writes value, read here in one piece: the checks
+// (check), then this session must lead the election (ErrNotLeader
+// otherwise). It returns the leadership.
 func (e *Election) leadership(op string, f feature, value string) (*Lock, error) {
 	if err := e.check(f, value); err != nil {
 		return nil, err
 	}
-	l := e.s.leading(e.keys.Name)
-	if l == nil {
-		return nil, fmt.Errorf("redisleader: %s %q: %w", op, e.keys.Name, ErrNotLeader)
+	if l := e.s.leading(e.keys.Name); l != nil {
+		return l, nil
 	}
-	return l, nil
+	return nil, fmt.Errorf("redisleader: %s %q: %w", op, e.keys.Name, ErrNotLeader)
 }
 
 // A leadership is what a Lock that leads an election carries beyond a plain
@@ -155,16 +154,31 @@ type leadership struct {
 }
 
 // check is what an operation that needs the feature f and writes value
-// checks before any I/O: the value's length, that the place supports f
-// (ErrInvalid on Redlock), and that the session is open.
+// checks before any I/O: the value's rule (checkValue), that the place
+// supports f (ErrInvalid on Redlock; the session's answer, asked once when
+// it started), and that the session is open (Session.Err).
 func (e *Election) check(f feature, value string) error {
-	if err := lease.CheckValue(value); err != nil {
+	if err := checkValue(value); err != nil {
 		return err
 	}
-	if err := e.s.place.supports(f); err != nil {
+	if err := e.s.unsupported[f]; err != nil {
 		return err
 	}
-	return e.s.Err()
+	e.s.mu.Lock()
+	defer e.s.mu.Unlock()
+	return e.s.err
+}
+
+// maxValueLen bounds the value an election candidate publishes.
+const maxValueLen = 64 << 10
+
+// checkValue enforces the rule of a published value: at most maxValueLen
+// bytes.
+func checkValue(value string) error {
+	if len(value) > maxValueLen {
+		return invalidf("value is %d bytes long; it must be at most %d", len(value), maxValueLen)
+	}
+	return nil
 }
 
 // proclaim stores value as the leadership's value in Redis, then here.
@@ -211,7 +225,8 @@ func (l *Lock) proclaim(ctx context.Context, value string) error {
 var errSuperseded = errors.New("redisleader: a later Proclaim of this leadership is stored already; this one wrote nothing")
 
 // leading returns the session's leadership of name (its delivered, held
-// lock of the name), or nil.
+// lock of the name), or nil. One past its deadline is not held, and Held's
+// verdict ends it (Lock.check).
 func (s *Session) leading(name string) *Lock {
 	s.mu.Lock()
 	l := s.reg.names[name]
@@ -220,9 +235,13 @@ func (s *Session) leading(name string) *Lock {
 		return nil
 	}
 	l.mu.Lock()
-	delivered := l.delivered
+	delivered, live := l.delivered, l.err == nil && time.Now().Before(l.deadline)
 	l.mu.Unlock()
-	if !delivered || !l.Held() {
+	switch {
+	case !delivered:
+		return nil
+	case !live:
+		l.check() // ends it with ErrExpired if its deadline has passed, as Held does
 		return nil
 	}
 	return l

@@ -433,7 +433,7 @@ func TestProclaim(t *testing.T) {
 		stored := b.get(lead.Key())
 		sent := hook.n.Load()
 		assert.ErrorIs(t, f.Proclaim(ctx, "host-f:1"), ErrNotLeader)
-		assert.ErrorIs(t, f.Proclaim(ctx, strings.Repeat("v", lease.MaxValueLen+1)), ErrInvalid)
+		assert.ErrorIs(t, f.Proclaim(ctx, strings.Repeat("v", maxValueLen+1)), ErrInvalid)
 		assert.Equal(t, sent, hook.n.Load(), "a follower's Proclaim sent commands")
 		assert.Equal(t, stored, b.get(lead.Key()))
 

@@ -279,13 +279,13 @@ func oneLine(t *testing.T, msg string) {
 // gives its length, never its content.
 func FuzzNameAndValue(f *testing.F) {
 	f.Add("scheduler", "host-a:8080", uint16(0))
-	f.Add("", "", uint16(lease.MaxValueLen/2))
-	f.Add("a{b}", "v", uint16(lease.MaxValueLen/2+1))
+	f.Add("", "", uint16(maxValueLen/2))
+	f.Add("a{b}", "v", uint16(maxValueLen/2+1))
 	f.Add("job\nlevel=ERROR", "\x00", uint16(1))
 	f.Add("\xff\xfe", "v", uint16(0xffff))
 	f.Add("\u2028name\u0085", "v", uint16(7))
 	f.Add(strings.Repeat("n", lease.MaxNameLen+1), "v", uint16(0))
-	long := strings.Repeat("x", 2*lease.MaxValueLen)
+	long := strings.Repeat("x", 2*maxValueLen)
 	f.Fuzz(func(t *testing.T, name, value string, halfLen uint16) {
 		err := lease.CheckName(name)
 		valid := name != "" && len(name) <= lease.MaxNameLen && !strings.ContainsAny(name, "{}") &&
@@ -309,12 +309,12 @@ func FuzzNameAndValue(f *testing.F) {
 			}
 		}
 		for _, v := range []string{value, long[:2*int(halfLen)]} {
-			err = lease.CheckValue(v)
-			if (err == nil) != (len(v) <= lease.MaxValueLen) {
+			err = checkValue(v)
+			if (err == nil) != (len(v) <= maxValueLen) {
 				t.Fatalf("checkValue(%d bytes) = %v", len(v), err)
 			}
 			if err != nil {
-				want := fmt.Sprintf("redisleader: value is %d bytes long; it must be at most %d", len(v), lease.MaxValueLen)
+				want := fmt.Sprintf("redisleader: value is %d bytes long; it must be at most %d", len(v), maxValueLen)
 				if !errors.Is(err, ErrInvalid) || err.Error() != want {
 					t.Fatalf("checkValue: %v", err)
 				}

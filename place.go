@@ -47,4 +47,5 @@ const (
 	proclaiming  feature = iota // Election.Proclaim
 	transferring                // Election.Transfer
 	prioritising                // WithPriority, Election.Candidates
+	nFeatures                   // how many features there are
 )

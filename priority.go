@@ -110,7 +110,7 @@ func (s *Session) candidacyOf(k lease.Keys, value string, opts []CampaignOption)
 	if err := c.validate(); err != nil || !c.prioritised {
 		return nil, err
 	}
-	if err := s.place.supports(prioritising); err != nil {
+	if err := s.unsupported[prioritising]; err != nil {
 		return nil, err
 	}
 	if value == "" {
@@ -196,7 +196,7 @@ type Candidate struct {
 // one Redis call. Like Leader's, the answer may be stale when it is used.
 // It returns ErrInvalid on a Redlock session.
 func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
-	if e.s.place.supports(prioritising) != nil {
+	if e.s.unsupported[prioritising] != nil {
 		return nil, invalidf("Candidates: priorities are not supported with Redlock")
 	}
 	res, err := e.s.wire.Combiner().Call(ctx, time.Time{}, candidatesScript, lease.CandidatesArgs(e.keys)).Slice()

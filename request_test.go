@@ -100,7 +100,7 @@ func TestRequestTransferRefused(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := t.Context()
 		e := mustElection(t, newSession(t, b.client, fastOpts()...), "req")
-		for _, to := range []string{"", strings.Repeat("v", lease.MaxValueLen+1)} {
+		for _, to := range []string{"", strings.Repeat("v", maxValueLen+1)} {
 			_, err := e.RequestTransfer(ctx, to)
 			assert.ErrorIs(t, err, ErrInvalid, "%.10q", to)
 		}

@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/redisleader/redisleader/internal/wire"
 
-	"github.com/redisleader/redisleader/internal/lease"
+	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // Run campaigns for leadership with value and, for each term it wins, calls
@@ -25,7 +24,7 @@ func (e *Election) Run(ctx context.Context, value string, onElected func(ctx con
 	if onElected == nil {
 		return invalidf("Run: onElected must not be nil")
 	}
-	if err := lease.CheckValue(value); err != nil {
+	if err := checkValue(value); err != nil {
 		return err
 	}
 	c, err := e.s.candidacyOf(e.keys, value, opts)

@@ -53,6 +53,10 @@ type Session struct {
 	cfg    config
 	ttlArg any // the TTL in ms, boxed once for script arguments
 
+	// unsupported is what the place cannot do (place.supports), asked once
+	// when the session starts: nil for every feature on one server.
+	unsupported [nFeatures]error
+
 	mu     sync.Mutex     // protects reg, err and hb (ring, stale, idle); orders work.Add before Close
 	reg    registry       // what the session holds and waits for (registry.go)
 	err    error          // nil until Close
@@ -110,6 +114,9 @@ func startSession(client Client, cfg config, newPlace func(*Session) place) *Ses
 	s.wire.Init(wire.Config{Client: client, CallTimeout: cfg.callTimeout, TTL: cfg.ttl,
 		RetryDelay: cfg.retryDelay, Logger: cfg.logger, Done: s.done})
 	s.place = newPlace(s)
+	for f := range s.unsupported {
+		s.unsupported[f] = s.place.supports(feature(f))
+	}
 	s.place.each(func(c Client) { warnRiskyClient(c, cfg) })
 	warnGoRedis(&goRedisWarned, redis.Version(), client, cfg.logger) // goredisversion.go
 	go s.heartbeat(ctx, false)

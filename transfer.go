@@ -109,7 +109,7 @@ var errNoSuccessorValue = invalidf("Transfer: the successor's value must not be 
 
 // redlock reports whether the session is a Redlock quorum, which cannot
 // transfer (place.supports).
-func (e *Election) redlock() bool { return e.s.place.supports(transferring) != nil }
+func (e *Election) redlock() bool { return e.s.unsupported[transferring] != nil }
 
 // isOwn reports whether to is l's own value: the one it campaigned with,
 // or the one it last proclaimed.

@@ -41,11 +41,8 @@ const (
 	candLeaseSuf  = ":candlease"
 )
 
-// Limits of names and values.
-const (
-	MaxNameLen  = 512
-	MaxValueLen = 64 << 10 // the value an election candidate publishes
-)
+// MaxNameLen bounds a name.
+const MaxNameLen = 512
 
 // KeysOf checks name against the naming rule (CheckName) and derives its
 // keys.
@@ -96,15 +93,6 @@ func CheckName(name string) error {
 		return Invalidf("name %q must be valid UTF-8", name)
 	case strings.IndexFunc(name, unicode.IsControl) >= 0:
 		return Invalidf("name %q must not contain control characters", name)
-	}
-	return nil
-}
-
-// CheckValue enforces the rule of a published value: at most MaxValueLen
-// bytes.
-func CheckValue(value string) error {
-	if len(value) > MaxValueLen {
-		return Invalidf("value is %d bytes long; it must be at most %d", len(value), MaxValueLen)
 	}
 	return nil
 }
