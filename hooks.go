@@ -1,9 +1,6 @@
 package redisleader
 
-import (
-	"errors"
-	"time"
-)
+import "time"
 
 // Hooks are callbacks through which a session reports what happens to the
 // names it holds and observes, for metrics and alerts (see WithHooks, and
@@ -99,21 +96,6 @@ func chain[E any](f, g func(E)) func(E) {
 		return f
 	}
 	return func(e E) { f(e); g(e) }
-}
-
-// ended reports the end of l, with l.err as the cause, if l was handed
-// over. l.mu is held.
-func (h *Hooks) ended(l *Lock) {
-	if !l.delivered || (h.Lost == nil && h.Released == nil) {
-		return
-	}
-	f := h.Released
-	if errors.Is(l.err, ErrLost) {
-		f = h.Lost
-	}
-	if f != nil {
-		f(EndEvent{Name: l.lease.Keys.Name, Value: l.value, Fence: l.lease.Fence, Held: time.Since(hookEpoch) - l.deliveredAt, Cause: l.err})
-	}
 }
 
 // observed reports a state an observer of name is sending.

@@ -173,8 +173,8 @@ func (l *Lock) release(ctx context.Context, wait bool) error {
 	if err := l.check(); err != nil && err != ErrReleased {
 		return err // lost, or the session closed: nothing of ours to delete
 	}
-	t := l.s.termOf(l)
-	if ended, err := l.resign(ctx, t, "", wait); ended {
+	ended, t, err := l.resign(ctx, "", wait)
+	if ended {
 		return err
 	}
 	switch err := l.Err(); {
@@ -192,14 +192,23 @@ func (l *Lock) release(ctx context.Context, wait bool) error {
 // at once, then deletes the key or hands it over; for a Run term t, Run does
 // that once onElected has returned (awaitTerm). ended reports whether this
 // call made the transition; if not, l had ended and Err (and heir) say how.
-func (l *Lock) resign(ctx context.Context, t *term, heir string, wait bool) (ended bool, err error) {
+// t is the Run term l is (nil: none), as it was before the transition.
+func (l *Lock) resign(ctx context.Context, heir string, wait bool) (ended bool, t *term, err error) {
+	t = l.s.termOf(l)
 	if l.check() != nil || !l.endTo(ErrReleased, heir) {
-		return false, nil
+		return false, t, nil
 	}
 	if t != nil {
-		return true, l.awaitTerm(ctx, t, wait)
+		return true, t, l.awaitTerm(ctx, t, wait)
 	}
-	return true, l.del(ctx)
+	return true, nil, l.del(ctx)
+}
+
+// termOf returns the term of l (run.go), or nil when l is not a Run term.
+func (s *Session) termOf(l *Lock) *term {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reg.terms[l]
 }
 
 // del runs the compare-and-delete for this lock's token, once the
@@ -306,20 +315,25 @@ var hookEpoch = time.Now()
 
 // emitLocked reports a lease event of l at now: to the reliability tests'
 // probe (a no-op unless a test installed one) if l was delivered, and to
-// the user's Hooks (Acquired, after a call that took wait; Lost or
-// Released). l.mu must be held.
+// the user's Hooks (Acquired, after a call that took wait; at its end, if
+// it was handed over, Lost or Released with l.err as the cause). l.mu must
+// be held.
 func (l *Lock) emitLocked(kind string, now time.Time, wait time.Duration) {
 	if l.delivered && probe.On() {
 		probe.Emit(probe.Event{Kind: kind, Name: l.lease.Keys.Name, Value: l.value, Token: l.lease.Token, Fence: l.lease.Fence,
 			At: now, Sent: l.renewed, Deadline: l.deadline, Reason: l.err})
 	}
-	switch h := &l.s.cfg.hooks; kind {
-	case probe.Acquired:
-		if h.Acquired != nil {
-			h.Acquired(AcquireEvent{Name: l.lease.Keys.Name, Value: l.value, Fence: l.lease.Fence, Wait: wait})
+	switch h := &l.s.cfg.hooks; {
+	case kind == probe.Acquired && h.Acquired != nil:
+		h.Acquired(AcquireEvent{Name: l.lease.Keys.Name, Value: l.value, Fence: l.lease.Fence, Wait: wait})
+	case kind == probe.Ended && l.delivered && (h.Lost != nil || h.Released != nil):
+		f := h.Released
+		if errors.Is(l.err, ErrLost) {
+			f = h.Lost
 		}
-	case probe.Ended:
-		h.ended(l)
+		if f != nil {
+			f(EndEvent{Name: l.lease.Keys.Name, Value: l.value, Fence: l.lease.Fence, Held: now.Sub(hookEpoch) - l.deliveredAt, Cause: l.err})
+		}
 	}
 }
 

@@ -186,13 +186,6 @@ func (s *Session) resignedTerm(name string) *Lock {
 	return nil
 }
 
-// termOf returns the term of l, or nil when l is not a Run term.
-func (s *Session) termOf(l *Lock) *term {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.reg.terms[l]
-}
-
 // awaitTerm waits, with wait, until Run has deleted or handed over its
 // resigned term l (not when ctx comes from the term's own onElected, which
 // cannot return meanwhile), and returns what that returned.

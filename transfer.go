@@ -82,15 +82,14 @@ func (e *Election) Transfer(ctx context.Context, to string) error {
 		return err
 	}
 	defer sub.Close()
-	t, fromTerm := e.s.termOf(l), termsOf(ctx).has(l) // fromTerm: ctx is the term's own onElected's
-	ended, err := l.resign(ctx, t, to, true)
+	ended, t, err := l.resign(ctx, to, true)
 	switch {
 	case !ended && l.heir() != to:
 		return l.endedBefore(to)
 	case err != nil:
 		return err
-	case fromTerm:
-		return nil // Run hands over once onElected returns
+	case t != nil && termsOf(ctx).has(l):
+		return nil // from the term's own onElected: Run hands over once it returns
 	}
 	return e.awaitSuccessor(ctx, sub, l.lease.Fence, to, time.Now().Add(e.s.cfg.ttl+e.s.cfg.retryInterval))
 }
