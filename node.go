@@ -11,8 +11,8 @@ import (
 )
 
 // node.go: the place of a session on one server beyond its lease's calls
-// (lease.Node: acquire, renew, release, inspect), and the decoding of one server's
-// inspect reply (which a quorum uses per node too).
+// (lease.Node: acquire, renew, release; lease.Leader: who leads), and the
+// decoding of one server's inspect reply (which a quorum uses per node too).
 
 // node is the place of a session on one Redis server: lease.Node, whose
 // Acquire, Renew, Release and ReleaseAll the session calls, and the rest of
@@ -25,16 +25,11 @@ type node struct {
 }
 
 func (n *node) inspect(ctx context.Context, k lease.Keys) (Leader, bool, error) {
-	r, err := n.Inspect(ctx, k)
-	switch {
-	case err != nil:
+	who, ok, err := lease.Leader(ctx, n.T, k)
+	if err != nil {
 		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.Name, err)
-	case !r.Present || r.Reserved: // a transfer's reservation: nobody leads
-		return Leader{}, false, nil
-	case !r.Known:
-		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.Name, lease.ForeignValue(k))
 	}
-	return Leader{Value: r.Holder.Value, Fence: r.Holder.Fence, TTL: r.TTL}, true, nil
+	return Leader{Value: who.Value, Fence: who.Fence, TTL: who.TTL}, ok, nil
 }
 
 func (n *node) proclaim(ctx context.Context, l *Lock, seq int64, value string, deadline time.Time) (bool, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redisleader/redisleader/internal/lease"
 	"github.com/redisleader/redisleader/internal/wire"
 )
 
@@ -132,33 +133,41 @@ func (l *Lock) endedBefore(to string) error {
 	return fmt.Errorf("redisleader: transfer %q to %q: %w: %s: %w", l.lease.Keys.Name, to, ErrNotLeader, how, why)
 }
 
-// awaitSuccessor reads who leads, after every message on sub, until to
+// awaitSuccessor reads who leads (lease.Leader: a Transfer runs on one
+// server, the session's transport's), after every message on sub, until to
 // does (nil), another candidate does or the reservation can have expired
-// unused at until (ErrNoSuccessor), or ctx ends. A leader with the fence of
-// the leadership handed over (from) is that one's key, its hand-over still
-// on the way (another Transfer's, to the same value): it waits on.
+// unused at until (ErrNoSuccessor), or ctx or the session ends. A leader
+// with the fence of the leadership handed over (from) is that one's key,
+// its hand-over still on the way (another Transfer's, to the same value):
+// it waits on.
 func (e *Election) awaitSuccessor(ctx context.Context, sub *wire.Subscription, from int64, to string, until time.Time) error {
 	for {
-		who, err := e.Leader(ctx)
-		former := err == nil && who.Fence == from
+		who, leads, err := lease.Leader(ctx, &e.s.wire, e.keys)
+		former := leads && who.Fence == from
 		switch {
 		case former:
-		case err == nil && who.Value == to:
+		case leads && who.Value == to:
 			return nil
-		case err == nil:
+		case leads:
 			return fmt.Errorf("redisleader: transfer %q to %q: %w; %q leads instead", e.keys.Name, to, ErrNoSuccessor, who.Value)
-		case !errors.Is(err, ErrNoLeader) && ctx.Err() != nil:
+		case err != nil && ctx.Err() != nil:
 			return fmt.Errorf("redisleader: transfer %q to %q: %w", e.keys.Name, to, ctx.Err())
 		}
 		if !time.Now().Before(until) {
 			return fmt.Errorf("redisleader: transfer %q to %q: %w within the TTL; the name is free to anyone", e.keys.Name, to, ErrNoSuccessor)
 		}
 		d := time.Until(until)
-		if former || err != nil && !errors.Is(err, ErrNoLeader) {
+		if former || err != nil {
 			d = min(d, e.s.cfg.retryDelay()) // a Redis error, or the hand-over not made yet: read again soon
 		}
-		if err := e.s.wait(ctx, sub, d); err != nil {
-			return fmt.Errorf("redisleader: transfer %q to %q: %w", e.keys.Name, to, err)
+		select { // until the next message, or d
+		case <-sub.Notify():
+			sub.Take()
+		case <-time.After(d):
+		case <-ctx.Done():
+			return fmt.Errorf("redisleader: transfer %q to %q: %w", e.keys.Name, to, ctx.Err())
+		case <-e.s.done:
+			return fmt.Errorf("redisleader: transfer %q to %q: %w", e.keys.Name, to, ErrSessionClosed)
 		}
 	}
 }

@@ -1,10 +1,5 @@
 package lease
 
-import (
-	"strconv"
-	"strings"
-)
-
 // Each acquire, proclaim and release publishes an event on the channel lock
 // key + ":ch" (not a key, so it need not be declared). PUBLISH on Redis
 // Cluster reaches every node; the channel carries the name's hash tag, so it
@@ -20,7 +15,8 @@ import (
 // (crypto/rand.Text) and contains no newline, so no value can fake another
 // owner's token.
 
-// A Holder is what a lock key says about its owner: "<token>\n<fence>\n<value>".
+// A Holder is what a lock key says about its owner: "<token>\n<fence>\n<value>"
+// (ParseHolder, in node.go beside the decoders of the replies that carry it).
 type Holder struct {
 	Token string
 	Fence int64
@@ -34,32 +30,4 @@ type Holder struct {
 type Reservation struct {
 	Fence int64 // the former leader's
 	For   string
-}
-
-// ParseHolder splits a stored lock value "<token>\n<fence>\n<value>"; ok is
-// false when it is not one this package wrote. A reservation parses as a
-// holder without a token (see Holder.Reserved).
-func ParseHolder(stored string) (h Holder, ok bool) {
-	tok, rest, ok := strings.Cut(stored, "\n")
-	if !ok {
-		return Holder{}, false
-	}
-	fs, value, ok := strings.Cut(rest, "\n")
-	if !ok {
-		return Holder{}, false
-	}
-	fence, err := strconv.ParseInt(fs, 10, 64)
-	if err != nil {
-		return Holder{}, false
-	}
-	return Holder{Token: tok, Fence: fence, Value: value}, true
-}
-
-// Reserved returns the reservation h is, if it is one: nobody holds the
-// name, which waits for the successor r.For.
-func (h Holder) Reserved() (r Reservation, ok bool) {
-	if h.Token != "" {
-		return Reservation{}, false
-	}
-	return Reservation{Fence: h.Fence, For: h.Value}, true
 }

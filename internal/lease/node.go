@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,8 +20,10 @@ import (
 // lease its first attempt makes (New), the place (Node), the default
 // protocol (Plain), acquire's vector, its reply and the attempt's outcome;
 // then a renewal round's call (Renew: vectors, round trip, the lease-alone
-// fallback of a candidate, replies), and the release's (the fair and
-// candidate variants are in fair.go, candidate.go and args.go).
+// fallback of a candidate, replies), the release's and a Transfer's
+// hand-off (the fair and candidate variants are in fair.go, candidate.go
+// and args.go), and who leads (Leader: inspect, its reply, and ParseHolder,
+// which every decoder of a stored value uses).
 
 // A Node is the place of a session's leases on one Redis server (also a
 // primary found through Sentinel, or a Cluster, whose client routes each
@@ -379,10 +383,28 @@ func DecodeRelease(cmd *redis.Cmd) Deleted {
 	return Deleted{Missing: err == nil && n == 0, Err: err, Retry: err != nil}
 }
 
-// Inspect reads who holds k's name on this server, in one call: the
-// reply, with a Transfer's reservation judged (Inspected.Reserved).
-func (n *Node) Inspect(ctx context.Context, k Keys) (Inspected, error) {
-	return DecodeInspect(n.T.Combiner().Call(ctx, time.Time{}, InspectRun, InspectArgs(k.Lock)))
+// A Leading is who leads a name, as one server's lock key says: its
+// holder, and the TTL left on its lease.
+type Leading struct {
+	Holder
+	TTL time.Duration // the key's PTTL; 0 when none
+}
+
+// Leader reads who leads k's name on t's server, in one call (inspect): ok
+// is false when nobody does (no key, or a Transfer's reservation, which
+// waits for its successor). A value this package did not write is an error
+// (ForeignValue), as is Redis's.
+func Leader(ctx context.Context, t *wire.Transport, k Keys) (who Leading, ok bool, err error) {
+	r, err := DecodeInspect(t.Combiner().Call(ctx, time.Time{}, InspectRun, InspectArgs(k.Lock)))
+	switch {
+	case err != nil:
+		return Leading{}, false, err
+	case !r.Present || r.Reserved:
+		return Leading{}, false, nil
+	case !r.Known:
+		return Leading{}, false, ForeignValue(k)
+	}
+	return Leading{Holder: r.Holder, TTL: r.TTL}, true, nil
 }
 
 // InspectArgs is inspect's vector for the lock key lock.
@@ -418,4 +440,32 @@ func DecodeInspect(cmd *redis.Cmd) (Inspected, error) {
 		r.TTL = Millis(ms)
 	}
 	return r, nil
+}
+
+// ParseHolder splits a stored lock value "<token>\n<fence>\n<value>"; ok is
+// false when it is not one this package wrote. A reservation parses as a
+// holder without a token (see Holder.Reserved).
+func ParseHolder(stored string) (h Holder, ok bool) {
+	tok, rest, ok := strings.Cut(stored, "\n")
+	if !ok {
+		return Holder{}, false
+	}
+	fs, value, ok := strings.Cut(rest, "\n")
+	if !ok {
+		return Holder{}, false
+	}
+	fence, err := strconv.ParseInt(fs, 10, 64)
+	if err != nil {
+		return Holder{}, false
+	}
+	return Holder{Token: tok, Fence: fence, Value: value}, true
+}
+
+// Reserved returns the reservation h is, if it is one: nobody holds the
+// name, which waits for the successor r.For.
+func (h Holder) Reserved() (r Reservation, ok bool) {
+	if h.Token != "" {
+		return Reservation{}, false
+	}
+	return Reservation{Fence: h.Fence, For: h.Value}, true
 }
