@@ -150,7 +150,7 @@ func TestClusterFair(t *testing.T) {
 	for i := range n {
 		name := fmt.Sprintf("fair-job-%d", i)
 		k := lease.NewKeys(name)
-		for _, key := range []string{k.Fence, k.Queue(), k.Leases()} {
+		for _, key := range []string{k.Fence, k.Queue, k.Leases} {
 			require.Equal(t, redisserver.Slot(k.Lock), redisserver.Slot(key), "%s shares the lock's slot", key)
 		}
 		owners[cluster.Owner(redisserver.Slot(k.Lock)).Addr()] = true

@@ -98,12 +98,12 @@ func fairScriptsPush(k lease.Keys) push {
 	return push{
 		ch: k.WakeChannel("push"),
 		take: func(ctx context.Context, c *redis.Client, token string) (bool, error) {
-			r, err := c.EvalSha(ctx, fairAcquireScript.SHA(), []string{k.Lock, k.Fence, k.Queue(), k.Leases()},
+			r, err := c.EvalSha(ctx, fairAcquireScript.SHA(), []string{k.Lock, k.Fence, k.Queue, k.Leases},
 				token, "10000", "", "push."+token, "1").Slice()
 			return err == nil && len(r) >= 2 && r[0] == int64(1), err
 		},
 		resign: func(ctx context.Context, c *redis.Client, token string) error {
-			n, err := c.EvalSha(ctx, fairReleaseScript.SHA(), []string{k.Lock, k.Queue(), k.Leases()}, token).Int()
+			n, err := c.EvalSha(ctx, fairReleaseScript.SHA(), []string{k.Lock, k.Queue, k.Leases}, token).Int()
 			if err == nil && n != 1 {
 				err = fmt.Errorf("release of %s: %d, want 1", k.Lock, n)
 			}

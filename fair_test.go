@@ -67,7 +67,7 @@ func TestFairOrder(t *testing.T) {
 			// The next waiter starts only once this one is in the queue.
 			recvWithin(t, locked, 5*time.Second, fmt.Sprintf("waiter %d queued", i))
 		}
-		n0, err := b.client.ZCard(ctx, first.lease.Keys.Queue()).Result()
+		n0, err := b.client.ZCard(ctx, first.lease.Keys.Queue).Result()
 		require.NoError(t, err)
 		require.EqualValues(t, n, n0, "every waiter has a place")
 
@@ -82,7 +82,7 @@ func TestFairOrder(t *testing.T) {
 			want[i] = i
 		}
 		assert.Equal(t, want, order, "served in arrival order")
-		left, err := b.client.Exists(ctx, first.lease.Keys.Queue(), first.lease.Keys.Leases()).Result()
+		left, err := b.client.Exists(ctx, first.lease.Keys.Queue, first.lease.Keys.Leases).Result()
 		require.NoError(t, err)
 		assert.Zero(t, left, "the queue keys are gone with the last waiter")
 	})
@@ -145,7 +145,7 @@ func TestFairLeave(t *testing.T) {
 				done <- err
 			}()
 			recvWithin(t, locked, 5*time.Second, how+": waiter queued")
-			members, err := b.client.ZRange(ctx, k.Queue(), 0, -1).Result()
+			members, err := b.client.ZRange(ctx, k.Queue, 0, -1).Result()
 			require.NoError(t, err)
 			require.Len(t, members, 1, how)
 			if how == "ctx" {
@@ -158,23 +158,23 @@ func TestFairLeave(t *testing.T) {
 			cancel()
 			// With ctx, the leave runs in the background: its tombstone shows when it is done.
 			require.Eventually(t, func() bool {
-				n, _ := b.client.ZCount(ctx, k.Leases(), "-inf", "(0").Result()
+				n, _ := b.client.ZCount(ctx, k.Leases, "-inf", "(0").Result()
 				return n == 1
 			}, 5*time.Second, time.Millisecond, how+": a tombstone")
-			n, err := b.client.Exists(ctx, k.Queue()).Result()
+			n, err := b.client.Exists(ctx, k.Queue).Result()
 			require.NoError(t, err)
 			assert.Zero(t, n, how+": the queue is empty")
 
 			// A late attempt of the waiter that left: nothing queued.
-			argv := []any{nil, nil, 4, k.Lock, k.Fence, k.Queue(), k.Leases(), "late-token", l.s.ttlArg, "", members[0], "1"}
+			argv := []any{nil, nil, 4, k.Lock, k.Fence, k.Queue, k.Leases, "late-token", l.s.ttlArg, "", members[0], "1"}
 			res, err := fairAcquireScript.Run(ctx, b.client, argv).Slice()
 			require.NoError(t, err)
 			assert.EqualValues(t, -2, res[3], how+": the late attempt knows it left")
-			n, err = b.client.Exists(ctx, k.Queue()).Result()
+			n, err = b.client.Exists(ctx, k.Queue).Result()
 			require.NoError(t, err)
 			assert.Zero(t, n, how+": the late attempt queued nothing")
 			_ = w.Close(ctx)
-			b.client.Del(ctx, k.Leases())
+			b.client.Del(ctx, k.Leases)
 		}
 		require.NoError(t, l.Release(ctx))
 	})
@@ -582,7 +582,7 @@ func TestFairTombstoneOutlivesShortTTLs(t *testing.T) {
 	m, c := newMini(t)
 	ctx := context.Background()
 	k := lease.NewKeys("review-tomb")
-	q, ls := k.Queue(), k.Leases()
+	q, ls := k.Queue, k.Leases
 	// A holder, so that joins queue.
 	require.NoError(t, c.Set(ctx, k.Lock, "holder\n1\n", 0).Err())
 

@@ -114,7 +114,7 @@ func TestClusterPriorityLeaderKeepsLeaseInSplitSlot(t *testing.T) {
 	dst.Do(t, "CLUSTER", "SETSLOT", slot, "IMPORTING", cluster.NodeID(src))
 	src.Do(t, "CLUSTER", "SETSLOT", slot, "MIGRATING", cluster.NodeID(dst))
 	src.Do(t, "MIGRATE", "127.0.0.1", dst.Port(), "", 0, 5000, "KEYS", l.Key())
-	require.Equal(t, int64(1), src.Do(t, "EXISTS", lease.NewKeys("split-slot").Candidates()), "the candidate keys stay behind")
+	require.Equal(t, int64(1), src.Do(t, "EXISTS", lease.NewKeys("split-slot").Candidates), "the candidate keys stay behind")
 	// Four rounds (the renew interval is TTL/3): past the local deadline of
 	// a leader whose renewals all fail.
 	for range 4 {
@@ -138,9 +138,9 @@ func TestForeignCandidateKeyIsNamed(t *testing.T) {
 	for _, which := range []string{"cand", "candlease"} {
 		t.Run(which, func(t *testing.T) {
 			k := lease.NewKeys("foreign-" + which)
-			key := k.Candidates()
+			key := k.Candidates
 			if which == "candlease" {
-				key = k.CandidateLeases()
+				key = k.CandidateLeases
 			}
 			roundOpt, renewed := rounds()
 			e := mustElection(t, newSession(t, c, fastOpts(roundOpt)...), k.Name)
@@ -269,7 +269,7 @@ func TestForgedCandidateLeaseCostsNoMoreThanAHandover(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		k := lease.NewKeys("forgedlease")
-		require.NoError(t, b.client.Do(ctx, "ZADD", k.CandidateLeases(), "+inf", "ghost").Err())
+		require.NoError(t, b.client.Do(ctx, "ZADD", k.CandidateLeases, "+inf", "ghost").Err())
 		roundOpt, renewed := rounds()
 		e := mustElection(t, newSession(t, b.client, fastOpts(roundOpt)...), "forgedlease")
 		cctx, ccancel := context.WithTimeout(ctx, 3*time.Second)
@@ -330,9 +330,9 @@ func TestWrongTypeCandidateKeysWriteNothing(t *testing.T) {
 	for _, which := range []string{"cand", "candlease"} {
 		t.Run(which, func(t *testing.T) {
 			k := lease.NewKeys("wrongtype-" + which)
-			key := k.Candidates()
+			key := k.Candidates
 			if which == "candlease" {
-				key = k.CandidateLeases()
+				key = k.CandidateLeases
 			}
 			e := mustElection(t, newSession(t, c, fastOpts()...), k.Name)
 			// A leader that enlisted before the foreign value arrived.
@@ -388,8 +388,8 @@ func TestEmptyValueCandidateHidesTheBest(t *testing.T) {
 		_, err := e.Campaign(ctx, "", WithPriority(9))
 		require.ErrorIs(t, err, ErrInvalid)
 		k := lease.NewKeys("emptyvalue")
-		require.NoError(t, b.client.ZAdd(ctx, k.Candidates(), redis.Z{Score: 9, Member: ""}).Err())
-		require.NoError(t, b.client.ZAdd(ctx, k.CandidateLeases(), redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: ""}).Err())
+		require.NoError(t, b.client.ZAdd(ctx, k.Candidates, redis.Z{Score: 9, Member: ""}).Err())
+		require.NoError(t, b.client.ZAdd(ctx, k.CandidateLeases, redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: ""}).Err())
 		peer := mustElection(t, newSession(t, b.client, fastOpts()...), "emptyvalue")
 		go func() { _, _ = peer.Campaign(ctx, "x", WithPriority(5)) }()
 		waitEnlisted(t, e, "L", "x")

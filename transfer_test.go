@@ -133,7 +133,7 @@ func enlistAll(t *testing.T, ctx context.Context, b *backend, name string, fair 
 		subs := n[ch]
 		if fair {
 			subs = int64(len(got)) // fair waiters listen on their own channels: count queued ones
-			q, err := c.ZCard(ctx, lease.NewKeys(name).Queue()).Result()
+			q, err := c.ZCard(ctx, lease.NewKeys(name).Queue).Result()
 			require.NoError(t, err)
 			if q >= int64(len(got)) {
 				return

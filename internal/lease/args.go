@@ -19,7 +19,7 @@ type Candidate struct {
 // NewCandidate boxes the arguments of value's candidacy in k's election with
 // priority prio (a decimal).
 func NewCandidate(k Keys, value, prio string) Candidate {
-	return Candidate{Keys: [2]any{k.Candidates(), k.CandidateLeases()}, Prio: prio, Value: value}
+	return Candidate{Keys: [2]any{k.Candidates, k.CandidateLeases}, Prio: prio, Value: value}
 }
 
 // Enlist returns an acquire vector argv (acquire's or fair_acquire's) with
@@ -47,7 +47,7 @@ func NewFair(k Keys, id string, join bool) Fair {
 	if join {
 		j = "1"
 	}
-	return Fair{Queue: k.Queue(), Leases: k.Leases(), ID: id, Join: j}
+	return Fair{Queue: k.Queue, Leases: k.Leases, ID: id, Join: j}
 }
 
 // FairAcquire fills buf with fair_acquire's vector and returns it.
@@ -68,7 +68,7 @@ func (a *Args) PreferRenew(c *Candidate) []any {
 
 // FairRelease is fair_release's vector for k's queue.
 func (a *Args) FairRelease(k Keys) []any {
-	return []any{nil, nil, 3, a.Lock, k.Queue(), k.Leases(), a.Token}
+	return []any{nil, nil, 3, a.Lock, k.Queue, k.Leases, a.Token}
 }
 
 // Proclaim is proclaim's vector for the seq'th Proclaim of the term, of
@@ -92,7 +92,7 @@ func (a *Args) RedlockRelease(buf *[7]any, fence int64) []any {
 func (c *Candidate) Withdraw() []any { return []any{nil, nil, 2, c.Keys[0], c.Keys[1], c.Value} }
 
 // CandidatesArgs is candidates' vector for k's election.
-func CandidatesArgs(k Keys) []any { return []any{nil, nil, 2, k.Candidates(), k.CandidateLeases()} }
+func CandidatesArgs(k Keys) []any { return []any{nil, nil, 2, k.Candidates, k.CandidateLeases} }
 
 // FencedSetArgs and FencedDelArgs are fenced's vectors for the user's key.
 func FencedSetArgs(key string, fence int64, value string) []any {

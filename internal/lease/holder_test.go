@@ -36,11 +36,11 @@ func TestArgsVectors(t *testing.T) {
 		t.Errorf("acquire: %v, want %v", got, want)
 	}
 	c := NewCandidate(k, "v", "7")
-	want = []any{nil, nil, 4, k.Lock, k.Fence, k.Candidates(), k.CandidateLeases(), "tok", "1000", "v", "7"}
+	want = []any{nil, nil, 4, k.Lock, k.Fence, k.Candidates, k.CandidateLeases, "tok", "1000", "v", "7"}
 	if got := c.Enlist(a.Acquire(&buf)); !equal(got, want) {
 		t.Errorf("acquire_candidate: %v, want %v", got, want)
 	}
-	want = []any{nil, nil, 5, k.Lock, k.Queue(), k.Leases(), k.Candidates(), k.CandidateLeases(), "tok", "h", "", "v", "1000"}
+	want = []any{nil, nil, 5, k.Lock, k.Queue, k.Leases, k.Candidates, k.CandidateLeases, "tok", "h", "", "v", "1000"}
 	if got := a.HandOff(k, "h", ""); !equal(got, want) {
 		t.Errorf("hand_off: %v, want %v", got, want)
 	}

@@ -27,6 +27,11 @@ type Keys struct {
 	Name, Lock, Fence string
 	// Channel is the pub/sub channel of the name's changes.
 	Channel string
+	// Queue and Leases are the keys of the name's waiters in fair mode;
+	// Candidates and CandidateLeases those of its candidates with a
+	// priority. Derived with the others, they are ready for the scripts
+	// that take them (a Transfer's hand-off takes all four).
+	Queue, Leases, Candidates, CandidateLeases string
 }
 
 const (
@@ -54,25 +59,25 @@ func KeysOf(name string) (Keys, error) {
 }
 
 // NewKeys derives the keys of a name, and its channel, with one allocation:
-// the lock key is a prefix of the fence key, which the channel follows in
-// the same string.
+// each is the lock key and a suffix, laid end to end in one string (the
+// lock key is a prefix of the fence key, the candidates' of their leases').
 func NewKeys(name string) Keys {
-	all := keyPrefix + name + "}" + fenceSuffix + keyPrefix + name + "}" + channelSuffix
-	fence := all[:len(keyPrefix)+len(name)+1+len(fenceSuffix)]
-	return Keys{Name: name, Lock: fence[:len(fence)-len(fenceSuffix)], Fence: fence, Channel: all[len(fence):]}
+	all := keyPrefix + name + "}" + fenceSuffix + keyPrefix + name + "}" + channelSuffix +
+		keyPrefix + name + "}" + queueSuffix + keyPrefix + name + "}" + leasesSuffix +
+		keyPrefix + name + "}" + candLeaseSuf
+	lock := len(keyPrefix) + len(name) + 1
+	next := func(suffix string) string {
+		k := all[:lock+len(suffix)]
+		all = all[len(k):]
+		return k
+	}
+	fence, channel, queue, leases, candLeases := next(fenceSuffix), next(channelSuffix), next(queueSuffix), next(leasesSuffix), next(candLeaseSuf)
+	return Keys{Name: name, Lock: fence[:lock], Fence: fence, Channel: channel, Queue: queue, Leases: leases,
+		Candidates: candLeases[:lock+len(candSuffix)], CandidateLeases: candLeases}
 }
 
 // Seq is the key of the sequence number of the name's last Proclaim.
 func (k Keys) Seq() string { return k.Lock + seqSuffix }
-
-// Queue and Leases are the keys of the name's waiters in fair mode.
-func (k Keys) Queue() string  { return k.Lock + queueSuffix }
-func (k Keys) Leases() string { return k.Lock + leasesSuffix }
-
-// Candidates and CandidateLeases are the keys of the name's candidates with
-// a priority.
-func (k Keys) Candidates() string      { return k.Lock + candSuffix }
-func (k Keys) CandidateLeases() string { return k.Lock + candLeaseSuf }
 
 // WakeChannel is the channel on which the session with id sessionID is
 // told that its waiter for the name is at the head of the queue.

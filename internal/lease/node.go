@@ -106,7 +106,7 @@ func (l *Lease) HandOffCall(heir string, prio any) wire.Call {
 // HandOff is hand_off's vector: to the heir ("": to the best candidate
 // above prio, "" for none).
 func (a *Args) HandOff(k Keys, heir string, prio any) []any {
-	return []any{nil, nil, 5, a.Lock, k.Queue(), k.Leases(), k.Candidates(), k.CandidateLeases(),
+	return []any{nil, nil, 5, a.Lock, k.Queue, k.Leases, k.Candidates, k.CandidateLeases,
 		a.Token, heir, prio, a.Value, a.TTL}
 }
 
