@@ -70,14 +70,6 @@ func (e *lostError) Is(target error) bool { return target == ErrLost }
 // invalidf is a bad-input error; it matches ErrInvalid (lease.Invalidf).
 func invalidf(format string, args ...any) error { return lease.Invalidf(format, args...) }
 
-// replied reports whether err is Redis's reply (the command ran, or was
-// refused, and will not run later), rather than a failure to hear one
-// (timeouts, broken connections, an answer not waited for).
-func replied(err error) bool {
-	var rerr redis.Error
-	return errors.As(err, &rerr)
-}
-
 // permanent reports whether a Redis error will not go away by retrying, so a
 // blocking acquire should return it instead of retrying until its context
 // ends. Everything else (network errors, timeouts, LOADING, READONLY, OOM,

@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // node.go: the place of a session on one server beyond its lease's calls
-// (lease.Node: acquire, renew, release, inspect), and the decoding of one server's
-// inspect reply (which a quorum uses per node too).
+// (lease.Node: acquire, renew, release, inspect), and the leader an inspect
+// read (which a quorum's inspect gives too).
 
 // node is the place of a session on one Redis server: lease.Node, whose
 // Acquire, Renew, Release and ReleaseAll the session calls, and the rest of
@@ -26,6 +24,11 @@ type node struct {
 
 func (n *node) inspect(ctx context.Context, k lease.Keys) (Leader, bool, error) {
 	r, err := n.Inspect(ctx, k)
+	return leaderOf(k, r, err)
+}
+
+// leaderOf is the leader of k's name that a place's Inspect read (r, err).
+func leaderOf(k lease.Keys, r lease.Inspected, err error) (Leader, bool, error) {
 	switch {
 	case err != nil:
 		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.Name, err)
@@ -48,10 +51,3 @@ func (n *node) proclaim(ctx context.Context, l *Lock, seq int64, value string, d
 func (n *node) each(f func(c Client)) { f(n.c) }
 
 func (n *node) supports(feature) error { return nil }
-
-// holderReply decodes one server's reply to the inspect script: whether the
-// key exists (present), and whether it holds a value this package wrote (ok).
-func holderReply(cmd *redis.Cmd) (h lease.Holder, ttl time.Duration, present, ok bool, err error) {
-	r, err := lease.DecodeInspect(cmd)
-	return r.Holder, r.TTL, r.Present, r.Known, err
-}

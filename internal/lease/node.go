@@ -223,7 +223,7 @@ func DecodeAcquire(res []any) (Acquired, error) {
 }
 
 // A Renewal is the outcome of one lease's renewal: renewed when Lost and
-// Err are zero. A quorum (the root's redlock.go) makes the same.
+// Err are zero. A Quorum (quorum.go) makes the same.
 type Renewal struct {
 	Lost   bool   // Redis says the key no longer holds the token (for a quorum: no quorum can)
 	Err    error  // the renewal failed: retried until the local deadline

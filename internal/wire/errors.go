@@ -3,6 +3,8 @@ package wire
 import (
 	"errors"
 	"fmt"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Errors of the transport that the floors above hand on to their callers;
@@ -49,4 +51,12 @@ type HookPanicError struct{ v any }
 // command or its reply (tokens, the holder's among them).
 func (e *HookPanicError) Error() string {
 	return fmt.Sprintf("redisleader: a hook on the client panicked (with a %T value, not shown: it can quote tokens)", e.v)
+}
+
+// Replied reports whether err is Redis's reply (the command ran, or was
+// refused, and will not run later), rather than a failure to hear one
+// (timeouts, broken connections, an answer not waited for).
+func Replied(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
 }
