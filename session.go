@@ -110,8 +110,8 @@ func startSession(client Client, cfg config, newPlace func(*Session) place) *Ses
 	s.wire.Init(wire.Config{Client: client, CallTimeout: cfg.callTimeout, TTL: cfg.ttl,
 		RetryDelay: cfg.retryDelay, Logger: cfg.logger, Done: s.done})
 	s.place = newPlace(s)
-	s.place.each(func(c Client) { warnRiskyClient(c, cfg) })
-	warnGoRedis(&goRedisWarned, redis.Version(), client, cfg.logger) // goredisversion.go
+	s.place.each(func(c Client) { wire.WarnRiskyClient(c, cfg.callTimeout, cfg.logger) })
+	wire.WarnGoRedis(client, cfg.logger) // internal/wire/goredis.go
 	go s.heartbeat(ctx, false)
 	return s
 }
