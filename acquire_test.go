@@ -135,7 +135,7 @@ func TestAcquireIsIdempotentForOwnToken(t *testing.T) {
 
 // The acquire script's key expires exactly when the server's clock passes
 // the TIME it replies with (in ms) plus the TTL, on both paths: Redlock
-// skips its write-back round on that (quorum.fenceSafe). Redis counts a
+// skips its write-back round on that (lease.Quorum.fenceSafe). Redis counts a
 // relative PX from the script's start, before its TIME.
 func TestAcquireExpiresFromItsReportedTime(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {

@@ -1,109 +1,17 @@
 package redisleader
 
 import (
-	"cmp"
 	"context"
-	"errors"
-	"fmt"
-	"strings"
-	"sync"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/lease"
 	"github.com/redisleader/redisleader/internal/wire"
 )
 
-// checkServer warns, once per session, about server settings under which
-// Redis itself can break a lease: an eviction policy that can evict lock keys
-// (volatile-*) or even fence keys (allkeys-*), and no persistence, so that a
-// restart loses every lock at once; and a primary with replicas without
-// WithReplicaAcks, where a failover can lose a lock. It reads CONFIG GET and
-// INFO replication in one round trip per node, and uses each reply that
-// came: a user whose ACL denies CONFIG (managed Redis, -@dangerous) still
-// gets the replica check. What could not be read is itself a warning, once
-// per session (with every node's reasons), since it hides those settings.
+// checkServer warns, once per session (the heartbeat calls it at its
+// first lock), about server settings under which Redis itself can lose a
+// lease (lease.CheckServers), on every server of the session's place.
 func (s *Session) checkServer(ctx context.Context) {
-	callCtx, cancel := context.WithTimeout(ctx, s.cfg.callTimeout)
-	defer cancel()
-	var (
-		mu        sync.Mutex
-		unchecked []error
-	)
-	s.place.each(func(c Client) {
-		errs := s.checkNode(callCtx, c)
-		mu.Lock()
-		defer mu.Unlock()
-		unchecked = append(unchecked, errs...)
-	})
-	if len(unchecked) > 0 && ctx.Err() == nil {
-		s.cfg.logger.Warn("redisleader: could not check the Redis server's settings (eviction policy, persistence, replicas), so a setting under which Redis can lose locks would go unnoticed; allow this user CONFIG GET and INFO (see docs/operations.md, ACL), or check them yourself",
-			"err", errors.Join(unchecked...))
-	}
-}
-
-// checkNode runs checkServer's checks on one node and returns why a part of
-// them could not run: CONFIG GET's error, INFO's error, or both.
-func (s *Session) checkNode(ctx context.Context, c Client) []error {
-	pipe := c.Pipeline()
-	policy := pipe.ConfigGet(ctx, "maxmemory-policy")
-	aof := pipe.ConfigGet(ctx, "appendonly")
-	save := pipe.ConfigGet(ctx, "save")
-	repl := pipe.Info(ctx, "replication")
-	// Errors are per command, but for a hook's panic.
-	if err, panicked := wire.ExecPipeline(ctx, pipe).(*wire.HookPanicError); panicked {
-		return []error{err}
-	}
-	var unchecked []error
-	if err := cmp.Or(policy.Err(), aof.Err(), save.Err()); err != nil {
-		unchecked = append(unchecked, fmt.Errorf("CONFIG GET: %w", err))
-	} else {
-		if p := policy.Val()["maxmemory-policy"]; p != "" && p != "noeviction" {
-			s.cfg.logger.Warn("redisleader: maxmemory-policy lets Redis evict lock keys (volatile-*) or fence keys (allkeys-*) when memory runs out; an evicted lock key can give a name two owners. Use noeviction.",
-				"maxmemory-policy", p)
-		}
-		if a, ok := aof.Val()["appendonly"]; ok && a == "no" && save.Val()["save"] == "" {
-			s.cfg.logger.Warn("redisleader: Redis persistence is off (appendonly no, save \"\"): a restart loses every lock at once and a new owner can start while the former one still believes it holds the name, until its next renewal. Enable AOF, restart Redis only after a TTL, or see WithTakeoverDelay.")
-		}
-	}
-	if err := repl.Err(); err != nil {
-		unchecked = append(unchecked, fmt.Errorf("INFO replication: %w", err))
-	} else if n := infoField(repl.Val(), "connected_slaves"); n != "" && n != "0" && s.cfg.acks.N == 0 {
-		s.cfg.logger.Warn("redisleader: the Redis primary has replicas, and replication is asynchronous: a failover can lose a lock while its owner still believes it holds the name. See WithReplicaAcks.",
-			"connected_replicas", n)
-	}
-	return unchecked
-}
-
-// infoField returns a field of an INFO reply ("" when absent).
-func infoField(info, name string) string {
-	for line := range strings.SplitSeq(info, "\n") {
-		if v, ok := strings.CutPrefix(line, name+":"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
-}
-
-// warnRiskyClient logs, once per session, client settings that make calls
-// outlive their deadlines. Safety does not depend on them (scripts are
-// idempotent and loss is timer-driven), but Close and blocking calls may
-// take up to the client's socket timeouts to return.
-func warnRiskyClient(c Client, cfg config) {
-	var opt *redis.Options
-	switch cl := c.(type) {
-	case *redis.Client:
-		opt = cl.Options()
-	case *redis.ClusterClient:
-		o := cl.Options()
-		if !o.ContextTimeoutEnabled {
-			cfg.logger.Warn("redisleader: redis.ClusterOptions.ContextTimeoutEnabled is false, so go-redis ignores call deadlines on sockets; set it to true so calls end within the call timeout",
-				"call_timeout", cfg.callTimeout, "read_timeout", o.ReadTimeout)
-		}
-		return
-	default:
-		return
-	}
-	if !opt.ContextTimeoutEnabled {
-		cfg.logger.Warn("redisleader: redis.Options.ContextTimeoutEnabled is false, so go-redis ignores call deadlines on sockets; set it to true so calls end within the call timeout",
-			"call_timeout", cfg.callTimeout, "read_timeout", opt.ReadTimeout)
-	}
+	lease.CheckServers(ctx, func(check func(c wire.Client)) {
+		s.place.each(func(c Client) { check(c) })
+	}, s.cfg.callTimeout, s.cfg.logger, s.cfg.acks.N > 0)
 }

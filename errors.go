@@ -1,13 +1,8 @@
 package redisleader
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
-	"strings"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/redisleader/redisleader/internal/lease"
 	"github.com/redisleader/redisleader/internal/wire"
@@ -70,53 +65,11 @@ func (e *lostError) Is(target error) bool { return target == ErrLost }
 // invalidf is a bad-input error; it matches ErrInvalid (lease.Invalidf).
 func invalidf(format string, args ...any) error { return lease.Invalidf(format, args...) }
 
-// replied reports whether err is Redis's reply (the command ran, or was
-// refused, and will not run later), rather than a failure to hear one
-// (timeouts, broken connections, an answer not waited for).
-func replied(err error) bool {
-	var rerr redis.Error
-	return errors.As(err, &rerr)
-}
-
-// permanent reports whether a Redis error will not go away by retrying, so a
-// blocking acquire should return it instead of retrying until its context
-// ends. Everything else (network errors, timeouts, LOADING, READONLY, OOM,
-// NOSCRIPT, BUSY, TRYAGAIN, CLUSTERDOWN, MASTERDOWN) is transient. Renewals
-// treat every error as transient until the local deadline: an error never
-// means "lost" by itself.
-func permanent(err error) bool {
-	if err == nil {
-		return false
-	}
-	var netErr net.Error
-	if errors.As(err, &netErr) || errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	if errors.As(err, new(*wire.ACLError)) {
-		return true
-	}
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
-		return false
-	}
-	msg := rerr.Error()
-	for _, p := range permanentPrefixes {
-		if strings.HasPrefix(msg, p) {
-			return true
-		}
-	}
-	return false
-}
-
-// Redis error prefixes that retrying cannot fix: wrong key type at our key,
-// missing permissions or credentials (NOPERM, and a denial inside a script:
-// Redis 7.0 and 7.2 word those as ERR, see the two prefixes after NOPERM), a
-// server without scripting, a script that does not compile, a fence key that
-// someone else wrote. Valkey 9.1 made Lua a module of the server: one built
-// without it (BUILD_LUA=no) answers EVALSHA with NOSCRIPT and our EVAL with
-// "Could not find scripting engine 'lua'" (valkey src/eval.c).
-var permanentPrefixes = []string{"WRONGTYPE", "NOPERM", "ERR The user executing the script can't", "ERR ACL failure in script",
-	"NOAUTH", "WRONGPASS", "ERR unknown command", "ERR Could not find scripting engine", "ERR Error compiling script", "ERR redisleader:"}
+// permanent reports whether a Redis error will not go away by retrying
+// (wire.Permanent), so a blocking acquire should return it instead of
+// retrying until its context ends. Renewals treat every error as transient
+// until the local deadline: an error never means "lost" by itself.
+func permanent(err error) bool { return wire.Permanent(err) }
 
 // heldError: the session asked for a name it holds itself.
 type heldError struct{ name string }

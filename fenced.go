@@ -22,25 +22,7 @@ import (
 // this write was refused and nothing was written. The error's message gives
 // the fence that was refused and the highest the key has accepted (never
 // the key's value).
-var ErrStaleFence = errors.New("redisleader: stale fence")
-
-// staleFenceError is a refused fenced write; it matches ErrStaleFence.
-type staleFenceError struct {
-	key            string
-	fence, highest int64
-}
-
-func (e *staleFenceError) Error() string {
-	return fmt.Sprintf("%s: fence %d for key %q is below %d, the highest fence it has accepted; nothing was written",
-		ErrStaleFence, e.fence, e.key, e.highest)
-}
-
-func (e *staleFenceError) Is(target error) bool { return target == ErrStaleFence }
-
-// maxFence bounds the fences a fenced key accepts: Lua compares them as
-// doubles, exact up to 2^53. Lock fences (server time in µs) stay below it
-// for centuries, and never exceed it.
-const maxFence = 1<<53 - 1
+var ErrStaleFence = lease.ErrStaleFence
 
 // FencedSet stores value in key if, and only if, fence is at least the
 // highest fence key has accepted, and records fence as the new highest, in
@@ -82,7 +64,7 @@ func fencedWrite(ctx context.Context, c Client, key string, fence int64, argv []
 		}
 		return fmt.Errorf("redisleader: fenced write to %q: %w", key, err)
 	}
-	return fencedReply(key, fence, res)
+	return lease.FencedReply(key, fence, res)
 }
 
 // checkFenced is the input rule of FencedSet and FencedDel.
@@ -97,23 +79,8 @@ func checkFenced(c Client, key string, fence int64) error {
 	switch {
 	case key == "":
 		return invalidf("fenced write: key must not be empty")
-	case fence < 1 || fence > maxFence:
+	case fence < 1 || fence > lease.MaxFence:
 		return invalidf("fenced write to %q: fence %d must be within [1, 2^53-1] (Lock.Fence is)", key, fence)
 	}
 	return nil
-}
-
-// fencedReply decodes fencedScript's reply to a write with fence: nil when
-// accepted, an error matching ErrStaleFence when refused.
-func fencedReply(key string, fence int64, res any) error {
-	if ok, _ := res.(int64); ok == 1 {
-		return nil
-	}
-	if r, _ := res.([]any); len(r) == 2 {
-		stale, _ := r[0].(int64)
-		if highest, ok := r[1].(int64); stale == 0 && ok && highest > fence {
-			return &staleFenceError{key: key, fence: fence, highest: highest}
-		}
-	}
-	return fmt.Errorf("redisleader: fenced write to %q: unexpected reply of type %T", key, res)
 }

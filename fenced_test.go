@@ -68,11 +68,11 @@ func TestFencedWrites(t *testing.T) {
 		v, _, _ = fencedState(t, c, "cursor")
 		assert.Equal(t, "d", v)
 
-		require.NoError(t, FencedSet(ctx, c, "empty", "", maxFence), "an empty value and the largest fence")
+		require.NoError(t, FencedSet(ctx, c, "empty", "", lease.MaxFence), "an empty value and the largest fence")
 		v, ok, f = fencedState(t, c, "empty")
 		assert.True(t, ok)
 		assert.Empty(t, v)
-		assert.Equal(t, fmt.Sprint(int64(maxFence)), f)
+		assert.Equal(t, fmt.Sprint(int64(lease.MaxFence)), f)
 	})
 }
 
@@ -161,7 +161,7 @@ func TestFencedInvalid(t *testing.T) {
 		{"empty key del", FencedDel(ctx, c, "", 1), "key must not be empty"},
 		{"zero fence", FencedSet(ctx, c, "k", "v", 0), "fence 0 must be within [1, 2^53-1]"},
 		{"negative fence", FencedDel(ctx, c, "k", -1), "fence -1 must be within"},
-		{"fence too large", FencedSet(ctx, c, "k", "v", maxFence+1), "must be within"},
+		{"fence too large", FencedSet(ctx, c, "k", "v", lease.MaxFence+1), "must be within"},
 	} {
 		assert.ErrorIs(t, tc.err, ErrInvalid, tc.name)
 		assert.ErrorContains(t, tc.err, tc.rule, tc.name)
@@ -275,12 +275,12 @@ func TestFencedConcurrentWriters(t *testing.T) {
 					op := fencedOp{fence: fence, start: time.Now()}
 					err := FencedSet(ctx, b.client, "shared", fmt.Sprintf("%d/%d/%d", w, i, fence), fence)
 					op.end = time.Now()
-					var stale *staleFenceError
+					var stale *lease.StaleFenceError
 					switch {
 					case err == nil:
 						op.accepted = true
 					case errors.As(err, &stale):
-						op.highest = stale.highest
+						op.highest = stale.Highest
 					default:
 						t.Errorf("writer %d: %v", w, err)
 						return
@@ -520,7 +520,7 @@ func TestFencedEndsWithContextWithoutContextTimeout(t *testing.T) {
 func TestFencedLockFenceAtTheBound(t *testing.T) {
 	m, c := newMini(t)
 	ctx := context.Background()
-	require.NoError(t, m.Set("redisleader:{job}:fence", fmt.Sprint(int64(maxFence-1))))
+	require.NoError(t, m.Set("redisleader:{job}:fence", fmt.Sprint(int64(lease.MaxFence-1))))
 	s := newSession(t, c)
 	l, err := s.TryLock(ctx, "job")
 	require.NoError(t, err)

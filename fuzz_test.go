@@ -176,7 +176,7 @@ func FuzzFencedReply(f *testing.F) {
 	f.Add(uint8(6), int64(0), int64(0), "OK secret", int64(1))
 	f.Fuzz(func(t *testing.T, shape uint8, n1, n2 int64, s string, fence int64) {
 		res := replyShape(shape, n1, n2, s)
-		err := fencedReply("k", fence, res)
+		err := lease.FencedReply("k", fence, res)
 		if res == int64(1) {
 			if err != nil {
 				t.Fatalf("reply 1: %v", err)
@@ -221,8 +221,8 @@ func FuzzFencedInput(f *testing.F) {
 	f.Add("", "v", int64(1), false)
 	f.Add("k", "", int64(0), true)
 	f.Add("k\nlevel=ERROR msg=forged", "v", int64(-1), false)
-	f.Add("{tag}k", "v", int64(maxFence), true)
-	f.Add("k", "\x00", int64(maxFence-1), false)
+	f.Add("{tag}k", "v", int64(lease.MaxFence), true)
+	f.Add("k", "\x00", int64(lease.MaxFence-1), false)
 	f.Fuzz(func(t *testing.T, key, value string, fence int64, del bool) {
 		c := &recordingClient{}
 		var err error

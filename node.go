@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // node.go: the place of a session on one server beyond its lease's calls
-// (lease.Node: acquire, renew, release; lease.Leader: who leads), and the
-// decoding of one server's inspect reply (which a quorum uses per node too).
+// (lease.Node: acquire, renew, release, inspect), and the leader an inspect
+// read (which a quorum's inspect gives too).
 
 // node is the place of a session on one Redis server: lease.Node, whose
 // Acquire, Renew, Release and ReleaseAll the session calls, and the rest of
@@ -25,11 +23,24 @@ type node struct {
 }
 
 func (n *node) inspect(ctx context.Context, k lease.Keys) (Leader, bool, error) {
-	who, ok, err := lease.Leader(ctx, n.T, k)
-	if err != nil {
-		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.Name, err)
+	r, err := n.Inspect(ctx, k)
+	return leaderOf(k, r, err)
+}
+
+// leaderOf is the leader of k's name that a place's Inspect read (r, err),
+// judged as a Transfer judges it (lease.Inspected.Leads).
+func leaderOf(k lease.Keys, r lease.Inspected, err error) (Leader, bool, error) {
+	leads := false
+	if err == nil {
+		leads, err = r.Leads(k)
 	}
-	return Leader{Value: who.Value, Fence: who.Fence, TTL: who.TTL}, ok, nil
+	switch {
+	case err != nil:
+		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", k.Name, err)
+	case !leads:
+		return Leader{}, false, nil
+	}
+	return Leader{Value: r.Holder.Value, Fence: r.Holder.Fence, TTL: r.TTL}, true, nil
 }
 
 func (n *node) proclaim(ctx context.Context, l *Lock, seq int64, value string, deadline time.Time) (bool, error) {
@@ -43,10 +54,3 @@ func (n *node) proclaim(ctx context.Context, l *Lock, seq int64, value string, d
 func (n *node) each(f func(c Client)) { f(n.c) }
 
 func (n *node) supports(feature) error { return nil }
-
-// holderReply decodes one server's reply to the inspect script: whether the
-// key exists (present), and whether it holds a value this package wrote (ok).
-func holderReply(cmd *redis.Cmd) (h lease.Holder, ttl time.Duration, present, ok bool, err error) {
-	r, err := lease.DecodeInspect(cmd)
-	return r.Holder, r.TTL, r.Present, r.Known, err
-}

@@ -8,7 +8,7 @@ import (
 )
 
 // A place is where a session's leases live: one Redis server (node, node.go)
-// or a majority of independent ones (quorum, in redlock.go). It runs the
+// or a majority of independent ones (quorum: lease.Quorum). It runs the
 // scripts and turns what Redis answered into one outcome per lock; what the
 // session does with an outcome (arm a deadline, extend it, lose the lock,
 // retry, log) is the same for both, and is written once, in the callers.

@@ -23,9 +23,9 @@ func TestRepliesNeverEchoContent(t *testing.T) {
 
 	cmd := redis.NewCmd(context.Background())
 	cmd.SetVal([]any{secret + "\n7\nv", int64(10), secret})
-	_, _, present, ok, err := holderReply(cmd)
-	assert.True(t, present)
-	assert.False(t, ok)
+	h, err := lease.DecodeInspect(cmd)
+	assert.True(t, h.Present)
+	assert.False(t, h.Known)
 	assert.EqualError(t, err, "unexpected reply of 3 elements")
 
 	r = l.lease.Outcome([]any{int64(0), secret + "\n7\nv", int64(math.MaxInt64)}, nil)

@@ -759,7 +759,7 @@ func TestRedlockSplitVotesBackOff(t *testing.T) {
 	s := newRedlock(t, cs, WithTTL(10*time.Second), WithCallTimeout(50*time.Millisecond),
 		WithRetryInterval(retry), WithRetryJitter(0),
 		withAttemptHook(func(_ string, err error) {
-			if !errors.Is(err, errNoQuorum) {
+			if !errors.Is(err, lease.ErrNoQuorum) {
 				t.Errorf("attempt: %v, want a split vote", err)
 			}
 			ended <- time.Now()
@@ -801,7 +801,7 @@ func TestRedlockCallsShareAPipelinePerNode(t *testing.T) {
 	names := []string{"rl-batch-a", "rl-batch-b", "rl-batch-c"}
 	results := tryAll(background(len(names)), s, names)
 	q := s.place.(*quorum)
-	for _, c := range q.combs {
+	for _, c := range q.Combs {
 		waitQueuedOn(t, c, len(names))
 	}
 	gates[0].open()
@@ -829,7 +829,7 @@ func TestRedlockCallsShareAPipelinePerNode(t *testing.T) {
 	closed := closeStillWaiting(t, s, "with node 2's batch on the wire")
 	close(hold)
 	require.NoError(t, recvWithin(t, closed, 5*time.Second, "Close"))
-	for i, c := range q.combs {
+	for i, c := range q.Combs {
 		onWire, _ := c.OnWire()
 		assert.Zero(t, onWire, "node %d: calls on the wire after Close", i)
 	}
@@ -989,7 +989,7 @@ func TestRedlockCloseDeletesAfterBatchedAcquireLands(t *testing.T) {
 	first := fillWire(t, s, gate)         // two acquires held on node 2's wire
 	names := []string{"late-a", "late-b"} // two: a batch of one is sent as a single call
 	results := tryAll(background(len(names)), s, names)
-	waitQueuedOn(t, q.combs[2], len(names))
+	waitQueuedOn(t, q.Combs[2], len(names))
 	hold := gate.sendHeld(t) // node 2's batch, with our acquires, is on its way
 	var locks []*Lock
 	for i, res := range results {
@@ -1002,7 +1002,7 @@ func TestRedlockCloseDeletesAfterBatchedAcquireLands(t *testing.T) {
 		require.NoError(t, recvWithin(t, first, 5*time.Second, "a call held on the wire"))
 	}
 
-	closed := closeUntilCombinerClosed(t, s, q.combs[2]) // Close's first deletes are done
+	closed := closeUntilCombinerClosed(t, s, q.Combs[2]) // Close's first deletes are done
 	close(hold)                                          // the acquire reaches node 2 now
 	require.NoError(t, recvWithin(t, closed, 10*time.Second, "Close"))
 	for _, l := range locks {
@@ -1094,7 +1094,7 @@ func TestRedlockCloseDeletesBehindAnUnsettledRead(t *testing.T) {
 			reads <- err
 		}()
 	}
-	waitQueuedOn(t, q.combs[2], 2)
+	waitQueuedOn(t, q.Combs[2], 2)
 	batch := h.rule(lease.NewKeys("k").Lock, true) // node 2's batch of the two reads
 	for _, r := range rules {
 		close(r.release)
@@ -1105,7 +1105,7 @@ func TestRedlockCloseDeletesBehindAnUnsettledRead(t *testing.T) {
 		recvWithin(t, reads, 5*time.Second, "Leader")
 	}
 
-	closed := closeUntilCombinerClosed(t, s, q.combs[2]) // Close's deletes are done
+	closed := closeUntilCombinerClosed(t, s, q.Combs[2]) // Close's deletes are done
 	close(batch.release)                                 // the reads end now; they write nothing
 	recvWithin(t, closed, 10*time.Second, "Close")
 	for i, m := range ms {

@@ -117,8 +117,8 @@ func startSession(client Client, cfg config, newPlace func(*Session) place) *Ses
 	for f := range s.unsupported {
 		s.unsupported[f] = s.place.supports(feature(f))
 	}
-	s.place.each(func(c Client) { warnRiskyClient(c, cfg) })
-	warnGoRedis(&goRedisWarned, redis.Version(), client, cfg.logger) // goredisversion.go
+	s.place.each(func(c Client) { wire.WarnRiskyClient(c, cfg.callTimeout, cfg.logger) })
+	wire.WarnGoRedis(client, cfg.logger) // internal/wire/goredis.go
 	go s.heartbeat(ctx, false)
 	return s
 }

@@ -142,7 +142,8 @@ func (l *Lock) endedBefore(to string) error {
 // it waits on.
 func (e *Election) awaitSuccessor(ctx context.Context, sub *wire.Subscription, from int64, to string, until time.Time) error {
 	for {
-		who, leads, err := lease.Leader(ctx, &e.s.wire, e.keys)
+		r, leads, err := lease.Leader(ctx, &e.s.wire, e.keys)
+		who := r.Holder
 		former := leads && who.Fence == from
 		switch {
 		case former:

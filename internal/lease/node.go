@@ -227,7 +227,7 @@ func DecodeAcquire(res []any) (Acquired, error) {
 }
 
 // A Renewal is the outcome of one lease's renewal: renewed when Lost and
-// Err are zero. A quorum (the root's redlock.go) makes the same.
+// Err are zero. A Quorum (quorum.go) makes the same.
 type Renewal struct {
 	Lost   bool   // Redis says the key no longer holds the token (for a quorum: no quorum can)
 	Err    error  // the renewal failed: retried until the local deadline
@@ -383,28 +383,21 @@ func DecodeRelease(cmd *redis.Cmd) Deleted {
 	return Deleted{Missing: err == nil && n == 0, Err: err, Retry: err != nil}
 }
 
-// A Leading is who leads a name, as one server's lock key says: its
-// holder, and the TTL left on its lease.
-type Leading struct {
-	Holder
-	TTL time.Duration // the key's PTTL; 0 when none
+// Inspect reads who holds k's name on this server, in one call: the
+// reply, with a Transfer's reservation judged (Inspected.Reserved).
+func (n *Node) Inspect(ctx context.Context, k Keys) (Inspected, error) {
+	return DecodeInspect(n.T.Combiner().Call(ctx, time.Time{}, InspectRun, InspectArgs(k.Lock)))
 }
 
-// Leader reads who leads k's name on t's server, in one call (inspect): ok
-// is false when nobody does (no key, or a Transfer's reservation, which
-// waits for its successor). A value this package did not write is an error
-// (ForeignValue), as is Redis's.
-func Leader(ctx context.Context, t *wire.Transport, k Keys) (who Leading, ok bool, err error) {
-	r, err := DecodeInspect(t.Combiner().Call(ctx, time.Time{}, InspectRun, InspectArgs(k.Lock)))
-	switch {
-	case err != nil:
-		return Leading{}, false, err
-	case !r.Present || r.Reserved:
-		return Leading{}, false, nil
-	case !r.Known:
-		return Leading{}, false, ForeignValue(k)
+// Leader reads who leads k's name on t's server, in one call (inspect),
+// judged (Inspected.Leads): r.Holder when it leads. A Transfer reads with
+// it: it runs on one server, the session's transport's.
+func Leader(ctx context.Context, t *wire.Transport, k Keys) (r Inspected, leads bool, err error) {
+	r, err = DecodeInspect(t.Combiner().Call(ctx, time.Time{}, InspectRun, InspectArgs(k.Lock)))
+	if err == nil {
+		leads, err = r.Leads(k)
 	}
-	return Leading{Holder: r.Holder, TTL: r.TTL}, true, nil
+	return r, leads, err
 }
 
 // InspectArgs is inspect's vector for the lock key lock.
@@ -418,6 +411,20 @@ type Inspected struct {
 	Reserved bool          // Known, and a Transfer's reservation: nobody leads
 	Holder   Holder        // a reservation is a holder without a token
 	TTL      time.Duration // the key's PTTL; 0 when none
+}
+
+// Leads reports whether r's holder leads: not when the key is missing or
+// holds a Transfer's reservation (nobody leads; it waits for its
+// successor), and a value this package did not write is an error
+// (ForeignValue).
+func (r Inspected) Leads(k Keys) (bool, error) {
+	switch {
+	case !r.Present || r.Reserved:
+		return false, nil
+	case !r.Known:
+		return false, ForeignValue(k)
+	}
+	return true, nil
 }
 
 // DecodeInspect decodes cmd, an inspect call.

@@ -1,16 +1,13 @@
-package redisleader
+package wire
 
 import (
 	"bytes"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // TestGoRedisPubSubBug: the go-redis versions whose RESP3 pub/sub reader
@@ -66,7 +63,7 @@ func TestWarnGoRedisOncePerProcess(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(&out, nil))
 	var once atomic.Bool
 
-	warnGoRedis(&once, "9.21.0", resp3, discardLogger)
+	warnGoRedis(&once, "9.21.0", resp3, slog.New(slog.DiscardHandler))
 	warnGoRedis(&once, "9.21.0", resp3, slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelError})))
 	warnGoRedis(&once, "9.21.0", resp2, logger)
 	warnGoRedis(&once, "9.21.0", cluster2, logger)
@@ -78,24 +75,5 @@ func TestWarnGoRedisOncePerProcess(t *testing.T) {
 	warnGoRedis(&once, "9.16.0", resp3, logger)
 	if n := strings.Count(out.String(), "level=WARN"); n != 1 || !strings.Contains(out.String(), "#3935") {
 		t.Fatalf("want one warning naming #3935, got %d: %q", n, out.String())
-	}
-}
-
-// TestSessionPushFramesOutgrowGoRedisPeek backs the #3935 warning's claim
-// that the session's own frames are not held: the shortest frame its pub/sub
-// connection receives (a message or a (un)subscribe confirmation on the
-// channel of a one-byte name, with an empty payload) is longer than what
-// go-redis 9.20.1–9.21.x waits for.
-func TestSessionPushFramesOutgrowGoRedisPeek(t *testing.T) {
-	ch := lease.NewKeys("a").Channel
-	bulk := func(s string) string { return fmt.Sprintf("$%d\r\n%s\r\n", len(s), s) }
-	for _, frame := range []string{
-		">3\r\n" + bulk("message") + bulk(ch) + bulk(""),
-		">3\r\n" + bulk("subscribe") + bulk(ch) + ":1\r\n",
-		">3\r\n" + bulk("unsubscribe") + bulk(ch) + ":0\r\n",
-	} {
-		if len(frame) <= goRedisPeekLen {
-			t.Errorf("frame %q is %d bytes, go-redis 9.20.1–9.21.x would hold it (it waits for %d)", frame, len(frame), goRedisPeekLen)
-		}
 	}
 }

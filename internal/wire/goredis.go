@@ -1,4 +1,4 @@
-package redisleader
+package wire
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -36,6 +37,14 @@ import (
 // goRedisWarned is set once the go-redis warning has been logged.
 var goRedisWarned atomic.Bool
 
+// WarnGoRedis logs, once per process, the warning for the go-redis version
+// this program is built with (goRedisPubSubBug), unless logger drops
+// warnings or c, the client of the session's pub/sub connection, is
+// configured for RESP2.
+func WarnGoRedis(c Client, logger *slog.Logger) {
+	warnGoRedis(&goRedisWarned, redis.Version(), c, logger)
+}
+
 // goRedisPubSubBug returns the warning for go-redis version v (as
 // redis.Version reports it, "9.20.0"; a "v" prefix and a pre-release suffix
 // are allowed), or "" when that version has neither bug or v does not parse.
@@ -63,15 +72,16 @@ func goRedisPubSubBug(v string) string {
 		return "redisleader: go-redis " + v + " can drop RESP3 pub/sub messages (go-redis #3839, fixed in 9.20.1; 9.22.0 also fixes #3935). " +
 			"Here a dropped wake-up delays a waiter by at most the holder's remaining lease, never safety." + fix
 	default:
-		return "redisleader: go-redis " + v + " holds a RESP3 pub/sub frame shorter than " + strconv.Itoa(goRedisPeekLen) +
+		return "redisleader: go-redis " + v + " holds a RESP3 pub/sub frame shorter than " + strconv.Itoa(GoRedisPeekLen) +
 			" bytes until the connection's next traffic (go-redis #3935, fixed in 9.22.0). The session's own frames are longer, " +
 			"so its wake-ups are not held (and safety never depends on them); other subscriptions on this client can hang." + fix
 	}
 }
 
-// goRedisPeekLen is what go-redis 9.20.1–9.21.x waits for before it parses a
-// push frame (#3935); every frame of the session's pub/sub is longer.
-const goRedisPeekLen = 36
+// GoRedisPeekLen is what go-redis 9.20.1–9.21.x waits for before it parses a
+// push frame (#3935); every frame of the session's pub/sub is longer
+// (lease's TestSessionPushFramesOutgrowGoRedisPeek).
+const GoRedisPeekLen = 36
 
 // warnGoRedis logs goRedisPubSubBug(version) to logger once per process (once
 // sets the flag), unless logger drops warnings or c is configured for RESP2.
@@ -99,4 +109,29 @@ func protocolOf(c Client) int {
 		return 3
 	}
 	return p
+}
+
+// WarnRiskyClient logs on logger c's settings that make calls
+// outlive their deadlines. Safety does not depend on them (scripts are
+// idempotent and loss is timer-driven), but Close and blocking calls may
+// take up to the client's socket timeouts to return.
+func WarnRiskyClient(c Client, callTimeout time.Duration, logger *slog.Logger) {
+	var opt *redis.Options
+	switch cl := c.(type) {
+	case *redis.Client:
+		opt = cl.Options()
+	case *redis.ClusterClient:
+		o := cl.Options()
+		if !o.ContextTimeoutEnabled {
+			logger.Warn("redisleader: redis.ClusterOptions.ContextTimeoutEnabled is false, so go-redis ignores call deadlines on sockets; set it to true so calls end within the call timeout",
+				"call_timeout", callTimeout, "read_timeout", o.ReadTimeout)
+		}
+		return
+	default:
+		return
+	}
+	if !opt.ContextTimeoutEnabled {
+		logger.Warn("redisleader: redis.Options.ContextTimeoutEnabled is false, so go-redis ignores call deadlines on sockets; set it to true so calls end within the call timeout",
+			"call_timeout", callTimeout, "read_timeout", opt.ReadTimeout)
+	}
 }
