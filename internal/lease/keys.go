@@ -1,11 +1,5 @@
 package lease
 
-import (
-	"strings"
-	"unicode"
-	"unicode/utf8"
-)
-
 // Key layout. Every key of one name carries the same hash tag {name}, so a
 // script that touches the lock key and the fence key never fails with
 // CROSSSLOT on Redis Cluster, and the change channel maps to the same slot
@@ -22,48 +16,24 @@ import (
 //	redisleader:{name}:candlease  their leases (ZSET value → end, server ms)
 //
 // While a transfer is under way the lock key holds a Reservation,
-// "\n<fence>\n<successor's value>" (no token), with a PX TTL.
+// "\n<fence>\n<successor's value>" (no token), with a PX TTL. A name is
+// checked, and its keys derived, where its lease is made (KeysOf, node.go).
 type Keys struct {
 	Name, Lock, Fence string
 	// Channel is the pub/sub channel of the name's changes.
 	Channel string
 }
 
+// The suffixes of the keys that the modes add to a plain lease's (see
+// NewKeys, in node.go, for the lock and fence keys and the channel).
 const (
-	keyPrefix     = "redisleader:{"
-	fenceSuffix   = ":fence"
-	seqSuffix     = ":seq"
-	channelSuffix = ":ch" // appended to the lock key in the scripts too
-	queueSuffix   = ":queue"
-	leasesSuffix  = ":leases"
-	wakeSuffix    = ":w:" // appended to the lock key, then a session id, in the scripts too
-	candSuffix    = ":cand"
-	candLeaseSuf  = ":candlease"
+	seqSuffix    = ":seq"
+	queueSuffix  = ":queue"
+	leasesSuffix = ":leases"
+	wakeSuffix   = ":w:" // appended to the lock key, then a session id, in the scripts too
+	candSuffix   = ":cand"
+	candLeaseSuf = ":candlease"
 )
-
-// Limits of names and values.
-const (
-	MaxNameLen  = 512
-	MaxValueLen = 64 << 10 // the value an election candidate publishes
-)
-
-// KeysOf checks name against the naming rule (CheckName) and derives its
-// keys.
-func KeysOf(name string) (Keys, error) {
-	if err := CheckName(name); err != nil {
-		return Keys{}, err
-	}
-	return NewKeys(name), nil
-}
-
-// NewKeys derives the keys of a name, and its channel, with one allocation:
-// the lock key is a prefix of the fence key, which the channel follows in
-// the same string.
-func NewKeys(name string) Keys {
-	all := keyPrefix + name + "}" + fenceSuffix + keyPrefix + name + "}" + channelSuffix
-	fence := all[:len(keyPrefix)+len(name)+1+len(fenceSuffix)]
-	return Keys{Name: name, Lock: fence[:len(fence)-len(fenceSuffix)], Fence: fence, Channel: all[len(fence):]}
-}
 
 // Seq is the key of the sequence number of the name's last Proclaim.
 func (k Keys) Seq() string { return k.Lock + seqSuffix }
@@ -80,31 +50,3 @@ func (k Keys) CandidateLeases() string { return k.Lock + candLeaseSuf }
 // WakeChannel is the channel on which the session with id sessionID is
 // told that its waiter for the name is at the head of the queue.
 func (k Keys) WakeChannel(sessionID string) string { return k.Lock + wakeSuffix + sessionID }
-
-// CheckName enforces the naming rule: 1 to 512 bytes of UTF-8, without '{' or
-// '}' (they would break the cluster hash tag) and without control characters
-// (they would forge lines in logs and terminals).
-func CheckName(name string) error {
-	switch {
-	case name == "":
-		return Invalidf("name must not be empty")
-	case len(name) > MaxNameLen:
-		return Invalidf("name is %d bytes long; it must be at most %d", len(name), MaxNameLen)
-	case strings.ContainsAny(name, "{}"):
-		return Invalidf("name %q must not contain '{' or '}' (they would break the Redis Cluster hash tag)", name)
-	case !utf8.ValidString(name):
-		return Invalidf("name %q must be valid UTF-8", name)
-	case strings.IndexFunc(name, unicode.IsControl) >= 0:
-		return Invalidf("name %q must not contain control characters", name)
-	}
-	return nil
-}
-
-// CheckValue enforces the rule of a published value: at most MaxValueLen
-// bytes.
-func CheckValue(value string) error {
-	if len(value) > MaxValueLen {
-		return Invalidf("value is %d bytes long; it must be at most %d", len(value), MaxValueLen)
-	}
-	return nil
-}

@@ -7,19 +7,24 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisleader/redisleader/internal/wire"
 )
 
-// node.go: a lease's calls on one server, each read in one place: the
-// lease its first attempt makes (New), the place (Node), the default
-// protocol (Plain), acquire's vector, its reply and the attempt's outcome;
-// then a renewal round's call (Renew: vectors, round trip, the lease-alone
-// fallback of a candidate, replies), and the release's (the fair and
-// candidate variants are in fair.go, candidate.go and args.go).
+// node.go: a lease's calls on one server, each read in one place: a
+// name's keys (KeysOf: the naming rule, then the lock and fence keys and
+// the channel), the lease its first attempt makes (New), the place
+// (Node), the default protocol (Plain), acquire's vector, its reply and
+// the attempt's outcome; then a renewal round's call (Renew: vectors,
+// round trip, the lease-alone fallback of a candidate, replies), and the
+// release's (the fair and candidate variants are in fair.go, candidate.go
+// and args.go).
 
 // A Node is the place of a session's leases on one Redis server (also a
 // primary found through Sentinel, or a Cluster, whose client routes each
@@ -31,6 +36,66 @@ type Node struct {
 	C    wire.Client
 	Acks wire.Acks
 	Log  *slog.Logger // the session's: a renewal that falls back to the lease alone says so
+}
+
+// A plain lease's keys: the lock, its fence and the name's channel (the
+// layout of every key is in keys.go).
+const (
+	keyPrefix     = "redisleader:{"
+	fenceSuffix   = ":fence"
+	channelSuffix = ":ch" // appended to the lock key in the scripts too
+)
+
+// Limits of names and values.
+const (
+	MaxNameLen  = 512
+	MaxValueLen = 64 << 10 // the value an election candidate publishes
+)
+
+// KeysOf checks name against the naming rule (CheckName) and derives its
+// keys.
+func KeysOf(name string) (Keys, error) {
+	if err := CheckName(name); err != nil {
+		return Keys{}, err
+	}
+	return NewKeys(name), nil
+}
+
+// NewKeys derives the keys of a name, and its channel, with one allocation:
+// the lock key is a prefix of the fence key, which the channel follows in
+// the same string.
+func NewKeys(name string) Keys {
+	all := keyPrefix + name + "}" + fenceSuffix + keyPrefix + name + "}" + channelSuffix
+	fence := all[:len(keyPrefix)+len(name)+1+len(fenceSuffix)]
+	return Keys{Name: name, Lock: fence[:len(fence)-len(fenceSuffix)], Fence: fence, Channel: all[len(fence):]}
+}
+
+// CheckName enforces the naming rule: 1 to 512 bytes of UTF-8, without '{' or
+// '}' (they would break the cluster hash tag) and without control characters
+// (they would forge lines in logs and terminals).
+func CheckName(name string) error {
+	switch {
+	case name == "":
+		return Invalidf("name must not be empty")
+	case len(name) > MaxNameLen:
+		return Invalidf("name is %d bytes long; it must be at most %d", len(name), MaxNameLen)
+	case strings.ContainsAny(name, "{}"):
+		return Invalidf("name %q must not contain '{' or '}' (they would break the Redis Cluster hash tag)", name)
+	case !utf8.ValidString(name):
+		return Invalidf("name %q must be valid UTF-8", name)
+	case strings.IndexFunc(name, unicode.IsControl) >= 0:
+		return Invalidf("name %q must not contain control characters", name)
+	}
+	return nil
+}
+
+// CheckValue enforces the rule of a published value: at most MaxValueLen
+// bytes.
+func CheckValue(value string) error {
+	if len(value) > MaxValueLen {
+		return Invalidf("value is %d bytes long; it must be at most %d", len(value), MaxValueLen)
+	}
+	return nil
 }
 
 // New makes a lease of k for value with a fresh token, kept by proto; ttl
