@@ -69,6 +69,9 @@ func NewScript(sha, src string) *Script {
 	return s
 }
 
+// Combiner returns the main client's combiner.
+func (t *Transport) Combiner() *Combiner { return &t.combine }
+
 // Call runs one script on the Combiner's server, bounded as Transport.Bound
 // says: at once on the caller's goroutine, or in a batch with other calls
 // of the session (see Coalescing in combine.go). It first waits until no earlier

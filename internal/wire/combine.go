@@ -118,9 +118,6 @@ func (t *Transport) NewCombiner(c *Combiner, client Client) *Combiner {
 	return c
 }
 
-// Combiner returns the main client's combiner.
-func (t *Transport) Combiner() *Combiner { return &t.combine }
-
 // drain makes later calls go straight to Redis and waits until no call or
 // batch of c is on the wire (each ends by its deadline).
 func (c *Combiner) drain() {
