@@ -209,7 +209,7 @@ var errNoQuorum = errors.New("no quorum")
 // (raiseFence, a second round before the acquire returns) only when a node
 // of the quorum could let the key expire before its clock passes F (see
 // fenceSafe); otherwise it travels with the renewals and the release
-// (redlockRenewScript, redlockReleaseScript). Short of a quorum, what was
+// (lease.RedlockRenewRun, lease.RedlockReleaseRun). Short of a quorum, what was
 // taken is given back.
 func (q *quorum) Acquire(ctx context.Context, l *lease.Lease, deadline time.Time) lease.Attempt {
 	var (
@@ -297,7 +297,7 @@ func (q *quorum) acquireAll(ctx context.Context, l *lease.Lease, deadline time.T
 	}
 	var taken, refused int
 	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, i int, _ Client) lease.Attempt {
-		return l.Outcome(q.combs[i].Call(ctx, time.Time{}, acquireScript, l.Args.Acquire(&replies[i].argv)).Slice())
+		return l.Outcome(q.combs[i].Call(ctx, time.Time{}, lease.AcquireRun, l.Args.Acquire(&replies[i].argv)).Slice())
 	}, func(i int, r lease.Attempt) bool {
 		replies[i].r = r
 		if r.Err == nil {
@@ -311,7 +311,7 @@ func (q *quorum) acquireAll(ctx context.Context, l *lease.Lease, deadline time.T
 }
 
 // raiseFence writes fence back to the nodes that took the key (with
-// redlockRenewScript, which also refreshes their TTL) and returns on how
+// lease.RedlockRenewRun, which also refreshes their TTL) and returns on how
 // many it was stored (it stops waiting once a quorum has, or cannot).
 func (q *quorum) raiseFence(ctx context.Context, cancel context.CancelFunc, l *lease.Lease, replies []nodeAcquire, fence int64) int {
 	var stored, failed int
@@ -324,7 +324,7 @@ func (q *quorum) raiseFence(ctx context.Context, cancel context.CancelFunc, l *l
 		if replies[i].r.Err != nil {
 			return r // counted above
 		}
-		return lease.DecodeRenew(q.combs[i].Call(ctx, time.Time{}, redlockRenewScript, l.Args.RedlockRenew(fence)))
+		return lease.DecodeRenew(q.combs[i].Call(ctx, time.Time{}, lease.RedlockRenewRun, l.Args.RedlockRenew(fence)))
 	}, func(i int, r lease.Renewal) bool {
 		switch {
 		case replies[i].r.Err != nil:
@@ -340,7 +340,7 @@ func (q *quorum) raiseFence(ctx context.Context, cancel context.CancelFunc, l *l
 
 // renew renews every lock on every node (one pipelined round trip per
 // node, all nodes at once), writing each lock's fence back as it goes
-// (redlockRenewScript). A lock renewed by a quorum is renewed; one that
+// (lease.RedlockRenewRun). A lock renewed by a quorum is renewed; one that
 // so many nodes no longer hold that no quorum is possible is lost;
 // otherwise its renewal failed.
 func (q *quorum) Renew(ctx context.Context, locks []*lease.Lease, deadline time.Time) []lease.Renewal {
@@ -352,7 +352,7 @@ func (q *quorum) Renew(ctx context.Context, locks []*lease.Lease, deadline time.
 		for j, l := range locks {
 			argvs[j] = l.Args.RedlockRenew(l.Fence)
 		}
-		cmds, _ := redlockRenewScript.RunAll(ctx, c, argvs, wire.Acks{})
+		cmds, _ := lease.RedlockRenewRun.RunAll(ctx, c, argvs, wire.Acks{})
 		return cmds
 	}, func(_ int, cmds []*redis.Cmd) bool {
 		for j, cmd := range cmds {
@@ -395,21 +395,21 @@ func (q *quorum) Release(ctx context.Context, r lease.Ending) lease.Deleted {
 	argvs := make([][7]any, len(q.nodes))
 	var d quorumDeleted
 	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, i int, _ Client) lease.Deleted {
-		return lease.DecodeRelease(q.combs[i].CallNow(ctx, time.Time{}, redlockReleaseScript, redlockReleaseArgs(r.Lease, &argvs[i])))
+		return lease.DecodeRelease(q.combs[i].CallNow(ctx, time.Time{}, lease.RedlockReleaseRun, redlockReleaseArgs(r.Lease, &argvs[i])))
 	}, func(_ int, r lease.Deleted) bool {
 		return d.add(r) >= q.need
 	})
 	return d.outcome(q)
 }
 
-// redlockReleaseArgs fills argv with l's arguments for redlockReleaseScript
+// redlockReleaseArgs fills argv with l's arguments for lease.RedlockReleaseRun
 // and returns it as a slice.
 func redlockReleaseArgs(l *lease.Lease, argv *[7]any) []any {
 	return l.Args.RedlockRelease(argv, l.Fence)
 }
 
 // releaseAll deletes every lock's token on every node, raising each node's
-// fence key to the lock's fence first (redlockReleaseScript), at once:
+// fence key to the lock's fence first (lease.RedlockReleaseRun), at once:
 // unlike lease.Node.ReleaseAll, it does not wait for acquires of these locks given
 // up while their batch was on the wire to a node (that wait would end with
 // the grace period, and the delete with it); such an acquire marked its lock
@@ -428,7 +428,7 @@ func (q *quorum) ReleaseAll(ctx context.Context, locks []lease.Ending, deadline 
 		for i, l := range locks {
 			argvs[i] = redlockReleaseArgs(l.Lease, new([7]any))
 		}
-		cmds, _ := redlockReleaseScript.RunAll(ctx, c, argvs, wire.Acks{})
+		cmds, _ := lease.RedlockReleaseRun.RunAll(ctx, c, argvs, wire.Acks{})
 		return cmds
 	}, func(_ int, cmds []*redis.Cmd) bool {
 		for i, cmd := range cmds {

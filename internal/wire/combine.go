@@ -52,7 +52,7 @@ import "sync"
 //     caller gave up (it holds nothing). What such a late command could
 //     undo is guarded where Redis runs it: an acquire's token is deleted
 //     until it must have expired, and a Proclaim carries its term's sequence
-//     number (proclaimScript).
+//     number (the lease floor's proclaim script).
 //   - Replies are matched to commands one by one; RunCalls re-sends a
 //     command that met a server without its script (NOSCRIPT) as EVAL, and
 //     rewrites denied commands, per command. On a Cluster, RunCalls sends a
