@@ -199,21 +199,44 @@ type acquisition struct {
 	loggedAt time.Time          // errors are logged at most once per TTL
 }
 
-// deliver waits out the takeover delay of an acquired lock and delivers
-// it. again: the lease ended before it could be delivered and a blocking
-// acquisition starts over with a new token.
+// deliver waits out the takeover delay (WithTakeoverDelay) of the lock
+// just acquired, while the heartbeat renews it, then delivers it to its
+// caller (registering it first as a Run term, in mode runTerm). again: the
+// lease ended before it could be delivered (a deadline can pass even with
+// no delay), and a blocking acquisition starts over with a new token. If
+// ctx ends or the session closes first, it returns their error (the key is
+// then released, here or by Close).
 func (a *acquisition) deliver(ctx context.Context) (l *Lock, again bool, err error) {
-	lost, err := a.l.deliver(ctx, a.start, a.mode == runTerm)
-	switch {
-	case err != nil:
-		return nil, false, err
-	case lost == nil:
-		return a.l, false, nil
-	case a.mode == tryOnce:
-		return nil, false, fmt.Errorf("redisleader: acquire %q: the lease ended before it could be handed over: %w", a.keys.Name, lost)
+	l = a.l
+	if d := a.s.cfg.takeoverDelay; d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-l.Done():
+		case <-ctx.Done():
+			if l.end(ErrReleased) {
+				l.dispose(ctx, false)
+			}
+			return nil, false, ctx.Err()
+		case <-a.s.done:
+			return nil, false, ErrSessionClosed
+		}
 	}
-	a.newLock()
-	return nil, true, nil
+	switch lost := l.check(); {
+	case errors.Is(lost, ErrSessionClosed):
+		return nil, false, lost
+	case lost != nil && a.mode == tryOnce:
+		return nil, false, fmt.Errorf("redisleader: acquire %q: the lease ended before it could be handed over: %w", a.keys.Name, lost)
+	case lost != nil:
+		a.newLock()
+		return nil, true, nil
+	}
+	if a.mode == runTerm {
+		a.s.registerTerm(l)
+	}
+	l.markDelivered(a.start)
+	return l, false, nil
 }
 
 // newLock starts the acquisition's next attempt with a new lock, whose

@@ -111,7 +111,7 @@ func TestAcquireIsIdempotentForOwnToken(t *testing.T) {
 		ctx := context.Background()
 		k := lease.NewKeys("idem")
 		run := func(token string) []any {
-			res, err := acquireScript.Run(ctx, b.client, []any{nil, nil, 2, k.Lock, k.Fence, token, "1000", "v"}).Slice()
+			res, err := lease.AcquireRun.Run(ctx, b.client, []any{nil, nil, 2, k.Lock, k.Fence, token, "1000", "v"}).Slice()
 			require.NoError(t, err)
 			return res
 		}
@@ -145,7 +145,7 @@ func TestAcquireExpiresFromItsReportedTime(t *testing.T) {
 		ctx := context.Background()
 		k := lease.NewKeys("expires-at")
 		for _, path := range []string{"take", "refresh"} {
-			res, err := acquireScript.Run(ctx, b.client, []any{nil, nil, 2, k.Lock, k.Fence, "tok", "5000", "v"}).Slice()
+			res, err := lease.AcquireRun.Run(ctx, b.client, []any{nil, nil, 2, k.Lock, k.Fence, "tok", "5000", "v"}).Slice()
 			require.NoError(t, err, path)
 			require.Len(t, res, 3, path)
 			at, err := b.client.PExpireTime(ctx, k.Lock).Result()
@@ -311,7 +311,7 @@ func TestFenceKeyForms(t *testing.T) {
 		} {
 			k := lease.NewKeys(fmt.Sprintf("forms-%d", i))
 			require.NoError(t, b.client.Set(ctx, k.Fence, tt.stored, 0).Err())
-			res, err := acquireScript.Run(ctx, b.client, []any{nil, nil, 2, k.Lock, k.Fence, "tok", "1000", "v"}).Slice()
+			res, err := lease.AcquireRun.Run(ctx, b.client, []any{nil, nil, 2, k.Lock, k.Fence, "tok", "1000", "v"}).Slice()
 			if tt.want == -1 {
 				assert.ErrorContains(t, err, "does not hold a fence", tt.stored)
 				assert.Equal(t, tt.stored, b.get(k.Fence), "the fence key was left as it was")
@@ -506,7 +506,7 @@ type lateAcquire struct {
 func (c *lateAcquire) Process(ctx context.Context, cmd redis.Cmder) error {
 	args := cmd.Args()
 	held := false
-	if isCall(cmd, acquireScript) {
+	if isCall(cmd, lease.AcquireRun) {
 		c.once.Do(func() { held = true })
 	}
 	if !held {
@@ -558,7 +558,7 @@ type hangRelease struct {
 }
 
 func (h hangRelease) Process(ctx context.Context, cmd redis.Cmder) error {
-	if h.all || isCall(cmd, releaseScript) {
+	if h.all || isCall(cmd, lease.ReleaseRun) {
 		<-ctx.Done()
 		cmd.SetErr(ctx.Err())
 		return cmd.Err()
@@ -634,7 +634,7 @@ func TestCancelledAttemptIsNotARedisError(t *testing.T) {
 		held := make(chan struct{})
 		var once sync.Once
 		b.client.AddHook(eachCall(func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
-			if isCall(cmds[0], acquireScript) {
+			if isCall(cmds[0], lease.AcquireRun) {
 				once.Do(func() { close(held) })
 				<-ctx.Done() // the attempt is on its way when the caller gives up
 				return ctx.Err()

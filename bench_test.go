@@ -55,7 +55,7 @@ func benchToken() string {
 // loadScripts loads the acquire and release scripts, and any more given, on
 // c, so that EVALSHA finds them.
 func loadScripts(ctx context.Context, b *testing.B, c *redis.Client, more ...*wire.Script) {
-	for _, sc := range append([]*wire.Script{acquireScript, releaseScript}, more...) {
+	for _, sc := range append([]*wire.Script{lease.AcquireRun, lease.ReleaseRun}, more...) {
 		if sha, err := c.ScriptLoad(ctx, sc.Src()).Result(); err != nil || sha != sc.SHA() {
 			b.Fatalf("SCRIPT LOAD: %q %v, want %q", sha, err, sc.SHA())
 		}
@@ -86,11 +86,11 @@ func acquiredFence(cmd *redis.Cmd, key string, prev int64) (int64, error) {
 // token; it returns the fence, which must be above prev.
 func scriptsPair(ctx context.Context, b *testing.B, c *redis.Client, k lease.Keys, prev int64) int64 {
 	token := benchToken()
-	f, err := acquiredFence(c.EvalSha(ctx, acquireScript.SHA(), []string{k.Lock, k.Fence}, token, "10000", ""), k.Lock, prev)
+	f, err := acquiredFence(c.EvalSha(ctx, lease.AcquireRun.SHA(), []string{k.Lock, k.Fence}, token, "10000", ""), k.Lock, prev)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if r, err := c.EvalSha(ctx, releaseScript.SHA(), []string{k.Lock}, token).Int64(); err != nil || r != 1 {
+	if r, err := c.EvalSha(ctx, lease.ReleaseRun.SHA(), []string{k.Lock}, token).Int64(); err != nil || r != 1 {
 		b.Fatalf("release %s: %d %v, want 1", k.Lock, r, err)
 	}
 	return f
@@ -229,7 +229,7 @@ func BenchmarkLockParallel(b *testing.B) {
 		idealKeys[i] = lease.NewKeys(fmt.Sprintf("ideal-par-%d", i))
 		idealRawKeys[i] = fmt.Sprintf("ideal-raw-par-%d", i)
 	}
-	acquireSHA, releaseSHA := acquireScript.SHA(), releaseScript.SHA()
+	acquireSHA, releaseSHA := lease.AcquireRun.SHA(), lease.ReleaseRun.SHA()
 	loadScripts(ctx, b, c)
 	if err := rawRelease.Load(ctx, c).Err(); err != nil {
 		b.Fatal(err)
@@ -411,7 +411,7 @@ func compareWindows(ctx context.Context, b *testing.B, cs []*redis.Client, windo
 // a goroutine hop each way and no more. It returns the pairs done.
 func handoffWindow(b *testing.B, c *redis.Client, d time.Duration, names []lease.Keys, n int) int64 {
 	ctx := context.Background()
-	acquireSHA, releaseSHA := acquireScript.SHA(), releaseScript.SHA()
+	acquireSHA, releaseSHA := lease.AcquireRun.SHA(), lease.ReleaseRun.SHA()
 	type call struct {
 		sha  string
 		keys []string
@@ -565,7 +565,7 @@ func redlockServers(b *testing.B) (*Session, []*redis.Client) {
 	for range 3 {
 		srv := redisserver.Start(b)
 		c := srv.Client(b, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
-		loadScripts(context.Background(), b, c, redlockReleaseScript)
+		loadScripts(context.Background(), b, c, lease.RedlockReleaseRun)
 		cs, rcs = append(cs, c), append(rcs, c)
 	}
 	s, err := NewRedlockSession(cs, WithTTL(10*time.Second))
@@ -613,11 +613,11 @@ func scripts3Pair(ctx context.Context, b *testing.B, cs []*redis.Client, k lease
 	token := benchToken()
 	errs := make([]error, len(cs))
 	onAll(cs, func(i int, c *redis.Client) {
-		prev[i], errs[i] = acquiredFence(c.EvalSha(ctx, acquireScript.SHA(), []string{k.Lock, k.Fence}, token, "10000", ""), k.Lock, prev[i])
+		prev[i], errs[i] = acquiredFence(c.EvalSha(ctx, lease.AcquireRun.SHA(), []string{k.Lock, k.Fence}, token, "10000", ""), k.Lock, prev[i])
 	})
 	fence := slices.Max(prev)
 	onAll(cs, func(i int, c *redis.Client) {
-		if n, err := c.EvalSha(ctx, redlockReleaseScript.SHA(), []string{k.Lock, k.Fence}, token, fence).Int64(); err != nil || n != 1 {
+		if n, err := c.EvalSha(ctx, lease.RedlockReleaseRun.SHA(), []string{k.Lock, k.Fence}, token, fence).Int64(); err != nil || n != 1 {
 			errs[i] = cmp.Or(errs[i], fmt.Errorf("release on node %d: %d %v", i, n, err))
 		}
 	})
@@ -693,7 +693,7 @@ func BenchmarkRedlockParallel(b *testing.B) {
 			onAll(rcs, func(i int, _ *redis.Client) {
 				acq := make([]*redis.Cmd, per)
 				for j, k := range names {
-					acq[j] = pipes[i].EvalSha(ctx, acquireScript.SHA(), []string{k.Lock, k.Fence}, tokens[j], "10000", "")
+					acq[j] = pipes[i].EvalSha(ctx, lease.AcquireRun.SHA(), []string{k.Lock, k.Fence}, tokens[j], "10000", "")
 				}
 				if _, errs[i] = pipes[i].Exec(ctx); errs[i] != nil {
 					return
@@ -711,7 +711,7 @@ func BenchmarkRedlockParallel(b *testing.B) {
 				rel := make([]*redis.Cmd, per)
 				for j, k := range names {
 					fence := max(fences[0][j], fences[1][j], fences[2][j])
-					rel[j] = pipes[i].EvalSha(ctx, redlockReleaseScript.SHA(), []string{k.Lock, k.Fence}, tokens[j], fence)
+					rel[j] = pipes[i].EvalSha(ctx, lease.RedlockReleaseRun.SHA(), []string{k.Lock, k.Fence}, tokens[j], fence)
 				}
 				if _, errs[i] = pipes[i].Exec(ctx); errs[i] != nil {
 					return
@@ -810,11 +810,11 @@ func BenchmarkLockContended(b *testing.B) {
 		}},
 		{"scripts", func() (bool, error) {
 			token := benchToken()
-			r, err := c.EvalSha(ctx, acquireScript.SHA(), []string{k.Lock, k.Fence}, token, "10000", "").Slice()
+			r, err := c.EvalSha(ctx, lease.AcquireRun.SHA(), []string{k.Lock, k.Fence}, token, "10000", "").Slice()
 			if err != nil || len(r) == 0 || r[0] != int64(1) {
 				return false, err
 			}
-			n, err := c.EvalSha(ctx, releaseScript.SHA(), []string{k.Lock}, token).Int()
+			n, err := c.EvalSha(ctx, lease.ReleaseRun.SHA(), []string{k.Lock}, token).Int()
 			if err == nil && n != 1 {
 				err = fmt.Errorf("release of %s: %d, want 1", k.Lock, n)
 			}
@@ -826,10 +826,10 @@ func BenchmarkLockContended(b *testing.B) {
 	chain := func() error {
 		var rel *redis.Cmd
 		if held != "" {
-			rel = chainPipe.EvalSha(ctx, releaseScript.SHA(), []string{ck.Lock}, held)
+			rel = chainPipe.EvalSha(ctx, lease.ReleaseRun.SHA(), []string{ck.Lock}, held)
 		}
 		token := benchToken()
-		acq := chainPipe.EvalSha(ctx, acquireScript.SHA(), []string{ck.Lock, ck.Fence}, token, "10000", "")
+		acq := chainPipe.EvalSha(ctx, lease.AcquireRun.SHA(), []string{ck.Lock, ck.Fence}, token, "10000", "")
 		if _, err := chainPipe.Exec(ctx); err != nil {
 			return err
 		}

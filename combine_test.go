@@ -697,7 +697,7 @@ func TestGiveBackLandsBeforeTheNextAttempt(t *testing.T) {
 		waitClosed(t, r.reached, 5*time.Second, name+" on the wire")
 	}
 	free := freeing(t, slots[:]...)
-	giveBack := h.rule(releaseScript.SHA(), true)
+	giveBack := h.rule(lease.ReleaseRun.SHA(), true)
 	sendGiveBack := freeing(t, giveBack)
 
 	link.Blackhole(faultproxy.Both) // the first attempt is not acknowledged

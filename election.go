@@ -110,7 +110,7 @@ func (e *Election) Resign(ctx context.Context) error {
 // no longer holds the token, the leadership ends and the error matches
 // ErrNotOwner too. After another error the stored value may be either, even
 // later, and Lock.Value keeps the former: Proclaim again. No earlier
-// Proclaim overwrites one that returned nil (proclaimScript). Proclaim does
+// Proclaim overwrites one that returned nil (lease.ProclaimRun). Proclaim does
 // not wait for replicas: after a failover the former value may come back.
 func (e *Election) Proclaim(ctx context.Context, value string) error {
 	l, err := e.leadership("proclaim", proclaiming, value)

@@ -77,11 +77,11 @@ func scriptsPush(k lease.Keys) push {
 	return push{
 		ch: k.Channel,
 		take: func(ctx context.Context, c *redis.Client, token string) (bool, error) {
-			r, err := c.EvalSha(ctx, acquireScript.SHA(), []string{k.Lock, k.Fence}, token, "10000", "").Slice()
+			r, err := c.EvalSha(ctx, lease.AcquireRun.SHA(), []string{k.Lock, k.Fence}, token, "10000", "").Slice()
 			return err == nil && len(r) == 3 && r[0] == int64(1), err
 		},
 		resign: func(ctx context.Context, c *redis.Client, token string) error {
-			n, err := c.EvalSha(ctx, releaseScript.SHA(), []string{k.Lock}, token).Int()
+			n, err := c.EvalSha(ctx, lease.ReleaseRun.SHA(), []string{k.Lock}, token).Int()
 			if err == nil && n != 1 {
 				err = fmt.Errorf("release of %s: %d, want 1", k.Lock, n)
 			}
@@ -90,20 +90,20 @@ func scriptsPush(k lease.Keys) push {
 	}
 }
 
-// fairScriptsPush is scriptsPush for fair mode: fairAcquireScript, which
+// fairScriptsPush is scriptsPush for fair mode: lease.FairAcquireRun, which
 // queues the follower (member "push.<token>", so its wake-ups come on k's
-// wake-up channel of session "push"), and fairReleaseScript, which wakes
+// wake-up channel of session "push"), and lease.FairReleaseRun, which wakes
 // the head waiter there.
 func fairScriptsPush(k lease.Keys) push {
 	return push{
 		ch: k.WakeChannel("push"),
 		take: func(ctx context.Context, c *redis.Client, token string) (bool, error) {
-			r, err := c.EvalSha(ctx, fairAcquireScript.SHA(), []string{k.Lock, k.Fence, k.Queue, k.Leases},
+			r, err := c.EvalSha(ctx, lease.FairAcquireRun.SHA(), []string{k.Lock, k.Fence, k.Queue, k.Leases},
 				token, "10000", "", "push."+token, "1").Slice()
 			return err == nil && len(r) >= 2 && r[0] == int64(1), err
 		},
 		resign: func(ctx context.Context, c *redis.Client, token string) error {
-			n, err := c.EvalSha(ctx, fairReleaseScript.SHA(), []string{k.Lock, k.Queue, k.Leases}, token).Int()
+			n, err := c.EvalSha(ctx, lease.FairReleaseRun.SHA(), []string{k.Lock, k.Queue, k.Leases}, token).Int()
 			if err == nil && n != 1 {
 				err = fmt.Errorf("release of %s: %d, want 1", k.Lock, n)
 			}
@@ -179,7 +179,7 @@ func benchLibHandover(b *testing.B, scripts push, opts ...Option) {
 	srv := redisserver.Start(b)
 	c := srv.Client(b, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
 	ctx := context.Background()
-	loadScripts(ctx, b, c, fairAcquireScript, fairReleaseScript)
+	loadScripts(ctx, b, c, lease.FairAcquireRun, lease.FairReleaseRun)
 	hookA, waitingA := attempts()
 	hookB, waitingB := attempts()
 	ea := mustElection(b, newSession(b, c, append(opts, hookA)...), "handover")

@@ -288,7 +288,7 @@ type stallProclaim struct {
 }
 
 func (c *stallProclaim) Process(ctx context.Context, cmd redis.Cmder) error {
-	if isCall(cmd, proclaimScript) {
+	if isCall(cmd, lease.ProclaimRun) {
 		c.held <- struct{}{}
 		<-ctx.Done()
 		cmd.SetErr(ctx.Err())

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/lease"
 	"github.com/redisleader/redisleader/internal/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -146,7 +147,7 @@ func TestACLWordingsAreDenials(t *testing.T) {
 		for _, msg := range aclWordings.outside(d, "u", "evalsha") {
 			assert.True(t, permanent(redisErr(msg)), msg)
 			argv := []any{"evalsha", "0123", 2, "redisleader:{n}", "redisleader:{n}:fence", "token"}
-			cmd := acquireScript.Run(context.Background(), replyClient{err: redisErr(msg)}, argv)
+			cmd := lease.AcquireRun.Run(context.Background(), replyClient{err: redisErr(msg)}, argv)
 			assertDenied(t, cmd.Err(), "permission denied running EVALSHA on keys redisleader:{n} redisleader:{n}:fence (ACL): ", []string{msg})
 		}
 	}

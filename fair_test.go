@@ -167,7 +167,7 @@ func TestFairLeave(t *testing.T) {
 
 			// A late attempt of the waiter that left: nothing queued.
 			argv := []any{nil, nil, 4, k.Lock, k.Fence, k.Queue, k.Leases, "late-token", l.s.ttlArg, "", members[0], "1"}
-			res, err := fairAcquireScript.Run(ctx, b.client, argv).Slice()
+			res, err := lease.FairAcquireRun.Run(ctx, b.client, argv).Slice()
 			require.NoError(t, err)
 			assert.EqualValues(t, -2, res[3], how+": the late attempt knows it left")
 			n, err = b.client.Exists(ctx, k.Queue).Result()
@@ -454,10 +454,10 @@ func TestFairWaiterBehindItsOwnSessionsHeadSleeps(t *testing.T) {
 	left := make(chan struct{})
 	c := srv.Client(t, timeouts)
 	c.AddHook(cmdHook(func(cmd redis.Cmder) error {
-		if isCall(cmd, fairAcquireScript) {
+		if isCall(cmd, lease.FairAcquireRun) {
 			acquires.Add(1)
 		}
-		if isCall(cmd, leaveScript) && failLeave.CompareAndSwap(true, false) {
+		if isCall(cmd, lease.LeaveRun) && failLeave.CompareAndSwap(true, false) {
 			close(left)
 			return errNetTimeout
 		}
@@ -502,7 +502,7 @@ func TestFairHeadInRetryDelayHearsItsWakeUp(t *testing.T) {
 	failed := make(chan struct{}, 1)
 	c := srv.Client(t, timeouts)
 	c.AddHook(cmdHook(func(cmd redis.Cmder) error {
-		if isCall(cmd, fairAcquireScript) && failNext.CompareAndSwap(true, false) {
+		if isCall(cmd, lease.FairAcquireRun) && failNext.CompareAndSwap(true, false) {
 			failed <- struct{}{}
 			return errNetTimeout
 		}
@@ -572,7 +572,7 @@ func TestFairOwnWaiterEndsWhenItsSessionTakesTheName(t *testing.T) {
 
 // TestFairTombstoneOutlivesShortTTLs: the sessions of a name may have
 // different TTLs. A waiter of a session with a long TTL that gives up leaves
-// a tombstone for its TTL (leaveScript), but the next join or renewal by a
+// a tombstone for its TTL (lease.LeaveRun), but the next join or renewal by a
 // waiter of a short-TTL session sets PEXPIREAT on the leases to
 // keepUntil(leases, now + short TTL), which only looks at the top score, a
 // live lease, never at tombstones (negative scores): the tombstone dies
@@ -588,12 +588,12 @@ func TestFairTombstoneOutlivesShortTTLs(t *testing.T) {
 
 	join := func(member string, ttl int) []any {
 		argv := []any{nil, nil, 4, k.Lock, k.Fence, q, ls, "tok-" + member, ttl, "", member, "1"}
-		res, err := fairAcquireScript.Run(ctx, c, argv).Slice()
+		res, err := lease.FairAcquireRun.Run(ctx, c, argv).Slice()
 		require.NoError(t, err)
 		return res
 	}
 	join("LONG.1", 30000)
-	require.NoError(t, leaveScript.Run(ctx, c, []any{nil, nil, 3, k.Lock, q, ls, "LONG.1", 30000}).Err())
+	require.NoError(t, lease.LeaveRun.Run(ctx, c, []any{nil, nil, 3, k.Lock, q, ls, "LONG.1", 30000}).Err())
 	join("SHORT.1", 1000) // a waiter of a session with a 1s TTL
 
 	pttl, err := c.PTTL(ctx, ls).Result()

@@ -50,14 +50,14 @@ func FencedDel(ctx context.Context, c Client, key string, fence int64) error {
 	return fencedWrite(ctx, c, key, fence, lease.FencedDelArgs(key, fence))
 }
 
-// fencedWrite validates the input and runs fencedScript with argv.
+// fencedWrite validates the input and runs lease.FencedRun with argv.
 func fencedWrite(ctx context.Context, c Client, key string, fence int64, argv []any) error {
 	if err := checkFenced(c, key, fence); err != nil {
 		return err
 	}
 	callCtx, cancel := context.WithTimeout(ctx, defaultMaxCall)
 	defer cancel()
-	res, err := wire.UntilDone(callCtx, func() (any, error) { return fencedScript.Run(callCtx, c, argv).Result() })
+	res, err := wire.UntilDone(callCtx, func() (any, error) { return lease.FencedRun.Run(callCtx, c, argv).Result() })
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 			err = errors.Join(cerr, err)

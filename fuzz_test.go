@@ -226,7 +226,7 @@ func FuzzFencedInput(f *testing.F) {
 	f.Fuzz(func(t *testing.T, key, value string, fence int64, del bool) {
 		c := &recordingClient{}
 		var err error
-		want := []any{"evalsha", fencedScript.SHA(), 1, key, fence, value}
+		want := []any{"evalsha", lease.FencedRun.SHA(), 1, key, fence, value}
 		if del {
 			err = FencedDel(context.Background(), c, key, fence)
 			want = want[:5]

@@ -189,7 +189,7 @@ func TestDeadlineWhileRedisPaused(t *testing.T) {
 func TestStaleCleanupNeverDelaysRenewals(t *testing.T) {
 	ctx := context.Background()
 	_, c := newMini(t)
-	c.AddHook(hangScript(releaseScript, 0))
+	c.AddHook(hangScript(lease.ReleaseRun, 0))
 	const interval, callTimeout = 300 * time.Millisecond, 500 * time.Millisecond
 	type round struct {
 		end   time.Time
@@ -232,7 +232,7 @@ func TestStaleCleanupNeverDelaysRenewals(t *testing.T) {
 func TestRenewalRoundsKeepTheirSchedule(t *testing.T) {
 	_, c := newMini(t)
 	const interval, slow, n = 200 * time.Millisecond, 60 * time.Millisecond, 4
-	c.AddHook(hangScript(renewScript, slow))
+	c.AddHook(hangScript(lease.RenewRun, slow))
 	ends := make(chan time.Time, 64)
 	s := newSession(t, c, WithTTL(3*time.Second), WithRenewInterval(interval),
 		withRoundHook(func(int, bool) { ends <- time.Now() }))
@@ -258,7 +258,7 @@ func TestRenewalRoundsKeepTheirSchedule(t *testing.T) {
 func TestFirstRoundTimedFromTheAcquire(t *testing.T) {
 	_, c := newMini(t)
 	const interval, slow = 200 * time.Millisecond, 80 * time.Millisecond
-	c.AddHook(hangScript(acquireScript, slow))
+	c.AddHook(hangScript(lease.AcquireRun, slow))
 	ends := make(chan time.Time, 64)
 	s := newSession(t, c, WithTTL(3*time.Second), WithRenewInterval(interval),
 		withRoundHook(func(int, bool) { ends <- time.Now() }))
@@ -287,13 +287,13 @@ func TestStaleCleanupRunsWhenRoundsAreSlow(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			m, c := newMini(t)
-			for _, sc := range []*wire.Script{renewScript, releaseScript} { // one EVALSHA each, no NOSCRIPT re-send
+			for _, sc := range []*wire.Script{lease.RenewRun, lease.ReleaseRun} { // one EVALSHA each, no NOSCRIPT re-send
 				require.NoError(t, c.ScriptLoad(ctx, sc.Src()).Err())
 			}
-			c.AddHook(failFirst(releaseScript, new(atomic.Bool)))
-			c.AddHook(hangScript(renewScript, tc.renew))
+			c.AddHook(failFirst(lease.ReleaseRun, new(atomic.Bool)))
+			c.AddHook(hangScript(lease.RenewRun, tc.renew))
 			if tc.release > 0 {
-				c.AddHook(hangScript(releaseScript, tc.release))
+				c.AddHook(hangScript(lease.ReleaseRun, tc.release))
 			}
 			s := newSession(t, c, WithTTL(3*time.Second), WithRenewInterval(interval), WithCallTimeout(callTimeout))
 			held, err := s.TryLock(ctx, "held")
@@ -377,7 +377,7 @@ type renewalSlice struct {
 
 func (r *renewals) hook() testHook {
 	return eachCall(func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
-		if !isCall(cmds[0], renewScript) {
+		if !isCall(cmds[0], lease.RenewRun) {
 			return send(ctx, cmds)
 		}
 		sl := renewalSlice{start: time.Now()}
@@ -431,7 +431,7 @@ func tryLocks(t *testing.T, s *Session, prefix string, n int, locks map[string]*
 func TestRenewalSlices(t *testing.T) {
 	srv := redisserver.Start(t)
 	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
-	require.NoError(t, c.ScriptLoad(context.Background(), renewScript.Src()).Err()) // one pipeline per slice
+	require.NoError(t, c.ScriptLoad(context.Background(), lease.RenewRun.Src()).Err()) // one pipeline per slice
 	rec := &renewals{}
 	c.AddHook(rec.hook())
 	const interval = 200 * time.Millisecond
@@ -514,7 +514,7 @@ func lastSliceOf(sent []renewalSlice, key string) int {
 func TestFailedSliceRetriedAlone(t *testing.T) {
 	srv := redisserver.Start(t)
 	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
-	require.NoError(t, c.ScriptLoad(context.Background(), renewScript.Src()).Err())
+	require.NoError(t, c.ScriptLoad(context.Background(), lease.RenewRun.Src()).Err())
 	var failing atomic.Pointer[string] // a key whose next slice fails
 	rec := &renewals{fail: func(keys []string) bool {
 		k := failing.Load()

@@ -236,7 +236,7 @@ func TestReleaseRetriedAfterAHookPanicAlone(t *testing.T) {
 func TestGiveBackRetriedAfterAHookPanic(t *testing.T) {
 	primary, _, link := replicated(t)
 	c := primary.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
-	h := &holdHook{panicOn: map[string]bool{releaseScript.SHA(): true}}
+	h := &holdHook{panicOn: map[string]bool{lease.ReleaseRun.SHA(): true}}
 	c.AddHook(h.hook())
 	s := newSession(t, c, WithTTL(30*time.Second), WithRenewInterval(300*time.Millisecond), WithCallTimeout(2*time.Second),
 		WithRetryInterval(20*time.Millisecond), WithReplicaAcks(1, 200*time.Millisecond))
@@ -443,7 +443,7 @@ func TestHeartbeatSurvivesAHookGoexit(t *testing.T) {
 	c.AddHook(f.hook())
 	s := newSession(t, c, fastOpts()...)
 	ctx := context.Background()
-	f.set(renewScript.SHA(), true, false)
+	f.set(lease.RenewRun.SHA(), true, false)
 	fired := f.fired
 	l, err := s.TryLock(ctx, "hb-goexit")
 	require.NoError(t, err)
@@ -498,7 +498,7 @@ func TestHeartbeatGoexitInTheServerCheck(t *testing.T) {
 // past, and sent renewals back to back until the lock's deadline).
 func TestHeartbeatGoexitRetriesAfterTheRetryDelay(t *testing.T) {
 	_, c := newMini(t)
-	count := &countingHook{match: renewScript.SHA()}
+	count := &countingHook{match: lease.RenewRun.SHA()}
 	f := &faultHook{}
 	c.AddHook(count.hook()) // outermost: counts what is sent
 	c.AddHook(f.hook())
@@ -506,7 +506,7 @@ func TestHeartbeatGoexitRetriesAfterTheRetryDelay(t *testing.T) {
 	ctx := context.Background()
 	l, err := s.TryLock(ctx, "hb-goexit-flood")
 	require.NoError(t, err)
-	f.set(renewScript.SHA(), true, true) // after the renewal ran
+	f.set(lease.RenewRun.SHA(), true, true) // after the renewal ran
 	waitClosed(t, l.Done(), 5*time.Second, "the lock's end (its renewals' replies never reach the heartbeat)")
 	f.set("", false, false)
 	// At most a TTL of retries every 20ms or more: 30, and a margin.
@@ -566,7 +566,7 @@ func TestHookGoexitInClose(t *testing.T) {
 	ctx := context.Background()
 	_, err = s.TryLock(ctx, "close-goexit")
 	require.NoError(t, err)
-	f.set(releaseScript.SHA(), true, false)
+	f.set(lease.ReleaseRun.SHA(), true, false)
 	require.True(t, goexits(t, func() { _ = s.Close(ctx) }), "Close returned: the hook did not end its goroutine")
 	f.set("", false, false)
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -589,7 +589,7 @@ func TestHookGoexitInRunsRelease(t *testing.T) {
 	ctx := context.Background()
 	require.True(t, goexits(t, func() {
 		_ = e.Run(ctx, "v", func(context.Context, *Lock) error {
-			f.set(releaseScript.SHA(), true, false) // Run's delete of the term, next
+			f.set(lease.ReleaseRun.SHA(), true, false) // Run's delete of the term, next
 			return errors.New("done leading (test)")
 		})
 	}), "Run returned: the hook did not end its goroutine")

@@ -262,42 +262,6 @@ func (l *Lock) heir() string {
 	return l.lead.heir
 }
 
-// deliver waits out the takeover delay (WithTakeoverDelay) of a fresh
-// acquisition, made by a call that started at start, while the heartbeat
-// renews it, then delivers it to its caller (registering it first as a Run
-// term, with term). It returns why the acquisition ended if it ended before
-// it could be delivered (a deadline can pass even with no delay), or
-// ctx's error or ErrSessionClosed if those ended first (the key is then
-// released, by the caller here or by Close).
-func (l *Lock) deliver(ctx context.Context, start time.Time, term bool) (lost, err error) {
-	if d := l.s.cfg.takeoverDelay; d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-l.Done():
-		case <-ctx.Done():
-			if l.end(ErrReleased) {
-				l.dispose(ctx, false)
-			}
-			return nil, ctx.Err()
-		case <-l.s.done:
-			return nil, ErrSessionClosed
-		}
-	}
-	if lost = l.check(); lost != nil {
-		if errors.Is(lost, ErrSessionClosed) {
-			return nil, lost
-		}
-		return lost, nil
-	}
-	if term {
-		l.s.registerTerm(l)
-	}
-	l.markDelivered(start)
-	return nil, nil
-}
-
 // markDelivered marks the acquisition, whose call started at start, as handed to
 // its caller, unless it has already ended or expired (then the caller finds
 // it ended).

@@ -44,7 +44,7 @@ func leaderOf(k lease.Keys, r lease.Inspected, err error) (Leader, bool, error) 
 }
 
 func (n *node) proclaim(ctx context.Context, l *Lock, seq int64, value string, deadline time.Time) (bool, error) {
-	res, err := n.s.wire.Combiner().Call(ctx, deadline, proclaimScript, proclaimArgs(l, seq, value)).Int()
+	res, err := n.s.wire.Combiner().Call(ctx, deadline, lease.ProclaimRun, l.lease.Args.Proclaim(l.lease.Keys.Seq(), seq, value)).Int()
 	if res == 2 {
 		return true, errSuperseded
 	}

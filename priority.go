@@ -199,7 +199,7 @@ func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
 	if e.s.unsupported[prioritising] != nil {
 		return nil, invalidf("Candidates: priorities are not supported with Redlock")
 	}
-	res, err := e.s.wire.Combiner().Call(ctx, time.Time{}, candidatesScript, lease.CandidatesArgs(e.keys)).Slice()
+	res, err := e.s.wire.Combiner().Call(ctx, time.Time{}, lease.CandidatesRun, lease.CandidatesArgs(e.keys)).Slice()
 	if err != nil && err != redis.Nil {
 		return nil, fmt.Errorf("redisleader: candidates of %q: %w", e.keys.Name, err)
 	}

@@ -163,7 +163,7 @@ func newSeqRig(t *testing.T) *seqRig {
 
 func (r *seqRig) proclaim(token string, seq int64, value string) (int64, error) {
 	argv := []any{nil, nil, 2, r.k.Lock, r.k.Seq(), token, seq, value}
-	return proclaimScript.Run(context.Background(), r.c, argv).Int64()
+	return lease.ProclaimRun.Run(context.Background(), r.c, argv).Int64()
 }
 
 func (r *seqRig) get(key string) string {

@@ -126,7 +126,7 @@ func TestRedlockAcquireWriteBack(t *testing.T) {
 	ms, cs := redlockNodes(t, 3)
 	var raises atomic.Int64
 	for _, c := range cs {
-		c.(*redis.Client).AddHook(scriptCounter(redlockRenewScript, &raises, nil))
+		c.(*redis.Client).AddHook(scriptCounter(lease.RedlockRenewRun, &raises, nil))
 	}
 	s := newRedlock(t, cs, slowOpts()...)
 	l1, err := s.TryLock(ctx, "wb")
@@ -434,7 +434,7 @@ type failFirstRelease struct {
 
 func (c *failFirstRelease) Process(ctx context.Context, cmd redis.Cmder) error {
 	fail := false
-	if isCall(cmd, releaseScript) {
+	if isCall(cmd, lease.ReleaseRun) {
 		c.once.Do(func() { fail = true })
 	}
 	if fail {
@@ -485,9 +485,9 @@ func TestRedlockLateQuorumReply(t *testing.T) {
 		for _, block := range []bool{false, true} {
 			t.Run(fmt.Sprint("writeBack=", writeBack, ",block=", block), func(t *testing.T) {
 				ms, cs := redlockNodes(t, 3)
-				sc := acquireScript
+				sc := lease.AcquireRun
 				if writeBack {
-					sc = redlockRenewScript // the write-back
+					sc = lease.RedlockRenewRun // the write-back
 					for _, m := range ms {
 						m.Set(lease.NewKeys("late").Fence, fmt.Sprint(time.Now().Add(2*time.Second).UnixMicro()))
 					}
@@ -754,7 +754,7 @@ func TestRedlockSplitVotesBackOff(t *testing.T) {
 	ms[0].SetTTL(k.Lock, time.Minute)
 	const splits, retry = 6, 20 * time.Millisecond
 	sent := make(chan time.Time, 64)
-	cs[1].(*redis.Client).AddHook(scriptCounter(acquireScript, new(atomic.Int64), sent))
+	cs[1].(*redis.Client).AddHook(scriptCounter(lease.AcquireRun, new(atomic.Int64), sent))
 	ended := make(chan time.Time, 64)
 	s := newRedlock(t, cs, WithTTL(10*time.Second), WithCallTimeout(50*time.Millisecond),
 		WithRetryInterval(retry), WithRetryJitter(0),
@@ -891,7 +891,7 @@ func TestRedlockReleaseBeforeALateAcquire(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			ms, cs := redlockNodes(t, 3)
-			h := newLateScript(acquireScript, tc.fail)
+			h := newLateScript(lease.AcquireRun, tc.fail)
 			cs[2].(*redis.Client).AddHook(h.hook())
 			opts := []Option{WithTTL(3 * time.Second), WithCallTimeout(500 * time.Millisecond), WithRenewInterval(200 * time.Millisecond)}
 			s := newRedlock(t, cs, opts...)
@@ -959,12 +959,12 @@ func ownPair(n *atomic.Int64) testHook {
 	return testHook{pipeline: func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
 		rel := map[string]bool{}
 		for _, c := range cmds {
-			if a := c.Args(); len(a) > 5 && isCall(c, redlockReleaseScript) {
+			if a := c.Args(); len(a) > 5 && isCall(c, lease.RedlockReleaseRun) {
 				rel[fmt.Sprint(a[5])] = true
 			}
 		}
 		for _, c := range cmds {
-			if a := c.Args(); len(a) > 5 && isCall(c, acquireScript) && rel[fmt.Sprint(a[5])] {
+			if a := c.Args(); len(a) > 5 && isCall(c, lease.AcquireRun) && rel[fmt.Sprint(a[5])] {
 				n.Add(1)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader/internal/faultproxy"
+	"github.com/redisleader/redisleader/internal/lease"
 	"github.com/redisleader/redisleader/internal/syncbuf"
 	"github.com/redisleader/redisleader/internal/wire"
 	"github.com/stretchr/testify/assert"
@@ -194,8 +195,8 @@ func TestLateGiveBackNeverDeletesTheNextAttempt(t *testing.T) {
 			// A server that has our scripts, as in steady state: the late
 			// request runs (on a server without them it would meet NOSCRIPT
 			// and do nothing).
-			require.NoError(t, c.ScriptLoad(context.Background(), releaseScript.Src()).Err())
-			h := newLateHook(releaseScript, retried)
+			require.NoError(t, c.ScriptLoad(context.Background(), lease.ReleaseRun.Src()).Err())
+			h := newLateHook(lease.ReleaseRun, retried)
 			c.AddHook(h.hook())
 			s := newSession(t, c, WithTTL(12*time.Second), WithRenewInterval(4*time.Second), WithCallTimeout(2*time.Second),
 				WithRetryInterval(20*time.Millisecond), WithReplicaAcks(1, 200*time.Millisecond))

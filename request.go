@@ -6,20 +6,16 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redisleader/redisleader/internal/lease"
-	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // Transfer requests: any process may ask whoever leads a name to Transfer
-// (docs/elections.md, Transfer requests). What Redis holds, and the
-// scripts, are in internal/lease/request.go.
-
-var (
-	requestSendScript = wire.NewScript(lease.RequestSendSHA, lease.RequestSendSrc)
-	requestTakeScript = wire.NewScript(lease.RequestTakeSHA, lease.RequestTakeSrc)
-)
+// (docs/elections.md, Transfer requests). What Redis holds, the scripts
+// and their calls (lease.Requests) are in internal/lease/request.go; here
+// is what the requester and the leader believe.
 
 // ErrNotTaken is returned, with ctx's error, by Election.RequestTransfer
 // when ctx ended before any leader took the request; it was withdrawn.
@@ -61,8 +57,8 @@ func (e *Election) RequestTransfer(ctx context.Context, to string) (Leader, erro
 	case from.Value == to:
 		return from, nil
 	}
-	q := &request{e: e, key: lease.RequestKey(e.keys.Name), Request: lease.Request{ID: rand.Text(), Fence: from.Fence, To: to}}
-	if err := e.s.wire.Combiner().Call(ctx, time.Time{}, requestSendScript, lease.SendArgs(q.key, q.Request, e.s.cfg.ttl)).Err(); err != nil {
+	q := &request{e: e, Request: lease.Request{ID: rand.Text(), Fence: from.Fence, To: to}}
+	if err := e.requests().Send(ctx, q.Request, e.s.cfg.ttl); err != nil {
 		_, _ = q.withdraw(ctx) // it may have been stored all the same
 		if ctx.Err() != nil {
 			return Leader{}, q.errorf("%w; withdrawn: %w", ErrNotTaken, err)
@@ -72,18 +68,16 @@ func (e *Election) RequestTransfer(ctx context.Context, to string) (Leader, erro
 	return q.await(ctx, changes)
 }
 
-// takeRequest runs the take script (take, withdraw or readdress: argv
-// says) on the session's server.
-func (e *Election) takeRequest(ctx context.Context, argv []any) (lease.Taken, error) {
-	return lease.TakeReply(e.s.wire.Combiner().Call(ctx, time.Time{}, requestTakeScript, argv).Slice())
+// requests are the election's transfer requests on the session's server.
+func (e *Election) requests() lease.Requests {
+	return lease.Requests{C: e.s.wire.Combiner(), Keys: e.keys}
 }
 
 // A request is one RequestTransfer's request, addressed to the term whose
 // fence is Fence.
 type request struct {
 	lease.Request
-	e   *Election
-	key string
+	e *Election
 }
 
 // await follows the leader changes until To leads, or another candidate
@@ -135,20 +129,18 @@ func (q *request) changed(ctx context.Context, l Leader) (done bool, err error) 
 func (q *request) readdress(ctx context.Context, fence int64) (moved bool, err error) {
 	next := q.Request
 	next.Fence = fence
-	t, err := q.e.takeRequest(ctx, lease.ReaddressArgs(q.key, next, q.e.s.cfg.ttl))
-	if err != nil || !t.Took {
-		return false, err
+	moved, err = q.e.requests().Readdress(ctx, next, q.e.s.cfg.ttl)
+	if moved {
+		q.Fence = fence
 	}
-	q.Fence = fence
-	return true, nil
+	return moved, err
 }
 
 // withdraw deletes the request if the key still holds it, whatever term it
 // addresses (also once ctx has ended), and reports whether it did not
 // (taken: a leader took it).
 func (q *request) withdraw(ctx context.Context) (taken bool, err error) {
-	t, err := q.e.takeRequest(context.WithoutCancel(ctx), lease.WithdrawArgs(q.key, q.ID))
-	return !t.Took, err
+	return q.e.requests().Withdraw(context.WithoutCancel(ctx), q.ID)
 }
 
 // giveUp withdraws the request unless a leader has taken it, once ctx has
@@ -185,23 +177,38 @@ func (e *Election) TransferRequested(ctx context.Context, leadership *Lock) (to 
 	case e.redlock():
 		return "", errRedlockTransfer
 	}
-	return e.awaitRequest(ctx, leadership)
+	w := &requestWatch{e: e, l: leadership, claim: func(string) bool { return leadership.Held() }}
+	return w.await(ctx, ctx)
 }
 
-// awaitRequest takes the request addressed to l's term at once, then on
-// every hint and once per TTL, until it has taken one, l has ended or ctx
-// ends.
-func (e *Election) awaitRequest(ctx context.Context, l *Lock) (string, error) {
+// requestWatch takes the requests addressed to one term.
+type requestWatch struct {
+	e *Election
+	l *Lock
+	// claim tells whether the term can still honour a request to to that
+	// it took; if not, the request is put back.
+	claim   func(to string) bool
+	warned  bool // a key that is no request was reported
+	ignored bool // a request for another term was reported
+	failing bool // reading the requests failed, and was reported
+}
+
+// await takes the request addressed to the term at once, then on every
+// hint and once per TTL, until the term has claimed one, it has ended or
+// ctx ends. The takes run on call: ctx, or one that outlives ctx, so that
+// a take whose reply comes after ctx has ended still puts back a request
+// that the term no longer honours.
+func (w *requestWatch) await(ctx, call context.Context) (string, error) {
+	e, l := w.e, w.l
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer l.onEnd(cancel)()
-	w := &requestWatch{e: e, l: l, key: lease.RequestKey(e.keys.Name)}
-	sub, err := e.s.wire.Subscribe(ctx, w.key, nil)
+	sub, err := e.s.wire.Subscribe(ctx, lease.RequestKey(e.keys.Name), nil)
 	for err == nil {
 		if !l.Held() {
 			break // lost by the clock only: a term that cannot hand over takes none
 		}
-		if to := w.take(ctx); to != "" {
+		if to := w.take(call); to != "" {
 			sub.Close()
 			return to, nil
 		}
@@ -216,33 +223,30 @@ func (e *Election) awaitRequest(ctx context.Context, l *Lock) (string, error) {
 	return "", err
 }
 
-// requestWatch takes the requests addressed to one term.
-type requestWatch struct {
-	e       *Election
-	l       *Lock
-	key     string
-	warned  bool // a key that is no request was reported
-	ignored bool // a request for another term was reported
-}
-
 // take takes the request addressed to the term, if any, and returns its
-// value, or "" if there is none to act on (none, one for another term, one
-// for the leader's own value, or an error, logged).
+// value once the term has claimed it, or "" if there is none to act on
+// (none, one for another term, one for the leader's own value, one the
+// term could no longer honour, put back, or an error, logged once until a
+// read succeeds again).
 func (w *requestWatch) take(ctx context.Context) string {
-	t, err := w.e.takeRequest(ctx, lease.TakeArgs(w.key, w.l.Fence()))
+	r := w.e.requests()
+	t, err := r.Take(ctx, w.l.Fence(), w.l.lease.Token)
 	log, name := w.e.s.cfg.logger, w.e.keys.Name
 	switch {
-	case ctx.Err() != nil || err == nil && !t.Present:
+	case err != nil && !w.failing && ctx.Err() == nil:
+		w.failing = true
+		log.Warn("redisleader: cannot read transfer requests; they are not honoured until this is fixed", "election", name, "err", err)
 		return ""
-	case err != nil:
-		log.Warn("redisleader: reading transfer requests", "election", name, "err", err)
+	case err != nil || !t.Present:
+		w.failing = w.failing && err != nil
 		return ""
 	}
+	w.failing = false
 	to, ok := lease.RequestValue(t.Held)
 	switch {
 	case !ok && !w.warned:
 		w.warned = true
-		log.Warn(fmt.Sprintf("redisleader: %s holds %d bytes that are no transfer request; left as they are", w.key, len(t.Held)))
+		log.Warn(fmt.Sprintf("redisleader: %s holds %d bytes that are no transfer request; left as they are", lease.RequestKey(name), len(t.Held)))
 	case !ok:
 	case !t.Took && !w.ignored:
 		w.ignored = true
@@ -250,6 +254,12 @@ func (w *requestWatch) take(ctx context.Context) string {
 	case !t.Took:
 	case w.l.isOwn(to):
 		log.Info("redisleader: transfer requested to the leader's own value: it leads already", "election", name)
+	case !w.claim(to):
+		// Taken as the term ended: its requester addresses it to the next.
+		if err := r.PutBack(context.WithoutCancel(ctx), t.Held, w.e.s.cfg.ttl); err != nil {
+			log.Warn("redisleader: cannot put back a transfer request its term did not honour; its requester sees it taken",
+				"election", name, "err", err)
+		}
 	default:
 		return to
 	}
@@ -258,38 +268,56 @@ func (w *requestWatch) take(ctx context.Context) string {
 
 // honouring is Run's watch of the requests addressed to one term.
 type honouring struct {
-	to     string // the value of the request taken; written before done closes
-	cancel context.CancelFunc
-	done   chan struct{}
+	mu      sync.Mutex
+	to      string // the value of the request claimed
+	stopped bool   // no request is claimed any more
+	cancel  context.CancelFunc
 }
 
 // honour starts taking the requests addressed to Run's term l; on one, it
-// ends onElected's context with a TransferRequest (end). stop ends it.
+// ends onElected's context with a TransferRequest (end). stop ends it. A
+// watch that cannot run (Subscribe failed) says so once.
 func (e *Election) honour(ctx context.Context, l *Lock, end context.CancelCauseFunc) *honouring {
-	if e.redlock() {
+	if e.redlock() || e.s.enter() != nil {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	h := &honouring{cancel: cancel, done: make(chan struct{})}
+	h := &honouring{cancel: cancel}
+	claim := func(to string) bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.stopped || !l.Held() {
+			return false
+		}
+		h.to = to
+		end(&TransferRequest{To: to})
+		return true
+	}
 	go func() {
-		defer close(h.done)
-		if to, err := e.awaitRequest(ctx, l); err == nil {
-			h.to = to
-			end(&TransferRequest{To: to})
+		defer e.s.work.Done() // Close waits for a take still on the wire
+		w := &requestWatch{e: e, l: l, claim: claim}
+		_, err := w.await(ctx, context.WithoutCancel(ctx))
+		if err != nil && ctx.Err() == nil && !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrSessionClosed) {
+			e.s.cfg.logger.Warn("redisleader: transfer requests are not honoured in this term", "election", e.keys.Name, "err", err)
 		}
 	}()
 	return h
 }
 
-// stop ends the watch, waits for it, and returns the value of the request
-// it took, or "".
+// stop ends the watch and returns the value of the request it claimed, or
+// "". It does not wait for a take still on the wire: a request that take
+// finds after stop is put back (requestWatch.take), as the term no longer
+// honours it.
 func (h *honouring) stop() string {
 	if h == nil {
 		return ""
 	}
+	h.mu.Lock()
+	h.stopped = true
+	to := h.to
+	h.mu.Unlock()
 	h.cancel()
-	<-h.done
-	return h.to
+	return to
 }
 
 // transferTo makes Run's release of the term l, if still held, a Transfer

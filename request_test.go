@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -180,8 +182,8 @@ func requestOf(t *testing.T, id string, fence int64, to string) (*request, *redi
 	srv := redisserver.Start(t)
 	c := srv.Client(t)
 	e := mustElection(t, newSession(t, c, WithTTL(time.Minute)), "job")
-	q := &request{e: e, key: lease.RequestKey("job"), Request: lease.Request{ID: id, Fence: fence, To: to}}
-	return q, srv, func(v string) { require.NoError(t, c.Set(t.Context(), q.key, v, time.Minute).Err()) }
+	q := &request{e: e, Request: lease.Request{ID: id, Fence: fence, To: to}}
+	return q, srv, func(v string) { require.NoError(t, c.Set(t.Context(), lease.RequestKey("job"), v, time.Minute).Err()) }
 }
 
 // The take script, the one place that decides which request a leader takes
@@ -190,11 +192,13 @@ func requestOf(t *testing.T, id string, fence int64, to string) (*request, *redi
 func TestRequestScript(t *testing.T) {
 	t.Parallel()
 	q, srv, store := requestOf(t, "ID", 5, "B x\ny") // VALUE may hold spaces and newlines
-	ctx, e, key := t.Context(), q.e, q.key
+	ctx, e, key := t.Context(), q.e, lease.RequestKey("job")
 	stored := func() any { return srv.Do(t, "GET", key) }
-	take := func(fence string) (lease.Taken, error) {
-		return e.takeRequest(ctx, []any{nil, nil, 1, key, "", fence, "", ""})
+	take := func(fence string) (lease.Taken, error) { // by the term whose token is TOK
+		argv := []any{nil, nil, 2, key, e.keys.Lock, "", fence, "", "", "TOK"}
+		return lease.TakeReply(e.s.wire.Combiner().Call(ctx, time.Time{}, lease.RequestTakeRun, argv).Slice())
 	}
+	srv.Do(t, "SET", e.keys.Lock, "TOK\n5\na")
 	got, err := take("5")
 	require.NoError(t, err)
 	assert.False(t, got.Present, "no request")
@@ -218,10 +222,27 @@ func TestRequestScript(t *testing.T) {
 		}
 	}
 
+	// A term that has ended in Redis (the lock key gone, or another
+	// owner's) consumes nothing: its requester addresses the request to
+	// the next term. On 4987083 the take consumed it, and the requester
+	// read it as honoured (ErrNoSuccessor).
+	store(q.String())
+	for _, lock := range []string{"", "OTHER\n6\nc", "\n6\nc", "TOKX\n5\na"} {
+		if lock == "" {
+			srv.Do(t, "DEL", e.keys.Lock)
+		} else {
+			srv.Do(t, "SET", e.keys.Lock, lock)
+		}
+		got, err := take("5")
+		require.NoError(t, err)
+		assert.False(t, got.Took, "taken with the lock key holding %q", lock)
+		assert.Equal(t, q.String(), stored())
+	}
+
 	// A readdress and a withdrawal act only on the requester's own request;
 	// a readdress renews it for one TTL.
 	store(q.String())
-	other := &request{e: e, key: key, Request: lease.Request{ID: "OTHER", Fence: 5, To: "B x\ny"}}
+	other := &request{e: e, Request: lease.Request{ID: "OTHER", Fence: 5, To: "B x\ny"}}
 	moved, err := other.readdress(ctx, 6)
 	require.NoError(t, err)
 	assert.False(t, moved, "another requester's request was addressed anew")
@@ -247,7 +268,7 @@ func TestRequestScript(t *testing.T) {
 func TestRequestScriptUnknownOutcome(t *testing.T) {
 	t.Parallel()
 	q, srv, store := requestOf(t, "ID", 5, "B")
-	ctx, key := t.Context(), q.key
+	ctx, key := t.Context(), lease.RequestKey("job")
 	store("ID 6\nB") // readdressed to 6; the requester did not hear so
 
 	moved, err := q.readdress(ctx, 6) // the same readdress, run again
@@ -275,4 +296,173 @@ func TestRequestScriptUnknownOutcome(t *testing.T) {
 		assert.False(t, moved, "%q", v)
 		assert.Equal(t, v, srv.Do(t, "GET", key), "%q changed", v)
 	}
+}
+
+// A term that has ended in Redis, though its leader does not know it yet,
+// consumes no request: TransferRequested takes nothing, and the requester
+// addresses the request to the next term, where it waits until its ctx
+// ends (ErrNotTaken). On 4987083 the ended term took it, and the requester
+// read the next term as the outcome of a transfer (ErrNoSuccessor).
+func TestRequestNotConsumedByEndedTerm(t *testing.T) {
+	onRedisServer(t, func(t *testing.T, b *backend) {
+		e := mustElection(t, newSession(t, b.client, fastOpts()...), "req")
+		lead, err := e.Campaign(t.Context(), "a")
+		require.NoError(t, err)
+		asker := mustElection(t, newSession(t, b.client, fastOpts()...), "req")
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		asked := make(chan error, 1)
+		go func() { _, err := asker.RequestTransfer(ctx, "b"); asked <- err }()
+		for requestHeld(b, "req") == "" {
+			runtimeYield()
+		}
+		b.del(lead.lease.Keys.Lock) // the term ends in Redis; a's heartbeat learns it later
+
+		tctx, tcancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer tcancel()
+		to, err := e.TransferRequested(tctx, lead)
+		assert.Empty(t, to, "an ended term took the request")
+		assert.ErrorIs(t, err, ErrNotLeader)
+
+		c := mustElection(t, newSession(t, b.client, fastOpts()...), "req")
+		next, err := c.Campaign(t.Context(), "c")
+		require.NoError(t, err)
+		want := " " + strconv.FormatInt(next.Fence(), 10) + "\nb"
+		for !strings.HasSuffix(requestHeld(b, "req"), want) {
+			select {
+			case err := <-asked:
+				t.Fatalf("RequestTransfer returned before it addressed the next term: %v", err)
+			default:
+				runtimeYield()
+			}
+		}
+		cancel()
+		err = recvWithin(t, asked, 2*time.Second, "RequestTransfer")
+		assert.ErrorIs(t, err, ErrNotTaken)
+		assert.NotErrorIs(t, err, ErrNoSuccessor)
+	})
+}
+
+// takeHold is a client hook that, once armed, holds the first take of a
+// transfer request that took one: the take has run in Redis, and its
+// reply waits until release is closed (a server that answers late).
+type takeHold struct {
+	armed   atomic.Bool
+	held    chan struct{} // closed when the take is held
+	release chan struct{}
+}
+
+func (h *takeHold) hook() testHook {
+	return eachCall(func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+		err := send(ctx, cmds)
+		for _, cmd := range cmds {
+			c, ok := cmd.(*redis.Cmd)
+			if !ok || len(c.Args()) < 2 || c.Args()[1] != lease.RequestTakeRun.SHA() && c.Args()[1] != lease.RequestTakeRun.Src() {
+				continue // EVALSHA, or EVAL after NOSCRIPT
+			}
+			if res, _ := c.Slice(); len(res) == 2 && res[0] == int64(1) && h.armed.CompareAndSwap(true, false) {
+				close(h.held)
+				<-h.release
+			}
+		}
+		return err
+	})
+}
+
+// Run's return does not wait for a take of its watch that is still on the
+// wire (on 4987083 it waited up to a call timeout, on a hung server, before
+// its release), and a request that take consumed after the term stopped
+// honouring requests is put back, for its requester to address to the next
+// term.
+func TestRunDoesNotWaitForRequestTake(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	h := &takeHold{held: make(chan struct{}), release: make(chan struct{})}
+	c := srv.Client(t)
+	c.AddHook(h.hook())
+	release := sync.OnceFunc(func() { close(h.release) })
+	s := newSession(t, c, fastOpts()...)
+	t.Cleanup(release) // before the session's Close, which waits for the take
+	e := mustElection(t, s, "req")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	fences := make(chan int64, 1)
+	ran := make(chan error, 1)
+	go func() {
+		ran <- e.Run(ctx, "a", func(ctx context.Context, l *Lock) error {
+			fences <- l.Fence()
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	fence := recvWithin(t, fences, 2*time.Second, "a leads")
+	key := lease.RequestKey("req")
+	stored := "ID " + strconv.FormatInt(fence, 10) + "\nb"
+	h.armed.Store(true)
+	require.NoError(t, admin.Set(t.Context(), key, stored, time.Minute).Err())
+	require.NoError(t, admin.Publish(t.Context(), key, "T").Err())
+	recvWithin(t, h.held, 2*time.Second, "the take to be held")
+
+	cancel() // onElected returns while the take's reply is held
+	start := time.Now()
+	err := recvWithin(t, ran, 500*time.Millisecond, "Run to return")
+	t.Logf("Run returned after %v: %v", time.Since(start), err)
+	assert.ErrorIs(t, err, context.Canceled)
+	release()
+	require.NoError(t, s.Close(t.Context())) // waits for the watch
+	assert.Equal(t, stored, admin.Get(t.Context(), key).Val(), "the request was not put back")
+}
+
+// An ACL that denies the request key: Run's term says so once, naming
+// the key, not once per TTL (as on 4987083), and its lock is unaffected.
+// One that denies the request's channel fails RequestTransfer in the
+// prelude's wording, which names the command and the channel (on 4987083
+// the scripts had no guard, and the denial read as one of the keys).
+func TestRequestDeniedSaidOnce(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	setUser(t, admin, "notransfer", aclRule, identityRule(t, srv), "resetkeys",
+		"~redisleader:{req}", "~redisleader:{req}:fence", "~redisleader:{req}:ch")
+	logOpt, buf := warnLog()
+	e := mustElection(t, newSession(t, userClient(t, srv, "notransfer"), fastOpts(logOpt)...), "req")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ran := make(chan error, 1)
+	held := make(chan *Lock, 1)
+	go func() {
+		ran <- e.Run(ctx, "a", func(ctx context.Context, l *Lock) error {
+			held <- l
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	l := recvWithin(t, held, 2*time.Second, "a leads")
+	key := lease.RequestKey("req")
+	denials := func() (n int64) { // the server's count of the reads denied
+		for _, entry := range aclLog(t, admin) {
+			if m, _ := entry.(map[any]any); m["object"] == key {
+				c, _ := m["count"].(int64)
+				n += c
+			}
+		}
+		return n
+	}
+	for end := time.Now().Add(5 * time.Second); denials() < 4; runtimeYield() { // over two TTLs
+		require.True(t, time.Now().Before(end), "the term stopped reading its requests: %v\n%s", aclLog(t, admin), buf.String())
+	}
+	assert.True(t, l.Held())
+	log := buf.String()
+	assert.Equal(t, 1, strings.Count(log, "transfer requests"), "said once: %s", log)
+	assert.Contains(t, log, "permission denied running EVALSHA on keys "+key)
+	cancel()
+	assert.ErrorIs(t, recvWithin(t, ran, 2*time.Second, "Run"), context.Canceled)
+
+	setUser(t, admin, "nochannel", aclRule, identityRule(t, srv), "resetchannels", "&redisleader:{req}:ch")
+	lead, err := mustElection(t, newSession(t, admin, fastOpts()...), "req").Campaign(t.Context(), "a")
+	require.NoError(t, err)
+	asker := mustElection(t, newSession(t, userClient(t, srv, "nochannel"), fastOpts()...), "req")
+	_, err = asker.RequestTransfer(t.Context(), "b")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "permission denied for PUBLISH "+key+" (ACL)")
+	assert.True(t, lead.Held())
 }

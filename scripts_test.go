@@ -106,10 +106,10 @@ func TestRedlockScriptsLeaveForeignFenceKey(t *testing.T) {
 		run  func(k lease.Keys, fence string) error
 	}{
 		{"renew", func(k lease.Keys, fence string) error {
-			return redlockRenewScript.Run(ctx, c, []any{nil, nil, 2, k.Lock, k.Fence, "tok", "60000", fence}).Err()
+			return lease.RedlockRenewRun.Run(ctx, c, []any{nil, nil, 2, k.Lock, k.Fence, "tok", "60000", fence}).Err()
 		}},
 		{"release", func(k lease.Keys, fence string) error {
-			return redlockReleaseScript.Run(ctx, c, []any{nil, nil, 2, k.Lock, k.Fence, "tok", fence}).Err()
+			return lease.RedlockReleaseRun.Run(ctx, c, []any{nil, nil, 2, k.Lock, k.Fence, "tok", fence}).Err()
 		}},
 	} {
 		const held = "tok\n100\nv"
@@ -195,7 +195,7 @@ func TestScriptErrorsWriteNothing(t *testing.T) {
 	// The idempotent path finds our token followed by no fence.
 	k := lease.NewKeys("broken")
 	require.NoError(t, c.Set(ctx, k.Lock, "tok\nno-newline-after-the-fence", time.Minute).Err())
-	err = acquireScript.Run(ctx, c, []any{nil, nil, 2, k.Lock, k.Fence, "tok", "1000", ""}).Err()
+	err = lease.AcquireRun.Run(ctx, c, []any{nil, nil, 2, k.Lock, k.Fence, "tok", "1000", ""}).Err()
 	var rerr redis.Error
 	require.ErrorAs(t, err, &rerr, "an error reply, not a status reply")
 	assert.True(t, strings.HasPrefix(err.Error(), "ERR "), "%v", err)

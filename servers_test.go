@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisleader/redisleader/internal/lease"
 	"github.com/redisleader/redisleader/internal/redisserver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -49,7 +50,7 @@ func TestScriptCacheEviction(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, waitRound(t, roundDone, 2*time.Second), "a renewal failed")
 
-	shas := []any{acquireScript.SHA(), renewScript.SHA()}
+	shas := []any{lease.AcquireRun.SHA(), lease.RenewRun.SHA()}
 	cached := func() []any {
 		return srv.Do(t, append([]any{"SCRIPT", "EXISTS"}, shas...)...).([]any)
 	}

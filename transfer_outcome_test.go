@@ -98,9 +98,9 @@ func raceLeader(t *testing.T, b *backend, name string, run bool) (e *Election, l
 // succession: in fair mode, the one that also wakes the head waiter.
 func releaseSHA(fair bool) string {
 	if fair {
-		return fairReleaseScript.SHA()
+		return lease.FairReleaseRun.SHA()
 	}
-	return releaseScript.SHA()
+	return lease.ReleaseRun.SHA()
 }
 
 // waitWatchers waits until n subscriptions of e's session watch its name's
@@ -161,7 +161,7 @@ func transferRacingTransfer(t *testing.T, b *backend, run bool, to [2]string) {
 	waitClosed(t, g.reached, 5*time.Second, "Transfer("+to[0]+") subscribing")
 	res[1] = transferAsync(ctx, e, to[1])
 	waitWatchers(t, e, 2)
-	handOff := h.rule(handOffScript.SHA(), true)
+	handOff := h.rule(lease.HandOffRun.SHA(), true)
 	send := freeing(t, handOff)
 	g.open()
 	waitClosed(t, handOff.reached, 5*time.Second, "the hand-over on the wire")

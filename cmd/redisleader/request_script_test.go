@@ -10,4 +10,4 @@ import (
 // requestScript is the library's script that takes, withdraws and
 // readdresses a transfer request (internal/lease/lua/request_take.lua):
 // TestTransferReaddressReplyLost holds the transfer's readdress by its SHA.
-var requestScript = redis.NewScript(leasefloor.RequestTakeSrc)
+var requestScript = redis.NewScript(leasefloor.RequestTake.Src)

@@ -1,11 +1,5 @@
 package lease
 
-import (
-	"strings"
-	"unicode"
-	"unicode/utf8"
-)
-
 // Key layout. Every key of one name carries the same hash tag {name}, so a
 // script that touches the lock key and the fence key never fails with
 // CROSSSLOT on Redis Cluster, and the change channel maps to the same slot
@@ -22,7 +16,8 @@ import (
 //	redisleader:{name}:candlease  their leases (ZSET value → end, server ms)
 //
 // While a transfer is under way the lock key holds a Reservation,
-// "\n<fence>\n<successor's value>" (no token), with a PX TTL.
+// "\n<fence>\n<successor's value>" (no token), with a PX TTL. A name is
+// checked, and its keys derived, where its lease is made (KeysOf, node.go).
 type Keys struct {
 	Name, Lock, Fence string
 	// Channel is the pub/sub channel of the name's changes.
@@ -34,47 +29,16 @@ type Keys struct {
 	Queue, Leases, Candidates, CandidateLeases string
 }
 
+// The suffixes of the keys that the modes add to a plain lease's (see
+// NewKeys, in node.go, for the lock and fence keys and the channel).
 const (
-	keyPrefix     = "redisleader:{"
-	fenceSuffix   = ":fence"
-	seqSuffix     = ":seq"
-	channelSuffix = ":ch" // appended to the lock key in the scripts too
-	queueSuffix   = ":queue"
-	leasesSuffix  = ":leases"
-	wakeSuffix    = ":w:" // appended to the lock key, then a session id, in the scripts too
-	candSuffix    = ":cand"
-	candLeaseSuf  = ":candlease"
+	seqSuffix    = ":seq"
+	queueSuffix  = ":queue"
+	leasesSuffix = ":leases"
+	wakeSuffix   = ":w:" // appended to the lock key, then a session id, in the scripts too
+	candSuffix   = ":cand"
+	candLeaseSuf = ":candlease"
 )
-
-// MaxNameLen bounds a name.
-const MaxNameLen = 512
-
-// KeysOf checks name against the naming rule (CheckName) and derives its
-// keys.
-func KeysOf(name string) (Keys, error) {
-	if err := CheckName(name); err != nil {
-		return Keys{}, err
-	}
-	return NewKeys(name), nil
-}
-
-// NewKeys derives the keys of a name, and its channel, with one allocation:
-// each is the lock key and a suffix, laid end to end in one string (the
-// lock key is a prefix of the fence key, the candidates' of their leases').
-func NewKeys(name string) Keys {
-	all := keyPrefix + name + "}" + fenceSuffix + keyPrefix + name + "}" + channelSuffix +
-		keyPrefix + name + "}" + queueSuffix + keyPrefix + name + "}" + leasesSuffix +
-		keyPrefix + name + "}" + candLeaseSuf
-	lock := len(keyPrefix) + len(name) + 1
-	next := func(suffix string) string {
-		k := all[:lock+len(suffix)]
-		all = all[len(k):]
-		return k
-	}
-	fence, channel, queue, leases, candLeases := next(fenceSuffix), next(channelSuffix), next(queueSuffix), next(leasesSuffix), next(candLeaseSuf)
-	return Keys{Name: name, Lock: fence[:lock], Fence: fence, Channel: channel, Queue: queue, Leases: leases,
-		Candidates: candLeases[:lock+len(candSuffix)], CandidateLeases: candLeases}
-}
 
 // Seq is the key of the sequence number of the name's last Proclaim.
 func (k Keys) Seq() string { return k.Lock + seqSuffix }
@@ -82,22 +46,3 @@ func (k Keys) Seq() string { return k.Lock + seqSuffix }
 // WakeChannel is the channel on which the session with id sessionID is
 // told that its waiter for the name is at the head of the queue.
 func (k Keys) WakeChannel(sessionID string) string { return k.Lock + wakeSuffix + sessionID }
-
-// CheckName enforces the naming rule: 1 to 512 bytes of UTF-8, without '{' or
-// '}' (they would break the cluster hash tag) and without control characters
-// (they would forge lines in logs and terminals).
-func CheckName(name string) error {
-	switch {
-	case name == "":
-		return Invalidf("name must not be empty")
-	case len(name) > MaxNameLen:
-		return Invalidf("name is %d bytes long; it must be at most %d", len(name), MaxNameLen)
-	case strings.ContainsAny(name, "{}"):
-		return Invalidf("name %q must not contain '{' or '}' (they would break the Redis Cluster hash tag)", name)
-	case !utf8.ValidString(name):
-		return Invalidf("name %q must be valid UTF-8", name)
-	case strings.IndexFunc(name, unicode.IsControl) >= 0:
-		return Invalidf("name %q must not contain control characters", name)
-	}
-	return nil
-}

@@ -10,20 +10,23 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisleader/redisleader/internal/wire"
 )
 
-// node.go: a lease's calls on one server, each read in one place: the
-// lease its first attempt makes (New), the place (Node), the default
-// protocol (Plain), acquire's vector, its reply and the attempt's outcome;
-// then a renewal round's call (Renew: vectors, round trip, the lease-alone
-// fallback of a candidate, replies), the release's and a Transfer's
-// hand-off (the fair and candidate variants are in fair.go, candidate.go
-// and args.go), and who leads (Leader: inspect, its reply, and ParseHolder,
-// which every decoder of a stored value uses).
+// node.go: a lease's calls on one server, each read in one place: a
+// name's keys (KeysOf: the naming rule, then every key of the name and its
+// channel), the lease its first attempt makes (New), the place (Node), the
+// default protocol (Plain), acquire's vector, its reply and the attempt's
+// outcome; then a renewal round's call (Renew: vectors, round trip, the
+// lease-alone fallback of a candidate, replies), the release's and a
+// Transfer's hand-off (the fair and candidate variants are in fair.go,
+// candidate.go and args.go), and who leads (Leader: inspect, its reply, and
+// ParseHolder, which every decoder of a stored value uses).
 
 // A Node is the place of a session's leases on one Redis server (also a
 // primary found through Sentinel, or a Cluster, whose client routes each
@@ -35,6 +38,63 @@ type Node struct {
 	C    wire.Client
 	Acks wire.Acks
 	Log  *slog.Logger // the session's: a renewal that falls back to the lease alone says so
+}
+
+// A plain lease's keys: the lock, its fence and the name's channel (the
+// layout of every key is in keys.go).
+const (
+	keyPrefix     = "redisleader:{"
+	fenceSuffix   = ":fence"
+	channelSuffix = ":ch" // appended to the lock key in the scripts too
+)
+
+// MaxNameLen bounds a name.
+const MaxNameLen = 512
+
+// KeysOf checks name against the naming rule (CheckName) and derives its
+// keys.
+func KeysOf(name string) (Keys, error) {
+	if err := CheckName(name); err != nil {
+		return Keys{}, err
+	}
+	return NewKeys(name), nil
+}
+
+// NewKeys derives the keys of a name, and its channel, with one allocation:
+// each is the lock key and a suffix, laid end to end in one string (the
+// lock key is a prefix of the fence key, the candidates' of their leases').
+func NewKeys(name string) Keys {
+	all := keyPrefix + name + "}" + fenceSuffix + keyPrefix + name + "}" + channelSuffix +
+		keyPrefix + name + "}" + queueSuffix + keyPrefix + name + "}" + leasesSuffix +
+		keyPrefix + name + "}" + candLeaseSuf
+	lock := len(keyPrefix) + len(name) + 1
+	next := func(suffix string) string {
+		k := all[:lock+len(suffix)]
+		all = all[len(k):]
+		return k
+	}
+	fence, channel, queue, leases, candLeases := next(fenceSuffix), next(channelSuffix), next(queueSuffix), next(leasesSuffix), next(candLeaseSuf)
+	return Keys{Name: name, Lock: fence[:lock], Fence: fence, Channel: channel, Queue: queue, Leases: leases,
+		Candidates: candLeases[:lock+len(candSuffix)], CandidateLeases: candLeases}
+}
+
+// CheckName enforces the naming rule: 1 to 512 bytes of UTF-8, without '{' or
+// '}' (they would break the cluster hash tag) and without control characters
+// (they would forge lines in logs and terminals).
+func CheckName(name string) error {
+	switch {
+	case name == "":
+		return Invalidf("name must not be empty")
+	case len(name) > MaxNameLen:
+		return Invalidf("name is %d bytes long; it must be at most %d", len(name), MaxNameLen)
+	case strings.ContainsAny(name, "{}"):
+		return Invalidf("name %q must not contain '{' or '}' (they would break the Redis Cluster hash tag)", name)
+	case !utf8.ValidString(name):
+		return Invalidf("name %q must be valid UTF-8", name)
+	case strings.IndexFunc(name, unicode.IsControl) >= 0:
+		return Invalidf("name %q must not contain control characters", name)
+	}
+	return nil
 }
 
 // New makes a lease of k for value with a fresh token, kept by proto; ttl

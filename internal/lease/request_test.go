@@ -15,9 +15,10 @@ import (
 // The written-out SHAs are those of the embedded scripts: EVALSHA finds
 // them, and a changed script cannot keep an old SHA.
 func TestRequestScriptSHAs(t *testing.T) {
-	for sha, src := range map[string]string{RequestSendSHA: RequestSendSrc, RequestTakeSHA: RequestTakeSrc} {
-		sum := sha1.Sum([]byte(src))
-		assert.Equal(t, hex.EncodeToString(sum[:]), sha)
+	for _, s := range []*Script{RequestSend, RequestTake} {
+		sum := sha1.Sum([]byte(s.Src))
+		assert.Equal(t, hex.EncodeToString(sum[:]), s.SHA, s.Name)
+		assert.Contains(t, s.Src, "guard(function()", "%s: a denial is named as in the other scripts", s.Name)
 	}
 }
 
@@ -32,10 +33,11 @@ func TestRequestFormat(t *testing.T) {
 	}
 	_, ok := RequestValue("no request")
 	assert.False(t, ok)
-	assert.Equal(t, []any{nil, nil, 1, "k", "ID 5\nB x\ny", int64(1500)}, SendArgs("k", q, 1500*time.Millisecond))
-	assert.Equal(t, []any{nil, nil, 1, "k", "", "5", "", ""}, TakeArgs("k", 5))
-	assert.Equal(t, []any{nil, nil, 1, "k", "ID", "", "", ""}, WithdrawArgs("k", "ID"))
-	assert.Equal(t, []any{nil, nil, 1, "k", "ID", "", "ID 5\nB x\ny", int64(2000)}, ReaddressArgs("k", q, 2*time.Second))
+	assert.Equal(t, []any{nil, nil, 1, "k", "ID 5\nB x\ny", int64(1500), ""}, SendArgs("k", q.String(), 1500*time.Millisecond, ""))
+	assert.Equal(t, []any{nil, nil, 1, "k", "ID 5\nB x\ny", int64(1500), "NX"}, SendArgs("k", q.String(), 1500*time.Millisecond, "NX"))
+	assert.Equal(t, []any{nil, nil, 2, "k", "l", "", "5", "", "", "T"}, TakeArgs("k", "l", 5, "T"))
+	assert.Equal(t, []any{nil, nil, 2, "k", "l", "ID", "", "", "", ""}, WithdrawArgs("k", "l", "ID"))
+	assert.Equal(t, []any{nil, nil, 2, "k", "l", "ID", "", "ID 5\nB x\ny", int64(2000), ""}, ReaddressArgs("k", "l", q, 2*time.Second))
 }
 
 func TestTakeReply(t *testing.T) {

@@ -20,6 +20,8 @@ var (
 	RedlockRenewRun     = runner(RedlockRenew)
 	RedlockReleaseRun   = runner(RedlockRelease)
 	FencedRun           = runner(Fenced)
+	RequestSendRun      = runner(RequestSend)
+	RequestTakeRun      = runner(RequestTake)
 )
 
 // runner is s, to be run by the transport.

@@ -50,6 +50,8 @@ var (
 	RedlockRenew     = build("redlock_renew", "5fc5568a25b009e03fb653e48eb2d2f504642ea9", "guard", "fence", "own")
 	RedlockRelease   = build("redlock_release", "512ffce9871494acb8f54c980b7092b5fa792341", "guard", "fence")
 	Fenced           = build("fenced", "885b09c4dfbe97d0ca4510d52e94dca1d3873bee", "guard")
+	RequestSend      = build("request_send", "5d40a7f95299060408ab1813f755cbd18c3864da", "guard")
+	RequestTake      = build("request_take", "19df0db248ecd7f7755dedec66e0a6e018c2bd36", "guard")
 )
 
 // All lists every script build made, for TestScriptSHAs.

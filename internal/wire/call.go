@@ -13,9 +13,11 @@ import (
 
 // One script call: how it reaches Redis (EVALSHA, EVAL on NOSCRIPT) and
 // within which deadline (Bound, Unbind and the bound context). A lone call
-// of a Combiner reads here from its deadline to its reply (runBound), and
-// so does a renewal round (Bound, RunCalls, Unbind); several calls in one
-// round trip go on in pipeline.go. It knows nothing of locks; the scripts
+// of a Combiner reads here from its entry (Combiner.Call) through its
+// deadline and its reply (runBound) to its slot's return (passSlot), and
+// so does a renewal round (Bound, RunCalls, Unbind); the Combiner and its
+// coalescing are in combine.go, a queued call in queue.go, several calls in
+// one round trip in pipeline.go. It knows nothing of locks; the scripts
 // are defined by the floors above, which hand NewScript their source and
 // SHA.
 
@@ -65,6 +67,74 @@ func NewScript(sha, src string) *Script {
 	s := &Script{src: src, sha: sha}
 	scripts = append(scripts, s)
 	return s
+}
+
+// Combiner returns the main client's combiner.
+func (t *Transport) Combiner() *Combiner { return &t.combine }
+
+// Call runs one script on the Combiner's server, bounded as Transport.Bound
+// says: at once on the caller's goroutine, or in a batch with other calls
+// of the session (see Coalescing in combine.go). It first waits until no earlier
+// call on the same key, given up while its batch was on the wire, can still
+// reach Redis.
+func (c *Combiner) Call(ctx context.Context, deadline time.Time, sc *Script, argv []any) *redis.Cmd {
+	return c.send(ctx, deadline, sc, argv, true)
+}
+
+// CallNow runs a script that frees a name (a release or a give-back) as
+// call does, but at once, never queued behind other calls and not counted on
+// the wire: on the caller's goroutine, or ahead of the queued calls, which it
+// takes along in its pipeline (see Coalescing). The sessions waiting for the
+// name (and this one's own contenders, whose tries fill the queue) should
+// not wait for it longer than one round trip.
+func (c *Combiner) CallNow(ctx context.Context, deadline time.Time, sc *Script, argv []any) *redis.Cmd {
+	return c.send(ctx, deadline, sc, argv, false)
+}
+
+// send is Call, or with coalesce false CallNow. A lone call (no call
+// queued, a slot free, no call given up on the wire that could still reach
+// Redis) runs at once on the caller's goroutine; any other goes through
+// enqueue (queue.go), which decides again under c.mu.
+func (c *Combiner) send(ctx context.Context, deadline time.Time, sc *Script, argv []any, coalesce bool) *redis.Cmd {
+	c.mu.Lock()
+	counted := coalesce && !c.closed // a Call takes a slot on the wire until it returns
+	if len(c.unsettled) > 0 || !c.closed && len(c.queue) > 0 || counted && c.onWire >= MaxOnWire {
+		c.mu.Unlock()
+		return c.enqueue(ctx, deadline, sc, argv, coalesce)
+	}
+	if counted {
+		c.onWire++
+		defer c.passSlot() // also when a hook on the client ends the goroutine
+	}
+	c.mu.Unlock()
+	return c.t.runBound(ctx, deadline, c.client, sc, argv)
+}
+
+// passSlot frees the slot of a call that returned: to a flusher when calls
+// are queued, else for the next caller.
+func (c *Combiner) passSlot() {
+	c.mu.Lock()
+	if len(c.queue) == 0 {
+		c.freeSlotLocked()
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	go c.flush()
+}
+
+// freeSlotLocked gives a slot on the wire back, and tells a waiting Close
+// once the last one is free.
+func (c *Combiner) freeSlotLocked() {
+	c.onWire--
+	c.drainedLocked()
+}
+
+// drainedLocked tells a waiting Close when nothing is left on the wire.
+func (c *Combiner) drainedLocked() {
+	if c.onWire == 0 && c.carried == 0 && c.closed {
+		c.drained.Broadcast()
+	}
 }
 
 // runBound runs sc once on c, bounded as Bound says, and unbinds: a

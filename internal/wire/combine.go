@@ -1,18 +1,12 @@
 package wire
 
-import (
-	"context"
-	"sync"
-	"time"
-
-	"github.com/redis/go-redis/v9"
-)
+import "sync"
 
 // Coalescing (flat combining). A session's single script calls on one server
 // (acquire attempts, inspections, proclamations, a waiter leaving its queue,
 // a Redlock fence write-back) share pipelines when they overlap, in that
 // server's Combiner (a Redlock session has one per node); a release or
-// give-back is never queued (callNow), renewals are already one pipeline
+// give-back is never queued (CallNow), renewals are already one pipeline
 // per round, and an acquire with WithReplicaAcks (followed by its WAIT) is
 // sent alone. While fewer than MaxOnWire calls or
 // batches of the session are on the wire, a caller sends its own command at
@@ -58,7 +52,7 @@ import (
 //     caller gave up (it holds nothing). What such a late command could
 //     undo is guarded where Redis runs it: an acquire's token is deleted
 //     until it must have expired, and a Proclaim carries its term's sequence
-//     number (proclaimScript).
+//     number (the lease floor's proclaim script).
 //   - Replies are matched to commands one by one; RunCalls re-sends a
 //     command that met a server without its script (NOSCRIPT) as EVAL, and
 //     rewrites denied commands, per command. On a Cluster, RunCalls sends a
@@ -124,60 +118,6 @@ func (t *Transport) NewCombiner(c *Combiner, client Client) *Combiner {
 	return c
 }
 
-// Combiner returns the main client's combiner.
-func (t *Transport) Combiner() *Combiner { return &t.combine }
-
-// Call runs one script on the Combiner's server, bounded as Transport.Bound
-// says: at once on the caller's goroutine, or in a batch with other calls
-// of the session (see Coalescing above). It first waits until no earlier
-// call on the same key, given up while its batch was on the wire, can still
-// reach Redis.
-func (c *Combiner) Call(ctx context.Context, deadline time.Time, sc *Script, argv []any) *redis.Cmd {
-	return c.send(ctx, deadline, sc, argv, true)
-}
-
-// CallNow runs a script that frees a name (a release or a give-back) as
-// call does, but at once, never queued behind other calls and not counted on
-// the wire: on the caller's goroutine, or ahead of the queued calls, which it
-// takes along in its pipeline (see Coalescing). The sessions waiting for the
-// name (and this one's own contenders, whose tries fill the queue) should
-// not wait for it longer than one round trip.
-func (c *Combiner) CallNow(ctx context.Context, deadline time.Time, sc *Script, argv []any) *redis.Cmd {
-	return c.send(ctx, deadline, sc, argv, false)
-}
-
-// send is Call, or with coalesce false CallNow. A lone call (no call
-// queued, a slot free, no call given up on the wire that could still reach
-// Redis) runs at once on the caller's goroutine; any other goes through
-// enqueue (queue.go), which decides again under c.mu.
-func (c *Combiner) send(ctx context.Context, deadline time.Time, sc *Script, argv []any, coalesce bool) *redis.Cmd {
-	c.mu.Lock()
-	counted := coalesce && !c.closed // a Call takes a slot on the wire until it returns
-	if len(c.unsettled) > 0 || !c.closed && len(c.queue) > 0 || counted && c.onWire >= MaxOnWire {
-		c.mu.Unlock()
-		return c.enqueue(ctx, deadline, sc, argv, coalesce)
-	}
-	if counted {
-		c.onWire++
-		defer c.passSlot() // also when a hook on the client ends the goroutine
-	}
-	c.mu.Unlock()
-	return c.t.runBound(ctx, deadline, c.client, sc, argv)
-}
-
-// passSlot frees the slot of a call that returned: to a flusher when calls
-// are queued, else for the next caller.
-func (c *Combiner) passSlot() {
-	c.mu.Lock()
-	if len(c.queue) == 0 {
-		c.freeSlotLocked()
-		c.mu.Unlock()
-		return
-	}
-	c.mu.Unlock()
-	go c.flush()
-}
-
 // drain makes later calls go straight to Redis and waits until no call or
 // batch of c is on the wire (each ends by its deadline).
 func (c *Combiner) drain() {
@@ -187,18 +127,4 @@ func (c *Combiner) drain() {
 		c.drained.Wait()
 	}
 	c.mu.Unlock()
-}
-
-// freeSlotLocked gives a slot on the wire back, and tells a waiting Close
-// once the last one is free.
-func (c *Combiner) freeSlotLocked() {
-	c.onWire--
-	c.drainedLocked()
-}
-
-// drainedLocked tells a waiting Close when nothing is left on the wire.
-func (c *Combiner) drainedLocked() {
-	if c.onWire == 0 && c.carried == 0 && c.closed {
-		c.drained.Broadcast()
-	}
 }

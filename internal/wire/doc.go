@@ -21,11 +21,12 @@
 //     rewritten so that they quote no tokens.
 //   - Kind and KindOf: what the client is (plain, Cluster, Ring).
 //
-// One call reads in two files: combine.go (Combiner.Call, a lone call sent
-// at once, its slot passed on) and call.go (its deadline, Script.Run, the
-// rewritten errors, Unbind); a renewal round's Bound, RunCalls and Unbind
-// are in call.go too. Calls that wait for a slot, and their batches, are
-// in queue.go; several calls in one round trip in pipeline.go.
+// One call reads in one file, call.go: Combiner.Call (a lone call sent at
+// once), its deadline, Script.Run, the rewritten errors, Unbind and its
+// slot passed on; a renewal round's Bound, RunCalls and Unbind are there
+// too. The Combiner and its coalescing are in combine.go; calls that wait
+// for a slot, and their batches, in queue.go; several calls in one round
+// trip in pipeline.go.
 //
 // Replies are go-redis's *redis.Cmd, and Client is go-redis's method set.
 // A second client library (valkey-go, rueidis) would be an adapter behind

@@ -50,12 +50,6 @@ func (t *Transport) Init(cfg Config) {
 	t.watch = watcher{t: t, chans: make(map[string]*channelSubs)}
 }
 
-// Subscribe registers interest in channel's messages that accept lets
-// through (nil: every message); see watcher.subscribe.
-func (t *Transport) Subscribe(ctx context.Context, channel string, accept func(payload string) bool) (*Subscription, error) {
-	return t.watch.subscribe(ctx, channel, accept)
-}
-
 // Drain makes later calls through the combiners go straight to Redis and
 // waits until none of their calls or batches is on the wire (each ends by
 // its deadline).

@@ -95,6 +95,12 @@ type Subscription struct {
 	gap  bool       // messages may have been lost since the last take
 }
 
+// Subscribe registers interest in channel's messages that accept lets
+// through (nil: every message); see watcher.subscribe.
+func (t *Transport) Subscribe(ctx context.Context, channel string, accept func(payload string) bool) (*Subscription, error) {
+	return t.watch.subscribe(ctx, channel, accept)
+}
+
 // subscribe registers interest in channel (with accept set, in the
 // messages whose payload it accepts) and waits, up to the call timeout or ctx, until the
 // server has confirmed the Subscription, so that a release published after
