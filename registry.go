@@ -5,6 +5,8 @@ import (
 	"math/bits"
 	"slices"
 	"time"
+
+	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // registry.go: what a session holds and waits for, and how a lock joins
@@ -31,10 +33,13 @@ func newRegistry() registry {
 	}
 }
 
-// hold registers l as held, its name's lock.
+// hold registers l as held, its name's lock (unless the name is shared:
+// a semaphore's permit is one of several).
 func (r *registry) hold(l *Lock) {
 	r.locks[l] = struct{}{}
-	r.names[l.lease.Keys.Name] = l
+	if !lease.Shared(l.lease.Proto) {
+		r.names[l.lease.Keys.Name] = l
+	}
 }
 
 // drop forgets l, and reports whether it was held.

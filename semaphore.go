@@ -1,0 +1,177 @@
+package redisleader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redisleader/redisleader/internal/lease"
+)
+
+// A Semaphore is a session's handle on a counting semaphore: a name whose
+// at most N permits are held at once, by any number of sessions. A permit
+// is a *Lock like any other: renewed by the session's heartbeat, ended at
+// its local deadline if renewals fail (Done, Err), released with Release
+// or on Close, and fenced (fences strictly increase across the name's
+// permits, and its lock's). A permit whose holder died is free again once
+// its lease ends, within a TTL of its last renewal, by the server's clock.
+// A session may hold several permits of one name.
+//
+// The limit N is part of the name's contract: the first acquire stores it
+// beside the permits, and an acquire by a handle with another N fails with
+// an error naming both values (matching neither ErrLocked nor ErrInvalid;
+// it is not retried). Session.SetSemaphoreLimit changes it. Semaphores
+// need one server (or a Cluster, a Sentinel's primary): a Redlock session
+// refuses them. A fair session's semaphores are not fair.
+//
+// Create one with Session.Semaphore; it is safe for concurrent use.
+type Semaphore struct {
+	s     *Session
+	keys  lease.Keys
+	limit int
+	value string
+	args  *lease.Permits // boxed once for every acquire
+}
+
+// A SemaphoreOption configures a Semaphore (Session.Semaphore).
+type SemaphoreOption interface {
+	applySemaphore(*Semaphore) error
+}
+
+type semaphoreOptionFunc func(*Semaphore) error
+
+func (f semaphoreOptionFunc) applySemaphore(m *Semaphore) error { return f(m) }
+
+// WithPermitValue publishes value with each permit the Semaphore acquires,
+// for Holders to show (at most 64 KiB; the default is empty).
+func WithPermitValue(value string) SemaphoreOption {
+	return semaphoreOptionFunc(func(m *Semaphore) error {
+		if err := lease.CheckValue(value); err != nil {
+			return fmt.Errorf("WithPermitValue: %w", err)
+		}
+		m.value = value
+		return nil
+	})
+}
+
+// permitting is what a semaphore asks of the session's place: its permits
+// are one set, one fact in one place, which a majority of independent
+// nodes is not (a quorum refuses every feature it does not name).
+const permitting feature = prioritising + 100
+
+// errRedlockSemaphore refuses a semaphore on a Redlock session.
+var errRedlockSemaphore = invalidf("semaphores are not available on a Redlock session (a set of permits on a majority of independent nodes is not one fact: two quorums could each admit N)")
+
+// Semaphore returns the session's handle on the semaphore name with limit
+// N permits. It does no I/O. A bad name, a limit outside 1 to 1,000,000,
+// a bad option or a Redlock session return an error matching ErrInvalid.
+func (s *Session) Semaphore(name string, limit int, opts ...SemaphoreOption) (*Semaphore, error) {
+	k, err := semaphoreArgs(s, name, limit)
+	if err != nil {
+		return nil, err
+	}
+	m := &Semaphore{s: s, keys: k, limit: limit}
+	for _, o := range opts {
+		if err := o.applySemaphore(m); err != nil {
+			return nil, err
+		}
+	}
+	m.args = lease.NewPermits(k, limit)
+	return m, nil
+}
+
+// semaphoreArgs checks a semaphore's name and limit, and that the session
+// can hold one, and derives its keys.
+func semaphoreArgs(s *Session, name string, limit int) (lease.Keys, error) {
+	k, err := lease.SemKeysOf(name)
+	if err == nil {
+		err = lease.CheckLimit(limit)
+	}
+	if err == nil && s.place.supports(permitting) != nil {
+		err = errRedlockSemaphore
+	}
+	return k, err
+}
+
+// Name returns the semaphore's name.
+func (m *Semaphore) Name() string { return m.keys.Name }
+
+// Limit returns the limit N the handle was made with.
+func (m *Semaphore) Limit() int { return m.limit }
+
+// Acquire takes one permit, blocking until one is free, ctx ends or the
+// session closes: a release wakes the waiters at once (pub/sub), and
+// otherwise a waiter tries again when the first lease ends (never
+// polling). Errors are those of Session.Lock, and the limit's (see
+// Semaphore); a permit's acquire whose reply was lost is confirmed by the
+// next attempt, never taken twice.
+func (m *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
+	return m.s.acquireAs(ctx, m.acquisition(block))
+}
+
+// TryAcquire makes one attempt to take a permit. When all N are held it
+// returns an error matching ErrLocked that says so; other errors are those
+// of Acquire.
+func (m *Semaphore) TryAcquire(ctx context.Context) (*Lock, error) {
+	l, err := m.s.acquireAs(ctx, m.acquisition(tryOnce))
+	if errors.Is(err, ErrLocked) {
+		return nil, fmt.Errorf("redisleader: semaphore %q: all %d permits are held: %w", m.keys.Name, m.limit, err)
+	}
+	return l, err
+}
+
+// acquisition is one permit's acquisition in mode md.
+func (m *Semaphore) acquisition(md mode) acquisition {
+	return acquisition{keys: m.keys, value: m.value, mode: md, shared: &lease.PermitProtocol{P: m.args}}
+}
+
+// A SemaphoreHolder is a permit held now, as Holders reads it.
+type SemaphoreHolder struct {
+	Value string        // published with WithPermitValue
+	Fence int64         // the permit's fence
+	TTL   time.Duration // left on its lease on the server when read
+}
+
+// Holders reads the permits held now, in the order their leases end, and
+// the limit stored for the name (0 if none is: nobody acquired since it
+// was made). Tokens are never shown. Data this package did not write in
+// the semaphore's keys is an error naming the key.
+func (m *Semaphore) Holders(ctx context.Context) (holders []SemaphoreHolder, limit int, err error) {
+	if err := m.s.enter(); err != nil {
+		return nil, 0, err
+	}
+	defer m.s.work.Done()
+	cl := lease.HoldersCall(m.keys)
+	permits, limit, err := lease.DecodeHolders(m.keys, m.s.wire.Combiner().Call(ctx, time.Time{}, cl.Script, cl.Argv))
+	if err != nil {
+		return nil, 0, fmt.Errorf("redisleader: holders of semaphore %q: %w", m.keys.Name, err)
+	}
+	for _, p := range permits {
+		holders = append(holders, SemaphoreHolder(p))
+	}
+	return holders, limit, nil
+}
+
+// SetSemaphoreLimit makes limit the semaphore name's limit N, and returns
+// the one it replaced (0: none stored): the one way to change it. The
+// holders keep their permits; under a lower limit no permit is given
+// until fewer than the new N are held. Handles made with the old limit
+// fail from then on (make new ones); waiters are woken to try again. Bad
+// input returns an error matching ErrInvalid, nothing written.
+func (s *Session) SetSemaphoreLimit(ctx context.Context, name string, limit int) (previous int, err error) {
+	k, err := semaphoreArgs(s, name, limit)
+	if err != nil {
+		return 0, err
+	}
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.work.Done()
+	cl := lease.LimitCall(k, limit)
+	previous, err = s.wire.Combiner().Call(ctx, time.Time{}, cl.Script, cl.Argv).Int()
+	if err != nil {
+		return 0, fmt.Errorf("redisleader: set the limit of semaphore %q: %w", name, err)
+	}
+	return previous, nil
+}
