@@ -50,7 +50,7 @@ var (
 	RedlockRenew     = build("redlock_renew", "5fc5568a25b009e03fb653e48eb2d2f504642ea9", "guard", "fence", "own")
 	RedlockRelease   = build("redlock_release", "512ffce9871494acb8f54c980b7092b5fa792341", "guard", "fence")
 	Fenced           = build("fenced", "885b09c4dfbe97d0ca4510d52e94dca1d3873bee", "guard")
-	SemAcquire       = build("sem_acquire", "1731a7cef24faa9e6c68c65fd3b8f3fbfc2e3389", "guard", "fence")
+	SemAcquire       = build("sem_acquire", "70366079fad44d95743eaf18e4d4ab956a2dc197", "guard", "fence")
 	SemRenew         = build("sem_renew", "61a17f585cd687f7c66b36e73361db3a441549b1", "guard")
 	SemRelease       = build("sem_release", "39b8bcfd7d6ed6391f04c46f83864c093b6f138e", "guard")
 	SemHolders       = build("sem_holders", "2e1093c6107ccadd867fe2874d4101c0d0ff91db", "guard")

@@ -47,7 +47,7 @@ if raw then
 end
 local ok, all = pcall(call, 'ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 if not ok then
-  if string.sub(type(all) == 'table' and all.err or tostring(all), 1, 9) ~= 'WRONGTYPE' then error(all, 0) end
+  if not string.find(type(all) == 'table' and all.err or tostring(all), 'WRONGTYPE', 1, true) then error(all, 0) end
   cmd = nil
   error('redisleader: semaphore key ' .. KEYS[1] .. ' holds a value this package did not write (not a sorted set); it was left unchanged', 0)
 end
