@@ -101,21 +101,15 @@ func (p *PermitProtocol) AcquireCall(l *Lease) wire.Call {
 
 // RenewCall is sem_renew of l's member.
 func (p *PermitProtocol) RenewCall(l *Lease) wire.Call {
-	return wire.Call{Script: SemRenewRun, Argv: []any{nil, nil, 1, l.Args.Lock, member(l), l.Args.TTL}}
+	return wire.Call{Script: SemRenewRun, Argv: []any{nil, nil, 1, l.Args.Lock, l.Args.Token, l.Fence, l.Args.Value, l.Args.TTL}}
 }
 
 // ReleaseCall is sem_release of l's member: a permit has no heir.
 func (p *PermitProtocol) ReleaseCall(l *Lease, _ string) wire.Call {
-	return wire.Call{Script: SemReleaseRun, Argv: []any{nil, nil, 1, l.Args.Lock, member(l)}}
+	return wire.Call{Script: SemReleaseRun, Argv: []any{nil, nil, 1, l.Args.Lock, l.Args.Token, l.Fence, l.Args.Value}}
 }
 
 func (p *PermitProtocol) shared() {}
-
-// member is l's member of the set, once acquired (l.Fence set).
-func member(l *Lease) string {
-	v, _ := l.Args.Value.(string)
-	return l.Token + "\n" + strconv.FormatInt(l.Fence, 10) + "\n" + v
-}
 
 // Shared reports whether p's leases share their name with others (a
 // semaphore's permits): a session may hold several, and never files one
