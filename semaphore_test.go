@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -472,5 +473,65 @@ func TestSemaphoreAcquireEndsWithContext(t *testing.T) {
 	})
 	if took > 100*time.Millisecond+slack {
 		t.Fatalf("Acquire returned %v after its context ended", took-100*time.Millisecond)
+	}
+}
+
+// aclSemaphore is what docs/operations.md adds for semaphores.
+const aclSemaphore = "+pexpireat +zadd +zrange +zrem +zscore"
+
+// TestACLSemaphore: semaphores run as the documented user plus
+// aclSemaphore: permits taken, renewed, waited for and released, holders
+// read, the limit changed; nothing is denied.
+func TestACLSemaphore(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	setUser(t, admin, "redisleader", aclRule, aclOptional, aclSemaphore, identityRule(t, srv))
+	c := userClient(t, srv, "redisleader")
+	roundOpt, rounds := rounds()
+	s := newSession(t, c, fastOpts(roundOpt)...)
+	m := mustSemaphore(t, s, "acl-sem", 1)
+	l, err := m.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waitRound(t, rounds, time.Second) {
+		t.Fatal("a renewal round failed")
+	}
+	waited := make(chan error, 1)
+	go func() {
+		l, err := m.Acquire(ctx)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		waited <- err
+	}()
+	waitSemWaiter(t, &backend{client: admin}, "acl-sem")
+	if _, _, err := m.Holders(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := recvWithin(t, waited, time.Second, "the waiter"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetSemaphoreLimit(ctx, "acl-sem", 2); err != nil {
+		t.Fatal(err)
+	}
+	if log := aclLog(t, admin); len(log) != 0 {
+		t.Fatalf("denied: %v", log)
+	}
+}
+
+// TestDocsDocumentSemaphoreACL: the operations guide names the commands
+// that TestACLSemaphore runs with.
+func TestDocsDocumentSemaphoreACL(t *testing.T) {
+	guide, err := os.ReadFile("docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(guide), aclSemaphore) {
+		t.Fatalf("docs/operations.md does not name %q", aclSemaphore)
 	}
 }
