@@ -5,8 +5,6 @@ import (
 	"math/bits"
 	"slices"
 	"time"
-
-	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // registry.go: what a session holds and waits for, and how a lock joins
@@ -33,11 +31,11 @@ func newRegistry() registry {
 	}
 }
 
-// hold registers l as held, its name's lock (unless the name is shared:
-// a semaphore's permit is one of several).
+// hold registers l as held, its name's lock, unless its protocol shares
+// the name (a semaphore's permit is one of several: lease.PermitProtocol).
 func (r *registry) hold(l *Lock) {
 	r.locks[l] = struct{}{}
-	if !lease.Shared(l.lease.Proto) {
+	if _, shared := l.lease.Proto.(interface{ Shared() }); !shared {
 		r.names[l.lease.Keys.Name] = l
 	}
 }

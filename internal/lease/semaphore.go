@@ -84,7 +84,7 @@ func NewPermits(k Keys, n int) *Permits {
 
 // A PermitProtocol is one acquisition of a semaphore's permit: its lease
 // is a member of the name's set (sem_acquire, sem_renew, sem_release).
-// Many leases hold the name at once, so it is Shared.
+// Many leases hold the name at once: it is Shared.
 type PermitProtocol struct {
 	P *Permits
 	// argv is the buffer of sem_acquire's argument vector; only the
@@ -109,15 +109,10 @@ func (p *PermitProtocol) ReleaseCall(l *Lease, _ string) wire.Call {
 	return wire.Call{Script: SemReleaseRun, Argv: []any{nil, nil, 1, l.Args.Lock, l.Args.Token, l.Fence, l.Args.Value}}
 }
 
-func (p *PermitProtocol) shared() {}
-
-// Shared reports whether p's leases share their name with others (a
-// semaphore's permits): a session may hold several, and never files one
-// as the name's only holder.
-func Shared(p Protocol) bool {
-	_, ok := p.(interface{ shared() })
-	return ok
-}
+// Shared says that a permit shares its name with others: a session may
+// hold several, so the root's registry never files one as the name's only
+// holder.
+func (p *PermitProtocol) Shared() {}
 
 // HoldersCall reads k's permits and limit (sem_holders).
 func HoldersCall(k Keys) wire.Call {
