@@ -535,3 +535,67 @@ func TestDocsDocumentSemaphoreACL(t *testing.T) {
 		t.Fatalf("docs/operations.md does not name %q", aclSemaphore)
 	}
 }
+
+// A fair session's semaphores work, first come first served or not: its
+// permits never join a lock's queue, and a release wakes a waiter.
+func TestSemaphoreOnFairSession(t *testing.T) {
+	_, c := newMini(t)
+	ctx := context.Background()
+	s := newSession(t, c, fastOpts(WithFairness())...)
+	m := mustSemaphore(t, s, "fair-sem", 1)
+	l, err := m.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := m.Acquire(ctx)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	waitSemWaiter(t, &backend{client: c}, "fair-sem")
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := recvWithin(t, got, time.Second, "the waiter"); err != nil {
+		t.Fatal(err)
+	}
+	if keys, _ := c.Keys(ctx, "*queue*").Result(); len(keys) != 0 {
+		t.Fatalf("a permit joined a queue: %v", keys)
+	}
+}
+
+// On Redis Cluster every key of a semaphore is in its name's slot: permits
+// of names in different slots are taken, renewed, read and released.
+func TestClusterSemaphore(t *testing.T) {
+	cluster := redisserver.StartCluster(t, 3)
+	c := clusterClient(t, cluster)
+	ctx := context.Background()
+	roundOpt, rounds := rounds()
+	s := newSession(t, c, fastOpts(roundOpt)...)
+	var permits []*Lock
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		m := mustSemaphore(t, s, name, 2)
+		l, err := m.TryAcquire(ctx)
+		if err != nil {
+			t.Fatalf("TryAcquire %s: %v", name, err)
+		}
+		if hs, n, err := m.Holders(ctx); err != nil || len(hs) != 1 || n != 2 {
+			t.Fatalf("Holders %s: %v %d %v", name, hs, n, err)
+		}
+		if _, err := s.SetSemaphoreLimit(ctx, name, 3); err != nil {
+			t.Fatalf("SetSemaphoreLimit %s: %v", name, err)
+		}
+		permits = append(permits, l)
+	}
+	if waitRound(t, rounds, time.Second) {
+		t.Fatal("a renewal round failed")
+	}
+	for _, l := range permits {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
