@@ -43,6 +43,32 @@ func (s *Session) TryLock(ctx context.Context, name string) (*Lock, error) {
 	return s.acquire(ctx, k, "", tryOnce, nil)
 }
 
+// Acquire takes one permit, blocking until one is free, ctx ends or the
+// session closes: a release wakes the waiters at once (pub/sub), and
+// otherwise a waiter tries again when the first lease ends (never
+// polling). Errors are those of Session.Lock, and the limit's (see
+// Semaphore); a permit's acquire whose reply was lost is confirmed by the
+// next attempt, never taken twice.
+func (m *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
+	return m.s.acquireAs(ctx, m.acquisition(block))
+}
+
+// TryAcquire makes one attempt to take a permit. When all N are held it
+// returns an error matching ErrLocked that says so; other errors are those
+// of Acquire.
+func (m *Semaphore) TryAcquire(ctx context.Context) (*Lock, error) {
+	l, err := m.s.acquireAs(ctx, m.acquisition(tryOnce))
+	if errors.Is(err, ErrLocked) {
+		return nil, fmt.Errorf("redisleader: semaphore %q: all %d permits are held: %w", m.keys.Name, m.limit, err)
+	}
+	return l, err
+}
+
+// acquisition is one permit's acquisition in mode md.
+func (m *Semaphore) acquisition(md mode) acquisition {
+	return acquisition{keys: m.keys, value: m.value, mode: md, shared: &lease.PermitProtocol{P: m.args}}
+}
+
 // mode is how an acquisition goes on after an attempt that failed.
 type mode uint8
 

@@ -2,12 +2,16 @@ package redisleader
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/redisleader/redisleader/internal/lease"
 )
+
+// semaphore.go: the Semaphore handle, its options, Holders and the limit's
+// change. Its Acquire and TryAcquire are in acquire.go, beside Lock and
+// TryLock, so that one acquisition reads in one file before it reaches the
+// lease floor (internal/lease/semaphore.go: the keys, the protocol).
 
 // A Semaphore is a session's handle on a counting semaphore: a name whose
 // at most N permits are held at once, by any number of sessions. A permit
@@ -99,32 +103,6 @@ func (m *Semaphore) Name() string { return m.keys.Name }
 
 // Limit returns the limit N the handle was made with.
 func (m *Semaphore) Limit() int { return m.limit }
-
-// Acquire takes one permit, blocking until one is free, ctx ends or the
-// session closes: a release wakes the waiters at once (pub/sub), and
-// otherwise a waiter tries again when the first lease ends (never
-// polling). Errors are those of Session.Lock, and the limit's (see
-// Semaphore); a permit's acquire whose reply was lost is confirmed by the
-// next attempt, never taken twice.
-func (m *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
-	return m.s.acquireAs(ctx, m.acquisition(block))
-}
-
-// TryAcquire makes one attempt to take a permit. When all N are held it
-// returns an error matching ErrLocked that says so; other errors are those
-// of Acquire.
-func (m *Semaphore) TryAcquire(ctx context.Context) (*Lock, error) {
-	l, err := m.s.acquireAs(ctx, m.acquisition(tryOnce))
-	if errors.Is(err, ErrLocked) {
-		return nil, fmt.Errorf("redisleader: semaphore %q: all %d permits are held: %w", m.keys.Name, m.limit, err)
-	}
-	return l, err
-}
-
-// acquisition is one permit's acquisition in mode md.
-func (m *Semaphore) acquisition(md mode) acquisition {
-	return acquisition{keys: m.keys, value: m.value, mode: md, shared: &lease.PermitProtocol{P: m.args}}
-}
 
 // A SemaphoreHolder is a permit held now, as Holders reads it.
 type SemaphoreHolder struct {
