@@ -13,23 +13,15 @@ import (
 // TryLock, so that one acquisition reads in one file before it reaches the
 // lease floor (internal/lease/semaphore.go: the keys, the protocol).
 
-// A Semaphore is a session's handle on a counting semaphore: a name whose
-// at most N permits are held at once, by any number of sessions. A permit
-// is a *Lock like any other: renewed by the session's heartbeat, ended at
-// its local deadline if renewals fail (Done, Err), released with Release
-// or on Close, and fenced (fences strictly increase across the name's
-// permits, and its lock's). A permit whose holder died is free again once
-// its lease ends, within a TTL of its last renewal, by the server's clock.
-// A session may hold several permits of one name.
-//
-// The limit N is part of the name's contract: the first acquire stores it
-// beside the permits, and an acquire by a handle with another N fails with
-// an error naming both values (matching neither ErrLocked nor ErrInvalid;
-// it is not retried). Session.SetSemaphoreLimit changes it. Semaphores
-// need one server (or a Cluster, a Sentinel's primary): a Redlock session
-// refuses them. A fair session's semaphores are not fair.
-//
-// Create one with Session.Semaphore; it is safe for concurrent use.
+// A Semaphore is a session's handle on a name of which at most N permits
+// are held at once, across sessions. A permit is a *Lock: renewed by the
+// heartbeat, fenced (fences increase across the name's permits), ended at
+// its deadline (Done, Err), released by Release or Close; a dead holder's
+// permit is free once its lease ends, within a TTL by the server's clock.
+// A session may hold several. N is the name's contract: the first acquire
+// stores it, a handle with another N fails naming both values (not
+// retried), and SetSemaphoreLimit changes it. Redlock sessions refuse
+// semaphores; a fair session's are not fair. Safe for concurrent use.
 type Semaphore struct {
 	s     *Session
 	keys  lease.Keys
