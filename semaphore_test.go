@@ -599,3 +599,28 @@ func TestClusterSemaphore(t *testing.T) {
 		}
 	}
 }
+
+// An acquire whose outcome is unknown (its reply lost, its fence never
+// heard) is given back by its token: the permit it may have taken does not
+// stay until its lease ends.
+func TestSemaphoreUnsureAcquireGivenBack(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		s := newSession(t, b.client, fastOpts()...)
+		m := mustSemaphore(t, s, "unsure", 1)
+		le := lease.New(m.keys, s.ttlArg, "", &lease.PermitProtocol{P: m.args})
+		if r := s.place.Acquire(ctx, &le, time.Now().Add(time.Second)); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		// le.Fence is 0: the reply's fence was never recorded.
+		if d := s.place.Release(ctx, lease.Ending{Lease: &le}); d.Err != nil || d.Missing {
+			t.Fatalf("give-back by token: %+v", d)
+		}
+		if n := b.client.ZCard(ctx, semKey("unsure")).Val(); n != 0 {
+			t.Fatalf("%d permits left after the give-back", n)
+		}
+		if d := s.place.Release(ctx, lease.Ending{Lease: &le}); !d.Missing {
+			t.Fatalf("second give-back: %+v, want Missing", d)
+		}
+	})
+}
