@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,27 +18,11 @@ import (
 // same; what a permit has not (a priority, transfers) is refused or not
 // taken.
 
-// slotsFlag is --slots N; set tells it from its absence.
-type slotsFlag struct {
-	n   int
-	set bool
-}
+// slotsFlag is --slots N: an integer or not given, as --priority is.
+type slotsFlag struct{ priorityFlag }
 
-func (f *slotsFlag) String() string {
-	if !f.set {
-		return ""
-	}
-	return strconv.Itoa(f.n)
-}
-
-func (f *slotsFlag) Set(s string) error {
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		return errors.New("want an integer, the number of permits")
-	}
-	f.n, f.set = n, true
-	return nil
-}
+// n is the number of permits given (beyond any limit if it exceeds an int32).
+func (f *slotsFlag) n() int { return int(min(f.p, 1<<31-1)) }
 
 // slotsInvalid says what is wrong with --slots and the flags beside it,
 // or returns "". The limit's range is the library's (slotsOffline).
@@ -48,8 +30,8 @@ func (f *runFlags) slotsInvalid() string {
 	switch {
 	case !f.slots.set:
 		return ""
-	case f.slots.n <= 0:
-		return fmt.Sprintf("invalid --slots %d: want the number of permits, at least 1", f.slots.n)
+	case f.slots.n() <= 0:
+		return fmt.Sprintf("invalid --slots %d: want the number of permits, at least 1", f.slots.p)
 	case f.priority.given():
 		return "--slots excludes --priority: a permit has no priority (nobody yields a permit)"
 	case f.minTerm.given():
@@ -71,10 +53,10 @@ func (f *runFlags) slotsOffline(opts []redisleader.Option) string {
 		return cliOptionError(err)
 	}
 	defer s.Close(context.Background()) // it holds nothing: no I/O
-	if _, err := s.Semaphore(f.name, f.slots.n); err != nil {
-		return fmt.Sprintf("invalid --slots %d: %s", f.slots.n, trimPrefix(err))
+	if _, err := s.Semaphore(f.name, f.slots.n()); err != nil {
+		return fmt.Sprintf("invalid --slots %d: %s", f.slots.p, trimPrefix(err))
 	}
-	if _, err := s.Semaphore(f.name, f.slots.n, redisleader.WithPermitValue(f.value)); err != nil {
+	if _, err := s.Semaphore(f.name, f.slots.n(), redisleader.WithPermitValue(f.value)); err != nil {
 		return "invalid --value: " + trimPrefix(err)
 	}
 	return ""
@@ -113,7 +95,7 @@ func afterDashes(args, rest []string) bool {
 // holdSlots runs the command while holding one of --slots permits of
 // NAME: run's terms, each with a permit instead of leadership (permitTerm).
 func (r *runner) holdSlots(s *redisleader.Session) int {
-	sem, err := s.Semaphore(r.f.name, r.f.slots.n, redisleader.WithPermitValue(r.f.value))
+	sem, err := s.Semaphore(r.f.name, r.f.slots.n(), redisleader.WithPermitValue(r.f.value))
 	if err != nil { // checked by slotsOffline already, but for the client's kind
 		r.log.errorf("%s", trimPrefix(err))
 		return exitUsage
@@ -144,7 +126,7 @@ func (r *runner) holding() string {
 // seeking says what run waits for before COMMAND runs.
 func (r *runner) seeking() string {
 	if r.f.slots.set {
-		return fmt.Sprintf("waiting for one of %d permits of %s", r.f.slots.n, r.f.name)
+		return fmt.Sprintf("waiting for one of %d permits of %s", r.f.slots.n(), r.f.name)
 	}
 	return "campaigning for leadership of " + r.f.name
 }
@@ -152,7 +134,7 @@ func (r *runner) seeking() string {
 // won says what run has won once COMMAND may start.
 func (r *runner) won() string {
 	if r.f.slots.set {
-		return fmt.Sprintf("acquired one of %d permits of %s", r.f.slots.n, r.f.name)
+		return fmt.Sprintf("acquired one of %d permits of %s", r.f.slots.n(), r.f.name)
 	}
 	return "elected leader of " + r.f.name
 }
@@ -160,7 +142,7 @@ func (r *runner) won() string {
 // busy says why --try or --wait gave up ("still " for --wait).
 func (r *runner) busy(still string) string {
 	if r.f.slots.set {
-		return fmt.Sprintf("all %d permits of %s were %sheld", r.f.slots.n, r.f.name, still)
+		return fmt.Sprintf("all %d permits of %s were %sheld", r.f.slots.n(), r.f.name, still)
 	}
 	if still == "" {
 		return r.f.name + " is led by another process"
