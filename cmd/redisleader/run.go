@@ -158,8 +158,9 @@ Exit status:
   N        COMMAND's exit status, when it exited by itself (128+n if a signal n
            killed it); without --again
   3        leadership (with --slots: the permit) was lost while COMMAND ran
-           and COMMAND was stopped; without --again (a COMMAND stopped to yield or hand over
-           leadership is followed by another campaign, never by an exit)
+           and COMMAND was stopped; without --again (a COMMAND stopped to
+           yield or hand over leadership is followed by another campaign,
+           never by an exit)
   75       --try: another process leads NAME (with --slots: all N permits
            are held); --wait: it still did after D. COMMAND did not run
   128+n    redisleader was stopped by signal n (130 SIGINT, 143 SIGTERM,
