@@ -43,6 +43,32 @@ func (s *Session) TryLock(ctx context.Context, name string) (*Lock, error) {
 	return s.acquire(ctx, k, "", tryOnce, nil)
 }
 
+// Acquire takes one permit, blocking until one is free, ctx ends or the
+// session closes: a release wakes the waiters at once (pub/sub), and
+// otherwise a waiter tries again when the first lease ends (never
+// polling). Errors are those of Session.Lock, and the limit's (see
+// Semaphore); a permit's acquire whose reply was lost is confirmed by the
+// next attempt, never taken twice.
+func (m *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
+	return m.s.acquireAs(ctx, m.acquisition(block))
+}
+
+// TryAcquire makes one attempt to take a permit. When all N are held it
+// returns an error matching ErrLocked that says so; other errors are those
+// of Acquire.
+func (m *Semaphore) TryAcquire(ctx context.Context) (*Lock, error) {
+	l, err := m.s.acquireAs(ctx, m.acquisition(tryOnce))
+	if errors.Is(err, ErrLocked) {
+		return nil, fmt.Errorf("redisleader: semaphore %q: all %d permits are held: %w", m.keys.Name, m.limit, err)
+	}
+	return l, err
+}
+
+// acquisition is one permit's acquisition in mode md.
+func (m *Semaphore) acquisition(md mode) acquisition {
+	return acquisition{keys: m.keys, value: m.value, mode: md, shared: &lease.PermitProtocol{P: m.args}}
+}
+
 // mode is how an acquisition goes on after an attempt that failed.
 type mode uint8
 
@@ -60,15 +86,22 @@ const (
 // priority): the setup of an acquisition (its place in a fair queue, its
 // subscription), then its attempts (run).
 func (s *Session) acquire(ctx context.Context, k lease.Keys, value string, m mode, c *candidacy) (*Lock, error) {
+	return s.acquireAs(ctx, acquisition{keys: k, value: value, mode: m, cand: c})
+}
+
+// acquireAs runs the acquisition a, whose keys, value, mode, and candidacy
+// or shared protocol are set (a semaphore's permit: semaphore.go).
+func (s *Session) acquireAs(ctx context.Context, a acquisition) (*Lock, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
 	defer s.work.Done()
-	if s.holds(k.Name) { // at once, before any I/O: a session never waits for itself
+	a.s, a.start = s, time.Now()
+	k, m := a.keys, a.mode
+	if a.self() { // at once, before any I/O: a session never waits for itself
 		return nil, &heldError{k.Name}
 	}
-	a := acquisition{s: s, start: time.Now(), keys: k, value: value, mode: m, cand: c}
-	if s.cfg.fair {
+	if s.cfg.fair && a.shared == nil {
 		a.w = s.newWaiter(k, m != tryOnce)
 		defer a.leave(ctx) // our place, if we have one, when we give up
 	}
@@ -79,7 +112,7 @@ func (s *Session) acquire(ctx context.Context, k lease.Keys, value string, m mod
 		if a.w != nil {
 			accept = a.w.accept()
 		}
-		sub, err := s.wire.Subscribe(ctx, s.waitChannel(k), accept)
+		sub, err := s.wire.Subscribe(ctx, a.waitChannel(), accept)
 		if err != nil {
 			return nil, err
 		}
@@ -91,21 +124,25 @@ func (s *Session) acquire(ctx context.Context, k lease.Keys, value string, m mod
 	}
 	a.newLock()
 	l, err := a.run(ctx)
-	if err != nil && c != nil {
+	if err != nil && a.cand != nil {
 		a.withdraw(ctx)
 	}
 	return l, err
 }
 
-// waitChannel is the channel on which the session's blocking acquisitions
-// of k wait: in fair mode the session's wake-up channel for the name (a
-// release wakes the head waiter only), else the name's channel.
-func (s *Session) waitChannel(k lease.Keys) string {
-	if s.cfg.fair {
-		return k.WakeChannel(s.id)
+// waitChannel is the channel on which a blocking acquisition waits: a fair
+// waiter's on the session's wake-up channel for the name (a release wakes
+// the head waiter only), any other on the name's channel.
+func (a *acquisition) waitChannel() string {
+	if a.w != nil {
+		return a.keys.WakeChannel(a.s.id)
 	}
-	return k.Channel
+	return a.keys.Channel
 }
+
+// self reports whether the session holds the acquisition's name itself
+// (then it never waits for itself); a shared name, never.
+func (a *acquisition) self() bool { return a.shared == nil && a.s.holds(a.keys.Name) }
 
 // run makes attempts with one token until the key is ours, or (blocking)
 // ctx or the session ends, or (tryOnce) after one attempt. Every attempt uses
@@ -144,7 +181,7 @@ func (a *acquisition) run(ctx context.Context) (*Lock, error) {
 			continue
 		case errors.Is(err, ErrSessionClosed):
 			return nil, err // attempt has given the key back already
-		case locked && s.holds(name):
+		case locked && a.self():
 			return nil, a.abandon(ctx, nil, &heldError{name})
 		case !locked:
 			a.unsure = true
@@ -161,7 +198,7 @@ func (a *acquisition) run(ctx context.Context) (*Lock, error) {
 		if err := a.wait(ctx, r, err, locked); err != nil {
 			return nil, a.abandon(ctx, a.lastErr, err)
 		}
-		if s.holds(name) { // woken because this session took the name (Session.add)
+		if a.self() { // woken because this session took the name (Session.add)
 			return nil, a.abandon(ctx, nil, &heldError{name})
 		}
 	}
@@ -191,6 +228,7 @@ type acquisition struct {
 	l        *Lock              // the current attempt's lock and token
 	w        *waiter            // fair mode: our place in the queue
 	cand     *candidacy         // the candidate's priority, or nil
+	shared   lease.Protocol     // a shared name's protocol (a semaphore's permit), or nil
 	queued   bool               // fair mode: we may have a place in the queue
 	kept     time.Time          // fair mode: when the attempt that last renewed our place was sent
 	lastErr  error              // of the last attempt, if it failed with a Redis error
@@ -242,7 +280,11 @@ func (a *acquisition) deliver(ctx context.Context) (l *Lock, again bool, err err
 // newLock starts the acquisition's next attempt with a new lock, whose
 // first attempt makes its lease and token (Lock.attempt).
 func (a *acquisition) newLock() {
-	a.l = &Lock{s: a.s, value: a.value, lease: lease.Lease{Keys: a.keys, Proto: protocolFor(a.w, a.cand)}}
+	p := a.shared
+	if p == nil {
+		p = protocolFor(a.w, a.cand)
+	}
+	a.l = &Lock{s: a.s, value: a.value, lease: lease.Lease{Keys: a.keys, Proto: p}}
 	if a.cand != nil {
 		a.l.lead = &leadership{cand: a.cand}
 	}
@@ -298,7 +340,7 @@ func (a *acquisition) wait(ctx context.Context, r lease.Attempt, err error, lock
 	}
 	for end := time.Now().Add(d); ; {
 		err := a.s.wait(ctx, a.sub, time.Until(end))
-		if err != nil || !time.Now().Before(end) || a.s.holds(a.keys.Name) {
+		if err != nil || !time.Now().Before(end) || a.self() {
 			return err
 		}
 	}

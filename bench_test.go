@@ -904,3 +904,25 @@ func hammer(b *testing.B, n int, d time.Duration, try func(i int) (int, error)) 
 	wg.Wait()
 	return work.Load(), none.Load(), time.Since(start)
 }
+
+// BenchmarkSemaphorePair measures one permit's acquire+release pair
+// (TryAcquire + Release, N=4) on a real redis-server, next to a lock's
+// (BenchmarkLockPair), for allocations.
+func BenchmarkSemaphorePair(b *testing.B) {
+	_, s := benchServer(b)
+	ctx := context.Background()
+	m, err := s.Semaphore("lib-sem", 4)
+	if err != nil {
+		b.Fatal(err)
+	}
+	loopAllocs(b, "lock", func(b *testing.B) { libPair(ctx, b, s) })
+	loopAllocs(b, "semaphore", func(b *testing.B) {
+		l, err := m.TryAcquire(ctx)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	})
+}

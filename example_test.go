@@ -581,3 +581,49 @@ func ExampleWithHooks() {
 	// healthy: true
 	// released nightly-report cause: redisleader: released
 }
+
+// A semaphore: at most N holders of a name at once, across every session.
+// A permit is a Lock: renewed by the session, fenced, released with Release
+// (or by Close); a crashed holder's permit comes back within one TTL.
+func Example_semaphore() {
+	mr, err := miniredis.Run() // in production: your Redis
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	defer client.Close()
+	ctx := context.Background()
+
+	session, err := redisleader.NewSession(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer session.Close(ctx)
+	api, err := session.Semaphore("partner-api", 2, redisleader.WithPermitValue("worker-7"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	first, err := api.Acquire(ctx) // waits while all 2 permits are held
+	if err != nil {
+		log.Fatal(err)
+	}
+	second, err := api.TryAcquire(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = api.TryAcquire(ctx)
+	fmt.Println("third:", errors.Is(err, redisleader.ErrLocked))
+	holders, limit, err := api.Holders(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("holders:", len(holders), "of", limit, "-", holders[0].Value)
+	fmt.Println("fences increase:", second.Fence() > first.Fence())
+	_ = first.Release(ctx)
+	_ = second.Release(ctx)
+	// Output:
+	// third: true
+	// holders: 2 of 2 - worker-7
+	// fences increase: true
+}

@@ -31,10 +31,13 @@ func newRegistry() registry {
 	}
 }
 
-// hold registers l as held, its name's lock.
+// hold registers l as held, its name's lock, unless its protocol shares
+// the name (a semaphore's permit is one of several: lease.PermitProtocol).
 func (r *registry) hold(l *Lock) {
 	r.locks[l] = struct{}{}
-	r.names[l.lease.Keys.Name] = l
+	if _, shared := l.lease.Proto.(interface{ Shared() }); !shared {
+		r.names[l.lease.Keys.Name] = l
+	}
 }
 
 // drop forgets l, and reports whether it was held.

@@ -135,8 +135,8 @@ func (r *runner) termEnded(t *tenure, res *commandResult) {
 		return
 	}
 	res.lost = cmp.Or(t.lead.Err(), why)
-	r.log.errorf("leadership of %s lost (%s); stopping %s (SIGTERM, SIGKILL after %v)",
-		r.f.name, lossReason(res.lost), r.display, r.f.grace)
+	r.log.errorf("%s lost (%s); stopping %s (SIGTERM, SIGKILL after %v)",
+		r.holding(), lossReason(res.lost), r.display, r.f.grace)
 }
 
 // errLeaseEnding is why a term ended whose lease was about to expire
@@ -160,8 +160,8 @@ func (r *runner) stoppedBySupervisor(t *tenure, res *commandResult, runKilled bo
 		return
 	}
 	res.lost = cmp.Or(t.lead.Err(), errLeaseEnding)
-	r.log.errorf("leadership of %s lost (%s); the supervisor stopped %s by the lease's deadline",
-		r.f.name, lossReason(res.lost), r.display)
+	r.log.errorf("%s lost (%s); the supervisor stopped %s by the lease's deadline",
+		r.holding(), lossReason(res.lost), r.display)
 }
 
 // transferRequested records in res that a transfer to value to was

@@ -5,7 +5,8 @@
 //	redisleader demo                               # embedded Redis, nothing to install
 //	redisleader run --name NAME -- COMMAND [ARGS]  # run COMMAND only while leader
 //	redisleader run --name NAME --try --hold 1m -- JOB  # a cron job, once per tick
-//	redisleader status [--check] NAME              # who leads now
+//	redisleader run --slots N NAME -- COMMAND      # at most N COMMANDs at once
+//	redisleader status [--check] NAME              # who leads (or holds permits) now
 //	redisleader watch [--json] NAME                # one line per leader change
 //	redisleader transfer NAME --to VALUE           # hand leadership to VALUE
 //	redisleader completion bash|zsh|fish           # completion script
@@ -157,7 +158,8 @@ func usage(w io.Writer) {
 
 Usage:
   redisleader run --name NAME [flags] -- COMMAND [ARGS] run COMMAND only while this process leads NAME
-  redisleader status [--json] [--check] NAME            print who leads NAME now
+  redisleader run --slots N [flags] NAME -- COMMAND     run COMMAND while holding one of N permits of NAME
+  redisleader status [--json] [--check] NAME            print who leads NAME (or holds its permits) now
   redisleader watch [--json] NAME                       print one line per leader change of NAME
   redisleader transfer NAME --to VALUE                  make the run that leads NAME hand it over to VALUE
   redisleader demo [--redis URL]                        show elections at work (embedded Redis by default)

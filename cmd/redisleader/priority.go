@@ -105,6 +105,9 @@ func fromEnv(v optionalFlag, name, env string) (source string, err error) {
 // priority), and what set the priority (for messages); msg says what is
 // wrong with them, except what the library checks (checkOffline).
 func (f *runFlags) campaignOptions() (copts []redisleader.CampaignOption, prio, msg string) {
+	if f.slots.set { // a permit has no priority: the variables do not apply (slots.go)
+		return nil, "", ""
+	}
 	prio, err := fromEnv(&f.priority, "priority", envPriority)
 	if err != nil {
 		return nil, "", err.Error()

@@ -66,7 +66,7 @@ const (
 )
 
 var runHelp = helpText{
-	synopsis: "run --name NAME [--try | --wait D] [--hold D] [flags] -- COMMAND [ARGS...]",
+	synopsis: "run --name NAME [--try | --wait D] [--hold D] [flags] -- COMMAND [ARGS...]\n       redisleader run --slots N [flags] NAME -- COMMAND [ARGS...]",
 	about: `
 Campaign for leadership of NAME and run COMMAND only while this process leads:
 at most one COMMAND runs at a time across all the hosts that run this with
@@ -139,6 +139,17 @@ A job that cron starts on every host, to run once per tick:
     way, and run campaigns again, without its priority until it leads
     again, so that a transfer to a lower priority holds. Runs with --try
     or --wait (jobs) take no transfer requests and no priority.
+  - --slots N runs COMMAND while holding one of N permits of the semaphore
+    NAME instead of its leadership: at most N COMMANDs run at once across
+    the hosts (NAME may then come as the first argument, COMMAND after --).
+    A permit is a lease like leadership: all of the above holds (signals,
+    process group, supervisor, --try, --wait, --hold, --again, exit
+    statuses), and a permit lost stops COMMAND as a lost leadership does.
+    A dead holder's permit is free again within --ttl. N is the name's
+    contract: a run with another N than the one stored fails naming both
+    (Session.SetSemaphoreLimit changes it). REDISLEADER_FENCE is the
+    permit's fence; --value is shown by status. No --priority or
+    --min-term (their variables are ignored), and no transfers.
   - redisleader prints only errors and warnings (to stderr), like flock(1):
     --verbose adds a line per step, --quiet leaves only errors.
 `,
@@ -146,19 +157,20 @@ A job that cron starts on every host, to run once per tick:
 Exit status:
   N        COMMAND's exit status, when it exited by itself (128+n if a signal n
            killed it); without --again
-  3        leadership was lost while COMMAND ran and COMMAND was stopped;
-           without --again (a COMMAND stopped to yield or hand over
-           leadership is followed by another campaign, never by an exit)
-  75       --try: another process leads NAME; --wait: it still did after D.
-           COMMAND did not run
+  3        leadership (with --slots: the permit) was lost while COMMAND ran
+           and COMMAND was stopped; without --again (a COMMAND stopped to
+           yield or hand over leadership is followed by another campaign,
+           never by an exit)
+  75       --try: another process leads NAME (with --slots: all N permits
+           are held); --wait: it still did after D. COMMAND did not run
   128+n    redisleader was stopped by signal n (130 SIGINT, 143 SIGTERM,
            129 SIGHUP, 131 SIGQUIT), whether COMMAND was running (the signal
            is forwarded to it) or not; a signal during --hold, after COMMAND
            exited, only ends the hold (the status is COMMAND's)
   1        error: Redis unreachable at start, or a Redis error that retrying
            cannot fix
-  2        usage error (a bad flag, --name, --ttl or --priority, no COMMAND,
-           or a malformed Redis URL)
+  2        usage error (a bad flag, --name, --ttl, --priority or --slots, no
+           COMMAND, or a malformed Redis URL)
   126, 127 COMMAND could not be started (127: not found)
 `,
 }
@@ -180,6 +192,7 @@ type runFlags struct {
 	quiet, verbose bool
 	priority       priorityFlag
 	minTerm        minTermFlag
+	slots          slotsFlag // slots.go
 }
 
 func newRunFlags() (*flag.FlagSet, *runFlags) {
@@ -199,6 +212,7 @@ func newRunFlags() (*flag.FlagSet, *runFlags) {
 	fs.StringVar(&f.fenceEnv, "fence-env", defaultFenceEnv, "environment `variable` that gives COMMAND the fencing token")
 	fs.Var(&f.priority, "priority", "campaign with priority `P`, an integer (default: $"+envPriority+"): the leader yields to a\ncandidate with a higher one (see --min-term); equal priorities never move leadership")
 	fs.Var(&f.minTerm, "min-term", "with --priority: lead at least `D` before yielding to a better candidate, or never\n(default: $"+envMinTerm+", else 0: yield at once)")
+	fs.Var(&f.slots, "slots", "hold one of `N` permits of the semaphore NAME instead of leading NAME: at most N\nCOMMANDs run at once (see above)")
 	fs.BoolVar(&f.quiet, "quiet", false, "print errors only, not warnings about retried Redis errors")
 	fs.BoolVar(&f.verbose, "verbose", false, "also print a line for every step (campaigning, elected, exit, resigned)")
 	return fs, f
@@ -219,10 +233,10 @@ func cmdRun(args []string, sigs <-chan os.Signal, stdout, stderr io.Writer) int 
 		}
 	}()
 	fs, f := newRunFlags()
-	if code := parseFlags(fs, runHelp, args, stdout, stderr); code >= 0 {
+	command, code := runArgs(fs, f, args, stdout, stderr) // slots.go
+	if code >= 0 {
 		return code
 	}
-	command := fs.Args()
 	if msg := f.invalid(command); msg != "" {
 		return usageError(stderr, "run", "%s", msg)
 	}
@@ -275,7 +289,7 @@ func (f *runFlags) invalid(command []string) string {
 	case !envName.MatchString(f.fenceEnv):
 		return fmt.Sprintf("invalid --fence-env %q: want a variable name (letters, digits, _)", printable(f.fenceEnv))
 	}
-	return ""
+	return f.slotsInvalid()
 }
 
 // level is what --quiet and --verbose ask the logger to print.
@@ -312,7 +326,7 @@ func (f *runFlags) options() (opts []redisleader.Option, copts []redisleader.Cam
 	if _, err := checkOffline(f.name, opts, f.value, copts...); err != nil {
 		return nil, nil, "invalid " + prio + ": " + trimPrefix(err)
 	}
-	return opts, copts, ""
+	return opts, copts, f.slotsOffline(opts)
 }
 
 // runner is one "redisleader run": it campaigns, runs the command while
@@ -330,6 +344,7 @@ type runner struct {
 	waitUntil time.Time                    // with --wait: when run gives up; zero otherwise
 	copts     []redisleader.CampaignOption // --priority's; nil: none
 	client    redis.UniversalClient        // for transfer requests (transfer.go)
+	sem       *redisleader.Semaphore       // --slots's semaphore NAME; nil without
 
 	mu     sync.Mutex         // protects sig, proc and cancel
 	sig    syscall.Signal     // the first stop signal received; 0 before
@@ -408,6 +423,9 @@ func (r *runner) run(target *endpoint, opts []redisleader.Option) int {
 		defer cancel()
 		_ = session.Close(ctx)
 	}()
+	if r.f.slots.set {
+		return r.holdSlots(session) // slots.go
+	}
 	election, err := session.Election(r.f.name)
 	if err != nil {
 		r.log.errorf("%v", trimPrefix(err))
@@ -454,8 +472,12 @@ func (r *runner) lead(ctx context.Context, cancel context.CancelFunc, e *redisle
 	if err := r.beforeCampaign(ctx, notBefore, prioritised); err != nil {
 		return nil, err
 	}
+	if r.sem != nil { // --slots: a permit (slots.go)
+		return r.permitTerm(ctx)
+	}
 	if !prioritised {
-		lead, err := r.campaignOnce(ctx, e)
+		lead, err := r.campaignOnce(ctx, func(ctx context.Context) (*redisleader.Lock, error) { return e.TryCampaign(ctx, r.f.value) },
+			func(ctx context.Context) (*redisleader.Lock, error) { return e.Campaign(ctx, r.f.value) })
 		r.waiting(nil)
 		if err != nil {
 			return nil, err
@@ -506,9 +528,9 @@ func (r *runner) campaignFailed(err error) int {
 	}
 	if errors.Is(err, errBusy) {
 		if r.f.try {
-			r.log.infof("%s is led by another process; not running %s (--try)", r.f.name, r.display)
+			r.log.infof("%s; not running %s (--try)", r.busy(""), r.display)
 		} else {
-			r.log.infof("%s was still led by another process after --wait %v; not running %s", r.f.name, r.f.wait, r.display)
+			r.log.infof("%s after --wait %v; not running %s", r.busy("still "), r.f.wait, r.display)
 		}
 		return exitBusy
 	}
@@ -545,12 +567,13 @@ func (r *runner) beforeCampaign(ctx context.Context, notBefore time.Time, priori
 	case r.copts != nil:
 		prio = " without its priority until it leads again (it handed leadership over)"
 	}
-	r.log.infof("campaigning for leadership of %s as %s%s", r.f.name, printable(r.f.value), prio)
+	r.log.infof("%s as %s%s", r.seeking(), printable(r.f.value), prio)
 	return nil
 }
 
-// campaignOnce campaigns as --try, --wait or neither say.
-func (r *runner) campaignOnce(ctx context.Context, e *redisleader.Election) (*redisleader.Lock, error) {
+// campaignOnce campaigns (or acquires a permit) as --try, --wait or
+// neither say, with try (one attempt) or block (until it holds).
+func (r *runner) campaignOnce(ctx context.Context, try, block func(context.Context) (*redisleader.Lock, error)) (*redisleader.Lock, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	switch {
@@ -558,13 +581,13 @@ func (r *runner) campaignOnce(ctx context.Context, e *redisleader.Election) (*re
 		t := time.AfterFunc(time.Until(r.waitUntil), func() { cancel(errBusy) })
 		defer t.Stop()
 	case r.f.try:
-		lead, err := e.TryCampaign(ctx, r.f.value)
+		lead, err := try(ctx)
 		if errors.Is(err, redisleader.ErrLocked) {
 			return nil, errBusy
 		}
 		return lead, err
 	}
-	lead, err := e.Campaign(ctx, r.f.value)
+	lead, err := block(ctx)
 	if err != nil && errors.Is(context.Cause(ctx), errBusy) {
 		return nil, errBusy
 	}
@@ -605,7 +628,7 @@ type termOutcome struct {
 // of Election.Run is released by Run once onElected has returned.
 func (r *runner) term(e *redisleader.Election, t *tenure) *termOutcome {
 	out := &termOutcome{started: time.Now()}
-	r.log.infof("elected leader of %s (fence %d); starting %s", r.f.name, t.lead.Fence(), r.display)
+	r.log.infof("%s (fence %d); starting %s", r.won(), t.lead.Fence(), r.display)
 	w := r.watchTransfers(e, t)
 	out.res = r.runCommand(t, w.requests())
 	res := &out.res
@@ -646,7 +669,7 @@ func (r *runner) finish(out *termOutcome) (code int, again bool) {
 		r.log.errorf("cannot start %s: %v; %s", r.display, trimPrefix(res.startErr), resigned)
 		return startFailure(res.startErr), false
 	case res.state == nil: // lost before it could start (leaseLeft)
-		r.log.errorf("leadership of %s lost (%s) before %s started; %s", r.f.name, lossReason(res.lost), r.display, resigned)
+		r.log.errorf("%s lost (%s) before %s started; %s", r.holding(), lossReason(res.lost), r.display, resigned)
 		return exitLost, r.f.again
 	}
 	report("%s %s; %s", r.display, describeExit(res.state), resigned)
@@ -689,7 +712,7 @@ func (r *runner) hold(t *tenure, requests <-chan string) (transferTo string) {
 		return ""
 	}
 	defer r.waiting(nil)
-	r.log.infof("holding leadership of %s for %v (--hold)", r.f.name, r.f.hold)
+	r.log.infof("holding %s for %v (--hold)", r.holding(), r.f.hold)
 	select {
 	case <-ctx.Done():
 	case <-t.ended:
@@ -700,7 +723,7 @@ func (r *runner) hold(t *tenure, requests <-chan string) (transferTo string) {
 		if why := t.cause(); errors.Is(why, redisleader.ErrPreempted) {
 			r.log.infof("a candidate with a higher priority waits; yielding %s during --hold", r.f.name)
 		} else {
-			r.log.warnf("leadership of %s lost during --hold (%s)", r.f.name, lossReason(why))
+			r.log.warnf("%s lost during --hold (%s)", r.holding(), lossReason(why))
 		}
 	case to := <-requests:
 		r.log.infof("transfer of %s to %s requested during --hold", r.f.name, printable(to))

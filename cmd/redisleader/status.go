@@ -37,6 +37,18 @@ or {"name":"NAME","leader":null,"candidates":[]}; each candidate is
 "candidates" is null when the Redis user may not read them. With --check
 the exit status says whether someone leads too (0 a leader, 3 none), for
 scripts: if redisleader status --check job >/dev/null; then ...
+
+When NAME is a semaphore (run --slots), its holders follow, in the order
+their leases end (values and fences, never tokens); the leader line is left
+out when nobody leads NAME:
+
+  semaphore 2 of 3 permits held
+  permit host-a:1234 (fence 1795000000000007, ttl 9.874s)
+  permit host-b:4321 (fence 1795000000000008, ttl 4.12s)
+
+--json then adds "semaphore":{"limit":3,"holders":[{"value":"host-a:1234",
+"fence":1795000000000007,"ttl_ms":9874},...]}; --check exits 0 while a
+permit is held.
 Colour is used only when stdout is a terminal and NO_COLOR is not set.
 `,
 	exit: `
@@ -128,11 +140,15 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if leading || errors.Is(err, redisleader.ErrNoLeader) {
 		pref, err = c.preference(ctx, l)
 	}
+	var permits *permitsJSON // slots.go: nil when NAME has no semaphore
+	if err == nil {
+		permits, err = c.permits(ctx)
+	}
 	if err != nil {
 		return c.failed(ctx, "", err)
 	}
 	code = exitOK
-	if f.check && !leading {
+	if f.check && !leading && (permits == nil || len(permits.Holders) == 0) {
 		code = exitNoLeader
 	}
 
@@ -141,7 +157,8 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			Name       string          `json:"name"`
 			Leader     *leaderJSON     `json:"leader"`
 			Candidates []candidateJSON `json:"candidates"`
-		}{Name: c.name, Candidates: pref.asJSON()}
+			Semaphore  *permitsJSON    `json:"semaphore,omitempty"`
+		}{Name: c.name, Candidates: pref.asJSON(), Semaphore: permits}
 		if leading {
 			ms := l.TTL.Milliseconds()
 			out.Leader = &leaderJSON{Value: l.Value, Fence: l.Fence, TTLms: &ms}
@@ -153,8 +170,10 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	p := colour(stdout)
-	fmt.Fprintln(stdout, leaderLine(p, l, fmt.Sprintf(", ttl %v", l.TTL.Round(time.Millisecond)), pref))
-	for _, line := range pref.candidateLines() {
+	if leading || permits == nil || len(pref.cands) > 0 { // a semaphore's name alone: its lines only
+		fmt.Fprintln(stdout, leaderLine(p, l, fmt.Sprintf(", ttl %v", l.TTL.Round(time.Millisecond)), pref))
+	}
+	for _, line := range append(pref.candidateLines(), permits.lines(p)...) {
 		fmt.Fprintln(stdout, line)
 	}
 	return code
@@ -244,6 +263,7 @@ func (c *nameCommand) preference(ctx context.Context, l redisleader.Leader) (pre
 type nameCommand struct {
 	name     string
 	election *redisleader.Election
+	session  *redisleader.Session
 	client   redis.UniversalClient
 	log      *logger
 	close    func()
@@ -267,7 +287,7 @@ func (f *nameFlags) start(ctx context.Context, fs *flag.FlagSet, h helpText, arg
 		return nil, code
 	}
 	c := &nameCommand{name: name, log: log}
-	c.election, c.client, c.close, code = openElection(ctx, target, name, log)
+	c.election, c.session, c.client, c.close, code = openElection(ctx, target, name, log)
 	if code >= 0 {
 		if stopOK && ctx.Err() != nil { // interrupted before it could start
 			return nil, exitOK
@@ -317,21 +337,21 @@ func parseName(fs *flag.FlagSet, h helpText, args []string, stdout, stderr io.Wr
 // openElection connects to Redis and opens a session on the election name.
 // It returns the client and a function that closes both, or the exit code
 // to return (with the reason already logged).
-func openElection(ctx context.Context, target *endpoint, name string, log *logger) (*redisleader.Election, redis.UniversalClient, func(), int) {
+func openElection(ctx context.Context, target *endpoint, name string, log *logger) (*redisleader.Election, *redisleader.Session, redis.UniversalClient, func(), int) {
 	quietRedis()
 	client, err := connect(ctx, target)
 	if err != nil {
 		if code := interrupted(ctx); code >= 0 { // stopped, not unreachable
-			return nil, nil, nil, code
+			return nil, nil, nil, nil, code
 		}
 		log.errorf("%v", err)
-		return nil, nil, nil, exitError
+		return nil, nil, nil, nil, exitError
 	}
 	session, err := redisleader.NewSession(client)
 	if err != nil {
 		_ = client.Close()
 		log.errorf("%s", trimPrefix(err))
-		return nil, nil, nil, exitError
+		return nil, nil, nil, nil, exitError
 	}
 	closeAll := func() {
 		_ = session.Close(context.WithoutCancel(ctx))
@@ -341,7 +361,7 @@ func openElection(ctx context.Context, target *endpoint, name string, log *logge
 	if err != nil { // parseName checked the name already
 		closeAll()
 		log.errorf("%s", trimPrefix(err))
-		return nil, nil, nil, exitUsage
+		return nil, nil, nil, nil, exitUsage
 	}
-	return election, client, closeAll, -1
+	return election, session, client, closeAll, -1
 }

@@ -167,7 +167,7 @@ type transferWatch struct {
 // Election.Run does not take them for it; otherwise it returns nil, which
 // takes none. stop ends it.
 func (r *runner) watchTransfers(e *redisleader.Election, t *tenure) *transferWatch {
-	if r.f.try || r.f.wait > 0 || t.run {
+	if r.f.try || r.f.wait > 0 || t.run || e == nil { // e nil: a permit (--slots), which takes none
 		return nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
