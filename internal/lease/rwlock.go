@@ -3,6 +3,7 @@ package lease
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -146,7 +147,7 @@ func DecodeRWHolders(k Keys, cmd *redis.Cmd) ([]RWMember, error) {
 		h, ok := ParseHolder(m)
 		end, err := strconv.ParseInt(s, 10, 64)
 		if !ok || h.Token == "" || h.Value == "" || err != nil || end < 0 || end > now+MaxLeaseMs ||
-			(h.Value[0] != RoleRead && h.Value[0] != RoleWrite && h.Value[0] != RoleIntent) {
+			!strings.ContainsRune("rwi", rune(h.Value[0])) || (h.Value[0] == RoleIntent) != (h.Fence == 0) {
 			return nil, &wire.ScriptError{Msg: fmt.Sprintf("ERR redisleader: rwlock key %s holds a member or score this package did not write", k.Lock)}
 		}
 		if end > now {
