@@ -326,6 +326,8 @@ func TestRWLockWriterNotStarved(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var worst time.Duration
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second) // a starved writer fails, not hangs
+	defer wcancel()
 	for range writers {
 		rw := mustRW(t, newSession(t, srv.Client(t), WithTTL(10*time.Second)), "stream")
 		wg.Add(1)
@@ -334,7 +336,7 @@ func TestRWLockWriterNotStarved(t *testing.T) {
 			<-time.After(50 * time.Millisecond) // the readers stream first
 			for range writes {
 				start := time.Now()
-				l, err := rw.Lock(ctx)
+				l, err := rw.Lock(wctx)
 				if err != nil {
 					t.Errorf("Lock: %v", err)
 					return
