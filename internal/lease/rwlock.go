@@ -131,28 +131,22 @@ type RWMember struct {
 // DecodeRWHolders decodes cmd, a RWHoldersCall on k's keys: the live
 // members, ordered as the set (by end). A member or score this package
 // could not have written is an error naming the key, and never printed.
-func DecodeRWHolders(k Keys, cmd *redis.Cmd) ([]RWMember, error) {
-	res, err := cmd.Slice()
+func DecodeRWHolders(k Keys, cmd *redis.Cmd) (out []RWMember, err error) {
+	res, now, err := holdersReply(cmd)
 	if err != nil {
 		return nil, err
 	}
-	if len(res) < 2 || len(res)%2 != 0 {
-		return nil, fmt.Errorf("unexpected reply of %d elements", len(res))
-	}
-	now, _ := res[0].(int64)
-	var out []RWMember
-	for i := 2; i < len(res); i += 2 {
-		m, _ := res[i].(string)
-		s, _ := res[i+1].(string)
-		h, ok := ParseHolder(m)
-		end, err := strconv.ParseInt(s, 10, 64)
-		if !ok || h.Token == "" || h.Value == "" || err != nil || end < 0 || end > now+MaxLeaseMs ||
-			!strings.ContainsRune("rwi", rune(h.Value[0])) || (h.Value[0] == RoleIntent) != (h.Fence == 0) {
-			return nil, &wire.ScriptError{Msg: fmt.Sprintf("ERR redisleader: rwlock key %s holds a member or score this package did not write", k.Lock)}
+	ok := eachMember(res, now, func(h Holder, left time.Duration) bool {
+		if h.Value == "" || !strings.ContainsRune("rwi", rune(h.Value[0])) || (h.Value[0] == RoleIntent) != (h.Fence == 0) {
+			return false
 		}
-		if end > now {
-			out = append(out, RWMember{Role: h.Value[0], Value: h.Value[1:], Fence: h.Fence, TTL: time.Duration(end-now) * time.Millisecond})
+		if left > 0 {
+			out = append(out, RWMember{Role: h.Value[0], Value: h.Value[1:], Fence: h.Fence, TTL: left})
 		}
+		return true
+	})
+	if !ok {
+		return nil, &wire.ScriptError{Msg: fmt.Sprintf("ERR redisleader: rwlock key %s holds a member or score this package did not write", k.Lock)}
 	}
 	return out, nil
 }

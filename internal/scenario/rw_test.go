@@ -162,15 +162,21 @@ func (h *harness) finishRW() history.RWReport {
 	rep := history.CheckRW(h.rec.Events(), func(who string) bool { return strings.HasPrefix(who, "W") })
 	h.check(rep.Safe(), "unsafe history:\n%s", strings.Join(rep.Problems, "\n"))
 	h.check(rep.MaxReaders >= 2 && rep.Writes > 0, "readers never shared (at most %d) or nobody wrote (%d): the scenario did not contend", rep.MaxReaders, rep.Writes)
+	h.summarize(func(pass bool) string { return rep.Line(h.id, pass) })
+	return rep
+}
+
+// summarize logs and records the line of a scenario judged safe or not:
+// line(pass), then expect=safe, the faults and the notes.
+func (h *harness) summarize(line func(pass bool) string) {
 	h.mu.Lock()
-	line := rep.Line(h.id, len(h.failed) == 0) + " expect=safe" + fmt.Sprintf(" faults=%d", h.faults.Load())
+	l := line(len(h.failed) == 0) + " expect=safe" + fmt.Sprintf(" faults=%d", h.faults.Load())
 	for _, x := range h.extra {
-		line += " " + x
+		l += " " + x
 	}
 	h.mu.Unlock()
-	h.t.Log(line)
+	h.t.Log(l)
 	lines.Lock()
-	lines.all = append(lines.all, line)
+	lines.all = append(lines.all, l)
 	lines.Unlock()
-	return rep
 }
