@@ -757,3 +757,30 @@ func lockRW(ctx context.Context, rw *RWLock) <-chan error {
 	}()
 	return done
 }
+
+// BenchmarkRWPair measures a read lease's and the write lease's
+// acquire+release pair (TryRLock or TryLock, then Release) on a real
+// redis-server, next to a lock's (BenchmarkLockPair), for allocations.
+func BenchmarkRWPair(b *testing.B) {
+	_, s := benchServer(b)
+	ctx := context.Background()
+	rw, err := s.RWLock("lib-rw")
+	if err != nil {
+		b.Fatal(err)
+	}
+	loopAllocs(b, "lock", func(b *testing.B) { libPair(ctx, b, s) })
+	for _, p := range []struct {
+		name string
+		try  func(context.Context) (*Lock, error)
+	}{{"read", rw.TryRLock}, {"write", rw.TryLock}} {
+		loopAllocs(b, p.name, func(b *testing.B) {
+			l, err := p.try(ctx)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
