@@ -627,3 +627,55 @@ func Example_semaphore() {
 	// holders: 2 of 2 - worker-7
 	// fences increase: true
 }
+
+// A read-write lock: many readers or one writer, each grant a lease with
+// a fence. A writer that waits stops new readers, so a stream of readers
+// cannot starve it; a session that reads may not ask to write (an upgrade
+// is refused: release the read lease first).
+func Example_rwlock() {
+	mr, err := miniredis.Run() // in production: your Redis
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	defer client.Close()
+	ctx := context.Background()
+
+	session, err := redisleader.NewSession(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer session.Close(ctx)
+	doc, err := session.RWLock("config-doc", redisleader.WithRWValue("host-3"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	read1, err := doc.RLock(ctx) // waits while a writer holds or waits
+	if err != nil {
+		log.Fatal(err)
+	}
+	read2, err := doc.RLock(ctx) // readers share
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = doc.Lock(ctx)
+	fmt.Println("upgrade refused:", errors.Is(err, redisleader.ErrInvalid))
+	holders, waiting, err := doc.Holders(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("readers:", len(holders), "writers waiting:", waiting)
+	_ = read1.Release(ctx)
+	_ = read2.Release(ctx)
+	write, err := doc.Lock(ctx) // waits while anyone reads
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("fences increase:", write.Fence() > read2.Fence())
+	_ = write.Release(ctx)
+	// Output:
+	// upgrade refused: true
+	// readers: 2 writers waiting: 0
+	// fences increase: true
+}

@@ -57,6 +57,7 @@ var (
 	SemRelease       = build("sem_release", "98bf3ff9482c494035e1f9064cbfc89e6c3e6350", "guard")
 	SemHolders       = build("sem_holders", "2e1093c6107ccadd867fe2874d4101c0d0ff91db", "guard")
 	SemLimit         = build("sem_limit", "c7ffa0ebb416de668e938acaa83f6cf8045af3ef", "guard")
+	RWAcquire        = build("rw_acquire", "303d1a1da1c7aae3e863a3aab5af39caa6faf7ee", "guard", "fence")
 )
 
 // All lists every script build made, for TestScriptSHAs.

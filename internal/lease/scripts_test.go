@@ -9,8 +9,8 @@ import (
 // Every script's written-out SHA is the SHA-1 of its source, so EVALSHA
 // finds the script that EVAL loaded (Redis caches scripts by that digest).
 func TestScriptSHAs(t *testing.T) {
-	if len(All) != 23 { // the request and semaphore scripts joined the table
-		t.Errorf("%d scripts built, want 23", len(All))
+	if len(All) != 24 { // the request, semaphore and read-write lock scripts joined the table
+		t.Errorf("%d scripts built, want 24", len(All))
 	}
 	for _, s := range All {
 		sum := sha1.Sum([]byte(s.Src))

@@ -131,32 +131,55 @@ type Permit struct {
 // or score this package could not have written is an error naming the
 // key, and never printed.
 func DecodeHolders(k Keys, cmd *redis.Cmd) (permits []Permit, n int, err error) {
-	res, err := cmd.Slice()
+	res, now, err := holdersReply(cmd)
 	if err != nil {
 		return nil, 0, err
 	}
-	if len(res) < 2 || len(res)%2 != 0 {
-		return nil, 0, fmt.Errorf("unexpected reply of %d elements", len(res))
-	}
-	now, _ := res[0].(int64)
 	if raw, ok := res[1].(string); ok {
 		if n, err = strconv.Atoi(raw); err != nil || CheckLimit(n) != nil {
 			return nil, 0, &wire.ScriptError{Msg: fmt.Sprintf("ERR redisleader: limit key %s holds a value this package did not write", k.Limit())}
 		}
 	}
+	ok := eachMember(res, now, func(h Holder, left time.Duration) bool {
+		if left > 0 {
+			permits = append(permits, Permit{Value: h.Value, Fence: h.Fence, TTL: left})
+		}
+		return true
+	})
+	if !ok {
+		return nil, n, &wire.ScriptError{Msg: fmt.Sprintf("ERR redisleader: semaphore key %s holds a member or score this package did not write", k.Lock)}
+	}
+	return permits, n, nil
+}
+
+// holdersReply checks cmd, a sem_holders call, and returns its reply and
+// the server's time in ms.
+func holdersReply(cmd *redis.Cmd) (res []any, now int64, err error) {
+	if res, err = cmd.Slice(); err != nil {
+		return nil, 0, err
+	}
+	if len(res) < 2 || len(res)%2 != 0 {
+		return nil, 0, fmt.Errorf("unexpected reply of %d elements", len(res))
+	}
+	now, _ = res[0].(int64)
+	return res, now, nil
+}
+
+// eachMember calls f with every member of res, a sem_holders reply read
+// at now, and the time left on its lease (<= 0: passed), until f returns
+// false; it reports false then, or for a member or score this package
+// could not have written (never printed).
+func eachMember(res []any, now int64, f func(h Holder, left time.Duration) bool) bool {
 	for i := 2; i < len(res); i += 2 {
 		m, _ := res[i].(string)
 		s, _ := res[i+1].(string)
 		h, ok := ParseHolder(m)
 		end, err := strconv.ParseInt(s, 10, 64)
-		if !ok || h.Token == "" || err != nil || end < 0 || end > now+MaxLeaseMs {
-			return nil, n, &wire.ScriptError{Msg: fmt.Sprintf("ERR redisleader: semaphore key %s holds a member or score this package did not write", k.Lock)}
-		}
-		if end > now {
-			permits = append(permits, Permit{Value: h.Value, Fence: h.Fence, TTL: time.Duration(end-now) * time.Millisecond})
+		if !ok || h.Token == "" || err != nil || end < 0 || end > now+MaxLeaseMs || !f(h, time.Duration(end-now)*time.Millisecond) {
+			return false
 		}
 	}
-	return permits, n, nil
+	return true
 }
 
 // LimitCall sets k's limit to n (sem_limit), which the caller checked.

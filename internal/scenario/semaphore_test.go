@@ -82,15 +82,6 @@ func (h *harness) finishShared(n int) history.SharedReport {
 	rep := history.CheckShared(h.rec.Events(), n)
 	h.check(rep.Safe(), "unsafe history:\n%s", strings.Join(rep.Problems, "\n"))
 	h.check(rep.MaxHolders == n, "never %d holders at once (at most %d): the scenario did not contend", n, rep.MaxHolders)
-	h.mu.Lock()
-	line := rep.Line(h.id, len(h.failed) == 0) + " expect=safe" + fmt.Sprintf(" faults=%d", h.faults.Load())
-	for _, x := range h.extra {
-		line += " " + x
-	}
-	h.mu.Unlock()
-	h.t.Log(line)
-	lines.Lock()
-	lines.all = append(lines.all, line)
-	lines.Unlock()
+	h.summarize(func(pass bool) string { return rep.Line(h.id, pass) })
 	return rep
 }
