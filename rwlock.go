@@ -112,6 +112,12 @@ func (rw *RWLock) acquire(ctx context.Context, write bool, md mode) (*Lock, erro
 	if write {
 		p.A, p.Wait = rw.write, md != tryOnce
 	}
+	// Registered across the acquisition and the withdraw, so that Close,
+	// which ends a waiting Lock, waits for its intent's withdraw too.
+	if err := rw.s.enter(); err != nil {
+		return nil, err
+	}
+	defer rw.s.work.Done()
 	l, err := rw.s.acquireAs(ctx, acquisition{keys: rw.keys, value: rw.value, mode: md, shared: p})
 	if err != nil && p.Wait && p.Token != "" {
 		rw.withdraw(ctx, p)
@@ -130,11 +136,8 @@ func (rw *RWLock) acquire(ctx context.Context, write bool, md mode) (*Lock, erro
 // its last token (and the lease, if an attempt whose reply was lost took
 // it), best effort: within ctx, or in the background once ctx has ended.
 // Otherwise the intent ends with its lease, within a TTL.
+// The caller must be registered with s.work.
 func (rw *RWLock) withdraw(ctx context.Context, p *lease.RWProtocol) {
-	if rw.s.enter() != nil {
-		return
-	}
-	defer rw.s.work.Done()
 	l := &lease.Lease{Keys: rw.keys, Token: p.Token, Args: lease.Args{Lock: rw.keys.Lock, Token: p.Token}, Proto: p}
 	rw.s.bestEffortCleanup(ctx, func(ctx context.Context) { rw.s.place.Release(ctx, lease.Ending{Lease: l}) })
 }
