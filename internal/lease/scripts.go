@@ -52,7 +52,7 @@ var (
 	Fenced           = build("fenced", "885b09c4dfbe97d0ca4510d52e94dca1d3873bee", "guard")
 	RequestSend      = build("request_send", "5d40a7f95299060408ab1813f755cbd18c3864da", "guard")
 	RequestTake      = build("request_take", "19df0db248ecd7f7755dedec66e0a6e018c2bd36", "guard")
-	SemAcquire       = build("sem_acquire", "70366079fad44d95743eaf18e4d4ab956a2dc197", "guard", "fence")
+	SemAcquire       = build("sem_acquire", "eb1bded27ac58481ae236ba02817ef1e01899830", "guard", "fence")
 	SemRenew         = build("sem_renew", "ea5935adc0383a0f338337602d8371833ee129b2", "guard")
 	SemRelease       = build("sem_release", "98bf3ff9482c494035e1f9064cbfc89e6c3e6350", "guard")
 	SemHolders       = build("sem_holders", "2e1093c6107ccadd867fe2874d4101c0d0ff91db", "guard")

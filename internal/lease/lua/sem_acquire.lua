@@ -34,7 +34,12 @@ return guard(function()
 local t = call('TIME')
 local now, us = nowMs(t), t[1] * 1000000 + t[2]
 local n = tonumber(ARGV[4])
-local raw = call('GET', KEYS[3])
+local okl, raw = pcall(call, 'GET', KEYS[3])
+if not okl then
+  if not string.find(type(raw) == 'table' and raw.err or tostring(raw), 'WRONGTYPE', 1, true) then error(raw, 0) end
+  cmd = nil
+  error('redisleader: limit key ' .. KEYS[3] .. ' holds a value this package did not write (not a string); it was left unchanged', 0)
+end
 if raw then
   local stored = tonumber(raw)
   if not stored or not string.find(raw, '^[1-9]%d*$') or stored > 1000000 then
