@@ -58,6 +58,9 @@ func TestSemaphoreLimitKeyOfAnotherType(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), key) {
 			t.Fatalf("TryAcquire on a list at the limit key: %v, want an error naming %s", err, key)
 		}
+		if _, err := s.SetSemaphoreLimit(ctx, "limtype", 3); err == nil || !strings.Contains(err.Error(), key) {
+			t.Fatalf("SetSemaphoreLimit on a list at the limit key: %v, want an error naming %s", err, key)
+		}
 		if got := b.client.LRange(ctx, key, 0, -1).Val(); len(got) != 1 || got[0] != "theirs" {
 			t.Fatalf("the foreign list became %q", got)
 		}
