@@ -52,12 +52,12 @@ var (
 	Fenced           = build("fenced", "885b09c4dfbe97d0ca4510d52e94dca1d3873bee", "guard")
 	RequestSend      = build("request_send", "5d40a7f95299060408ab1813f755cbd18c3864da", "guard")
 	RequestTake      = build("request_take", "19df0db248ecd7f7755dedec66e0a6e018c2bd36", "guard")
-	SemAcquire       = build("sem_acquire", "eb1bded27ac58481ae236ba02817ef1e01899830", "guard", "fence")
+	SemAcquire       = build("sem_acquire", "2e60d0d57d25fbcc6539a91916e0821f79b0ccb9", "guard", "typed", "fence")
 	SemRenew         = build("sem_renew", "ea5935adc0383a0f338337602d8371833ee129b2", "guard")
 	SemRelease       = build("sem_release", "98bf3ff9482c494035e1f9064cbfc89e6c3e6350", "guard")
 	SemHolders       = build("sem_holders", "2e1093c6107ccadd867fe2874d4101c0d0ff91db", "guard")
-	SemLimit         = build("sem_limit", "c7ffa0ebb416de668e938acaa83f6cf8045af3ef", "guard")
-	RWAcquire        = build("rw_acquire", "303d1a1da1c7aae3e863a3aab5af39caa6faf7ee", "guard", "fence")
+	SemLimit         = build("sem_limit", "4b2635c24a563adf9ae8ecdf8e99b0a701739d12", "guard", "typed")
+	RWAcquire        = build("rw_acquire", "178a0249a04ff8dd37c0fbef1e5a395031e0c4dc", "guard", "typed", "fence")
 )
 
 // All lists every script build made, for TestScriptSHAs.

@@ -67,6 +67,20 @@ local function guard(body)
   if not cmd then return redis.error_reply('ERR ' .. tostring(res)) end
   return deny({err = type(res) == 'table' and res.err or tostring(res)}, string.upper(cmd), target)
 end
+-- ==== piece typed ====
+-- For the scripts that read a key someone else may have written with
+-- another type, after prelude.lua's piece guard: typed(what, kind, ...) is
+-- call(...), whose second argument is a key, except that a key of another
+-- type ends the script (through guard) with an error naming it:
+-- "redisleader: <what> key <key> holds a value this package did not write
+-- (not <kind>); it was left unchanged". Any other error stays as call's.
+local function typed(what, kind, ...)
+  local ok, r = pcall(call, ...)
+  if ok then return r end
+  if not string.find(type(r) == 'table' and r.err or tostring(r), 'WRONGTYPE', 1, true) then error(r, 0) end
+  cmd = nil
+  error('redisleader: ' .. what .. ' key ' .. select(2, ...) .. ' holds a value this package did not write (not ' .. kind .. '); it was left unchanged', 0)
+end
 -- ==== piece fence ====
 -- fenceOf(raw, key) returns the fence that raw, the value of the fence key
 -- key, holds, or nil and an error reply, written nowhere, when it holds

@@ -38,12 +38,7 @@
 return guard(function()
 local t = call('TIME')
 local now, us = nowMs(t), t[1] * 1000000 + t[2]
-local ok, all = pcall(call, 'ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
-if not ok then
-  if not string.find(type(all) == 'table' and all.err or tostring(all), 'WRONGTYPE', 1, true) then error(all, 0) end
-  cmd = nil
-  error('redisleader: rwlock key ' .. KEYS[1] .. ' holds a value this package did not write (not a sorted set); it was left unchanged', 0)
-end
+local all = typed('rwlock', 'a sorted set', 'ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 local role, ttl = string.sub(ARGV[3], 1, 1), tonumber(ARGV[2])
 local far = now + tonumber(ARGV[4])
 local mine, mineRole, fence, passed = nil, nil, nil, {}

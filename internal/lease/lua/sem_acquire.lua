@@ -34,12 +34,7 @@ return guard(function()
 local t = call('TIME')
 local now, us = nowMs(t), t[1] * 1000000 + t[2]
 local n = tonumber(ARGV[4])
-local okl, raw = pcall(call, 'GET', KEYS[3])
-if not okl then
-  if not string.find(type(raw) == 'table' and raw.err or tostring(raw), 'WRONGTYPE', 1, true) then error(raw, 0) end
-  cmd = nil
-  error('redisleader: limit key ' .. KEYS[3] .. ' holds a value this package did not write (not a string); it was left unchanged', 0)
-end
+local raw = typed('limit', 'a string', 'GET', KEYS[3])
 if raw then
   local stored = tonumber(raw)
   if not stored or not string.find(raw, '^[1-9]%d*$') or stored > 1000000 then
@@ -50,12 +45,7 @@ if raw then
       '; the callers of a name must agree (change it with Session.SetSemaphoreLimit)')
   end
 end
-local ok, all = pcall(call, 'ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
-if not ok then
-  if not string.find(type(all) == 'table' and all.err or tostring(all), 'WRONGTYPE', 1, true) then error(all, 0) end
-  cmd = nil
-  error('redisleader: semaphore key ' .. KEYS[1] .. ' holds a value this package did not write (not a sorted set); it was left unchanged', 0)
-end
+local all = typed('semaphore', 'a sorted set', 'ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 local far = now + tonumber(ARGV[5])
 local mine, fence, passed, live, first, firstEnd = nil, nil, {}, 0, nil, nil
 for i = 1, #all, 2 do

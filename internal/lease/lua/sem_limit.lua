@@ -10,7 +10,7 @@
 -- GET, PUBLISH "L" on the name's channel (a higher N may admit waiters
 -- now), SET.
 return guard(function()
-local raw = call('GET', KEYS[1])
+local raw = typed('limit', 'a string', 'GET', KEYS[1])
 if raw and not (string.find(raw, '^[1-9]%d*$') and tonumber(raw) <= 1000000) then
   return redis.error_reply('ERR redisleader: limit key ' .. KEYS[1] .. ' holds a value this package did not write; it was left unchanged')
 end
