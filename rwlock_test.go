@@ -784,3 +784,35 @@ func BenchmarkRWPair(b *testing.B) {
 		})
 	}
 }
+
+// A writer that waits when its session closes leaves no intent behind:
+// Close releases everything the session put in Redis, so a reader asking
+// right after Close is not stopped by a writer that no longer exists (its
+// intent would otherwise stop readers for up to a TTL: a minute here).
+func TestRWLockCloseWithdrawsWaitingWritersIntent(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		held, err := mustRW(t, newSession(t, b.client, fastOpts()...), "closeintent").RLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws := newSession(t, b.client, WithTTL(time.Minute))
+		w := mustRW(t, ws, "closeintent")
+		gaveUp := make(chan error, 1)
+		go func() { _, err := w.Lock(ctx); gaveUp <- err }()
+		waitRWWaiting(t, w, 1)
+		if err := ws.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := recvWithin(t, gaveUp, time.Second, "the writer's Lock after Close"); !errors.Is(err, ErrSessionClosed) {
+			t.Fatalf("Lock: %v, want ErrSessionClosed", err)
+		}
+		r := mustRW(t, newSession(t, b.client, fastOpts()...), "closeintent")
+		if _, err := r.TryRLock(ctx); err != nil {
+			t.Fatalf("TryRLock after the waiting writer's session closed: %v (its intent was left behind)", err)
+		}
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -624,3 +624,31 @@ func TestSemaphoreUnsureAcquireGivenBack(t *testing.T) {
 		}
 	})
 }
+
+// A limit key of another type (a list someone else wrote) is refused with
+// an error naming the key, as a string there is, and left as it was.
+func TestSemaphoreLimitKeyOfAnotherType(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		s := newSession(t, b.client, fastOpts()...)
+		m, err := s.Semaphore("limtype", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := m.keys.Limit()
+		b.client.RPush(ctx, key, "theirs")
+		_, err = m.TryAcquire(ctx)
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Fatalf("TryAcquire on a list at the limit key: %v, want an error naming %s", err, key)
+		}
+		if _, err := s.SetSemaphoreLimit(ctx, "limtype", 3); err == nil || !strings.Contains(err.Error(), key) {
+			t.Fatalf("SetSemaphoreLimit on a list at the limit key: %v, want an error naming %s", err, key)
+		}
+		if got := b.client.LRange(ctx, key, 0, -1).Val(); len(got) != 1 || got[0] != "theirs" {
+			t.Fatalf("the foreign list became %q", got)
+		}
+		if n := b.client.Exists(ctx, m.keys.Lock).Val(); n != 0 {
+			t.Fatalf("the permits' set was written beside a foreign limit key")
+		}
+	})
+}
