@@ -33,6 +33,10 @@ func render(cfg config, contenders []contender, res *results, took time.Duration
 	case "latency": // the numbers go to -samples
 		r.errors(res.errs.list)
 		return r.String()
+	case "semaphores":
+		r.semaphores(res.sems)
+		r.errors(res.errs.list)
+		return r.String()
 	case "renewal":
 		r.pingTargets(res.pings)
 		r.pings(res.pings)
@@ -45,6 +49,7 @@ func render(cfg config, contenders []contender, res *results, took time.Duration
 	r.scale(res.scale)
 	r.pings(res.pings)
 	r.topologies(res.topo)
+	r.semaphores(res.sems)
 	r.errors(res.errs.list)
 	return r.String()
 }
