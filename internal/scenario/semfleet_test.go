@@ -78,6 +78,7 @@ func semChildMain() int {
 	hi, _ := strconv.Atoi(b)
 	client := redis.NewClient(&redis.Options{Addr: os.Getenv(envAddr), ContextTimeoutEnabled: true,
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	client.AddHook(triedHook{who: who, set: "redisleader:{" + os.Getenv(envName) + "}:sem", emit: out.Add})
 	s, err := redisleader.NewSession(client, leaseOpts(time.Duration(ttlMs)*time.Millisecond)...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -192,6 +193,7 @@ func (f *semFleetRun) nemesis(run time.Duration) {
 			f.stopHolder()
 		}
 	}
+	<-time.After(time.Until(start.Add(run))) // the last 2 T: the last dead permits come back
 }
 
 // killHolder SIGKILLs a holder and starts a new child in its place.
@@ -311,4 +313,47 @@ func (f *semFleetRun) reclaimNotes(events []history.Event) {
 		h.note("reclaim_max_ms", "%.1f", lags[len(lags)-1])
 	}
 	h.check(unmasked > 0, "no dead permit's reclaim was measured unmasked by a release")
+}
+
+// triedHook reports, as history.Tried, every sem_acquire on the set whose
+// reply was not a denial ({0, ...}): the attempt may have granted its
+// token (history.CheckShared's lower bound of the grant).
+type triedHook struct {
+	who, set string
+	emit     func(history.Event)
+}
+
+// seen reports cmd, sent at sent, if it was such an attempt: an EVALSHA or
+// EVAL with 3 keys, the first the set; ARGV[1], the token, follows them.
+func (t triedHook) seen(cmd redis.Cmder, sent int64) {
+	args := cmd.Args()
+	if (cmd.Name() != "evalsha" && cmd.Name() != "eval") || len(args) < 7 || fmt.Sprint(args[2]) != "3" || args[3] != t.set {
+		return
+	}
+	if c, ok := cmd.(*redis.Cmd); ok && cmd.Err() == nil {
+		if r, err := c.Slice(); err == nil && len(r) > 0 && r[0] == int64(0) {
+			return // denied: the token was not granted by this attempt
+		}
+	}
+	t.emit(history.Event{Mono: history.Now(), Who: t.who, Kind: history.Tried, Token: fmt.Sprint(args[6]), Sent: sent})
+}
+
+func (t triedHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (t triedHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		sent := history.Now()
+		err := next(ctx, cmd)
+		t.seen(cmd, sent)
+		return err
+	}
+}
+func (t triedHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		sent := history.Now()
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			t.seen(cmd, sent)
+		}
+		return err
+	}
 }
