@@ -32,7 +32,7 @@ const (
 	rowSem        = "redisleader-sem"
 )
 
-// semRows are the semaphore scenarios' contenders, in report order.
+// semRows are the semaphore scenarios' rows, in report order.
 var semRows = []struct{ name, desc string }{
 	{rowSemRawLock, "the lock floor (the locks' `raw`): SET key token PX ttl NX + EVALSHA compare-and-delete"},
 	{rowSemLock, "Session.TryLock + Lock.Release (the locks' `redisleader`), one Session"},
@@ -40,16 +40,15 @@ var semRows = []struct{ name, desc string }{
 	{rowSem, fmt.Sprintf("Semaphore(name, %d).TryAcquire + Lock.Release, one Session (a fence per permit, the limit key checked, every member validated, a release published)", semLimit)},
 }
 
-// semResults holds the semaphore scenarios' numbers.
+// semResults holds the semaphore scenarios' numbers: (s1) and (s2) in the
+// lock scenarios' series (a) and (c), one row per contender.
 type semResults struct {
-	seqRate, seqP50, seqP99 *series // (s1)
-	conAcq, conFail         *series // (s2)
-	handover                *pooled // (s3): rows "lock", "semaphore"
+	locks    *lockResults
+	handover *pooled // (s3): rows "lock", "semaphore"
 }
 
 func newSemResults(rounds int) *semResults {
-	return &semResults{seqRate: newSeries(rounds), seqP50: newSeries(rounds), seqP99: newSeries(rounds),
-		conAcq: newSeries(rounds), conFail: newSeries(rounds), handover: newPooled(rounds)}
+	return &semResults{locks: newLockResults(rounds), handover: newPooled(rounds)}
 }
 
 // rawSemAcquire and rawSemRelease are the semaphore floor (rowSemRaw).
@@ -82,22 +81,23 @@ func (w *rawSemWorker) try(ctx context.Context) (bool, error) {
 	return true, err
 }
 
-type semWorker struct{ m *redisleader.Semaphore }
-
-func (w *semWorker) try(ctx context.Context) (bool, error) {
-	l, err := w.m.TryAcquire(ctx)
-	switch {
-	case errors.Is(err, redisleader.ErrLocked):
-		return false, nil
-	case err != nil:
-		return false, err
-	}
-	return true, l.Release(ctx)
+// semWorker tries a semaphore's permit; err: the handle could not be made.
+type semWorker struct {
+	m   *redisleader.Semaphore
+	err error
 }
 
-// semWorkers returns a worker factory per row, on one client and one
-// Session, and a function that closes them.
-func semWorkers(e *env) (map[string]func(key string) (worker, error), func(), error) {
+func (w *semWorker) try(ctx context.Context) (bool, error) {
+	if w.err != nil {
+		return false, w.err
+	}
+	l, err := w.m.TryAcquire(ctx)
+	return releaseTaken(ctx, l, err)
+}
+
+// semContenders are the semaphore scenarios' rows (semRows), on
+// one client and one Session, with a function that closes them.
+func semContenders(e *env) ([]contender, func(), error) {
 	c := e.client()
 	s, err := redisleader.NewSession(c, redisleader.WithTTL(lockTTL))
 	if err != nil {
@@ -105,62 +105,35 @@ func semWorkers(e *env) (map[string]func(key string) (worker, error), func(), er
 		return nil, nil, err
 	}
 	closeAll := func() { _ = s.Close(context.Background()); _ = c.Close() }
-	return map[string]func(key string) (worker, error){
-		rowSemRawLock: func(key string) (worker, error) { return &rawWorker{c: c, key: key}, nil },
-		rowSemLock:    func(key string) (worker, error) { return &leaderWorker{s: s, name: key}, nil },
-		rowSemRaw:     func(key string) (worker, error) { return &rawSemWorker{c: c, key: key}, nil },
-		rowSem: func(key string) (worker, error) {
+	workers := map[string]func(key string) worker{
+		rowSemRawLock: func(key string) worker { return &rawWorker{c: c, key: key} },
+		rowSemLock:    func(key string) worker { return &leaderWorker{s: s, name: key} },
+		rowSemRaw:     func(key string) worker { return &rawSemWorker{c: c, key: key} },
+		rowSem: func(key string) worker {
 			m, err := s.Semaphore(key, semLimit)
-			return &semWorker{m: m}, err
+			return &semWorker{m: m, err: err}
 		},
-	}, closeAll, nil
+	}
+	var list []contender
+	for _, row := range semRows {
+		list = append(list, contender{row.name, row.desc, workers[row.name]})
+	}
+	return list, closeAll, nil
 }
 
 // runSemaphores runs the semaphore scenarios once, the rows in an order
 // rotated by round.
 func runSemaphores(ctx context.Context, e *env, cfg config, round int, res *semResults, errs *errorLog) {
-	workers, closeAll, err := semWorkers(e)
+	rows, closeAll, err := semContenders(e)
 	if errs.add("semaphores", "setup", err) {
 		return
 	}
 	defer closeAll()
-	order := rotate(semRows, round)
-	key := func(row, scenario string) string { return fmt.Sprintf("bench:%s:r%d:%s", row, round, scenario) }
-	for _, r := range order {
-		w, err := workers[r.name](key(r.name, "s1"))
-		var d []time.Duration
-		var rate float64
-		if err == nil {
-			d, rate, err = sequential(ctx, w, cfg.warmup, cfg.seqPairs)
-		}
-		if errs.add("(s1) sequential", r.name, err) {
-			continue
-		}
-		l := describe(d)
-		res.seqRate.set(r.name, round, rate)
-		res.seqP50.set(r.name, round, us(l.p50))
-		res.seqP99.set(r.name, round, us(l.p99))
-	}
-	for _, r := range order {
-		ws := make([]worker, cfg.goroutines)
-		for i := range ws {
-			if ws[i], err = workers[r.name](key(r.name, "s2")); err != nil {
-				break
-			}
-		}
-		var acq, failed int64
-		var elapsed time.Duration
-		if err == nil {
-			acq, failed, elapsed, err = hammer(ctx, ws, cfg.window)
-		}
-		if errs.add("(s2) contended", r.name, err) {
-			continue
-		}
-		res.conAcq.set(r.name, round, float64(acq)/elapsed.Seconds())
-		res.conFail.set(r.name, round, float64(failed)/elapsed.Seconds())
-	}
+	order := rotate(rows, round)
+	runSequential(ctx, cfg, order, round, res.locks, errs)
+	runContended(ctx, cfg, order, round, res.locks, errs)
 	for _, h := range rotate(semHandovers, round) {
-		d, err := h.run(ctx, e, cfg, key(h.name, "s3"))
+		d, err := h.run(ctx, e, cfg, fmt.Sprintf("bench:%s:r%d:s3", h.name, round))
 		if errs.add("(s3) handover", h.name, err) {
 			continue
 		}
@@ -261,9 +234,10 @@ func grabHandover(ctx context.Context, e *env, held *redisleader.Lock, waiter gr
 
 // semaphores writes the semaphore section of the report.
 func (r *report) semaphores(sr *semResults) {
-	cfg := r.cfg
+	cfg, l := r.cfg, sr.locks
+	rows := semRows
 	r.printf("## Semaphores\n\nRows (fresh 128-bit random token per acquisition; TTL %v; rows rotated each round; × columns are per-round ratios):\n\n", lockTTL)
-	for _, row := range semRows {
+	for _, row := range rows {
 		r.printf("- `%s`: %s\n", row.name, row.desc)
 	}
 	ratios := func(s *series, row string) string {
@@ -271,27 +245,21 @@ func (r *report) semaphores(sr *semResults) {
 	}
 	r.printf("\n### (s1) Sequential: 1 goroutine, 1 name, %d acquire+release pairs after %d warm-up pairs (uncontended)\n\n", cfg.seqPairs, cfg.warmup)
 	r.printf("| row | pairs/s | p50 µs | p99 µs | p50 × redisleader-lock | p50 × raw-lock | p50 × raw-sem |\n|---|---|---|---|---|---|---|\n")
-	for _, row := range semRows {
-		r.printf("| %s | %s | %s | %s | %s |\n", row.name, cell(sr.seqRate.of(row.name), "%.0f"), cell(sr.seqP50.of(row.name), "%.1f"),
-			cell(sr.seqP99.of(row.name), "%.1f"), ratios(sr.seqP50, row.name))
+	for _, row := range rows {
+		r.printf("| %s | %s | %s | %s | %s |\n", row.name, cell(l.seqRate.of(row.name), "%.0f"), cell(l.seqP50.of(row.name), "%.1f"),
+			cell(l.seqP99.of(row.name), "%.1f"), ratios(l.seqP50, row.name))
 	}
 	r.printf("\n### (s2) Contended: %d goroutines on one name (semaphores N=%d, locks N=1), non-blocking try (released at once on success), %v\n\n", cfg.goroutines, semLimit, cfg.window)
 	r.printf("| row | acquisitions/s | failed tries/s | acq/s × redisleader-lock | acq/s × raw-lock | acq/s × raw-sem |\n|---|---|---|---|---|---|\n")
-	for _, row := range semRows {
-		r.printf("| %s | %s | %s | %s |\n", row.name, cell(sr.conAcq.of(row.name), "%.0f"), cell(sr.conFail.of(row.name), "%.0f"), ratios(sr.conAcq, row.name))
+	for _, row := range rows {
+		r.printf("| %s | %s | %s | %s |\n", row.name, cell(l.conAcq.of(row.name), "%.0f"), cell(l.conFail.of(row.name), "%.0f"), ratios(l.conAcq, row.name))
 	}
 	r.printf("\n### (s3) Handover (ms): release → the waiter's blocking acquire returns\n\n")
 	r.printf("Two Sessions pass the name back and forth, %d times per round: `lock` is Session.Lock, `semaphore` Semaphore(name, 1).Acquire (the waiter is known to wait: the server ran its acquire script's PTTL, resp. ZRANGE, since it started); from just before Lock.Release to the waiter's call returning.\n\n", cfg.handovers)
 	p50s := sr.handover.p50s()
-	r.printf("| row | n | p50 | p99 | mean | max | per-round p50 | × lock p50 |\n|---|---|---|---|---|---|---|---|\n")
+	r.printf("| row | n | p50 | p99 | mean | min | max | per-round p50 | × lock p50 |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, h := range semHandovers {
-		d := describe(sr.handover.all(h.name))
-		if d.n == 0 {
-			r.printf("| %s | 0 | — | — | — | — | — | — |\n", h.name)
-			continue
-		}
-		r.printf("| %s | %d | %.3f | %.3f | %.3f | %.3f | %s | %s |\n", h.name, d.n, ms(d.p50), ms(d.p99), ms(d.mean), ms(d.max),
-			cell(p50s.of(h.name), "%.3f"), ratioCell(p50s.ratio(h.name, "lock")))
+		r.latencyRow(h.name, sr.handover, p50s, "lock")
 	}
 	r.printf("\n")
 }
