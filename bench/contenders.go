@@ -290,6 +290,12 @@ type leaderWorker struct {
 
 func (w *leaderWorker) try(ctx context.Context) (bool, error) {
 	l, err := w.s.TryLock(ctx, w.name)
+	return releaseTaken(ctx, l, err)
+}
+
+// releaseTaken is a try's outcome from a non-blocking acquisition's: held
+// by another (false, nil), an error, or taken and released at once.
+func releaseTaken(ctx context.Context, l *redisleader.Lock, err error) (bool, error) {
 	switch {
 	case errors.Is(err, redisleader.ErrLocked):
 		return false, nil

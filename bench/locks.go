@@ -60,6 +60,21 @@ func runLocks(ctx context.Context, cfg config, order []contender, round int, res
 		}
 		res.parRate.set(c.name, round, float64(acq)/elapsed.Seconds())
 	}
+	runContended(ctx, cfg, order, round, res, errs)
+	for _, c := range order {
+		r, err := allocations(ctx, c.worker(lockKey(c, round, "d")))
+		if errs.add("(d) allocations", c.name, err) {
+			continue
+		}
+		res.allocs.set(c.name, round, float64(r.AllocsPerOp()))
+		res.bytes.set(c.name, round, float64(r.AllocedBytesPerOp()))
+		res.ns.set(c.name, round, float64(r.NsPerOp()))
+	}
+}
+
+// runContended runs scenario (c), goroutines on one key, once for each
+// contender in the given order.
+func runContended(ctx context.Context, cfg config, order []contender, round int, res *lockResults, errs *errorLog) {
 	for _, c := range order {
 		workers := make([]worker, cfg.goroutines)
 		for i := range workers {
@@ -71,15 +86,6 @@ func runLocks(ctx context.Context, cfg config, order []contender, round int, res
 		}
 		res.conAcq.set(c.name, round, float64(acq)/elapsed.Seconds())
 		res.conFail.set(c.name, round, float64(failed)/elapsed.Seconds())
-	}
-	for _, c := range order {
-		r, err := allocations(ctx, c.worker(lockKey(c, round, "d")))
-		if errs.add("(d) allocations", c.name, err) {
-			continue
-		}
-		res.allocs.set(c.name, round, float64(r.AllocsPerOp()))
-		res.bytes.set(c.name, round, float64(r.AllocedBytesPerOp()))
-		res.ns.set(c.name, round, float64(r.NsPerOp()))
 	}
 }
 

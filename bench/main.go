@@ -89,7 +89,7 @@ func main() {
 	rounds := flags.Int("rounds", 5, "rounds; every scenario runs once per round with the contenders' order rotated")
 	quick := flags.Bool("quick", false, "one short round (under a minute) for CI; its numbers mean little")
 	out := flags.String("out", "RESULTS.md", "file the markdown report is written to (it is printed too)")
-	only := flags.String("only", "", `"locks": run only the lock scenarios (a)-(d), a few minutes instead of the full run; "elections": only the election scenarios (handovers, crash takeover, follower load); "renewal": only the renewal load (other clients' PING while one Session renews its leases); "latency": only sequential pairs, handovers and crash takeovers, and etcd's pairs and handovers if an etcd binary is installed, for -samples (the report is printed, not written)`)
+	only := flags.String("only", "", `"locks": run only the lock scenarios (a)-(d), a few minutes instead of the full run; "elections": only the election scenarios (handovers, crash takeover, follower load); "renewal": only the renewal load (other clients' PING while one Session renews its leases); "latency": only sequential pairs, handovers and crash takeovers, and etcd's pairs and handovers if an etcd binary is installed, for -samples (the report is printed, not written); "semaphores": only the semaphore scenarios beside their lock baselines (semaphores.go)`)
 	samples := flags.String("samples", "", "also write the latency distributions of the pairs and handovers measured to this JSON file (cmd/figures plots it)")
 	pingAddr := flags.String("pinger", "", "internal: run as the renewal load's pinger against this address")
 	pingFor := flags.Duration("ping-for", 0, "internal: how long the pinger runs")
@@ -101,8 +101,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -rounds must be at least 1")
 		os.Exit(2)
 	}
-	if !slices.Contains([]string{"", "locks", "elections", "renewal", "latency"}, *only) {
-		fmt.Fprintf(os.Stderr, "bench: -only %q: the choices are \"locks\", \"elections\", \"renewal\" and \"latency\"\n", *only)
+	if !slices.Contains([]string{"", "locks", "elections", "renewal", "latency", "semaphores"}, *only) {
+		fmt.Fprintf(os.Stderr, "bench: -only %q: the choices are \"locks\", \"elections\", \"renewal\", \"latency\" and \"semaphores\"\n", *only)
 		os.Exit(2)
 	}
 	cfg := newConfig(*rounds, *quick)
@@ -233,6 +233,13 @@ func runRounds(cfg config, e *env, contenders []contender, topo *topoEnv, etcd *
 			runPings(ctx, e, cfg, round, res.pings, &res.errs)
 			continue
 		}
+		if cfg.only == "" || cfg.only == "semaphores" {
+			progress("round %d/%d: semaphores", round+1, cfg.rounds)
+			runSemaphores(ctx, e, cfg, round, res.sems, &res.errs)
+		}
+		if cfg.only == "semaphores" {
+			continue
+		}
 		if cfg.only != "elections" {
 			progress("round %d/%d: locks", round+1, cfg.rounds)
 			runLocks(ctx, cfg, rotate(contenders, round), round, res.locks, &res.errs)
@@ -261,11 +268,12 @@ type results struct {
 	scale     *scaleResults
 	pings     *pingResults
 	topo      *topoResults
+	sems      *semResults
 	errs      errorLog
 }
 
 func newResults(rounds int) *results {
-	return &results{locks: newLockResults(rounds), elections: newElectionResults(rounds), scale: newScaleResults(rounds), pings: newPingResults(rounds), topo: newTopoResults(rounds)}
+	return &results{locks: newLockResults(rounds), elections: newElectionResults(rounds), scale: newScaleResults(rounds), pings: newPingResults(rounds), topo: newTopoResults(rounds), sems: newSemResults(rounds)}
 }
 
 // env is the run's redis-servers and the client that inspects the first.

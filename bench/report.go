@@ -33,6 +33,10 @@ func render(cfg config, contenders []contender, res *results, took time.Duration
 	case "latency": // the numbers go to -samples
 		r.errors(res.errs.list)
 		return r.String()
+	case "semaphores":
+		r.semaphores(res.sems)
+		r.errors(res.errs.list)
+		return r.String()
 	case "renewal":
 		r.pingTargets(res.pings)
 		r.pings(res.pings)
@@ -45,6 +49,7 @@ func render(cfg config, contenders []contender, res *results, took time.Duration
 	r.scale(res.scale)
 	r.pings(res.pings)
 	r.topologies(res.topo)
+	r.semaphores(res.sems)
 	r.errors(res.errs.list)
 	return r.String()
 }
@@ -279,13 +284,7 @@ func (r *report) elections(el *electionResults) {
 	p50s := el.handover.p50s()
 	r.printf("\n| mechanism | n | p50 | p99 | mean | min | max | per-round p50 | × raw-push p50 |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, m := range handoverMechanisms {
-		d := describe(el.handover.all(m.name))
-		if d.n == 0 {
-			r.printf("| %s | 0 | — | — | — | — | — | — | — |\n", m.name)
-			continue
-		}
-		r.printf("| %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %s |\n", m.name, d.n, ms(d.p50), ms(d.p99), ms(d.mean), ms(d.min), ms(d.max),
-			cell(p50s.of(m.name), "%.3f"), ratioCell(p50s.ratio(m.name, "raw-push")))
+		r.latencyRow(m.name, el.handover, p50s, "raw-push")
 	}
 	r.printf("\nTransfer × Release, per-round p50s: %s.\n", ratioCell(p50s.ratio("transfer", "redisleader")))
 	c := describe(el.crash.all(crashRow))
@@ -309,6 +308,18 @@ func (r *report) elections(el *electionResults) {
 			cell(total.of(f.name), "%.2f"), ratioCell(total.ratio(f.name, "poll-100ms")), cell(scaled(total.of(f.name), cfg.electionTTL.Seconds()), "%.2f"))
 	}
 	r.printf("\nWith priorities × without, all commands per follower: %s.\n\n", ratioCell(total.ratio("redisleader-priority", "redisleader")))
+}
+
+// latencyRow writes row's line of a latency table: n, p50, p99, mean, min,
+// max over all samples, the per-round p50s, and their ratio to base's.
+func (r *report) latencyRow(row string, samples *pooled, p50s *series, base string) {
+	d := describe(samples.all(row))
+	if d.n == 0 {
+		r.printf("| %s | 0 | — | — | — | — | — | — | — |\n", row)
+		return
+	}
+	r.printf("| %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %s |\n", row, d.n, ms(d.p50), ms(d.p99), ms(d.mean), ms(d.min), ms(d.max),
+		cell(p50s.of(row), "%.3f"), ratioCell(p50s.ratio(row, base)))
 }
 
 func (r *report) scale(sc *scaleResults) {

@@ -10,6 +10,15 @@ import (
 // wants at most n believed at any moment, and fences strictly increasing
 // in the order the server must have granted them.
 
+// Tried is an acquire attempt with Token whose reply was not a denial (it
+// failed, timed out, or granted: the server may have granted Token then);
+// Sent is its send time. The granting attempt need not be the one
+// behind the Acquired event: an attempt whose reply was lost or came too
+// late is confirmed by a later one with the same token, which gets the
+// permit, and its fence, from the first. CheckShared takes the earliest
+// of a token's Tried and Acquired sends as the lower bound of its grant.
+const Tried = "tried"
+
 // SharedReport is the result of [CheckShared].
 type SharedReport struct {
 	Intervals          int      `json:"intervals"`            // acquisitions seen
@@ -40,15 +49,15 @@ func (r SharedReport) Line(id string, pass bool) string {
 // CheckShared builds the intervals from events (in any order) and checks
 // them against a limit of n holders at once. An interval's fence must
 // differ from every other's, and be above the fence of every interval
-// that began before its acquire was sent (Event.Sent): the server granted
-// that one first. Intervals are believed over [Start, End), as in Check.
+// that began before its acquire was sent (Event.Sent, or an earlier Tried
+// of its token): the server granted that one first. Intervals are believed over [Start, End), as in Check.
 func CheckShared(events []Event, n int) SharedReport {
 	b := build(events)
 	ivs := b.intervals
 	r := SharedReport{Intervals: len(ivs), Limit: n, RenewAfterDeadline: b.renewAfterDeadline, AcquiredLate: b.acquiredLate}
 	sent := map[string]int64{}
 	for _, e := range b.sorted {
-		if _, seen := sent[e.Token]; e.Kind == Acquired && !seen {
+		if s, seen := sent[e.Token]; (e.Kind == Acquired || e.Kind == Tried) && e.Sent > 0 && (!seen || e.Sent < s) {
 			sent[e.Token] = e.Sent
 		}
 	}

@@ -35,3 +35,28 @@ func TestCheckShared(t *testing.T) {
 		t.Fatalf("fence 40 twice: %+v", r)
 	}
 }
+
+// An acquire whose reply came too late is confirmed by a later attempt
+// with the same token: its fence is the first attempt's, granted before
+// a permit that began before the confirming attempt was sent. With the
+// first attempt's Tried, that is no violation; without it, the checker
+// could not know (a regression, as TestChaos seed 7 reported).
+func TestCheckSharedConfirmedAttempt(t *testing.T) {
+	h := []Event{
+		acq("B", "b", 20, 30, 25, 300), // began at 30, fence 20
+		acq("A", "a", 10, 60, 50, 300), // confirmed at 50: fence 10, granted at 5
+		end("A", "a", "released", 100),
+		end("B", "b", "released", 100),
+	}
+	if r := CheckShared(h, 3); r.FenceViolations != 1 {
+		t.Fatalf("without the first attempt: %+v, want the (apparent) regression", r)
+	}
+	tried := append(h, Event{Mono: at(8), Who: "A", Kind: Tried, Token: "a", Sent: at(5)})
+	if r := CheckShared(tried, 3); !r.Safe() {
+		t.Fatalf("with the first attempt (sent at 5): %+v", r)
+	}
+	late := append(h, Event{Mono: at(58), Who: "A", Kind: Tried, Token: "a", Sent: at(50)})
+	if r := CheckShared(late, 3); r.FenceViolations != 1 {
+		t.Fatalf("a Tried no earlier than the confirming attempt excuses nothing: %+v", r)
+	}
+}

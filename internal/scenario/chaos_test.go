@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -64,6 +65,8 @@ func TestChaos(t *testing.T) {
 	children := []*child{h.child("p0", "20,150", childEnv...), h.child("p1", "20,150", childEnv...)}
 	respawned := 0
 	admin := h.admin
+	sem := startSemActors(t, h) // chaos_semaphore_test.go
+	targets := append(slices.Clip(cs), sem.cs...)
 	faults := []chaosFault{
 		{"pause-child", func(d time.Duration, heal func(time.Duration) bool) { // S3
 			childMu.Lock()
@@ -86,7 +89,7 @@ func TestChaos(t *testing.T) {
 			childMu.Unlock()
 		}},
 		{"hold-requests", func(d time.Duration, heal func(time.Duration) bool) { // S4, S11: held, then delivered late
-			c := cs[rng.IntN(len(cs))]
+			c := targets[rng.IntN(len(targets))]
 			c.proxy.Pause(faultproxy.ClientToServer)
 			heal(d)
 			c.proxy.Unpause(faultproxy.ClientToServer)
@@ -101,16 +104,16 @@ func TestChaos(t *testing.T) {
 			heal(d)
 		}},
 		{"blackhole", func(d time.Duration, heal func(time.Duration) bool) { // S7
-			c := cs[rng.IntN(len(cs))]
+			c := targets[rng.IntN(len(targets))]
 			c.proxy.Blackhole(faultproxy.Both)
 			heal(d)
 			c.proxy.Heal()
 		}},
 		{"drop-replies", func(time.Duration, func(time.Duration) bool) { // S8, S9
-			cs[rng.IntN(len(cs))].proxy.DropReplies(1 + rng.IntN(3))
+			targets[rng.IntN(len(targets))].proxy.DropReplies(1 + rng.IntN(3))
 		}},
 		{"latency", func(d time.Duration, heal func(time.Duration) bool) { // S10
-			c := cs[rng.IntN(len(cs))]
+			c := targets[rng.IntN(len(targets))]
 			lat := time.Duration(5+rng.IntN(120)) * time.Millisecond
 			c.proxy.Delay(faultproxy.Both, lat, lat/4)
 			heal(d)
@@ -120,10 +123,12 @@ func TestChaos(t *testing.T) {
 			_ = admin.ScriptFlush(context.Background()).Err()
 		}},
 		{"reset-conns", func(time.Duration, func(time.Duration) bool) {
-			cs[rng.IntN(len(cs))].proxy.ResetConns()
+			targets[rng.IntN(len(targets))].proxy.ResetConns()
 		}},
 	}
+	faults = append(faults, sem.faults(rng)...)
 	chaosRun(t, h, seed, rng, cs, faults)
+	sem.finish()
 }
 
 // TestChaosRedlock is TestChaos for Redlock: five candidates on three

@@ -76,6 +76,9 @@ var (
 
 func TestMain(m *testing.M) {
 	if os.Getenv(envChild) != "" {
+		if main := childModes[os.Getenv(envMode)]; main != nil {
+			os.Exit(main()) // semfleet_test.go
+		}
 		if os.Getenv(envRun) == "1" {
 			os.Exit(runChildMain()) // runchild_test.go
 		}
@@ -160,6 +163,9 @@ func newHarness(t *testing.T, id string, srvOpts ...redisserver.Options) *harnes
 
 // add records an event and wakes the waiters it satisfies.
 func (h *harness) add(e history.Event) {
+	if sideAdd(e) {
+		return // an actor judged apart (semfleet_test.go)
+	}
 	h.rec.Add(e)
 	h.mu.Lock()
 	defer h.mu.Unlock()
