@@ -77,7 +77,7 @@ func (s *Session) acquire(ctx context.Context, k lease.Keys, value string, m mod
 		// attempt and the wait is never missed.
 		var accept func(payload string) bool // default mode: every message wakes
 		if a.w != nil {
-			accept = a.w.accept()
+			accept = lease.WakeFilter(a.w.id)
 		}
 		sub, err := s.wire.Subscribe(ctx, s.waitChannel(k), accept)
 		if err != nil {

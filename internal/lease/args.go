@@ -88,8 +88,8 @@ func (a *Args) RedlockRelease(buf *[7]any, fence int64) []any {
 	return buf[:]
 }
 
-// Withdraw is withdraw's vector for c.
-func (c *Candidate) Withdraw() []any { return []any{nil, nil, 2, c.Keys[0], c.Keys[1], c.Value} }
+// withdrawArgs is withdraw's vector for c.
+func (c *Candidate) withdrawArgs() []any { return []any{nil, nil, 2, c.Keys[0], c.Keys[1], c.Value} }
 
 // CandidatesArgs is candidates' vector for k's election.
 func CandidatesArgs(k Keys) []any { return []any{nil, nil, 2, k.Candidates, k.CandidateLeases} }
