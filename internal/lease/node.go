@@ -201,6 +201,22 @@ type Attempt struct {
 	At int64
 }
 
+// Behind is how long the lease that a blocked attempt waits behind has
+// left: the holder's (Left; negative: no TTL), or, behind the head of a
+// fair queue (Ahead > 0), the head's or the holder's if that ends first
+// (never negative: a renewed lease means sleeping again, a dead head is
+// skipped by the next attempt).
+func (a Attempt) Behind() time.Duration {
+	if a.Ahead <= 0 {
+		return a.Left
+	}
+	wait := a.HeadLeft
+	if a.Left >= 0 {
+		wait = min(wait, a.Left)
+	}
+	return max(wait, 0)
+}
+
 // Outcome turns one server's reply to l's acquire script into an
 // attempt's outcome.
 func (l *Lease) Outcome(res []any, err error) Attempt {

@@ -261,6 +261,27 @@ func (sub *Subscription) markGap() {
 // was marked (then call Take), or Poke was called.
 func (sub *Subscription) Notify() <-chan struct{} { return sub.notify }
 
+// Wait sleeps for d, or until a message arrives on sub (nil: none comes),
+// ctx ends (its error) or done is closed (ErrClosed).
+func (sub *Subscription) Wait(ctx context.Context, d time.Duration, done <-chan struct{}) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var notify <-chan struct{}
+	if sub != nil {
+		notify = sub.notify
+	}
+	select {
+	case <-t.C:
+	case <-notify:
+		sub.Take()
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-done:
+		return ErrClosed
+	}
+	return nil
+}
+
 // Poke wakes the subscriber as a message would, without one.
 func (sub *Subscription) Poke() {
 	select {
