@@ -134,7 +134,7 @@ func (s *Session) againLocked(held []*Lock) []*Lock {
 		}
 	}
 	for l, st := range s.hb.stale {
-		if st.repeat {
+		if st.Repeat {
 			again = append(again, l)
 		}
 	}
