@@ -395,6 +395,48 @@ func (l *Lock) arm(sent, deadline time.Time, fence int64) error {
 	return nil
 }
 
+// add registers an acquired lock (registry.go) with the heartbeat, in a
+// slot of its ring, and wakes the session's fair waiters for its name,
+// which end with ErrLocked (a session never waits for itself; default-mode
+// waiters hear the acquire's own message). It fails when the session was
+// closed meanwhile; the caller then releases the key.
+func (s *Session) add(l *Lock) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	s.reg.locks[l] = struct{}{}
+	s.reg.names[l.lease.Keys.Name] = l
+	l.slot = s.hb.ring.Add(l)
+	s.hb.wake()
+	s.wakeWaitersLocked(l.lease.Keys.Name)
+	return nil
+}
+
+// wakeWaitersLocked wakes the session's queued waiters for name, which has
+// just become the session's: they find it held by their next look and end
+// (a session never waits for itself). A waiter not yet registered makes
+// that check after it registers. s.mu must be held.
+func (s *Session) wakeWaitersLocked(name string) {
+	for w := range s.reg.waiting {
+		if w.keys.Name == name && w.sub != nil {
+			w.sub.Poke()
+		}
+	}
+}
+
+// wake kicks the heartbeat if it is idle. Session.mu must be held.
+func (h *heartbeatState) wake() {
+	if h.idle {
+		h.idle = false
+		select {
+		case h.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // giveBack deletes this acquisition's token after an attempt that did not
 // count, best effort. Its request may still reach Redis later, even after a
 // later attempt with this token took the key, so a blocking acquisition goes

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redisleader/redisleader/internal/lease"
+	"github.com/redisleader/redisleader/internal/ring"
+	"github.com/redisleader/redisleader/internal/stale"
 	"github.com/redisleader/redisleader/internal/wire"
 )
 
@@ -35,21 +37,21 @@ func (s *Session) heartbeat(ctx context.Context, retry bool) {
 // heartbeatState is what the session keeps for its heartbeat. Session.mu
 // guards ring, stale and idle.
 type heartbeatState struct {
-	ring    ring[*Lock]        // the slots of the held locks' renewals (registry.go)
-	stale   staleTokens        // ended locks whose token may still be in Redis (stale.go)
-	idle    bool               // the heartbeat sleeps until kicked
-	kick    chan struct{}      // capacity 1: work was added while idle
-	cancel  context.CancelFunc // stops the heartbeat
-	done    chan struct{}      // closed when the heartbeat goroutine has returned
-	checked bool               // the server check has run; the heartbeat's alone
+	ring    ring.Ring[*Lock]    // the slots of the held locks' renewals (internal/ring)
+	stale   stale.Tokens[*Lock] // ended locks whose token may still be in Redis (stale.go)
+	idle    bool                // the heartbeat sleeps until kicked
+	kick    chan struct{}       // capacity 1: work was added while idle
+	cancel  context.CancelFunc  // stops the heartbeat
+	done    chan struct{}       // closed when the heartbeat goroutine has returned
+	checked bool                // the server check has run; the heartbeat's alone
 }
 
 // newHeartbeatState returns the state of an idle heartbeat renewing every
 // interval.
 func newHeartbeatState(interval time.Duration, cancel context.CancelFunc) heartbeatState {
 	return heartbeatState{
-		ring:   newRing[*Lock](interval),
-		stale:  make(staleTokens),
+		ring:   ring.New[*Lock](interval),
+		stale:  make(stale.Tokens[*Lock]),
 		idle:   true,
 		kick:   make(chan struct{}, 1),
 		cancel: cancel,
@@ -116,7 +118,7 @@ func (s *Session) beat(ctx context.Context, retry bool) {
 				// The round the held locks' leases began in: its slots
 				// due by now hold only fresh leases, renewed next round.
 				from := s.leasesFrom()
-				sc.begin(from, int(time.Since(from)/s.hb.ring.gap)+1)
+				sc.begin(from, int(time.Since(from)/s.hb.ring.Gap())+1)
 			}
 			if !s.hb.checked { // the first time the session holds something
 				s.hb.checked = true
@@ -149,7 +151,7 @@ func (s *Session) step(ctx context.Context, sc *schedule) {
 			return
 		case slot >= 0:
 			sc.next = slot + 1
-			sc.lastDue = sc.base.Add(s.hb.ring.offset(slot))
+			sc.lastDue = sc.base.Add(s.hb.ring.Offset(slot))
 			s.slice(ctx, sc, slot, s.slotLocks(slot))
 			sc.lastEnd = time.Now()
 		case !s.endRound(ctx, sc):
@@ -164,10 +166,10 @@ func (s *Session) step(ctx context.Context, sc *schedule) {
 func (s *Session) nextSlot(sc *schedule) (int, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if i := s.hb.ring.next(sc.next); i >= 0 {
-		return i, sc.base.Add(s.hb.ring.offset(i))
+	if i := s.hb.ring.Next(sc.next); i >= 0 {
+		return i, sc.base.Add(s.hb.ring.Offset(i))
 	}
-	return -1, sc.base.Add(s.hb.ring.span())
+	return -1, sc.base.Add(s.hb.ring.Span())
 }
 
 // slice renews locks, of slot, in one round trip. The slot's retry, if any,
@@ -211,7 +213,7 @@ func (s *Session) endRound(ctx context.Context, sc *schedule) (going bool) {
 	if late := sc.lastEnd.Sub(sc.lastDue); late > 0 && (len(stale) > 0 || first.Before(now)) {
 		next, first = next.Add(late), first.Add(late)
 	}
-	if behind := now.Sub(next.Add(s.hb.ring.span())); behind > 0 { // a whole round late (a stalled heartbeat)
+	if behind := now.Sub(next.Add(s.hb.ring.Span())); behind > 0 { // a whole round late (a stalled heartbeat)
 		next, first = next.Add(behind), first.Add(behind)
 	}
 	if len(sc.retries) == 0 {
@@ -232,7 +234,7 @@ func (s *Session) endRound(ctx context.Context, sc *schedule) (going bool) {
 func (s *Session) slotLocks(i int) []*Lock {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.hb.ring.members(i)
+	return s.hb.ring.Members(i)
 }
 
 // firstDue is when the first occupied slot of a round starting at base is
@@ -240,8 +242,8 @@ func (s *Session) slotLocks(i int) []*Lock {
 func (s *Session) firstDue(base time.Time) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if i := s.hb.ring.next(0); i >= 0 {
-		return base.Add(s.hb.ring.offset(i))
+	if i := s.hb.ring.Next(0); i >= 0 {
+		return base.Add(s.hb.ring.Offset(i))
 	}
 	return base
 }

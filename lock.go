@@ -369,6 +369,21 @@ func (l *Lock) endTo(err error, heir string) bool {
 	return true
 }
 
+// remove takes an ended lock out of the session's registry (registry.go)
+// and its slot of the heartbeat's ring, if it was held.
+func (s *Session) remove(l *Lock) {
+	name := l.lease.Keys.Name
+	s.mu.Lock()
+	if _, held := s.reg.locks[l]; held {
+		delete(s.reg.locks, l)
+		s.hb.ring.Remove(l, l.slot)
+	}
+	if s.reg.names[name] == l {
+		delete(s.reg.names, name)
+	}
+	s.mu.Unlock()
+}
+
 // leadLocked returns l's leadership, made if l has none. l.mu must be held.
 func (l *Lock) leadLocked() *leadership {
 	if l.lead == nil {
