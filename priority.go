@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
 	"github.com/redisleader/redisleader/internal/lease"
@@ -27,10 +26,6 @@ type CampaignOption interface {
 type campaignOption func(*candidacy)
 
 func (f campaignOption) applyCampaign(c *candidacy) { f(c) }
-
-// maxPriority bounds a priority: Redis keeps it in a sorted set's score, a
-// double, exact up to 2^53.
-const maxPriority = 1<<53 - 1
 
 // WithPriority declares the candidate's priority p, in [-(2^53-1), 2^53-1]
 // (a version, a zone rank): a leader yields to a live candidate with a
@@ -91,14 +86,14 @@ func (s *Session) candidacyOf(k lease.Keys, value string, opts []CampaignOption)
 	if value == "" {
 		return nil, invalidf("a candidate with a priority needs a value: candidates are told apart by their values")
 	}
-	c.args = lease.NewCandidate(k, value, strconv.FormatInt(c.priority, 10))
+	c.args = lease.NewCandidate(k, value, c.priority)
 	return c, nil
 }
 
 // validate reports the first rule that the options break.
 func (c *candidacy) validate() error {
 	switch {
-	case c.priority > maxPriority || c.priority < -maxPriority:
+	case c.priority > lease.MaxPriority || c.priority < -lease.MaxPriority:
 		return invalidf("priority %d is out of range: it must be within ±(2^53-1), exact in a Redis sorted set's score", c.priority)
 	case c.minTerm < 0:
 		return invalidf("minimum term %v must not be negative (NeverYield: never yield)", c.minTerm)
