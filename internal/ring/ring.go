@@ -1,5 +1,6 @@
 // Package ring spreads a session's renewals over its renew interval: the
-// slots of the held locks' renewals, pure (no session, no I/O, no clock).
+// slots of the held locks' renewals (Ring) and the rounds that walk them
+// (Schedule), with no session and no I/O.
 package ring
 
 import (
