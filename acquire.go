@@ -267,9 +267,9 @@ func (a *acquisition) trackPlace(err error, sent time.Time) {
 }
 
 // wait sleeps after a failed attempt r as delay says (a queued fair waiter
-// no longer than keepPlace allows): until a message if delay follows them,
-// and in any case until this session takes the name (Session.add wakes its
-// waiters).
+// no longer than pace.KeepPlace allows): until a message if delay follows
+// them, and in any case until this session takes the name (Session.add
+// wakes its waiters).
 func (a *acquisition) wait(ctx context.Context, r lease.Attempt, err error, locked bool) error {
 	d, follow := a.delay(r, err, locked)
 	if a.queued { // its next attempt renews its place before the place's lease can run out
