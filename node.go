@@ -3,7 +3,6 @@ package redisleader
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/redisleader/redisleader/internal/lease"
 )
@@ -13,12 +12,10 @@ import (
 // read (which a quorum's inspect gives too).
 
 // node is the place of a session on one Redis server: lease.Node, whose
-// Acquire, Renew, Release and ReleaseAll the session calls, and the rest of
-// place here; c is the session's client, through whose combiner the
-// scripts run.
+// Acquire, Renew, Release, ReleaseAll and Proclaim the session calls, and
+// the rest of place here; c is the session's client.
 type node struct {
-	lease.Node // Acquire, Renew, Release, ReleaseAll
-	s          *Session
+	lease.Node // Acquire, Renew, Release, ReleaseAll, Proclaim
 	c          Client
 }
 
@@ -41,14 +38,6 @@ func leaderOf(k lease.Keys, r lease.Inspected, err error) (Leader, bool, error) 
 		return Leader{}, false, nil
 	}
 	return Leader{Value: r.Holder.Value, Fence: r.Holder.Fence, TTL: r.TTL}, true, nil
-}
-
-func (n *node) proclaim(ctx context.Context, l *Lock, seq int64, value string, deadline time.Time) (bool, error) {
-	res, err := n.s.wire.Combiner().Call(ctx, deadline, lease.ProclaimRun, l.lease.Args.Proclaim(l.lease.Keys.Seq(), seq, value)).Int()
-	if res == 2 {
-		return true, errSuperseded
-	}
-	return res == 1, err
 }
 
 func (n *node) each(f func(c Client)) { f(n.c) }

@@ -94,7 +94,7 @@ func NewSession(client Client, opts ...Option) (*Session, error) {
 			cfg.acks.N, cfg.acks.Timeout, client)
 	}
 	return startSession(client, cfg, func(s *Session) place {
-		return &node{Node: lease.Node{T: &s.wire, C: client, Acks: cfg.acks, Log: cfg.logger}, s: s, c: client}
+		return &node{Node: lease.Node{T: &s.wire, C: client, Acks: cfg.acks, Log: cfg.logger}, c: client}
 	}), nil
 }
 
