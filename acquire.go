@@ -390,22 +390,7 @@ func (s *Session) followDelay(left time.Duration, sub *wire.Subscription) time.D
 // wait sleeps for d, or until a message arrives on sub, ctx ends or the
 // session closes.
 func (s *Session) wait(ctx context.Context, sub *wire.Subscription, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	var notify <-chan struct{}
-	if sub != nil {
-		notify = sub.Notify()
-	}
-	select {
-	case <-t.C:
-	case <-notify:
-		sub.Take()
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.done:
-		return ErrSessionClosed
-	}
-	return nil
+	return s.wire.Wait(ctx, sub, d)
 }
 
 // attempt makes one acquire attempt. On success the lock is armed

@@ -58,20 +58,8 @@ func (o *observer) observe(ctx context.Context, next time.Duration) {
 	}
 	defer sub.Close()
 	// Subscribed before the first read, so no change after it goes unheard.
-	for {
-		t := time.NewTimer(next)
-		select {
-		case <-t.C:
-		case <-sub.Notify():
-			sub.Take() // a hint, whatever it says (or a gap): read now
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-e.s.done:
-			t.Stop()
-			return
-		}
-		t.Stop()
+	// A message is a hint, whatever it says (or a gap): read now.
+	for e.s.wire.Wait(ctx, sub, next) == nil {
 		next = o.read(ctx)
 	}
 }

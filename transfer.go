@@ -45,7 +45,7 @@ import (
 // did not take leadership within the bound (one TTL): it is not
 // campaigning, or died. The name is then free to anyone, or another
 // candidate already leads (the error says which).
-var ErrNoSuccessor = errors.New("redisleader: the successor did not take leadership")
+var ErrNoSuccessor = lease.ErrNoSuccessor
 
 // ErrPreempted is the cause of a Run term's onElected context when the
 // leader yields to a candidate with a higher priority (WithPriority).
