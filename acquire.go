@@ -208,7 +208,7 @@ type acquisition struct {
 // then released, here or by Close).
 func (a *acquisition) deliver(ctx context.Context) (l *Lock, again bool, err error) {
 	l = a.l
-	if d := a.s.cfg.takeoverDelay; d > 0 {
+	if d := a.s.cfg.TakeoverDelay; d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
@@ -277,7 +277,7 @@ func (a *acquisition) keepPlace(d time.Duration) time.Duration {
 	if !a.queued || a.kept.IsZero() {
 		return d
 	}
-	if left := time.Until(a.kept.Add(a.s.cfg.validity - a.s.cfg.callTimeout)); left > 0 {
+	if left := time.Until(a.kept.Add(a.s.cfg.Validity - a.s.cfg.CallTimeout)); left > 0 {
 		return min(d, left)
 	}
 	return d
@@ -319,7 +319,7 @@ func (a *acquisition) delay(r lease.Attempt, err error, locked bool) (d time.Dur
 	if locked {
 		a.lastErr, a.splits = nil, 0
 		if r.Split {
-			return a.s.cfg.retryDelay(), false
+			return a.s.cfg.RetryDelay(), false
 		}
 		if r.Ahead > 0 {
 			wait := r.HeadLeft
@@ -334,7 +334,7 @@ func (a *acquisition) delay(r lease.Attempt, err error, locked bool) (d time.Dur
 		}
 		return a.s.followDelay(r.Left, a.sub), true
 	}
-	if time.Since(a.loggedAt) >= a.s.cfg.ttl {
+	if time.Since(a.loggedAt) >= a.s.cfg.TTL {
 		a.loggedAt = time.Now()
 		a.s.cfg.logger.Warn("redisleader: acquire failed; retrying", "name", a.keys.Name, "err", err)
 	}
@@ -344,7 +344,7 @@ func (a *acquisition) delay(r lease.Attempt, err error, locked bool) (d time.Dur
 	a.splits = 0
 	// A queued fair waiter keeps listening: it may be the head, which the
 	// name waits for, and its wake-ups are addressed to it alone.
-	return a.s.cfg.retryDelay(), a.queued
+	return a.s.cfg.RetryDelay(), a.queued
 }
 
 // backoff is the wait after a Redlock split vote short of ErrLocked (the
@@ -359,8 +359,8 @@ func (a *acquisition) delay(r lease.Attempt, err error, locked bool) (d time.Dur
 // timeout (S21-hung).
 func (a *acquisition) backoff(took time.Duration) time.Duration {
 	a.splits = min(a.splits+1, 16)
-	window := min(took<<a.splits, a.s.cfg.ttl)
-	return a.s.cfg.retryDelay() + mrand.N(max(window, 0)+1)
+	window := min(took<<a.splits, a.s.cfg.TTL)
+	return a.s.cfg.RetryDelay() + mrand.N(max(window, 0)+1)
 }
 
 // abandon gives the acquisition up with err (see Lock.abandon).
@@ -378,11 +378,11 @@ func (a *acquisition) abandon(ctx context.Context, lastErr, err error) error {
 // documentation, section Waiting).
 func (s *Session) followDelay(left time.Duration, sub *wire.Subscription) time.Duration {
 	if left < 0 {
-		return s.cfg.retryDelay()
+		return s.cfg.RetryDelay()
 	}
 	d := left + time.Millisecond + mrand.N(time.Millisecond)
 	if sub == nil || !sub.Confirmed() {
-		d = min(d, s.cfg.retryDelay())
+		d = min(d, s.cfg.RetryDelay())
 	}
 	return d
 }
@@ -403,7 +403,7 @@ func (l *Lock) attempt(ctx context.Context) lease.Attempt {
 		l.lease = lease.New(l.lease.Keys, l.s.ttlArg, l.value, l.lease.Proto)
 	}
 	sent := time.Now()
-	deadline := sent.Add(l.s.cfg.validity)
+	deadline := sent.Add(l.s.cfg.Validity)
 	returned := false
 	defer func() {
 		if !returned { // a hook on the client unwound us (wire.OnUnwind)

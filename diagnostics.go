@@ -13,5 +13,5 @@ import (
 func (s *Session) checkServer(ctx context.Context) {
 	lease.CheckServers(ctx, func(check func(c wire.Client)) {
 		s.place.each(func(c Client) { check(c) })
-	}, s.cfg.callTimeout, s.cfg.logger, s.cfg.acks.N > 0)
+	}, s.cfg.CallTimeout, s.cfg.logger, s.cfg.Acks.N > 0)
 }

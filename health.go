@@ -18,7 +18,7 @@ import (
 //
 // This is the idea of client-go's leader-election healthz adaptor.
 func (s *Session) CheckHealth(tolerance time.Duration) error {
-	limit := s.cfg.renewInterval + max(tolerance, 0)
+	limit := s.cfg.RenewInterval + max(tolerance, 0)
 	now := time.Now()
 	for _, l := range s.held() {
 		l.mu.Lock()
@@ -27,7 +27,7 @@ func (s *Session) CheckHealth(tolerance time.Duration) error {
 		l.mu.Unlock()
 		if held && since > limit {
 			return fmt.Errorf("redisleader: %q is held but was last renewed %v ago (renew interval %v + tolerance %v)",
-				l.lease.Keys.Name, since.Round(time.Millisecond), s.cfg.renewInterval, max(tolerance, 0))
+				l.lease.Keys.Name, since.Round(time.Millisecond), s.cfg.RenewInterval, max(tolerance, 0))
 		}
 	}
 	return nil

@@ -102,7 +102,7 @@ func (s *Session) beat(ctx context.Context, retry bool) {
 	sc.t.Stop()
 	defer sc.t.Stop()
 	if retry {
-		sc.begin(time.Now().Add(min(s.cfg.renewInterval, s.cfg.retryDelay())), 0)
+		sc.begin(time.Now().Add(min(s.cfg.RenewInterval, s.cfg.RetryDelay())), 0)
 	}
 	for {
 		if sc.active {
@@ -181,7 +181,7 @@ func (s *Session) slice(ctx context.Context, sc *schedule, slot int, locks []*Lo
 	sc.held += held
 	if len(failed) > 0 {
 		sc.failed = true
-		at := time.Now().Add(min(s.cfg.renewInterval, s.cfg.retryDelay()))
+		at := time.Now().Add(min(s.cfg.RenewInterval, s.cfg.RetryDelay()))
 		i, _ := slices.BinarySearchFunc(sc.retries, at, func(r retry, at time.Time) int { return r.at.Compare(at) })
 		sc.retries = slices.Insert(sc.retries, i, retry{at, slot, failed})
 	}
@@ -205,7 +205,7 @@ func (h *Hooks) round(start time.Time, locks, failures int) {
 // went idle instead.
 func (s *Session) endRound(ctx context.Context, sc *schedule) (going bool) {
 	stale := s.staleLocks()
-	next := sc.base.Add(s.cfg.renewInterval)
+	next := sc.base.Add(s.cfg.RenewInterval)
 	first := s.firstDue(next)
 	now := time.Now()
 	if late := sc.lastEnd.Sub(sc.lastDue); late > 0 && (len(stale) > 0 || first.Before(now)) {

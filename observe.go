@@ -47,7 +47,7 @@ func (o *observer) run(ctx context.Context, first time.Duration) {
 		o.observe(ctx, first)
 		close(o.out)
 		o.e.s.work.Done()
-	}, func() { go o.run(ctx, o.e.s.cfg.retryDelay()) })
+	}, func() { go o.run(ctx, o.e.s.cfg.RetryDelay()) })
 }
 
 func (o *observer) observe(ctx context.Context, next time.Duration) {
@@ -72,14 +72,14 @@ func (o *observer) read(ctx context.Context) time.Duration {
 	l, ok, err := o.e.s.place.inspect(ctx, o.e.keys)
 	switch {
 	case err != nil:
-		return o.e.s.cfg.retryDelay()
+		return o.e.s.cfg.RetryDelay()
 	case !ok:
 		o.report(Leader{})
-		return o.e.s.cfg.ttl
+		return o.e.s.cfg.TTL
 	}
 	o.report(l)
 	if l.TTL <= 0 { // no TTL (someone PERSISTed the key): poll slowly
-		return o.e.s.cfg.ttl
+		return o.e.s.cfg.TTL
 	}
 	return l.TTL + time.Millisecond
 }

@@ -32,14 +32,14 @@ func NewRedlockSession(clients []Client, opts ...Option) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.acks.N > 0 {
+	if cfg.Acks.N > 0 {
 		return nil, invalidf("NewRedlockSession: WithReplicaAcks is not available in Redlock mode")
 	}
 	if cfg.fair {
 		return nil, invalidf("NewRedlockSession: WithFairness is not available in Redlock mode: each node would keep its own queue, and no arrival order across independent nodes is defined")
 	}
 	return startSession(nodes[0], cfg, func(s *Session) place {
-		return &quorum{lease.NewQuorum(&s.wire, nodes, cfg.ttl, cfg.callTimeout, s.detach)}
+		return &quorum{lease.NewQuorum(&s.wire, nodes, cfg.TTL, cfg.CallTimeout, s.detach)}
 	}), nil
 }
 

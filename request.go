@@ -58,14 +58,14 @@ func (e *Election) RequestTransfer(ctx context.Context, to string) (Leader, erro
 		return from, nil
 	}
 	q := e.request(lease.Request{ID: rand.Text(), Fence: from.Fence, To: to})
-	if err := q.Send(ctx, q.Request, e.s.cfg.ttl); err != nil {
+	if err := q.Send(ctx, q.Request, e.s.cfg.TTL); err != nil {
 		_, _ = q.Withdraw(ctx) // it may have been stored all the same
 		if ctx.Err() != nil {
 			return Leader{}, q.Errorf("%w; withdrawn: %w", ErrNotTaken, err)
 		}
 		return Leader{}, q.Errorf("%w", err)
 	}
-	renew := time.NewTicker(e.s.cfg.ttl / 3)
+	renew := time.NewTicker(e.s.cfg.TTL / 3)
 	defer renew.Stop()
 	for { // follow the leader changes until To leads, or another does after the request was taken
 		select {
@@ -90,7 +90,7 @@ func (e *Election) requests() lease.Requests {
 // request is RequestTransfer's requester of q (lease.Requester), which
 // withdraws it on the way out if it is still there.
 func (e *Election) request(q lease.Request) *lease.Requester {
-	return &lease.Requester{Request: q, Requests: e.requests(), TTL: e.s.cfg.ttl, Log: e.s.cfg.logger}
+	return &lease.Requester{Request: q, Requests: e.requests(), TTL: e.s.cfg.TTL, Log: e.s.cfg.logger}
 }
 
 // TransferRequested waits until RequestTransfer asks leadership (this
@@ -118,7 +118,7 @@ func (e *Election) awaitRequest(ctx, call context.Context, l *Lock, claim func(t
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer l.onEnd(cancel)()
-	w := &lease.Watch{Requests: e.requests(), T: &e.s.wire, TTL: e.s.cfg.ttl, Log: e.s.cfg.logger,
+	w := &lease.Watch{Requests: e.requests(), T: &e.s.wire, TTL: e.s.cfg.TTL, Log: e.s.cfg.logger,
 		Fence: l.Fence(), Token: l.lease.Token, Held: l.Held, Own: l.isOwn, Claim: claim}
 	to, err := w.Await(ctx, call)
 	if to != "" {

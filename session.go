@@ -89,12 +89,12 @@ func NewSession(client Client, opts ...Option) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if kind == wire.KindCluster && cfg.acks.N > 0 {
+	if kind == wire.KindCluster && cfg.Acks.N > 0 {
 		return nil, invalidf("WithReplicaAcks(%d, %v) needs WAIT on the connection that wrote, which a cluster client (%T is or wraps a *redis.ClusterClient) does not give; use it with a *redis.Client (also from redis.NewFailoverClient)",
-			cfg.acks.N, cfg.acks.Timeout, client)
+			cfg.Acks.N, cfg.Acks.Timeout, client)
 	}
 	return startSession(client, cfg, func(s *Session) place {
-		return &node{Node: lease.Node{T: &s.wire, C: client, Acks: cfg.acks, Log: cfg.logger}, c: client}
+		return &node{Node: lease.Node{T: &s.wire, C: client, Acks: cfg.Acks, Log: cfg.logger}, c: client}
 	}), nil
 }
 
@@ -104,20 +104,20 @@ func startSession(client Client, cfg config, newPlace func(*Session) place) *Ses
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Session{
 		cfg:    cfg,
-		ttlArg: strconv.FormatInt(cfg.ttl.Milliseconds(), 10),
+		ttlArg: strconv.FormatInt(cfg.TTL.Milliseconds(), 10),
 		reg:    newRegistry(),
 		id:     rand.Text(),
 		done:   make(chan struct{}),
 		closed: make(chan struct{}),
-		hb:     newHeartbeatState(cfg.renewInterval, cancel),
+		hb:     newHeartbeatState(cfg.RenewInterval, cancel),
 	}
-	s.wire.Init(wire.Config{Client: client, CallTimeout: cfg.callTimeout, TTL: cfg.ttl,
-		RetryDelay: cfg.retryDelay, Logger: cfg.logger, Done: s.done})
+	s.wire.Init(wire.Config{Client: client, CallTimeout: cfg.CallTimeout, TTL: cfg.TTL,
+		RetryDelay: cfg.RetryDelay, Logger: cfg.logger, Done: s.done})
 	s.place = newPlace(s)
 	for f := range s.unsupported {
 		s.unsupported[f] = s.place.supports(feature(f))
 	}
-	s.place.each(func(c Client) { wire.WarnRiskyClient(c, cfg.callTimeout, cfg.logger) })
+	s.place.each(func(c Client) { wire.WarnRiskyClient(c, cfg.CallTimeout, cfg.logger) })
 	wire.WarnGoRedis(client, cfg.logger) // internal/wire/goredis.go
 	go s.heartbeat(ctx, false)
 	return s

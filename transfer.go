@@ -92,7 +92,7 @@ func (e *Election) Transfer(ctx context.Context, to string) error {
 	case t != nil && termsOf(ctx).has(l):
 		return nil // from the term's own onElected: Run hands over once it returns
 	}
-	return e.awaitSuccessor(ctx, sub, l.lease.Fence, to, time.Now().Add(e.s.cfg.ttl+e.s.cfg.retryInterval))
+	return e.awaitSuccessor(ctx, sub, l.lease.Fence, to, time.Now().Add(e.s.cfg.TTL+e.s.cfg.RetryInterval))
 }
 
 // checkTransfer checks a successor's value, and that the session can
@@ -159,7 +159,7 @@ func (e *Election) awaitSuccessor(ctx context.Context, sub *wire.Subscription, f
 		}
 		d := time.Until(until)
 		if former || err != nil {
-			d = min(d, e.s.cfg.retryDelay()) // a Redis error, or the hand-over not made yet: read again soon
+			d = min(d, e.s.cfg.RetryDelay()) // a Redis error, or the hand-over not made yet: read again soon
 		}
 		select { // until the next message, or d
 		case <-sub.Notify():
