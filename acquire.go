@@ -152,7 +152,7 @@ func (a *acquisition) run(ctx context.Context) (*Lock, error) {
 				a.lastErr = err // a Redis error; ctx's end is reported as itself
 			}
 		}
-		if a.mode == tryOnce || permanent(err) {
+		if a.mode == tryOnce || wire.Permanent(err) {
 			return nil, a.abandon(ctx, nil, err)
 		}
 		if r.GiveBack {

@@ -245,7 +245,7 @@ func (s *Session) leading(name string) *Lock {
 // any moment. Only the leader's own Lock (Held, Done) says for sure that it
 // still leads.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
-	l, ok, err := e.s.place.inspect(ctx, e.keys)
+	l, ok, err := e.read(ctx)
 	switch {
 	case err != nil:
 		return Leader{}, err
@@ -253,4 +253,20 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 		return Leader{}, ErrNoLeader
 	}
 	return l, nil
+}
+
+// read reads who leads (place.Inspect), judged as a Transfer judges it
+// (lease.Inspected.Leads): ok is false when nobody does.
+func (e *Election) read(ctx context.Context) (l Leader, ok bool, err error) {
+	r, err := e.s.place.Inspect(ctx, e.keys)
+	if err == nil {
+		ok, err = r.Leads(e.keys)
+	}
+	switch {
+	case err != nil:
+		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", e.keys.Name, err)
+	case !ok:
+		return Leader{}, false, nil
+	}
+	return Leader{Value: r.Holder.Value, Fence: r.Holder.Fence, TTL: r.TTL}, true, nil
 }

@@ -69,7 +69,7 @@ func (o *observer) observe(ctx context.Context, next time.Duration) {
 // publishes nothing), the TTL while nobody leads, the retry delay after an
 // error.
 func (o *observer) read(ctx context.Context) time.Duration {
-	l, ok, err := o.e.s.place.inspect(ctx, o.e.keys)
+	l, ok, err := o.e.read(ctx)
 	switch {
 	case err != nil:
 		return o.e.s.cfg.RetryDelay()

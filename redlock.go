@@ -1,7 +1,6 @@
 package redisleader
 
 import (
-	"context"
 	"sync"
 
 	"github.com/redisleader/redisleader/internal/lease"
@@ -44,15 +43,10 @@ func NewRedlockSession(clients []Client, opts ...Option) (*Session, error) {
 }
 
 // quorum is the place of a Redlock session: lease.Quorum (Acquire, Renew,
-// Release, ReleaseAll, and the rest of place through it), which knows of
-// the session only its detach.
+// Release, ReleaseAll, Inspect, Proclaim, and the rest of place through
+// it), which knows of the session only its detach.
 type quorum struct {
 	*lease.Quorum
-}
-
-func (q *quorum) inspect(ctx context.Context, k lease.Keys) (Leader, bool, error) {
-	r, err := q.Inspect(ctx, k)
-	return leaderOf(k, r, err)
 }
 
 func (q *quorum) each(f func(c Client)) { q.Each(func(c wire.Client) { f(c) }) }

@@ -98,6 +98,18 @@ func NewSession(client Client, opts ...Option) (*Session, error) {
 	}), nil
 }
 
+// node is the place of a session on one Redis server: lease.Node, whose
+// Acquire, Renew, Release, ReleaseAll, Inspect and Proclaim the session
+// calls, and the rest of place here; c is the session's client.
+type node struct {
+	lease.Node // Acquire, Renew, Release, ReleaseAll, Inspect, Proclaim
+	c          Client
+}
+
+func (n *node) each(f func(c Client)) { f(n.c) }
+
+func (n *node) supports(feature) error { return nil }
+
 // startSession starts a session on a validated configuration, with pub/sub
 // on client and its leases in the place that newPlace makes.
 func startSession(client Client, cfg config, newPlace func(*Session) place) *Session {

@@ -161,14 +161,8 @@ func (e *Election) awaitSuccessor(ctx context.Context, sub *wire.Subscription, f
 		if former || err != nil {
 			d = min(d, e.s.cfg.RetryDelay()) // a Redis error, or the hand-over not made yet: read again soon
 		}
-		select { // until the next message, or d
-		case <-sub.Notify():
-			sub.Take()
-		case <-time.After(d):
-		case <-ctx.Done():
-			return fmt.Errorf("redisleader: transfer %q to %q: %w", e.keys.Name, to, ctx.Err())
-		case <-e.s.done:
-			return fmt.Errorf("redisleader: transfer %q to %q: %w", e.keys.Name, to, ErrSessionClosed)
+		if err := e.s.wire.Wait(ctx, sub, d); err != nil { // until the next message, or d
+			return fmt.Errorf("redisleader: transfer %q to %q: %w", e.keys.Name, to, err)
 		}
 	}
 }
