@@ -1,9 +1,13 @@
 package redisleader
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/redisleader/redisleader/internal/lease"
+	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // CheckHealth reports whether the session's leases are being renewed. It
@@ -45,4 +49,13 @@ func (s *Session) HealthHandler(tolerance time.Duration) http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+}
+
+// checkServer warns, once per session (the heartbeat calls it at its
+// first lock), about server settings under which Redis itself can lose a
+// lease (lease.CheckServers), on every server of the session's place.
+func (s *Session) checkServer(ctx context.Context) {
+	lease.CheckServers(ctx, func(check func(c wire.Client)) {
+		s.place.each(func(c Client) { check(c) })
+	}, s.cfg.CallTimeout, s.cfg.logger, s.cfg.Acks.N > 0)
 }

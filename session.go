@@ -164,7 +164,7 @@ func (s *Session) Close(ctx context.Context) error {
 		// Called from onElected with its context, which ending self cancels:
 		// keep only its deadline.
 		var cancel context.CancelFunc
-		ctx, cancel = deadlineOnly(ctx)
+		ctx, cancel = wire.DeadlineOnly(ctx)
 		defer cancel()
 	}
 	s.mu.Lock()
@@ -200,15 +200,6 @@ func (s *Session) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return errors.Join(ctx.Err(), relErr)
 	}
-}
-
-// deadlineOnly returns a context with ctx's values and deadline that is not
-// cancelled with ctx.
-func deadlineOnly(ctx context.Context) (context.Context, context.CancelFunc) {
-	if d, ok := ctx.Deadline(); ok {
-		return context.WithDeadline(context.WithoutCancel(ctx), d)
-	}
-	return context.WithoutCancel(ctx), func() {}
 }
 
 // endAll ends the held locks with ErrSessionClosed and returns those whose
