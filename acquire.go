@@ -152,7 +152,7 @@ func (a *acquisition) run(ctx context.Context) (*Lock, error) {
 				a.lastErr = err // a Redis error; ctx's end is reported as itself
 			}
 		}
-		if a.mode == tryOnce || permanent(err) {
+		if a.mode == tryOnce || wire.Permanent(err) {
 			return nil, a.abandon(ctx, nil, err)
 		}
 		if r.GiveBack {
@@ -208,7 +208,7 @@ type acquisition struct {
 // then released, here or by Close).
 func (a *acquisition) deliver(ctx context.Context) (l *Lock, again bool, err error) {
 	l = a.l
-	if d := a.s.cfg.takeoverDelay; d > 0 {
+	if d := a.s.cfg.TakeoverDelay; d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
@@ -273,7 +273,7 @@ func (a *acquisition) trackPlace(err error, sent time.Time) {
 func (a *acquisition) wait(ctx context.Context, r lease.Attempt, err error, locked bool) error {
 	d, follow := a.delay(r, err, locked)
 	if a.queued { // its next attempt renews its place before the place's lease can run out
-		d = pace.KeepPlace(d, a.kept, a.s.cfg.validity-a.s.cfg.callTimeout)
+		d = pace.KeepPlace(d, a.kept, a.s.cfg.Validity-a.s.cfg.CallTimeout)
 	}
 	if a.s.cfg.test.pause != nil {
 		a.s.cfg.test.pause(d, follow)
@@ -304,21 +304,21 @@ func (a *acquisition) delay(r lease.Attempt, err error, locked bool) (d time.Dur
 	if locked {
 		a.lastErr, a.splits = nil, 0
 		if r.Split {
-			return a.s.cfg.retryDelay(), false
+			return a.s.cfg.RetryDelay(), false
 		}
-		return pace.Follow(r.Behind(), a.sub.Confirmed(), a.s.cfg.retryDelay), true
+		return pace.Follow(r.Behind(), a.sub.Confirmed(), a.s.cfg.RetryDelay), true
 	}
-	if time.Since(a.loggedAt) >= a.s.cfg.ttl {
+	if time.Since(a.loggedAt) >= a.s.cfg.TTL {
 		a.loggedAt = time.Now()
 		a.s.cfg.logger.Warn("redisleader: acquire failed; retrying", "name", a.keys.Name, "err", err)
 	}
 	if r.Split {
-		return a.splits.Backoff(r.Took, a.s.cfg.ttl, a.s.cfg.retryDelay()), false
+		return a.splits.Backoff(r.Took, a.s.cfg.TTL, a.s.cfg.RetryDelay()), false
 	}
 	a.splits = 0
 	// A queued fair waiter keeps listening: it may be the head, which the
 	// name waits for, and its wake-ups are addressed to it alone.
-	return a.s.cfg.retryDelay(), a.queued
+	return a.s.cfg.RetryDelay(), a.queued
 }
 
 // abandon gives the acquisition up with err (see Lock.abandon).
@@ -329,7 +329,7 @@ func (a *acquisition) abandon(ctx context.Context, lastErr, err error) error {
 // wait sleeps for d, or until a message arrives on sub, ctx ends or the
 // session closes (ErrSessionClosed).
 func (s *Session) wait(ctx context.Context, sub *wire.Subscription, d time.Duration) error {
-	return sub.Wait(ctx, d, s.done)
+	return s.wire.Wait(ctx, sub, d)
 }
 
 // attempt makes one acquire attempt. On success the lock is armed
@@ -342,7 +342,7 @@ func (l *Lock) attempt(ctx context.Context) lease.Attempt {
 		l.lease = lease.New(l.lease.Keys, l.s.ttlArg, l.value, l.lease.Proto)
 	}
 	sent := time.Now()
-	deadline := sent.Add(l.s.cfg.validity)
+	deadline := sent.Add(l.s.cfg.Validity)
 	returned := false
 	defer func() {
 		if !returned { // a hook on the client unwound us (wire.OnUnwind)

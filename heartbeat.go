@@ -66,7 +66,7 @@ func (s *Session) beat(ctx context.Context, retry bool) {
 	sc.T.Stop()
 	defer sc.T.Stop()
 	if retry {
-		sc.Begin(time.Now().Add(min(s.cfg.renewInterval, s.cfg.retryDelay())), 0)
+		sc.Begin(time.Now().Add(min(s.cfg.RenewInterval, s.cfg.RetryDelay())), 0)
 	}
 	for {
 		if sc.Active {
@@ -135,7 +135,7 @@ func (s *Session) slice(ctx context.Context, sc *ring.Schedule[*Lock], slot int,
 	sc.Held += held
 	if len(failed) > 0 {
 		sc.Failed = true
-		sc.Retry(time.Now().Add(min(s.cfg.renewInterval, s.cfg.retryDelay())), slot, failed)
+		sc.Retry(time.Now().Add(min(s.cfg.RenewInterval, s.cfg.RetryDelay())), slot, failed)
 	}
 	if held > 0 && s.cfg.test.round != nil {
 		s.cfg.test.round(held, len(failed) > 0)
@@ -158,7 +158,7 @@ func (h *Hooks) round(start time.Time, locks, failures int) {
 func (s *Session) endRound(ctx context.Context, sc *ring.Schedule[*Lock]) (going bool) {
 	stale := s.staleLocks()
 	s.mu.Lock()
-	next, first := sc.NextRound(&s.hb.ring, s.cfg.renewInterval, len(stale) > 0)
+	next, first := sc.NextRound(&s.hb.ring, s.cfg.RenewInterval, len(stale) > 0)
 	s.mu.Unlock()
 	if len(sc.Retries) == 0 {
 		s.cleanStale(ctx, stale, first)

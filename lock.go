@@ -311,7 +311,7 @@ func (l *Lock) extend(sent time.Time) {
 		l.emitLocked(probe.Ignored, now, 0)
 		return
 	}
-	if d := sent.Add(l.s.cfg.validity); d.After(l.deadline) {
+	if d := sent.Add(l.s.cfg.Validity); d.After(l.deadline) {
 		l.deadline, l.renewed = d, sent
 	}
 	l.emitLocked(probe.Renewed, now, 0)

@@ -24,7 +24,7 @@ func (s *Session) markStale(l *Lock, repeat bool) {
 	if d := l.Deadline(); d.After(until) {
 		until = d
 	}
-	until = until.Add(2 * s.cfg.ttl)
+	until = until.Add(2 * s.cfg.TTL)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err == nil {

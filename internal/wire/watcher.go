@@ -261,27 +261,6 @@ func (sub *Subscription) markGap() {
 // was marked (then call Take), or Poke was called.
 func (sub *Subscription) Notify() <-chan struct{} { return sub.notify }
 
-// Wait sleeps for d, or until a message arrives on sub (nil: none comes),
-// ctx ends (its error) or done is closed (ErrClosed).
-func (sub *Subscription) Wait(ctx context.Context, d time.Duration, done <-chan struct{}) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	var notify <-chan struct{}
-	if sub != nil {
-		notify = sub.notify
-	}
-	select {
-	case <-t.C:
-	case <-notify:
-		sub.Take()
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-done:
-		return ErrClosed
-	}
-	return nil
-}
-
 // Poke wakes the subscriber as a message would, without one.
 func (sub *Subscription) Poke() {
 	select {
@@ -548,4 +527,26 @@ func (w *watcher) close() {
 	cancel()
 	_ = ps.Close()
 	w.wg.Wait()
+}
+
+// Wait waits for a message on sub (nil: none), taking it, or for d; it
+// returns ctx's error when ctx ends first, ErrClosed when the transport's
+// Done is closed.
+func (t *Transport) Wait(ctx context.Context, sub *Subscription, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	var notify <-chan struct{}
+	if sub != nil {
+		notify = sub.Notify()
+	}
+	select {
+	case <-timer.C:
+	case <-notify:
+		sub.Take()
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.cfg.Done:
+		return ErrClosed
+	}
+	return nil
 }
