@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"time"
 
 	"github.com/redisleader/redisleader/internal/lease"
+	"github.com/redisleader/redisleader/internal/pace"
 	"github.com/redisleader/redisleader/internal/wire"
 )
 
@@ -110,7 +110,7 @@ func (s *Session) acquireAs(ctx context.Context, a acquisition) (*Lock, error) {
 		// attempt and the wait is never missed.
 		var accept func(payload string) bool // default mode: every message wakes
 		if a.w != nil {
-			accept = a.w.accept()
+			accept = lease.WakeFilter(a.w.id)
 		}
 		sub, err := s.wire.Subscribe(ctx, a.waitChannel(), accept)
 		if err != nil {
@@ -189,7 +189,7 @@ func (a *acquisition) run(ctx context.Context) (*Lock, error) {
 				a.lastErr = err // a Redis error; ctx's end is reported as itself
 			}
 		}
-		if a.mode == tryOnce || permanent(err) {
+		if a.mode == tryOnce || wire.Permanent(err) {
 			return nil, a.abandon(ctx, nil, err)
 		}
 		if r.GiveBack {
@@ -233,7 +233,7 @@ type acquisition struct {
 	kept     time.Time          // fair mode: when the attempt that last renewed our place was sent
 	lastErr  error              // of the last attempt, if it failed with a Redis error
 	unsure   bool               // an attempt's outcome is unknown: our token may be, or get, in Redis
-	splits   int                // Redlock split votes in a row (backoff)
+	splits   pace.Splits        // Redlock split votes in a row (backoff)
 	loggedAt time.Time          // errors are logged at most once per TTL
 }
 
@@ -246,7 +246,7 @@ type acquisition struct {
 // then released, here or by Close).
 func (a *acquisition) deliver(ctx context.Context) (l *Lock, again bool, err error) {
 	l = a.l
-	if d := a.s.cfg.takeoverDelay; d > 0 {
+	if d := a.s.cfg.TakeoverDelay; d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
@@ -308,30 +308,15 @@ func (a *acquisition) trackPlace(err error, sent time.Time) {
 	}
 }
 
-// keepPlace shortens a queued fair waiter's wait d so that its next attempt,
-// which renews its place, reaches Redis before the place's lease can have
-// run out: sent within the lease's local validity less a call timeout (as a
-// lock's renewal is bounded by its deadline). The attempts a waiter makes
-// anyway (about one per TTL) keep its place so, with no command of its own.
-// Once that moment has passed (the attempts since failed), the place may be
-// lost, and the next attempt, whenever it comes, joins again at the back.
-func (a *acquisition) keepPlace(d time.Duration) time.Duration {
-	if !a.queued || a.kept.IsZero() {
-		return d
-	}
-	if left := time.Until(a.kept.Add(a.s.cfg.validity - a.s.cfg.callTimeout)); left > 0 {
-		return min(d, left)
-	}
-	return d
-}
-
 // wait sleeps after a failed attempt r as delay says (a queued fair waiter
-// no longer than keepPlace allows): until a message if delay follows them,
-// and in any case until this session takes the name (Session.add wakes its
-// waiters).
+// no longer than pace.KeepPlace allows): until a message if delay follows
+// them, and in any case until this session takes the name (Session.add
+// wakes its waiters).
 func (a *acquisition) wait(ctx context.Context, r lease.Attempt, err error, locked bool) error {
 	d, follow := a.delay(r, err, locked)
-	d = a.keepPlace(d)
+	if a.queued { // its next attempt renews its place before the place's lease can run out
+		d = pace.KeepPlace(d, a.kept, a.s.cfg.Validity-a.s.cfg.CallTimeout)
+	}
 	if a.s.cfg.test.pause != nil {
 		a.s.cfg.test.pause(d, follow)
 	}
@@ -361,48 +346,21 @@ func (a *acquisition) delay(r lease.Attempt, err error, locked bool) (d time.Dur
 	if locked {
 		a.lastErr, a.splits = nil, 0
 		if r.Split {
-			return a.s.cfg.retryDelay(), false
+			return a.s.cfg.RetryDelay(), false
 		}
-		if r.Ahead > 0 {
-			wait := r.HeadLeft
-			if r.Left >= 0 {
-				wait = min(wait, r.Left)
-			}
-			// Behind the head: until the lease it waits behind (the
-			// head's, or the holder's if that ends first) can have passed;
-			// a renewed lease means sleeping again, a dead head is skipped
-			// by the next attempt.
-			return a.s.followDelay(max(wait, 0), a.sub), true
-		}
-		return a.s.followDelay(r.Left, a.sub), true
+		return pace.Follow(r.Behind(), a.sub.Confirmed(), a.s.cfg.RetryDelay), true
 	}
-	if time.Since(a.loggedAt) >= a.s.cfg.ttl {
+	if time.Since(a.loggedAt) >= a.s.cfg.TTL {
 		a.loggedAt = time.Now()
 		a.s.cfg.logger.Warn("redisleader: acquire failed; retrying", "name", a.keys.Name, "err", err)
 	}
 	if r.Split {
-		return a.backoff(r.Took), false
+		return a.splits.Backoff(r.Took, a.s.cfg.TTL, a.s.cfg.RetryDelay()), false
 	}
 	a.splits = 0
 	// A queued fair waiter keeps listening: it may be the head, which the
 	// name waits for, and its wake-ups are addressed to it alone.
-	return a.s.cfg.retryDelay(), a.queued
-}
-
-// backoff is the wait after a Redlock split vote short of ErrLocked (the
-// nodes that did not answer could have made a quorum either way) by an
-// attempt that took took, from its first send to its give-back: the random
-// retry delay, plus a random part of a window that starts at two such
-// attempts and doubles with each split in a row, up to a TTL (binary
-// exponential backoff). The contenders of a split each held their nodes for
-// about took, so they split again unless their next attempts start further
-// apart than that; the retry jitter alone does not part them when attempts
-// are long, as when a node that never answers holds each one to the call
-// timeout (S21-hung).
-func (a *acquisition) backoff(took time.Duration) time.Duration {
-	a.splits = min(a.splits+1, 16)
-	window := min(took<<a.splits, a.s.cfg.ttl)
-	return a.s.cfg.retryDelay() + mrand.N(max(window, 0)+1)
+	return a.s.cfg.RetryDelay(), a.queued
 }
 
 // abandon gives the acquisition up with err (see Lock.abandon).
@@ -410,44 +368,10 @@ func (a *acquisition) abandon(ctx context.Context, lastErr, err error) error {
 	return a.l.abandon(ctx, a.unsure, lastErr, err)
 }
 
-// followDelay is how long a waiter sleeps after finding the name held with
-// left to go on the holder's lease (negative: the key has no TTL): until
-// that lease can have expired, plus 1–2ms (PTTL is in whole milliseconds and
-// Redis expires a key only once its time has passed; the spread keeps
-// waiters from arriving all at once). A release wakes the waiter sooner,
-// through its subscription; without a confirmed one, or when the key has no
-// TTL, it polls at the retry interval instead (see the package
-// documentation, section Waiting).
-func (s *Session) followDelay(left time.Duration, sub *wire.Subscription) time.Duration {
-	if left < 0 {
-		return s.cfg.retryDelay()
-	}
-	d := left + time.Millisecond + mrand.N(time.Millisecond)
-	if sub == nil || !sub.Confirmed() {
-		d = min(d, s.cfg.retryDelay())
-	}
-	return d
-}
-
 // wait sleeps for d, or until a message arrives on sub, ctx ends or the
-// session closes.
+// session closes (ErrSessionClosed).
 func (s *Session) wait(ctx context.Context, sub *wire.Subscription, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	var notify <-chan struct{}
-	if sub != nil {
-		notify = sub.Notify()
-	}
-	select {
-	case <-t.C:
-	case <-notify:
-		sub.Take()
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.done:
-		return ErrSessionClosed
-	}
-	return nil
+	return s.wire.Wait(ctx, sub, d)
 }
 
 // attempt makes one acquire attempt. On success the lock is armed
@@ -460,7 +384,7 @@ func (l *Lock) attempt(ctx context.Context) lease.Attempt {
 		l.lease = lease.New(l.lease.Keys, l.s.ttlArg, l.value, l.lease.Proto)
 	}
 	sent := time.Now()
-	deadline := sent.Add(l.s.cfg.validity)
+	deadline := sent.Add(l.s.cfg.Validity)
 	returned := false
 	defer func() {
 		if !returned { // a hook on the client unwound us (wire.OnUnwind)
@@ -511,6 +435,50 @@ func (l *Lock) arm(sent, deadline time.Time, fence int64) error {
 	}
 	l.mu.Unlock()
 	return nil
+}
+
+// add registers an acquired lock (registry.go) with the heartbeat, in a
+// slot of its ring, and wakes the session's fair waiters for its name,
+// which end with ErrLocked (a session never waits for itself; default-mode
+// waiters hear the acquire's own message). It fails when the session was
+// closed meanwhile; the caller then releases the key.
+func (s *Session) add(l *Lock) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	s.reg.locks[l] = struct{}{}
+	if _, shared := l.lease.Proto.(interface{ Shared() }); !shared { // a permit is one of several (lease.PermitProtocol)
+		s.reg.names[l.lease.Keys.Name] = l
+	}
+	l.slot = s.hb.ring.Add(l)
+	s.hb.wake()
+	s.wakeWaitersLocked(l.lease.Keys.Name)
+	return nil
+}
+
+// wakeWaitersLocked wakes the session's queued waiters for name, which has
+// just become the session's: they find it held by their next look and end
+// (a session never waits for itself). A waiter not yet registered makes
+// that check after it registers. s.mu must be held.
+func (s *Session) wakeWaitersLocked(name string) {
+	for w := range s.reg.waiting {
+		if w.keys.Name == name && w.sub != nil {
+			w.sub.Poke()
+		}
+	}
+}
+
+// wake kicks the heartbeat if it is idle. Session.mu must be held.
+func (h *heartbeatState) wake() {
+	if h.idle {
+		h.idle = false
+		select {
+		case h.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // giveBack deletes this acquisition's token after an attempt that did not

@@ -76,9 +76,9 @@ func TestClusterSilentMasterKeepsHealthyLocks(t *testing.T) {
 	maxGap := gaps.max()
 	t.Logf("stopped %v: healthy lost %d of %d, stopped lost %d of %d; max gap between renewals of a healthy lock %v (interval %v, call timeout %v)",
 		time.Since(paused).Round(time.Millisecond), lost, len(healthy), len(stopped), len(stopped),
-		maxGap.Round(time.Millisecond), cfg.renewInterval, cfg.callTimeout)
+		maxGap.Round(time.Millisecond), cfg.RenewInterval, cfg.CallTimeout)
 	assert.Greater(t, time.Since(paused), ttl, "the master was stopped past the TTL")
-	assert.Less(t, maxGap, cfg.renewInterval+cfg.callTimeout+cfg.renewInterval/2, "a healthy lock's renewals kept their rhythm")
+	assert.Less(t, maxGap, cfg.RenewInterval+cfg.CallTimeout+cfg.RenewInterval/2, "a healthy lock's renewals kept their rhythm")
 
 	err := s.Close(ctx)
 	require.Error(t, err, "the stopped master's tokens could not be deleted")

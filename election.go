@@ -201,9 +201,9 @@ func (l *Lock) proclaim(ctx context.Context, value string) error {
 		return fmt.Errorf("redisleader: proclaim %q: %w", l.lease.Keys.Name, ErrNotLeader)
 	}
 	lead.seq++
-	stored, err := l.s.place.proclaim(ctx, l, lead.seq, value, deadline)
+	stored, err := l.s.place.Proclaim(ctx, &l.lease, lead.seq, value, deadline)
 	switch {
-	case errors.Is(err, errSuperseded):
+	case errors.Is(err, lease.ErrSuperseded):
 		return fmt.Errorf("redisleader: proclaim %q: %w", l.lease.Keys.Name, err)
 	case err != nil:
 		return fmt.Errorf("redisleader: proclaim %q (the stored value may be the former one or the new one): %w", l.lease.Keys.Name, err)
@@ -216,13 +216,6 @@ func (l *Lock) proclaim(ctx context.Context, value string) error {
 	l.mu.Unlock()
 	return nil
 }
-
-// errSuperseded: Redis holds a later Proclaim of the leadership than this
-// one, which wrote nothing. Calls run one at a time, so only a request that
-// reached Redis after its caller gave up finds that, and its reply goes
-// nowhere; a live caller gets it only if something else wrote the term's
-// sequence.
-var errSuperseded = errors.New("redisleader: a later Proclaim of this leadership is stored already; this one wrote nothing")
 
 // leading returns the session's leadership of name (its delivered, held
 // lock of the name), or nil. One past its deadline is not held, and Held's
@@ -252,7 +245,7 @@ func (s *Session) leading(name string) *Lock {
 // any moment. Only the leader's own Lock (Held, Done) says for sure that it
 // still leads.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
-	l, ok, err := e.s.place.inspect(ctx, e.keys)
+	l, ok, err := e.read(ctx)
 	switch {
 	case err != nil:
 		return Leader{}, err
@@ -260,4 +253,20 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 		return Leader{}, ErrNoLeader
 	}
 	return l, nil
+}
+
+// read reads who leads (place.Inspect), judged as a Transfer judges it
+// (lease.Inspected.Leads): ok is false when nobody does.
+func (e *Election) read(ctx context.Context) (l Leader, ok bool, err error) {
+	r, err := e.s.place.Inspect(ctx, e.keys)
+	if err == nil {
+		ok, err = r.Leads(e.keys)
+	}
+	switch {
+	case err != nil:
+		return Leader{}, false, fmt.Errorf("redisleader: leader of %q: %w", e.keys.Name, err)
+	case !ok:
+		return Leader{}, false, nil
+	}
+	return Leader{Value: r.Holder.Value, Fence: r.Holder.Fence, TTL: r.TTL}, true, nil
 }

@@ -65,12 +65,6 @@ func (e *lostError) Is(target error) bool { return target == ErrLost }
 // invalidf is a bad-input error; it matches ErrInvalid (lease.Invalidf).
 func invalidf(format string, args ...any) error { return lease.Invalidf(format, args...) }
 
-// permanent reports whether a Redis error will not go away by retrying
-// (wire.Permanent), so a blocking acquire should return it instead of
-// retrying until its context ends. Renewals treat every error as transient
-// until the local deadline: an error never means "lost" by itself.
-func permanent(err error) bool { return wire.Permanent(err) }
-
 // heldError: the session asked for a name it holds itself.
 type heldError struct{ name string }
 

@@ -152,3 +152,9 @@ func TestACLWordingsAreDenials(t *testing.T) {
 		}
 	}
 }
+
+// permanent reports whether a Redis error will not go away by retrying
+// (wire.Permanent), so a blocking acquire should return it instead of
+// retrying until its context ends. Renewals treat every error as transient
+// until the local deadline: an error never means "lost" by itself.
+func permanent(err error) bool { return wire.Permanent(err) }

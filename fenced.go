@@ -2,11 +2,8 @@ package redisleader
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/redisleader/redisleader/internal/lease"
-	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // Fenced writes: the resource side of fencing, for data kept in Redis.
@@ -37,7 +34,7 @@ var ErrStaleFence = lease.ErrStaleFence
 // may not have happened: repeat it with the same fence. The call ends with
 // ctx or within one second. docs/fencing.md has the rules.
 func FencedSet(ctx context.Context, c Client, key, value string, fence int64) error {
-	return fencedWrite(ctx, c, key, fence, lease.FencedSetArgs(key, fence, value))
+	return lease.FencedWrite(ctx, c, key, fence, lease.FencedSetArgs(key, fence, value))
 }
 
 // FencedDel removes the value of key if, and only if, fence is at least the
@@ -47,40 +44,5 @@ func FencedSet(ctx context.Context, c Client, key, value string, fence int64) er
 // are FencedSet's. Deleting a key that has no value is not an error: the
 // fence is recorded all the same.
 func FencedDel(ctx context.Context, c Client, key string, fence int64) error {
-	return fencedWrite(ctx, c, key, fence, lease.FencedDelArgs(key, fence))
-}
-
-// fencedWrite validates the input and runs lease.FencedRun with argv.
-func fencedWrite(ctx context.Context, c Client, key string, fence int64, argv []any) error {
-	if err := checkFenced(c, key, fence); err != nil {
-		return err
-	}
-	callCtx, cancel := context.WithTimeout(ctx, defaultMaxCall)
-	defer cancel()
-	res, err := wire.UntilDone(callCtx, func() (any, error) { return lease.FencedRun.Run(callCtx, c, argv).Result() })
-	if err != nil {
-		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-			err = errors.Join(cerr, err)
-		}
-		return fmt.Errorf("redisleader: fenced write to %q: %w", key, err)
-	}
-	return lease.FencedReply(key, fence, res)
-}
-
-// checkFenced is the input rule of FencedSet and FencedDel.
-func checkFenced(c Client, key string, fence int64) error {
-	switch wire.KindOf(c) { // reflection: once
-	case wire.KindNil:
-		return invalidf("fenced write: nil Client")
-	case wire.KindRing:
-		// On another shard, the key has no fence record: a stale write would be accepted.
-		return invalidf(wire.RingRejectf, "fenced write: the client", c)
-	}
-	switch {
-	case key == "":
-		return invalidf("fenced write: key must not be empty")
-	case fence < 1 || fence > lease.MaxFence:
-		return invalidf("fenced write to %q: fence %d must be within [1, 2^53-1] (Lock.Fence is)", key, fence)
-	}
-	return nil
+	return lease.FencedWrite(ctx, c, key, fence, lease.FencedDelArgs(key, fence))
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisleader/redisleader/internal/durations"
 	"github.com/redisleader/redisleader/internal/lease"
 )
 
@@ -376,19 +377,19 @@ func checkRules(t *testing.T, c config) {
 		}
 		return s
 	}
-	ttl := d(c.ttl)
+	ttl := d(c.TTL)
 	rules := []struct {
 		ok   bool
 		rule string
 	}{
-		{c.ttl >= minTTL && c.ttl <= maxTTL && c.ttl%time.Millisecond == 0, "TTL in [10ms, 24h], whole ms"},
-		{c.drift >= minDrift && c.drift <= maxDrift, "drift within [0.001, 0.1]"},
-		{c.margin >= minMargin && new(big.Int).Mul(d(c.margin), big.NewInt(20)).Cmp(ttl) <= 0, "margin ≥ 2ms and ≤ TTL/20"},
-		{c.renewInterval >= minInterval && c.renewInterval <= c.ttl/3, "renew interval in [1ms, TTL/3]"},
-		{c.retryInterval >= minInterval && c.retryInterval <= c.ttl, "retry interval in [1ms, TTL]"},
-		{c.retryJitter == 0 || (c.retryJitter >= minInterval && c.retryJitter <= c.ttl), "jitter 0 or in [1ms, TTL]"},
-		{c.takeoverDelay == 0 || (c.takeoverDelay >= minInterval && c.takeoverDelay <= maxTTL), "takeover delay 0 or in [1ms, 24h]"},
-		{c.callTimeout >= minInterval, "call timeout ≥ 1ms"},
+		{c.TTL >= durations.MinTTL && c.TTL <= durations.MaxTTL && c.TTL%time.Millisecond == 0, "TTL in [10ms, 24h], whole ms"},
+		{c.Drift >= durations.MinDrift && c.Drift <= durations.MaxDrift, "drift within [0.001, 0.1]"},
+		{c.Margin >= durations.MinMargin && new(big.Int).Mul(d(c.Margin), big.NewInt(20)).Cmp(ttl) <= 0, "margin ≥ 2ms and ≤ TTL/20"},
+		{c.RenewInterval >= durations.MinInterval && c.RenewInterval <= c.TTL/3, "renew interval in [1ms, TTL/3]"},
+		{c.RetryInterval >= durations.MinInterval && c.RetryInterval <= c.TTL, "retry interval in [1ms, TTL]"},
+		{c.RetryJitter == 0 || (c.RetryJitter >= durations.MinInterval && c.RetryJitter <= c.TTL), "jitter 0 or in [1ms, TTL]"},
+		{c.TakeoverDelay == 0 || (c.TakeoverDelay >= durations.MinInterval && c.TakeoverDelay <= durations.MaxTTL), "takeover delay 0 or in [1ms, 24h]"},
+		{c.CallTimeout >= durations.MinInterval, "call timeout ≥ 1ms"},
 	}
 	for _, r := range rules {
 		if !r.ok {
@@ -397,12 +398,12 @@ func checkRules(t *testing.T, c config) {
 	}
 	// renewInterval + 2 × callTimeout + min(renewInterval, retryInterval +
 	// retryJitter) < TTL·(1−drift) − margin, without overflow.
-	retryMax := sum(d(c.retryInterval), d(c.retryJitter))
-	if retryMax.Cmp(d(c.renewInterval)) > 0 {
-		retryMax = d(c.renewInterval)
+	retryMax := sum(d(c.RetryInterval), d(c.RetryJitter))
+	if retryMax.Cmp(d(c.RenewInterval)) > 0 {
+		retryMax = d(c.RenewInterval)
 	}
-	need := sum(d(c.renewInterval), d(c.callTimeout), d(c.callTimeout), retryMax)
-	validity := new(big.Int).Sub(big.NewInt(int64(float64(c.ttl)*(1-c.drift))), d(c.margin))
+	need := sum(d(c.RenewInterval), d(c.CallTimeout), d(c.CallTimeout), retryMax)
+	validity := new(big.Int).Sub(big.NewInt(int64(float64(c.TTL)*(1-c.Drift))), d(c.Margin))
 	if need.Cmp(validity) >= 0 {
 		t.Fatalf("accepted %+v: renewInterval + 2 × callTimeout + retry delay = %v is not below TTL·(1−drift) − margin = %v",
 			c, time.Duration(need.Int64()), time.Duration(validity.Int64()))

@@ -1,9 +1,13 @@
 package redisleader
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/redisleader/redisleader/internal/lease"
+	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // CheckHealth reports whether the session's leases are being renewed. It
@@ -18,7 +22,7 @@ import (
 //
 // This is the idea of client-go's leader-election healthz adaptor.
 func (s *Session) CheckHealth(tolerance time.Duration) error {
-	limit := s.cfg.renewInterval + max(tolerance, 0)
+	limit := s.cfg.RenewInterval + max(tolerance, 0)
 	now := time.Now()
 	for _, l := range s.held() {
 		l.mu.Lock()
@@ -27,7 +31,7 @@ func (s *Session) CheckHealth(tolerance time.Duration) error {
 		l.mu.Unlock()
 		if held && since > limit {
 			return fmt.Errorf("redisleader: %q is held but was last renewed %v ago (renew interval %v + tolerance %v)",
-				l.lease.Keys.Name, since.Round(time.Millisecond), s.cfg.renewInterval, max(tolerance, 0))
+				l.lease.Keys.Name, since.Round(time.Millisecond), s.cfg.RenewInterval, max(tolerance, 0))
 		}
 	}
 	return nil
@@ -45,4 +49,13 @@ func (s *Session) HealthHandler(tolerance time.Duration) http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+}
+
+// checkServer warns, once per session (the heartbeat calls it at its
+// first lock), about server settings under which Redis itself can lose a
+// lease (lease.CheckServers), on every server of the session's place.
+func (s *Session) checkServer(ctx context.Context) {
+	lease.CheckServers(ctx, func(check func(c wire.Client)) {
+		s.place.each(func(c Client) { check(c) })
+	}, s.cfg.CallTimeout, s.cfg.logger, s.cfg.Acks.N > 0)
 }

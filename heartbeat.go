@@ -6,14 +6,16 @@ import (
 	"time"
 
 	"github.com/redisleader/redisleader/internal/lease"
+	"github.com/redisleader/redisleader/internal/ring"
+	"github.com/redisleader/redisleader/internal/stale"
 	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // heartbeat is the session's one goroutine. It sleeps while nothing is held;
 // otherwise it renews every held lock once each renew interval, in slices
-// spread over the interval (see ring), on a schedule that a slice's duration
-// does not shift, and retries a slice that failed after a jittered retry
-// delay. It never decides that a lock is lost by itself except on a "not
+// spread over the interval (internal/ring: Ring), on a schedule (Schedule)
+// that a slice's duration does not shift, and retries a slice that failed
+// after a jittered retry delay. It never decides that a lock is lost by itself except on a "not
 // owner" reply: deadlines are timer-driven.
 //
 // After a hook fault (internal/wire/hookfaults.go) in a slice or in the server check, a
@@ -35,21 +37,21 @@ func (s *Session) heartbeat(ctx context.Context, retry bool) {
 // heartbeatState is what the session keeps for its heartbeat. Session.mu
 // guards ring, stale and idle.
 type heartbeatState struct {
-	ring    ring[*Lock]        // the slots of the held locks' renewals (registry.go)
-	stale   staleTokens        // ended locks whose token may still be in Redis (stale.go)
-	idle    bool               // the heartbeat sleeps until kicked
-	kick    chan struct{}      // capacity 1: work was added while idle
-	cancel  context.CancelFunc // stops the heartbeat
-	done    chan struct{}      // closed when the heartbeat goroutine has returned
-	checked bool               // the server check has run; the heartbeat's alone
+	ring    ring.Ring[*Lock]    // the slots of the held locks' renewals (internal/ring)
+	stale   stale.Tokens[*Lock] // ended locks whose token may still be in Redis (stale.go)
+	idle    bool                // the heartbeat sleeps until kicked
+	kick    chan struct{}       // capacity 1: work was added while idle
+	cancel  context.CancelFunc  // stops the heartbeat
+	done    chan struct{}       // closed when the heartbeat goroutine has returned
+	checked bool                // the server check has run; the heartbeat's alone
 }
 
 // newHeartbeatState returns the state of an idle heartbeat renewing every
 // interval.
 func newHeartbeatState(interval time.Duration, cancel context.CancelFunc) heartbeatState {
 	return heartbeatState{
-		ring:   newRing[*Lock](interval),
-		stale:  make(staleTokens),
+		ring:   ring.New[*Lock](interval),
+		stale:  make(stale.Tokens[*Lock]),
 		idle:   true,
 		kick:   make(chan struct{}, 1),
 		cancel: cancel,
@@ -57,72 +59,34 @@ func newHeartbeatState(interval time.Duration, cancel context.CancelFunc) heartb
 	}
 }
 
-// A round renews every held lock once: it walks the ring's slots, renewing
-// each occupied slot's locks in one pipelined round trip (a slice) at the
-// slot's offset from the round's start, and ends once every slot's offset
-// has passed and its last slice has ended, with the clean-up of stale
-// tokens. The next round starts a renew interval after this one started,
-// whatever its slices took, so that each lock is renewed every interval
-// exactly and each slice's leases run from its own send time: a waiter that
-// sleeps until a lease it saw can have expired never arrives just before
-// the renewal due then. But it starts later by as much as the round's last
-// slice ended late (as the TTL rules count a round that overran) when it
-// overran the next round's first slice, or when stale tokens wait for the
-// clean-up, which then gets a whole interval after that slice.
-type schedule struct {
-	t       *time.Timer
-	active  bool      // a round is under way (else the heartbeat is idle)
-	base    time.Time // the round's start: slot i is due at base + i·gap
-	next    int       // the round's first slot not yet renewed
-	held    int       // live locks the round's slices renewed (or tried to)
-	failed  bool      // a slice of the round failed
-	lastDue time.Time // the due time and end of the round's last slice
-	lastEnd time.Time
-	retries []retry // failed slices, in the order they are due again
-}
-
-// retry is a failed slice's locks, to be renewed again at at (unless their
-// slot's turn comes first).
-type retry struct {
-	at    time.Time
-	slot  int
-	locks []*Lock
-}
-
-// begin starts a round at base, whose slots before next are passed.
-func (sc *schedule) begin(base time.Time, next int) {
-	sc.active, sc.base, sc.next, sc.held, sc.failed = true, base, next, 0, false
-	sc.lastDue, sc.lastEnd = base, base
-}
-
 // beat runs rounds until ctx ends; with retry, the first one after the
 // retry delay.
 func (s *Session) beat(ctx context.Context, retry bool) {
-	sc := schedule{t: time.NewTimer(time.Hour)}
-	sc.t.Stop()
-	defer sc.t.Stop()
+	sc := ring.Schedule[*Lock]{T: time.NewTimer(time.Hour)}
+	sc.T.Stop()
+	defer sc.T.Stop()
 	if retry {
-		sc.begin(time.Now().Add(min(s.cfg.renewInterval, s.cfg.retryDelay())), 0)
+		sc.Begin(time.Now().Add(min(s.cfg.RenewInterval, s.cfg.RetryDelay())), 0)
 	}
 	for {
-		if sc.active {
+		if sc.Active {
 			s.step(ctx, &sc)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.hb.kick:
-			if !sc.active {
+			if !sc.Active {
 				// The round the held locks' leases began in: its slots
 				// due by now hold only fresh leases, renewed next round.
 				from := s.leasesFrom()
-				sc.begin(from, int(time.Since(from)/s.hb.ring.gap)+1)
+				sc.Begin(from, int(time.Since(from)/s.hb.ring.Gap())+1)
 			}
 			if !s.hb.checked { // the first time the session holds something
 				s.hb.checked = true
 				s.checkServer(ctx)
 			}
-		case <-sc.t.C:
+		case <-sc.T.C:
 		}
 	}
 }
@@ -130,60 +94,48 @@ func (s *Session) beat(ctx context.Context, retry bool) {
 // step runs what is due (retries of failed slices, the round's slices in
 // slot order, the round's end), then arms the timer for what comes next,
 // unless the heartbeat goes idle.
-func (s *Session) step(ctx context.Context, sc *schedule) {
+func (s *Session) step(ctx context.Context, sc *ring.Schedule[*Lock]) {
 	for ctx.Err() == nil {
 		now := time.Now()
-		if len(sc.retries) > 0 && !sc.retries[0].at.After(now) {
-			r := sc.retries[0]
-			sc.retries = sc.retries[1:]
-			s.slice(ctx, sc, r.slot, r.locks)
+		if len(sc.Retries) > 0 && !sc.Retries[0].At.After(now) {
+			r := sc.Retries[0]
+			sc.Retries = sc.Retries[1:]
+			s.slice(ctx, sc, r.Slot, r.Members)
 			continue
 		}
-		slot, at := s.nextSlot(sc)
-		if len(sc.retries) > 0 && sc.retries[0].at.Before(at) {
-			at = sc.retries[0].at
+		s.mu.Lock()
+		slot, at := sc.NextSlot(&s.hb.ring)
+		s.mu.Unlock()
+		if len(sc.Retries) > 0 && sc.Retries[0].At.Before(at) {
+			at = sc.Retries[0].At
 		}
 		switch {
 		case at.After(now):
-			sc.t.Reset(time.Until(at))
+			sc.T.Reset(time.Until(at))
 			return
 		case slot >= 0:
-			sc.next = slot + 1
-			sc.lastDue = sc.base.Add(s.hb.ring.offset(slot))
+			sc.Next = slot + 1
+			sc.LastDue = sc.Base.Add(s.hb.ring.Offset(slot))
 			s.slice(ctx, sc, slot, s.slotLocks(slot))
-			sc.lastEnd = time.Now()
+			sc.LastEnd = time.Now()
 		case !s.endRound(ctx, sc):
 			return // idle
 		}
 	}
 }
 
-// nextSlot returns the round's next occupied slot and when it is due, or
-// -1 and the end of the round's span (the round ends then, or once its
-// last slice has ended, if later).
-func (s *Session) nextSlot(sc *schedule) (int, time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if i := s.hb.ring.next(sc.next); i >= 0 {
-		return i, sc.base.Add(s.hb.ring.offset(i))
-	}
-	return -1, sc.base.Add(s.hb.ring.span())
-}
-
 // slice renews locks, of slot, in one round trip. The slot's retry, if any,
 // is dropped: this renewal supersedes it. A failed renewal is retried after
 // the retry delay, or with the slot's next turn if that comes first.
-func (s *Session) slice(ctx context.Context, sc *schedule, slot int, locks []*Lock) {
-	sc.retries = slices.DeleteFunc(sc.retries, func(r retry) bool { return r.slot == slot })
+func (s *Session) slice(ctx context.Context, sc *ring.Schedule[*Lock], slot int, locks []*Lock) {
+	sc.Retries = slices.DeleteFunc(sc.Retries, func(r ring.Retry[*Lock]) bool { return r.Slot == slot })
 	start := time.Now()
 	held, failed := s.renewSlice(ctx, locks)
 	s.cfg.hooks.round(start, held, len(failed))
-	sc.held += held
+	sc.Held += held
 	if len(failed) > 0 {
-		sc.failed = true
-		at := time.Now().Add(min(s.cfg.renewInterval, s.cfg.retryDelay()))
-		i, _ := slices.BinarySearchFunc(sc.retries, at, func(r retry, at time.Time) int { return r.at.Compare(at) })
-		sc.retries = slices.Insert(sc.retries, i, retry{at, slot, failed})
+		sc.Failed = true
+		sc.Retry(time.Now().Add(min(s.cfg.RenewInterval, s.cfg.RetryDelay())), slot, failed)
 	}
 	if held > 0 && s.cfg.test.round != nil {
 		s.cfg.test.round(held, len(failed) > 0)
@@ -198,33 +150,27 @@ func (h *Hooks) round(start time.Time, locks, failures int) {
 	}
 }
 
-// endRound ends a round (see schedule): it deletes stale tokens, unless
+// endRound ends a round (see ring.Schedule): it deletes stale tokens, unless
 // renewals are failing (never delay a retry), until the next round's first
 // slice is due (nor the next round: the TTL rules do not count the
 // clean-up), and starts the next round, or reports whether the heartbeat
 // went idle instead.
-func (s *Session) endRound(ctx context.Context, sc *schedule) (going bool) {
+func (s *Session) endRound(ctx context.Context, sc *ring.Schedule[*Lock]) (going bool) {
 	stale := s.staleLocks()
-	next := sc.base.Add(s.cfg.renewInterval)
-	first := s.firstDue(next)
-	now := time.Now()
-	if late := sc.lastEnd.Sub(sc.lastDue); late > 0 && (len(stale) > 0 || first.Before(now)) {
-		next, first = next.Add(late), first.Add(late)
-	}
-	if behind := now.Sub(next.Add(s.hb.ring.span())); behind > 0 { // a whole round late (a stalled heartbeat)
-		next, first = next.Add(behind), first.Add(behind)
-	}
-	if len(sc.retries) == 0 {
+	s.mu.Lock()
+	next, first := sc.NextRound(&s.hb.ring, s.cfg.RenewInterval, len(stale) > 0)
+	s.mu.Unlock()
+	if len(sc.Retries) == 0 {
 		s.cleanStale(ctx, stale, first)
 	}
 	if len(stale) > 0 && s.cfg.test.round != nil {
-		s.cfg.test.round(0, sc.failed)
+		s.cfg.test.round(0, sc.Failed)
 	}
-	if sc.held == 0 && len(sc.retries) == 0 && s.goIdle() {
-		sc.active = false
+	if sc.Held == 0 && len(sc.Retries) == 0 && s.goIdle() {
+		sc.Active = false
 		return false
 	}
-	sc.begin(next, 0)
+	sc.Begin(next, 0)
 	return true
 }
 
@@ -232,18 +178,7 @@ func (s *Session) endRound(ctx context.Context, sc *schedule) (going bool) {
 func (s *Session) slotLocks(i int) []*Lock {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.hb.ring.members(i)
-}
-
-// firstDue is when the first occupied slot of a round starting at base is
-// due, or base if none is.
-func (s *Session) firstDue(base time.Time) time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if i := s.hb.ring.next(0); i >= 0 {
-		return base.Add(s.hb.ring.offset(i))
-	}
-	return base
+	return s.hb.ring.Members(i)
 }
 
 // leasesFrom is when the earliest lease of the held locks was last sent

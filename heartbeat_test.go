@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redisleader/redisleader/internal/redisserver"
+	"github.com/redisleader/redisleader/internal/ring"
 	"github.com/redisleader/redisleader/internal/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -422,7 +423,7 @@ func tryLocks(t *testing.T, s *Session, prefix string, n int, locks map[string]*
 }
 
 // TestRenewalSlices: a session holding more locks than a slice takes
-// renews them in slices of at most sliceMax locks, one round trip each,
+// renews them in slices of at most ring.SliceMax locks, one round trip each,
 // spread over the first half of the interval (issue 31: one round of 50k
 // renewals stalled every other client of the server). Every lock is renewed
 // once per interval, also one taken while rounds run (within an interval of
@@ -460,11 +461,11 @@ func TestRenewalSlices(t *testing.T) {
 			}
 		}))
 	mu.Lock()
-	tryLocks(t, s, "sliced", 2*sliceMax+30, locks, acquired)
+	tryLocks(t, s, "sliced", 2*ring.SliceMax+30, locks, acquired)
 	mu.Unlock()
 	<-time.After(interval + interval/3) // a round is under way: take more locks in its midst
 	mu.Lock()
-	tryLocks(t, s, "later", sliceMax/2, locks, acquired)
+	tryLocks(t, s, "later", ring.SliceMax/2, locks, acquired)
 	mu.Unlock()
 	<-time.After(3 * interval) // the measured window: rounds run meanwhile
 
@@ -472,7 +473,7 @@ func TestRenewalSlices(t *testing.T) {
 	starts := map[time.Duration]bool{} // slices' offsets in the interval, to 1/8 of it
 	sent := rec.sent()
 	for _, sl := range sent {
-		assert.LessOrEqual(t, len(sl.keys), sliceMax, "a slice of %d renewals", len(sl.keys))
+		assert.LessOrEqual(t, len(sl.keys), ring.SliceMax, "a slice of %d renewals", len(sl.keys))
 		for _, k := range sl.keys {
 			renewedAt[k] = append(renewedAt[k], sl.start)
 		}
@@ -524,7 +525,7 @@ func TestFailedSliceRetriedAlone(t *testing.T) {
 	const interval, retry = 300 * time.Millisecond, 30 * time.Millisecond
 	s := newSession(t, c, WithTTL(3*time.Second), WithRenewInterval(interval), WithRetryInterval(retry), WithRetryJitter(0))
 	locks, acquired := map[string]*Lock{}, map[string]time.Time{}
-	tryLocks(t, s, "retried", 2*sliceMax+10, locks, acquired)
+	tryLocks(t, s, "retried", 2*ring.SliceMax+10, locks, acquired)
 	<-time.After(interval) // a round's slices have run
 	key := locks[lease.NewKeys("retried-0").Lock].Key()
 	failing.Store(&key)

@@ -311,7 +311,7 @@ func (l *Lock) extend(sent time.Time) {
 		l.emitLocked(probe.Ignored, now, 0)
 		return
 	}
-	if d := sent.Add(l.s.cfg.validity); d.After(l.deadline) {
+	if d := sent.Add(l.s.cfg.Validity); d.After(l.deadline) {
 		l.deadline, l.renewed = d, sent
 	}
 	l.emitLocked(probe.Renewed, now, 0)
@@ -367,6 +367,21 @@ func (l *Lock) endTo(err error, heir string) bool {
 	}
 	l.s.remove(l)
 	return true
+}
+
+// remove takes an ended lock out of the session's registry (registry.go)
+// and its slot of the heartbeat's ring, if it was held.
+func (s *Session) remove(l *Lock) {
+	name := l.lease.Keys.Name
+	s.mu.Lock()
+	if _, held := s.reg.locks[l]; held {
+		delete(s.reg.locks, l)
+		s.hb.ring.Remove(l, l.slot)
+	}
+	if s.reg.names[name] == l {
+		delete(s.reg.names, name)
+	}
+	s.mu.Unlock()
 }
 
 // leadLocked returns l's leadership, made if l has none. l.mu must be held.

@@ -47,7 +47,7 @@ func (o *observer) run(ctx context.Context, first time.Duration) {
 		o.observe(ctx, first)
 		close(o.out)
 		o.e.s.work.Done()
-	}, func() { go o.run(ctx, o.e.s.cfg.retryDelay()) })
+	}, func() { go o.run(ctx, o.e.s.cfg.RetryDelay()) })
 }
 
 func (o *observer) observe(ctx context.Context, next time.Duration) {
@@ -58,20 +58,8 @@ func (o *observer) observe(ctx context.Context, next time.Duration) {
 	}
 	defer sub.Close()
 	// Subscribed before the first read, so no change after it goes unheard.
-	for {
-		t := time.NewTimer(next)
-		select {
-		case <-t.C:
-		case <-sub.Notify():
-			sub.Take() // a hint, whatever it says (or a gap): read now
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-e.s.done:
-			t.Stop()
-			return
-		}
-		t.Stop()
+	// A message is a hint, whatever it says (or a gap): read now.
+	for e.s.wire.Wait(ctx, sub, next) == nil {
 		next = o.read(ctx)
 	}
 }
@@ -81,17 +69,17 @@ func (o *observer) observe(ctx context.Context, next time.Duration) {
 // publishes nothing), the TTL while nobody leads, the retry delay after an
 // error.
 func (o *observer) read(ctx context.Context) time.Duration {
-	l, ok, err := o.e.s.place.inspect(ctx, o.e.keys)
+	l, ok, err := o.e.read(ctx)
 	switch {
 	case err != nil:
-		return o.e.s.cfg.retryDelay()
+		return o.e.s.cfg.RetryDelay()
 	case !ok:
 		o.report(Leader{})
-		return o.e.s.cfg.ttl
+		return o.e.s.cfg.TTL
 	}
 	o.report(l)
 	if l.TTL <= 0 { // no TTL (someone PERSISTed the key): poll slowly
-		return o.e.s.cfg.ttl
+		return o.e.s.cfg.TTL
 	}
 	return l.TTL + time.Millisecond
 }

@@ -71,15 +71,15 @@ func TestNewSessionRejectsNilClient(t *testing.T) {
 func TestDefaults(t *testing.T) {
 	cfg, err := buildConfig(nil)
 	require.NoError(t, err)
-	assert.Equal(t, 15*time.Second, cfg.ttl)
-	assert.Equal(t, 5*time.Second, cfg.renewInterval)
-	assert.Equal(t, time.Second, cfg.callTimeout)
-	assert.Equal(t, 150*time.Millisecond, cfg.margin)
-	assert.Equal(t, 0.01, cfg.drift)
-	assert.Equal(t, 100*time.Millisecond, cfg.retryInterval)
-	assert.Equal(t, 50*time.Millisecond, cfg.retryJitter)
+	assert.Equal(t, 15*time.Second, cfg.TTL)
+	assert.Equal(t, 5*time.Second, cfg.RenewInterval)
+	assert.Equal(t, time.Second, cfg.CallTimeout)
+	assert.Equal(t, 150*time.Millisecond, cfg.Margin)
+	assert.Equal(t, 0.01, cfg.Drift)
+	assert.Equal(t, 100*time.Millisecond, cfg.RetryInterval)
+	assert.Equal(t, 50*time.Millisecond, cfg.RetryJitter)
 	// D = s + 15s·0.99 − 150ms
-	assert.Equal(t, 14700*time.Millisecond, cfg.validity)
+	assert.Equal(t, 14700*time.Millisecond, cfg.Validity)
 
 	for _, ttl := range []time.Duration{100 * time.Millisecond, 150 * time.Millisecond, 200 * time.Millisecond, 450 * time.Millisecond, time.Second, time.Minute, 24 * time.Hour} {
 		_, err := buildConfig([]Option{WithTTL(ttl)})
@@ -90,13 +90,13 @@ func TestDefaults(t *testing.T) {
 
 	short, err := buildConfig([]Option{WithTTL(time.Second)})
 	require.NoError(t, err, "a 1s TTL must be valid with derived defaults")
-	assert.Equal(t, 333333333*time.Nanosecond, short.renewInterval)
-	assert.Equal(t, 166666666*time.Nanosecond, short.callTimeout)
-	assert.Equal(t, 10*time.Millisecond, short.margin)
+	assert.Equal(t, 333333333*time.Nanosecond, short.RenewInterval)
+	assert.Equal(t, 166666666*time.Nanosecond, short.CallTimeout)
+	assert.Equal(t, 10*time.Millisecond, short.Margin)
 
 	fast, err := buildConfig([]Option{WithRetryInterval(time.Millisecond)})
 	require.NoError(t, err)
-	assert.Equal(t, time.Millisecond, fast.retryJitter, "the default jitter is at least 1ms")
+	assert.Equal(t, time.Millisecond, fast.RetryJitter, "the default jitter is at least 1ms")
 }
 
 func nan() float64 { zero := 0.0; return zero / zero }

@@ -7,7 +7,7 @@ import (
 	"github.com/redisleader/redisleader/internal/lease"
 )
 
-// A place is where a session's leases live: one Redis server (node, node.go)
+// A place is where a session's leases live: one Redis server (node, session.go)
 // or a majority of independent ones (quorum: lease.Quorum). It runs the
 // scripts and turns what Redis answered into one outcome per lock; what the
 // session does with an outcome (arm a deadline, extend it, lose the lock,
@@ -25,12 +25,12 @@ type place interface {
 	// ReleaseAll is Release for several leases at once, in one round trip,
 	// bounded by ctx, the call timeout and deadline (zero: none).
 	ReleaseAll(ctx context.Context, rs []lease.Ending, deadline time.Time) []lease.Deleted
-	// inspect reads who holds k and the TTL left.
-	inspect(ctx context.Context, k lease.Keys) (Leader, bool, error)
-	// proclaim stores value as l's value, keeping token, fence and TTL,
+	// Inspect reads who holds k and the TTL left.
+	Inspect(ctx context.Context, k lease.Keys) (lease.Inspected, error)
+	// Proclaim stores value as l's value, keeping token, fence and TTL,
 	// as the seq'th Proclaim of l's term; it reports whether the key still
-	// held l's token, and errSuperseded when a later one is stored already.
-	proclaim(ctx context.Context, l *Lock, seq int64, value string, deadline time.Time) (bool, error)
+	// held l's token, and lease.ErrSuperseded when a later one is stored already.
+	Proclaim(ctx context.Context, l *lease.Lease, seq int64, value string, deadline time.Time) (bool, error)
 	// each runs f for every server at once and waits for all of them.
 	each(f func(c Client))
 	// supports returns nil if the place can do f, else an error matching

@@ -4,41 +4,15 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/redisleader/redisleader/internal/lease"
 )
 
 // Preferred candidates (WithPriority; the model is in doc.go, section
-// Choosing the leader).
-//
-// A candidate that declares a priority is enlisted in two sorted sets in the
-// name's slot: the candidates (member: its value → priority) and their
-// leases (member → end, server ms). Every acquire attempt of the candidate
-// enlists it again (the attempt a follower makes anyway: no command of its
-// own) until its next attempt can have come, plus its TTL: a follower
-// attempts within its TTL or, waiting for the holder, once the holder's
-// lease can have expired, which the attempt reads (PTTL), so an entry
-// outlives its candidate's own TTL when the leader's is longer. The
-// leader's renewal enlists it for one TTL (a leader that dies leaves with
-// its lease), and returns the best live candidate above its priority. The
-// leader's Run then yields to it (ErrPreempted), once its term has lasted
-// its minimum term, and its release hands the name to the best candidate
-// above it (internal/lease/lua/hand_off.lua). An entry whose lease passed is
-// skipped and pruned; one left by a candidate that died lives until its
-// next attempt would have come, plus a TTL, and a hand-over to it costs one
-// reservation (a TTL), never an overlap, and takes it out of the candidates.
-//
-// The lease is the fact and the candidates a hint: a leader's renewal that
-// Redis refuses for its candidate keys (TRYAGAIN while a Cluster slot
-// migrates with the keys split between two nodes, or a value someone else
-// wrote in a candidate key) renews the lease alone at once
-// (renewLeasesAlone in internal/lease/node.go), so a leader with a priority keeps every lease a plain
-// leader keeps. Every other script that needs the candidates fails, before
-// any write, with an error that names the foreign key (candidateKeys).
+// Choosing the leader; the candidates as Redis holds them, and what a
+// renewal or release does with them: internal/lease/candidate.go). Here are
+// the options, the candidacy, and the preemption of a Run term.
 
 // A CampaignOption sets how a candidate campaigns (Election.Campaign and
 // Election.Run). Options are created by WithPriority and WithMinTerm; the
@@ -52,10 +26,6 @@ type CampaignOption interface {
 type campaignOption func(*candidacy)
 
 func (f campaignOption) applyCampaign(c *candidacy) { f(c) }
-
-// maxPriority bounds a priority: Redis keeps it in a sorted set's score, a
-// double, exact up to 2^53.
-const maxPriority = 1<<53 - 1
 
 // WithPriority declares the candidate's priority p, in [-(2^53-1), 2^53-1]
 // (a version, a zone rank): a leader yields to a live candidate with a
@@ -116,14 +86,14 @@ func (s *Session) candidacyOf(k lease.Keys, value string, opts []CampaignOption)
 	if value == "" {
 		return nil, invalidf("a candidate with a priority needs a value: candidates are told apart by their values")
 	}
-	c.args = lease.NewCandidate(k, value, strconv.FormatInt(c.priority, 10))
+	c.args = lease.NewCandidate(k, value, c.priority)
 	return c, nil
 }
 
 // validate reports the first rule that the options break.
 func (c *candidacy) validate() error {
 	switch {
-	case c.priority > maxPriority || c.priority < -maxPriority:
+	case c.priority > lease.MaxPriority || c.priority < -lease.MaxPriority:
 		return invalidf("priority %d is out of range: it must be within ±(2^53-1), exact in a Redis sorted set's score", c.priority)
 	case c.minTerm < 0:
 		return invalidf("minimum term %v must not be negative (NeverYield: never yield)", c.minTerm)
@@ -138,10 +108,7 @@ func (c *candidacy) validate() error {
 // would have come, plus a TTL), so that no leader hands the name to it.
 func (a *acquisition) withdraw(ctx context.Context) {
 	s, c := a.s, a.cand // not a: the closure would move every acquisition to the heap
-	s.bestEffortCleanup(ctx, func(ctx context.Context) {
-		cl := c.args.WithdrawCall()
-		_ = s.wire.Combiner().Call(ctx, time.Time{}, cl.Script, cl.Argv)
-	})
+	s.bestEffortCleanup(ctx, func(ctx context.Context) { c.args.Withdraw(ctx, s.wire.Combiner()) })
 }
 
 // candidate returns l's candidacy, or nil.
@@ -199,15 +166,13 @@ func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
 	if e.s.unsupported[prioritising] != nil {
 		return nil, invalidf("Candidates: priorities are not supported with Redlock")
 	}
-	res, err := e.s.wire.Combiner().Call(ctx, time.Time{}, lease.CandidatesRun, lease.CandidatesArgs(e.keys)).Slice()
-	if err != nil && err != redis.Nil {
+	res, err := lease.ReadCandidates(ctx, e.s.wire.Combiner(), e.keys)
+	if err != nil {
 		return nil, fmt.Errorf("redisleader: candidates of %q: %w", e.keys.Name, err)
 	}
-	out := make([]Candidate, 0, len(res)/2)
-	for i := 0; i+1 < len(res); i += 2 {
-		v, _ := res[i].(string)
-		p, _ := strconv.ParseInt(fmt.Sprint(res[i+1]), 10, 64)
-		out = append(out, Candidate{Value: v, Priority: p})
+	out := make([]Candidate, len(res))
+	for i, r := range res {
+		out[i] = Candidate(r)
 	}
 	return out, nil
 }

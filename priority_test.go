@@ -463,14 +463,14 @@ func TestCampaignOptionsValidatedOnce(t *testing.T) {
 		opts  []CampaignOption
 		want  string // "" when only ErrSessionClosed is expected
 	}{
-		{"v", []CampaignOption{WithPriority(maxPriority + 1)}, "out of range"},
-		{"v", []CampaignOption{WithPriority(-maxPriority - 1)}, "out of range"},
+		{"v", []CampaignOption{WithPriority(lease.MaxPriority + 1)}, "out of range"},
+		{"v", []CampaignOption{WithPriority(-lease.MaxPriority - 1)}, "out of range"},
 		{"v", []CampaignOption{WithPriority(1), WithMinTerm(-time.Nanosecond)}, "must not be negative"},
 		{"v", []CampaignOption{WithMinTerm(NeverYield)}, "WithMinTerm needs WithPriority"},
 		{"v", []CampaignOption{WithPriority(1), nil}, "must not be nil"},
 		{"", []CampaignOption{WithPriority(1)}, "needs a value"},
-		{"v", []CampaignOption{WithPriority(maxPriority), WithMinTerm(NeverYield)}, ""},
-		{"v", []CampaignOption{WithPriority(1 << 60), WithPriority(-maxPriority)}, ""},
+		{"v", []CampaignOption{WithPriority(lease.MaxPriority), WithMinTerm(NeverYield)}, ""},
+		{"v", []CampaignOption{WithPriority(1 << 60), WithPriority(-lease.MaxPriority)}, ""},
 		{"", []CampaignOption{WithMinTerm(-1), WithMinTerm(0), WithPriority(0), WithPriority(2)}, "needs a value"},
 	} {
 		_, err := e.Campaign(context.Background(), c.value, c.opts...)

@@ -269,7 +269,7 @@ func TestProclaimSuperseded(t *testing.T) {
 		seqKey := lease.NewKeys("superseded").Seq()
 		b.set(seqKey, lead.lease.Token+"\n99")
 		err = e.Proclaim(ctx, "v2")
-		require.ErrorIs(t, err, errSuperseded)
+		require.ErrorIs(t, err, lease.ErrSuperseded)
 		assert.NotErrorIs(t, err, ErrNotLeader)
 		assert.Equal(t, "v1", lead.Value())
 		got, err := e.Leader(ctx)

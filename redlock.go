@@ -1,11 +1,7 @@
 package redisleader
 
 import (
-	"context"
-	"fmt"
-	"slices"
 	"sync"
-	"time"
 
 	"github.com/redisleader/redisleader/internal/lease"
 	"github.com/redisleader/redisleader/internal/wire"
@@ -24,60 +20,36 @@ import (
 // cluster client, or an option refused or breaking a rule) returns an error
 // matching ErrInvalid. It does no I/O; the caller must call Close.
 func NewRedlockSession(clients []Client, opts ...Option) (*Session, error) {
-	switch n := len(clients); {
-	case n < 3:
-		return nil, invalidf("NewRedlockSession: %d clients; Redlock needs at least 3 independent nodes", n)
-	case n%2 == 0:
-		return nil, invalidf("NewRedlockSession: %d clients; use an odd number of nodes (an even one adds a node without tolerating one more failure)", n)
-	}
+	nodes := make([]wire.Client, len(clients))
 	for i, c := range clients {
-		switch wire.KindOf(c) {
-		case wire.KindNil:
-			return nil, invalidf("NewRedlockSession: client %d is nil", i)
-		case wire.KindRing:
-			return nil, invalidf(wire.RingRejectf, fmt.Sprintf("NewRedlockSession: client %d", i), c)
-		case wire.KindCluster:
-			return nil, invalidf("NewRedlockSession: client %d is a ClusterClient or wraps one (%T); Redlock nodes must be independent servers", i, c)
-		}
-		if slices.Index(clients, c) != i {
-			return nil, invalidf("NewRedlockSession: client %d is also client %d; every node needs its own client", i, slices.Index(clients, c))
-		}
+		nodes[i] = c
+	}
+	if err := lease.CheckNodes(nodes); err != nil {
+		return nil, err
 	}
 	cfg, err := buildConfig(opts)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.acks.N > 0 {
+	if cfg.Acks.N > 0 {
 		return nil, invalidf("NewRedlockSession: WithReplicaAcks is not available in Redlock mode")
 	}
 	if cfg.fair {
 		return nil, invalidf("NewRedlockSession: WithFairness is not available in Redlock mode: each node would keep its own queue, and no arrival order across independent nodes is defined")
 	}
-	nodes := make([]wire.Client, len(clients))
-	for i, c := range clients {
-		nodes[i] = c
-	}
 	return startSession(nodes[0], cfg, func(s *Session) place {
-		return &quorum{lease.NewQuorum(&s.wire, nodes, cfg.ttl, cfg.callTimeout, s.detach)}
+		return &quorum{lease.NewQuorum(&s.wire, nodes, cfg.TTL, cfg.CallTimeout, s.detach)}
 	}), nil
 }
 
 // quorum is the place of a Redlock session: lease.Quorum (Acquire, Renew,
-// Release, ReleaseAll, and the rest of place through it), which knows of
-// the session only its detach.
+// Release, ReleaseAll, Inspect, Proclaim, and the rest of place through
+// it), which knows of the session only its detach.
 type quorum struct {
 	*lease.Quorum
 }
 
-func (q *quorum) inspect(ctx context.Context, k lease.Keys) (Leader, bool, error) {
-	r, err := q.Inspect(ctx, k)
-	return leaderOf(k, r, err)
-}
-
 func (q *quorum) each(f func(c Client)) { q.Each(func(c wire.Client) { f(c) }) }
-
-// errRedlockProclaim refuses Election.Proclaim on a Redlock session.
-var errRedlockProclaim = invalidf("Proclaim is not available on a Redlock session")
 
 // errRedlockPriority refuses WithPriority on a Redlock session.
 var errRedlockPriority = invalidf("priorities are not supported with Redlock (a reservation or a candidate list on a majority of nodes is not one fact)")
@@ -85,15 +57,11 @@ var errRedlockPriority = invalidf("priorities are not supported with Redlock (a 
 func (q *quorum) supports(f feature) error {
 	switch f {
 	case proclaiming:
-		return errRedlockProclaim
+		return lease.ErrQuorumProclaim
 	case transferring:
 		return errRedlockTransfer
 	}
 	return errRedlockPriority
-}
-
-func (q *quorum) proclaim(context.Context, *Lock, int64, string, time.Time) (bool, error) {
-	return false, errRedlockProclaim
 }
 
 // leftCalls counts the node calls that their operation stopped waiting for
@@ -134,7 +102,7 @@ func (s *Session) againLocked(held []*Lock) []*Lock {
 		}
 	}
 	for l, st := range s.hb.stale {
-		if st.repeat {
+		if st.Repeat {
 			again = append(again, l)
 		}
 	}

@@ -176,14 +176,15 @@ func TestTransferRequestedIgnoresStale(t *testing.T) {
 	})
 }
 
-// requestOf returns a request of job on a fresh redis-server, the server,
-// and a function that stores v as the request of job for a minute.
-func requestOf(t *testing.T, id string, fence int64, to string) (*request, *redisserver.Server, func(v string)) {
+// requestOf returns a requester of job on a fresh redis-server, its
+// election, the server, and a function that stores v as the request of job
+// for a minute.
+func requestOf(t *testing.T, id string, fence int64, to string) (*lease.Requester, *Election, *redisserver.Server, func(v string)) {
 	srv := redisserver.Start(t)
 	c := srv.Client(t)
 	e := mustElection(t, newSession(t, c, WithTTL(time.Minute)), "job")
-	q := &request{e: e, Request: lease.Request{ID: id, Fence: fence, To: to}}
-	return q, srv, func(v string) { require.NoError(t, c.Set(t.Context(), lease.RequestKey("job"), v, time.Minute).Err()) }
+	q := e.request(lease.Request{ID: id, Fence: fence, To: to})
+	return q, e, srv, func(v string) { require.NoError(t, c.Set(t.Context(), lease.RequestKey("job"), v, time.Minute).Err()) }
 }
 
 // The take script, the one place that decides which request a leader takes
@@ -191,8 +192,8 @@ func requestOf(t *testing.T, id string, fence int64, to string) (*request, *redi
 // transfer_request_test.go with the protocol.)
 func TestRequestScript(t *testing.T) {
 	t.Parallel()
-	q, srv, store := requestOf(t, "ID", 5, "B x\ny") // VALUE may hold spaces and newlines
-	ctx, e, key := t.Context(), q.e, lease.RequestKey("job")
+	q, e, srv, store := requestOf(t, "ID", 5, "B x\ny") // VALUE may hold spaces and newlines
+	ctx, key := t.Context(), lease.RequestKey("job")
 	stored := func() any { return srv.Do(t, "GET", key) }
 	take := func(fence string) (lease.Taken, error) { // by the term whose token is TOK
 		argv := []any{nil, nil, 2, key, e.keys.Lock, "", fence, "", "", "TOK"}
@@ -242,19 +243,19 @@ func TestRequestScript(t *testing.T) {
 	// A readdress and a withdrawal act only on the requester's own request;
 	// a readdress renews it for one TTL.
 	store(q.String())
-	other := &request{e: e, Request: lease.Request{ID: "OTHER", Fence: 5, To: "B x\ny"}}
-	moved, err := other.readdress(ctx, 6)
+	other := e.request(lease.Request{ID: "OTHER", Fence: 5, To: "B x\ny"})
+	moved, err := other.Readdress(ctx, 6)
 	require.NoError(t, err)
 	assert.False(t, moved, "another requester's request was addressed anew")
-	moved, err = q.readdress(ctx, 6)
+	moved, err = q.Readdress(ctx, 6)
 	require.NoError(t, err)
 	require.True(t, moved)
 	assert.Equal(t, "ID 6\nB x\ny", stored())
 	assert.Greater(t, srv.Do(t, "PTTL", key), int64(50000), "not renewed for the TTL")
-	taken, err := other.withdraw(ctx)
+	taken, err := other.Withdraw(ctx)
 	require.NoError(t, err)
 	assert.True(t, taken, "another requester's request was withdrawn")
-	taken, err = q.withdraw(ctx)
+	taken, err = q.Withdraw(ctx)
 	require.NoError(t, err)
 	assert.False(t, taken)
 	assert.Nil(t, stored())
@@ -267,16 +268,16 @@ func TestRequestScript(t *testing.T) {
 // readdressed already as taken. (Moved from the CLI with the protocol.)
 func TestRequestScriptUnknownOutcome(t *testing.T) {
 	t.Parallel()
-	q, srv, store := requestOf(t, "ID", 5, "B")
+	q, _, srv, store := requestOf(t, "ID", 5, "B")
 	ctx, key := t.Context(), lease.RequestKey("job")
 	store("ID 6\nB") // readdressed to 6; the requester did not hear so
 
-	moved, err := q.readdress(ctx, 6) // the same readdress, run again
+	moved, err := q.Readdress(ctx, 6) // the same readdress, run again
 	require.NoError(t, err)
 	assert.True(t, moved, "a request readdressed already was read as taken")
 	assert.Equal(t, "ID 6\nB", srv.Do(t, "GET", key))
 	q.Fence = 5 // as if that reply was lost too: the next term's readdress
-	moved, err = q.readdress(ctx, 7)
+	moved, err = q.Readdress(ctx, 7)
 	require.NoError(t, err)
 	assert.True(t, moved)
 	assert.Equal(t, "ID 7\nB", srv.Do(t, "GET", key))
@@ -284,14 +285,14 @@ func TestRequestScriptUnknownOutcome(t *testing.T) {
 	q.Fence = 5 // the withdrawal knows the fence 5 only
 	for _, v := range []string{"ID 7\nB", "ID 5\nB"} {
 		store(v)
-		taken, err := q.withdraw(ctx)
+		taken, err := q.Withdraw(ctx)
 		require.NoError(t, err)
 		assert.False(t, taken, "%q", v)
 		assert.Nil(t, srv.Do(t, "GET", key), "%q was not withdrawn", v)
 	}
 	for _, v := range []string{"OTHER 7\nB", "IDX 7\nB", "ID\nB", "ID 7"} { // not this requester's
 		store(v)
-		moved, err := q.readdress(ctx, 8)
+		moved, err := q.Readdress(ctx, 8)
 		require.NoError(t, err)
 		assert.False(t, moved, "%q", v)
 		assert.Equal(t, v, srv.Do(t, "GET", key), "%q changed", v)

@@ -89,14 +89,26 @@ func NewSession(client Client, opts ...Option) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if kind == wire.KindCluster && cfg.acks.N > 0 {
+	if kind == wire.KindCluster && cfg.Acks.N > 0 {
 		return nil, invalidf("WithReplicaAcks(%d, %v) needs WAIT on the connection that wrote, which a cluster client (%T is or wraps a *redis.ClusterClient) does not give; use it with a *redis.Client (also from redis.NewFailoverClient)",
-			cfg.acks.N, cfg.acks.Timeout, client)
+			cfg.Acks.N, cfg.Acks.Timeout, client)
 	}
 	return startSession(client, cfg, func(s *Session) place {
-		return &node{Node: lease.Node{T: &s.wire, C: client, Acks: cfg.acks, Log: cfg.logger}, s: s, c: client}
+		return &node{Node: lease.Node{T: &s.wire, C: client, Acks: cfg.Acks, Log: cfg.logger}, c: client}
 	}), nil
 }
+
+// node is the place of a session on one Redis server: lease.Node, whose
+// Acquire, Renew, Release, ReleaseAll, Inspect and Proclaim the session
+// calls, and the rest of place here; c is the session's client.
+type node struct {
+	lease.Node // Acquire, Renew, Release, ReleaseAll, Inspect, Proclaim
+	c          Client
+}
+
+func (n *node) each(f func(c Client)) { f(n.c) }
+
+func (n *node) supports(feature) error { return nil }
 
 // startSession starts a session on a validated configuration, with pub/sub
 // on client and its leases in the place that newPlace makes.
@@ -104,20 +116,20 @@ func startSession(client Client, cfg config, newPlace func(*Session) place) *Ses
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Session{
 		cfg:    cfg,
-		ttlArg: strconv.FormatInt(cfg.ttl.Milliseconds(), 10),
+		ttlArg: strconv.FormatInt(cfg.TTL.Milliseconds(), 10),
 		reg:    newRegistry(),
 		id:     rand.Text(),
 		done:   make(chan struct{}),
 		closed: make(chan struct{}),
-		hb:     newHeartbeatState(cfg.renewInterval, cancel),
+		hb:     newHeartbeatState(cfg.RenewInterval, cancel),
 	}
-	s.wire.Init(wire.Config{Client: client, CallTimeout: cfg.callTimeout, TTL: cfg.ttl,
-		RetryDelay: cfg.retryDelay, Logger: cfg.logger, Done: s.done})
+	s.wire.Init(wire.Config{Client: client, CallTimeout: cfg.CallTimeout, TTL: cfg.TTL,
+		RetryDelay: cfg.RetryDelay, Logger: cfg.logger, Done: s.done})
 	s.place = newPlace(s)
 	for f := range s.unsupported {
 		s.unsupported[f] = s.place.supports(feature(f))
 	}
-	s.place.each(func(c Client) { wire.WarnRiskyClient(c, cfg.callTimeout, cfg.logger) })
+	s.place.each(func(c Client) { wire.WarnRiskyClient(c, cfg.CallTimeout, cfg.logger) })
 	wire.WarnGoRedis(client, cfg.logger) // internal/wire/goredis.go
 	go s.heartbeat(ctx, false)
 	return s
@@ -152,7 +164,7 @@ func (s *Session) Close(ctx context.Context) error {
 		// Called from onElected with its context, which ending self cancels:
 		// keep only its deadline.
 		var cancel context.CancelFunc
-		ctx, cancel = deadlineOnly(ctx)
+		ctx, cancel = wire.DeadlineOnly(ctx)
 		defer cancel()
 	}
 	s.mu.Lock()
@@ -188,15 +200,6 @@ func (s *Session) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return errors.Join(ctx.Err(), relErr)
 	}
-}
-
-// deadlineOnly returns a context with ctx's values and deadline that is not
-// cancelled with ctx.
-func deadlineOnly(ctx context.Context) (context.Context, context.CancelFunc) {
-	if d, ok := ctx.Deadline(); ok {
-		return context.WithDeadline(context.WithoutCancel(ctx), d)
-	}
-	return context.WithoutCancel(ctx), func() {}
 }
 
 // endAll ends the held locks with ErrSessionClosed and returns those whose

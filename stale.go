@@ -7,38 +7,9 @@ import (
 	"time"
 )
 
-// staleTokens are the ended locks whose tokens may still be in Redis, which
-// the heartbeat deletes at the end of its rounds (cleanStale). Session.mu
-// guards it.
-type staleTokens map[*Lock]staleness
-
-// staleness says how the heartbeat cleans up an ended lock's token.
-type staleness struct {
-	until  time.Time // stop trying then: the token must have expired
-	repeat bool      // a request of ours may still set the key: keep deleting until then
-}
-
-// mark records l's token until then at least, repeated if either mark
-// says so.
-func (st staleTokens) mark(l *Lock, until time.Time, repeat bool) {
-	prev := st[l]
-	if prev.until.After(until) {
-		until = prev.until
-	}
-	st[l] = staleness{until: until, repeat: repeat || prev.repeat}
-}
-
-// sweep forgets the locks whose deletes are done: done(i) reports
-// whether locks[i]'s delete needs no retry. A lock is forgotten once its
-// delete succeeded (unless repeated), or once its token must have expired
-// by now anyway.
-func (st staleTokens) sweep(locks []*Lock, done func(i int) bool, now time.Time) {
-	for i, l := range locks {
-		if s := st[l]; (done(i) && !s.repeat) || now.After(s.until) {
-			delete(st, l)
-		}
-	}
-}
+// stale.go: the ended locks whose tokens may still be in Redis, which the
+// heartbeat deletes at the end of its rounds (cleanStale); their record,
+// s.hb.stale, is a stale.Tokens (internal/stale), guarded by Session.mu.
 
 // markStale hands an ended lock to the heartbeat for a best-effort delete:
 // a renewal that reached Redis but whose reply came after the deadline (or
@@ -53,11 +24,11 @@ func (s *Session) markStale(l *Lock, repeat bool) {
 	if d := l.Deadline(); d.After(until) {
 		until = d
 	}
-	until = until.Add(2 * s.cfg.ttl)
+	until = until.Add(2 * s.cfg.TTL)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err == nil {
-		s.hb.stale.mark(l, until, repeat)
+		s.hb.stale.Mark(l, until, repeat)
 		s.hb.wake()
 	}
 }
@@ -79,6 +50,6 @@ func (s *Session) cleanStale(ctx context.Context, locks []*Lock, deadline time.T
 	outcomes := s.place.ReleaseAll(ctx, endings(locks), deadline)
 	now := time.Now()
 	s.mu.Lock()
-	s.hb.stale.sweep(locks, func(i int) bool { return !outcomes[i].Retry }, now)
+	s.hb.stale.Sweep(locks, func(i int) bool { return !outcomes[i].Retry }, now)
 	s.mu.Unlock()
 }

@@ -1,42 +1,13 @@
 package redisleader
 
-import (
-	"time"
-)
+import "time"
 
 // testHooks are the points where tests and benchmarks watch or steer a
-// session. All are nil in production; the options below set them.
+// session. All are nil in production; the options in export_test.go set
+// them.
 type testHooks struct {
 	round   func(held int, failed bool)        // heartbeat goroutine, after each slice of renewals and each clean-up of stale tokens (held 0)
 	attempt func(name string, err error)       // acquiring goroutine, after each acquire attempt
 	pause   func(d time.Duration, follow bool) // acquiring goroutine, before it waits to retry
 	armed   func(*Lock)                        // in arm, between registering the lock and its timer
-}
-
-// withRoundHook is an unexported option for tests: f runs on the heartbeat
-// goroutine after every slice of renewals that renewed (or tried to renew)
-// a live lock, with their number and whether one failed, and after every
-// clean-up of stale tokens, with held 0 and whether a slice of its round
-// failed.
-func withRoundHook(f func(held int, failed bool)) Option {
-	return optionFunc(func(c *config) { c.test.round = f })
-}
-
-// withAttemptHook is an unexported option for tests and benchmarks: f runs
-// after every acquire attempt, on the acquiring goroutine.
-func withAttemptHook(f func(name string, err error)) Option {
-	return optionFunc(func(c *config) { c.test.attempt = f })
-}
-
-// withPauseHook is an unexported option for tests: f runs before every wait
-// between acquire attempts, on the acquiring goroutine, with the delay and
-// whether an event on the name's channel may end the wait sooner.
-func withPauseHook(f func(d time.Duration, follow bool)) Option {
-	return optionFunc(func(c *config) { c.test.pause = f })
-}
-
-// withArmedHook is an unexported option for tests: f runs in arm between
-// registering a fresh lock and starting its deadline timer.
-func withArmedHook(f func(*Lock)) Option {
-	return optionFunc(func(c *config) { c.test.armed = f })
 }

@@ -45,7 +45,7 @@ import (
 // did not take leadership within the bound (one TTL): it is not
 // campaigning, or died. The name is then free to anyone, or another
 // candidate already leads (the error says which).
-var ErrNoSuccessor = errors.New("redisleader: the successor did not take leadership")
+var ErrNoSuccessor = lease.ErrNoSuccessor
 
 // ErrPreempted is the cause of a Run term's onElected context when the
 // leader yields to a candidate with a higher priority (WithPriority).
@@ -92,7 +92,7 @@ func (e *Election) Transfer(ctx context.Context, to string) error {
 	case t != nil && termsOf(ctx).has(l):
 		return nil // from the term's own onElected: Run hands over once it returns
 	}
-	return e.awaitSuccessor(ctx, sub, l.lease.Fence, to, time.Now().Add(e.s.cfg.ttl+e.s.cfg.retryInterval))
+	return e.awaitSuccessor(ctx, sub, l.lease.Fence, to, time.Now().Add(e.s.cfg.TTL+e.s.cfg.RetryInterval))
 }
 
 // checkTransfer checks a successor's value, and that the session can
@@ -159,16 +159,10 @@ func (e *Election) awaitSuccessor(ctx context.Context, sub *wire.Subscription, f
 		}
 		d := time.Until(until)
 		if former || err != nil {
-			d = min(d, e.s.cfg.retryDelay()) // a Redis error, or the hand-over not made yet: read again soon
+			d = min(d, e.s.cfg.RetryDelay()) // a Redis error, or the hand-over not made yet: read again soon
 		}
-		select { // until the next message, or d
-		case <-sub.Notify():
-			sub.Take()
-		case <-time.After(d):
-		case <-ctx.Done():
-			return fmt.Errorf("redisleader: transfer %q to %q: %w", e.keys.Name, to, ctx.Err())
-		case <-e.s.done:
-			return fmt.Errorf("redisleader: transfer %q to %q: %w", e.keys.Name, to, ErrSessionClosed)
+		if err := e.s.wire.Wait(ctx, sub, d); err != nil { // until the next message, or d
+			return fmt.Errorf("redisleader: transfer %q to %q: %w", e.keys.Name, to, err)
 		}
 	}
 }

@@ -1,5 +1,7 @@
 package lease
 
+import "strconv"
+
 // Arguments. A script call's argument vector is {command, SHA or source,
 // numkeys, KEYS..., ARGV...}: the runner fills the first two slots. Every
 // script of ours has the lock key as KEYS[1], which the combiner orders
@@ -16,10 +18,14 @@ type Candidate struct {
 	Value any
 }
 
+// MaxPriority bounds a priority: Redis keeps it in a sorted set's score, a
+// double, exact up to 2^53.
+const MaxPriority = 1<<53 - 1
+
 // NewCandidate boxes the arguments of value's candidacy in k's election with
-// priority prio (a decimal).
-func NewCandidate(k Keys, value, prio string) Candidate {
-	return Candidate{Keys: [2]any{k.Candidates, k.CandidateLeases}, Prio: prio, Value: value}
+// priority prio (passed as a decimal).
+func NewCandidate(k Keys, value string, prio int64) Candidate {
+	return Candidate{Keys: [2]any{k.Candidates, k.CandidateLeases}, Prio: strconv.FormatInt(prio, 10), Value: value}
 }
 
 // Enlist returns an acquire vector argv (acquire's or fair_acquire's) with
@@ -88,8 +94,8 @@ func (a *Args) RedlockRelease(buf *[7]any, fence int64) []any {
 	return buf[:]
 }
 
-// Withdraw is withdraw's vector for c.
-func (c *Candidate) Withdraw() []any { return []any{nil, nil, 2, c.Keys[0], c.Keys[1], c.Value} }
+// withdrawArgs is withdraw's vector for c.
+func (c *Candidate) withdrawArgs() []any { return []any{nil, nil, 2, c.Keys[0], c.Keys[1], c.Value} }
 
 // CandidatesArgs is candidates' vector for k's election.
 func CandidatesArgs(k Keys) []any { return []any{nil, nil, 2, k.Candidates, k.CandidateLeases} }

@@ -1,9 +1,45 @@
 package lease
 
-import "github.com/redisleader/redisleader/internal/wire"
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redisleader/redisleader/internal/wire"
+)
 
 // candidate.go: the candidate protocol as Redis sees it (the candidacy,
-// its policy and preemption, is the root's: priority.go there).
+// its policy and preemption, is the root's: priority.go there). Preferred
+// candidates (WithPriority; the model is in the root's doc.go, section
+// Choosing the leader):
+//
+// A candidate that declares a priority is enlisted in two sorted sets in the
+// name's slot: the candidates (member: its value → priority) and their
+// leases (member → end, server ms). Every acquire attempt of the candidate
+// enlists it again (the attempt a follower makes anyway: no command of its
+// own) until its next attempt can have come, plus its TTL: a follower
+// attempts within its TTL or, waiting for the holder, once the holder's
+// lease can have expired, which the attempt reads (PTTL), so an entry
+// outlives its candidate's own TTL when the leader's is longer. The
+// leader's renewal enlists it for one TTL (a leader that dies leaves with
+// its lease), and returns the best live candidate above its priority. The
+// leader's Run then yields to it (ErrPreempted), once its term has lasted
+// its minimum term, and its release hands the name to the best candidate
+// above it (lua/hand_off.lua). An entry whose lease passed is
+// skipped and pruned; one left by a candidate that died lives until its
+// next attempt would have come, plus a TTL, and a hand-over to it costs one
+// reservation (a TTL), never an overlap, and takes it out of the candidates.
+//
+// The lease is the fact and the candidates a hint: a leader's renewal that
+// Redis refuses for its candidate keys (TRYAGAIN while a Cluster slot
+// migrates with the keys split between two nodes, or a value someone else
+// wrote in a candidate key) renews the lease alone at once
+// (renewLeasesAlone in node.go), so a leader with a priority keeps every lease a plain
+// leader keeps. Every other script that needs the candidates fails, before
+// any write, with an error that names the foreign key (candidateKeys).
 
 // A CandidateProtocol is the protocol of a candidate with a priority, over
 // Base (Plain or a *FairProtocol): every acquire attempt enlists it, its
@@ -34,7 +70,31 @@ func (p *CandidateProtocol) ReleaseCall(l *Lease, heir string) wire.Call {
 	return l.HandOffCall(heir, p.C.Prio)
 }
 
-// WithdrawCall takes the candidate out of the candidates.
-func (c *Candidate) WithdrawCall() wire.Call {
-	return wire.Call{Script: WithdrawRun, Argv: c.Withdraw()}
+// Withdraw takes the candidate out of the candidates through t, best
+// effort: an entry left behind lives until the candidate's next attempt
+// would have come, plus a TTL.
+func (c *Candidate) Withdraw(ctx context.Context, t *wire.Combiner) {
+	_ = t.Call(ctx, time.Time{}, WithdrawRun, c.withdrawArgs())
+}
+
+// A Ranked is a live candidate as the candidates set holds it.
+type Ranked struct {
+	Value    string
+	Priority int64
+}
+
+// ReadCandidates returns the live candidates of k's election, best first
+// (up to 100), with one call through t; none when there are none.
+func ReadCandidates(ctx context.Context, t *wire.Combiner, k Keys) ([]Ranked, error) {
+	res, err := t.Call(ctx, time.Time{}, CandidatesRun, CandidatesArgs(k)).Slice()
+	if err != nil && err != redis.Nil {
+		return nil, err
+	}
+	out := make([]Ranked, 0, len(res)/2)
+	for i := 0; i+1 < len(res); i += 2 {
+		v, _ := res[i].(string)
+		p, _ := strconv.ParseInt(fmt.Sprint(res[i+1]), 10, 64)
+		out = append(out, Ranked{Value: v, Priority: p})
+	}
+	return out, nil
 }

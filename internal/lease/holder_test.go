@@ -35,7 +35,7 @@ func TestArgsVectors(t *testing.T) {
 	if got := a.Acquire(&buf); !equal(got, want) {
 		t.Errorf("acquire: %v, want %v", got, want)
 	}
-	c := NewCandidate(k, "v", "7")
+	c := NewCandidate(k, "v", 7)
 	want = []any{nil, nil, 4, k.Lock, k.Fence, k.Candidates, k.CandidateLeases, "tok", "1000", "v", "7"}
 	if got := c.Enlist(a.Acquire(&buf)); !equal(got, want) {
 		t.Errorf("acquire_candidate: %v, want %v", got, want)

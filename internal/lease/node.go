@@ -201,6 +201,22 @@ type Attempt struct {
 	At int64
 }
 
+// Behind is how long the lease that a blocked attempt waits behind has
+// left: the holder's (Left; negative: no TTL), or, behind the head of a
+// fair queue (Ahead > 0), the head's or the holder's if that ends first
+// (never negative: a renewed lease means sleeping again, a dead head is
+// skipped by the next attempt).
+func (a Attempt) Behind() time.Duration {
+	if a.Ahead <= 0 {
+		return a.Left
+	}
+	wait := a.HeadLeft
+	if a.Left >= 0 {
+		wait = min(wait, a.Left)
+	}
+	return max(wait, 0)
+}
+
 // Outcome turns one server's reply to l's acquire script into an
 // attempt's outcome.
 func (l *Lease) Outcome(res []any, err error) Attempt {
@@ -445,6 +461,25 @@ func DecodeRelease(cmd *redis.Cmd) Deleted {
 
 // Inspect reads who holds k's name on this server, in one call: the
 // reply, with a Transfer's reservation judged (Inspected.Reserved).
+// Proclaim stores value as l's value, keeping token, fence and TTL, as the
+// seq'th Proclaim of l's term (lua/proclaim.lua), bounded by deadline; it
+// reports whether the key still held l's token, and ErrSuperseded when a
+// later Proclaim of the term is stored already.
+func (n *Node) Proclaim(ctx context.Context, l *Lease, seq int64, value string, deadline time.Time) (bool, error) {
+	res, err := n.T.Combiner().Call(ctx, deadline, ProclaimRun, l.Args.Proclaim(l.Keys.Seq(), seq, value)).Int()
+	if res == 2 {
+		return true, ErrSuperseded
+	}
+	return res == 1, err
+}
+
+// ErrSuperseded: Redis holds a later Proclaim of the leadership than this
+// one, which wrote nothing. Calls run one at a time, so only a request that
+// reached Redis after its caller gave up finds that, and its reply goes
+// nowhere; a live caller gets it only if something else wrote the term's
+// sequence.
+var ErrSuperseded = errors.New("redisleader: a later Proclaim of this leadership is stored already; this one wrote nothing")
+
 func (n *Node) Inspect(ctx context.Context, k Keys) (Inspected, error) {
 	return DecodeInspect(n.T.Combiner().Call(ctx, time.Time{}, InspectRun, InspectArgs(k.Lock)))
 }

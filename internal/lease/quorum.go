@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -407,4 +408,38 @@ func (q *Quorum) readHolders(ctx context.Context, k Keys) []nodeHolder {
 		return false // never settled early: every node answers (see above)
 	})
 	return replies
+}
+
+// ErrQuorumProclaim refuses Election.Proclaim on a Redlock session.
+var ErrQuorumProclaim = Invalidf("Proclaim is not available on a Redlock session")
+
+// Proclaim is not available on a quorum (ErrQuorumProclaim).
+func (q *Quorum) Proclaim(context.Context, *Lease, int64, string, time.Time) (bool, error) {
+	return false, ErrQuorumProclaim
+}
+
+// CheckNodes is the rule of a quorum's nodes (NewRedlockSession's
+// clients): an odd number, at least 3, of clients for distinct,
+// independent servers (none nil, a Ring, a cluster client or twice).
+func CheckNodes(clients []wire.Client) error {
+	switch n := len(clients); {
+	case n < 3:
+		return Invalidf("NewRedlockSession: %d clients; Redlock needs at least 3 independent nodes", n)
+	case n%2 == 0:
+		return Invalidf("NewRedlockSession: %d clients; use an odd number of nodes (an even one adds a node without tolerating one more failure)", n)
+	}
+	for i, c := range clients {
+		switch wire.KindOf(c) {
+		case wire.KindNil:
+			return Invalidf("NewRedlockSession: client %d is nil", i)
+		case wire.KindRing:
+			return Invalidf(wire.RingRejectf, fmt.Sprintf("NewRedlockSession: client %d", i), c)
+		case wire.KindCluster:
+			return Invalidf("NewRedlockSession: client %d is a ClusterClient or wraps one (%T); Redlock nodes must be independent servers", i, c)
+		}
+		if slices.Index(clients, c) != i {
+			return Invalidf("NewRedlockSession: client %d is also client %d; every node needs its own client", i, slices.Index(clients, c))
+		}
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -22,7 +23,17 @@ import (
 //
 // The scripts are request_send and request_take (lua/, built in
 // scripts.go with the prelude's guard, so that a denial is named like any
-// other script's); Requests runs them.
+// other script's); Requests runs them, a Requester asks with them and a
+// Watch takes with them.
+
+// ErrNotTaken: no leader took a transfer request before its requester
+// gave up; it was withdrawn (the root exports it as
+// redisleader.ErrNotTaken).
+var ErrNotTaken = errors.New("redisleader: no leader took the transfer request")
+
+// ErrNoSuccessor: the named successor did not take leadership (the root
+// exports it as redisleader.ErrNoSuccessor).
+var ErrNoSuccessor = errors.New("redisleader: the successor did not take leadership")
 
 // RequestKey is the key, and the hint's channel, of name's transfer
 // requests: in the name's hash slot, under the ACL rule's redisleader:*.
@@ -144,4 +155,161 @@ func TakeReply(res []any, err error) (Taken, error) {
 		}
 	}
 	return Taken{}, fmt.Errorf("unexpected reply to the transfer request script: %d elements", len(res))
+}
+
+// A Requester is one RequestTransfer's request, addressed to the term whose
+// fence is Fence, stored for TTL at a time; Log is told what it cannot do.
+type Requester struct {
+	Request
+	Requests
+	TTL time.Duration
+	Log *slog.Logger
+}
+
+// Changed acts on a leader change to the term with fence (0: nobody leads)
+// and value: done when To leads (err nil) or another candidate leads after
+// the request was taken (ErrNoSuccessor).
+func (q *Requester) Changed(ctx context.Context, fence int64, value string) (done bool, err error) {
+	switch {
+	case fence != 0 && value == q.To:
+		_, _ = q.Withdraw(ctx) // if not taken, its term has ended: nobody would take it
+		return true, nil
+	case fence == 0 || fence == q.Fence:
+		return false, nil // the hand-over under way, or the same term
+	}
+	// Another term: the one addressed ended, and took the request (then it
+	// handed over to another candidate) or not (then it goes to this term).
+	switch moved, err := q.Readdress(ctx, fence); {
+	case err != nil && ctx.Err() == nil:
+		q.Log.Warn("redisleader: cannot address a transfer request to the new term",
+			"election", q.Keys.Name, "fence", fence, "err", err)
+	case err == nil && !moved:
+		return true, q.Errorf("%w; %q leads (fence %d)", ErrNoSuccessor, value, fence)
+	}
+	return false, nil
+}
+
+// Readdress stores the request, addressed to the term with fence, for one
+// TTL, if the key still holds this request (for any term), and the script
+// hints the leader; moved is false if it does not (a leader took it).
+func (q *Requester) Readdress(ctx context.Context, fence int64) (moved bool, err error) {
+	next := q.Request
+	next.Fence = fence
+	moved, err = q.Requests.Readdress(ctx, next, q.TTL)
+	if moved {
+		q.Fence = fence
+	}
+	return moved, err
+}
+
+// Withdraw deletes the request if the key still holds it, whatever term it
+// addresses (also once ctx has ended), and reports whether it did not
+// (taken: a leader took it).
+func (q *Requester) Withdraw(ctx context.Context) (taken bool, err error) {
+	return q.Requests.Withdraw(context.WithoutCancel(ctx), q.ID)
+}
+
+// GiveUp withdraws the request unless a leader has taken it, once ctx has
+// ended or the session closed, and says which.
+func (q *Requester) GiveUp(ctx context.Context) error {
+	taken, err := q.Withdraw(ctx)
+	switch {
+	case err != nil:
+		return q.Errorf("cannot withdraw it (it expires within the TTL): %w", err)
+	case ctx.Err() == nil:
+		return q.Errorf("%w", wire.ErrClosed)
+	case !taken:
+		return q.Errorf("%w; withdrawn: %w", ErrNotTaken, ctx.Err())
+	}
+	return q.Errorf("the leader took it, and %q does not lead yet: %w", q.To, ctx.Err())
+}
+
+// Errorf is an error of the request, naming its election and successor.
+func (q *Requester) Errorf(format string, a ...any) error {
+	return fmt.Errorf("redisleader: transfer request %q to %q: "+format, append([]any{q.Keys.Name, q.To}, a...)...)
+}
+
+// A Watch takes the requests addressed to one term: the one with Fence,
+// whose lease holds Token. Held tells whether the term still holds (by the
+// clock), Own whether to is its own value, and Claim whether it can still
+// honour a request to to that it took; if not, the request is put back.
+type Watch struct {
+	Requests
+	T     *wire.Transport // its pub/sub hints and its end (Done)
+	TTL   time.Duration
+	Log   *slog.Logger
+	Fence int64
+	Token string
+	Held  func() bool
+	Own   func(to string) bool
+	Claim func(to string) bool
+
+	warned  bool // a key that is no request was reported
+	ignored bool // a request for another term was reported
+	failing bool // reading the requests failed, and was reported
+}
+
+// Await takes the request addressed to the term at once, then on every
+// hint and once per TTL, until the term has claimed one (its value), it
+// does not hold any more ("", nil) or ctx ends or the transport closes. The
+// takes run on call: ctx, or one that outlives ctx, so that a take whose
+// reply comes after ctx has ended still puts back a request that the term
+// no longer honours.
+func (w *Watch) Await(ctx, call context.Context) (string, error) {
+	sub, err := w.T.Subscribe(ctx, RequestKey(w.Keys.Name), nil)
+	if err != nil {
+		return "", err
+	}
+	defer sub.Close()
+	for w.Held() { // lost by the clock only: a term that cannot hand over takes none
+		if to := w.take(call); to != "" {
+			return to, nil
+		}
+		if err := w.T.Wait(ctx, sub, w.TTL); err != nil {
+			return "", err
+		}
+	}
+	return "", nil
+}
+
+// take takes the request addressed to the term, if any, and returns its
+// value once the term has claimed it, or "" if there is none to act on
+// (none, one for another term, one for the leader's own value, one the
+// term could no longer honour, put back, or an error, logged once until a
+// read succeeds again).
+func (w *Watch) take(ctx context.Context) string {
+	t, err := w.Take(ctx, w.Fence, w.Token)
+	name := w.Keys.Name
+	switch {
+	case err != nil && !w.failing && ctx.Err() == nil:
+		w.failing = true
+		w.Log.Warn("redisleader: cannot read transfer requests; they are not honoured until this is fixed", "election", name, "err", err)
+		return ""
+	case err != nil || !t.Present:
+		w.failing = w.failing && err != nil
+		return ""
+	}
+	w.failing = false
+	to, ok := RequestValue(t.Held)
+	switch {
+	case !ok && !w.warned:
+		w.warned = true
+		w.Log.Warn(fmt.Sprintf("redisleader: %s holds %d bytes that are no transfer request; left as they are", RequestKey(name), len(t.Held)))
+	case !ok:
+	case !t.Took && !w.ignored:
+		w.ignored = true
+		w.Log.Warn(fmt.Sprintf("redisleader: ignoring a request to transfer %s made for another term (not for fence %d); left as it is", name, w.Fence))
+	case !t.Took:
+	case w.Own(to):
+		w.Log.Info("redisleader: transfer requested to the leader's own value: it leads already", "election", name)
+	case !w.Claim(to):
+		// Taken as the term ended: its requester addresses it to the next.
+		if err := w.PutBack(context.WithoutCancel(ctx), t.Held, w.TTL); err != nil {
+			w.Log.Warn("redisleader: cannot put back a transfer request its term did not honour; its requester sees it taken",
+				"election", name, "err", err)
+		}
+	default:
+		return to
+	}
+	return ""
 }

@@ -528,3 +528,12 @@ func UntilDone(ctx context.Context, call func() (any, error)) (any, error) {
 		return nil, ctx.Err()
 	}
 }
+
+// DeadlineOnly returns a context with ctx's values and deadline that is not
+// cancelled with ctx.
+func DeadlineOnly(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(context.WithoutCancel(ctx), d)
+	}
+	return context.WithoutCancel(ctx), func() {}
+}

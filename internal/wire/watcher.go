@@ -528,3 +528,25 @@ func (w *watcher) close() {
 	_ = ps.Close()
 	w.wg.Wait()
 }
+
+// Wait waits for a message on sub (nil: none), taking it, or for d; it
+// returns ctx's error when ctx ends first, ErrClosed when the transport's
+// Done is closed.
+func (t *Transport) Wait(ctx context.Context, sub *Subscription, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	var notify <-chan struct{}
+	if sub != nil {
+		notify = sub.Notify()
+	}
+	select {
+	case <-timer.C:
+	case <-notify:
+		sub.Take()
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.cfg.Done:
+		return ErrClosed
+	}
+	return nil
+}

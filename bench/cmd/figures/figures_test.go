@@ -13,10 +13,10 @@ import (
 )
 
 // TestFiguresUpToDate: the SVGs in docs/img are what this command draws
-// from options.go and latency.json, so neither is drawn by hand nor left
+// from internal/durations and latency.json, so neither is drawn by hand nor left
 // behind when the defaults or the data change.
 func TestFiguresUpToDate(t *testing.T) {
-	timing, err := readTiming("../../../options.go")
+	timing, err := readTiming("../../../internal/durations/durations.go")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,16 +35,16 @@ func TestFiguresUpToDate(t *testing.T) {
 	}
 }
 
-// TestTimingIsTheLibrarys: the validity the timeline reads from options.go
+// TestTimingIsTheLibrarys: the validity the timeline reads from internal/durations
 // is the one a default Session gives a lock: its deadline lies validity
 // after the acquire's send.
 func TestTimingIsTheLibrarys(t *testing.T) {
-	timing, err := readTiming("../../../options.go")
+	timing, err := readTiming("../../../internal/durations/durations.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if timing.ttl != 15 || timing.renew != 5 || timing.validity <= 0 || timing.validity >= timing.ttl {
-		t.Fatalf("read %+v from options.go", timing)
+		t.Fatalf("read %+v from internal/durations", timing)
 	}
 	srv := redisserver.Start(t)
 	client := srv.Client(t)
@@ -62,6 +62,6 @@ func TestTimingIsTheLibrarys(t *testing.T) {
 	}
 	validity := time.Duration(timing.validity * float64(time.Second))
 	if d := l.Deadline(); d.Before(before.Add(validity)) || d.After(after.Add(validity)) {
-		t.Errorf("deadline %v after the call, want %v after its send (read from options.go)", d.Sub(before), validity)
+		t.Errorf("deadline %v after the call, want %v after its send (read from internal/durations)", d.Sub(before), validity)
 	}
 }

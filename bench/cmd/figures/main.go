@@ -4,8 +4,8 @@
 //	cd bench && go run ./cmd/figures
 //
 // lease-timeline.svg is the lease timeline with the library's default
-// timing, read from the source of options.go (its constants and the
-// derived defaults buildConfig computes); bench-latency.svg plots the
+// timing, read from the source of internal/durations/durations.go (its
+// constants and the derived defaults Derive computes); bench-latency.svg plots the
 // latency distributions in latency.json, which a bench run writes
 // (go run . -only latency -samples latency.json). Its test fails when a
 // checked-in picture differs from what this draws.
@@ -21,7 +21,7 @@ import (
 )
 
 func main() {
-	options := flag.String("options", "../options.go", "the library's options.go, whose defaults the timeline draws")
+	options := flag.String("options", "../internal/durations/durations.go", "the library's durations.go, whose defaults the timeline draws")
 	samples := flag.String("samples", "latency.json", "the latency distributions a bench run wrote (-samples)")
 	out := flag.String("out", "../docs/img", "folder the SVG files are written to")
 	flag.Parse()

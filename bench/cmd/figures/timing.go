@@ -15,9 +15,9 @@ type timing struct {
 }
 
 // readTiming reads the default TTL and drift from the constants of the
-// library's options.go and evaluates what buildConfig derives from them
-// (the renew interval, the margin, the validity), so that the picture
-// follows the code.
+// library's internal/durations/durations.go and evaluates what Derive
+// derives from them (the renew interval, the margin, the validity), so
+// that the picture follows the code.
 func readTiming(path string) (timing, error) {
 	file, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
 	if err != nil {
@@ -36,23 +36,23 @@ func readTiming(path string) (timing, error) {
 			}
 		}
 	}
-	env["c.ttl"], env["c.drift"] = env["defaultTTL"], env["defaultDrift"]
-	build := findFunc(file, "buildConfig")
+	env["c.TTL"], env["c.Drift"] = env["DefaultTTL"], env["DefaultDrift"]
+	build := findFunc(file, "Derive")
 	if build == nil {
-		return timing{}, fmt.Errorf("%s: no func buildConfig", path)
+		return timing{}, fmt.Errorf("%s: no func Derive", path)
 	}
-	for _, field := range []string{"c.renewInterval", "c.margin", "c.validity"} {
+	for _, field := range []string{"c.RenewInterval", "c.Margin", "c.Validity"} {
 		rhs := firstAssignment(build, field)
 		if rhs == nil {
-			return timing{}, fmt.Errorf("%s: buildConfig does not assign %s", path, field)
+			return timing{}, fmt.Errorf("%s: Derive does not assign %s", path, field)
 		}
 		if env[field], err = eval(rhs, env); err != nil {
 			return timing{}, fmt.Errorf("%s: %s: %w", path, field, err)
 		}
 	}
 	s := float64(time.Second)
-	return timing{ttl: env["c.ttl"] / s, drift: env["c.drift"], renew: env["c.renewInterval"] / s,
-		margin: env["c.margin"] / s, validity: env["c.validity"] / s}, nil
+	return timing{ttl: env["c.TTL"] / s, drift: env["c.Drift"], renew: env["c.RenewInterval"] / s,
+		margin: env["c.Margin"] / s, validity: env["c.Validity"] / s}, nil
 }
 
 func findFunc(f *ast.File, name string) *ast.FuncDecl {
