@@ -41,18 +41,12 @@ func (r RWReport) Line(id string, pass bool) string {
 // as a read-write lock's: write(who) tells a writer's interval (its
 // Event.Who) from a reader's. No reader may be believed while a writer
 // is, nor two writers at once; fences are judged as CheckShared judges
-// them. Intervals are believed over [Start, End), as in Check.
+// them (a token's Tried events, too, bound its grant from below). Intervals are believed over [Start, End), as in Check.
 func CheckRW(events []Event, write func(who string) bool) RWReport {
 	b := build(events)
 	ivs := b.intervals
 	r := RWReport{Intervals: len(ivs), RenewAfterDeadline: b.renewAfterDeadline, AcquiredLate: b.acquiredLate}
-	sent := map[string]int64{}
-	for _, e := range b.sorted {
-		if _, seen := sent[e.Token]; e.Kind == Acquired && !seen {
-			sent[e.Token] = e.Sent
-		}
-	}
-	r.FenceViolations = sharedFences(b, ivs, sent)
+	r.FenceViolations = sharedFences(b, ivs, grantSends(b))
 	r.Writes, r.MaxReaders, r.ReadWrite, r.WriteWrite = rwHolders(b, ivs, write)
 	r.Problems = b.problems
 	if len(r.Problems) > maxProblems {

@@ -42,3 +42,25 @@ func TestCheckRW(t *testing.T) {
 		t.Fatalf("fence 40 twice: %+v", r)
 	}
 }
+
+// A read lease whose reply came too late is confirmed by a later attempt
+// with the same token and the first attempt's fence (rw_acquire is
+// idempotent, as sem_acquire is): CheckRW, too, takes the token's Tried
+// send as the lower bound of its grant, or the chaos run's lost replies
+// would read as fence regressions.
+func TestCheckRWConfirmedAttempt(t *testing.T) {
+	write := func(who string) bool { return strings.HasPrefix(who, "W") }
+	h := []Event{
+		acq("R2", "b", 20, 30, 25, 300), // began at 30, fence 20
+		acq("R1", "a", 10, 60, 50, 300), // confirmed at 50: fence 10, granted at 5
+		end("R1", "a", "released", 100),
+		end("R2", "b", "released", 100),
+	}
+	if r := CheckRW(h, write); r.FenceViolations != 1 {
+		t.Fatalf("without the first attempt: %+v, want the (apparent) regression", r)
+	}
+	tried := append(h, Event{Mono: at(8), Who: "R1", Kind: Tried, Token: "a", Sent: at(5)})
+	if r := CheckRW(tried, write); !r.Safe() || r.MaxReaders != 2 {
+		t.Fatalf("with the first attempt (sent at 5): %+v", r)
+	}
+}

@@ -55,13 +55,7 @@ func CheckShared(events []Event, n int) SharedReport {
 	b := build(events)
 	ivs := b.intervals
 	r := SharedReport{Intervals: len(ivs), Limit: n, RenewAfterDeadline: b.renewAfterDeadline, AcquiredLate: b.acquiredLate}
-	sent := map[string]int64{}
-	for _, e := range b.sorted {
-		if s, seen := sent[e.Token]; (e.Kind == Acquired || e.Kind == Tried) && e.Sent > 0 && (!seen || e.Sent < s) {
-			sent[e.Token] = e.Sent
-		}
-	}
-	r.FenceViolations = sharedFences(b, ivs, sent)
+	r.FenceViolations = sharedFences(b, ivs, grantSends(b))
 	r.MaxHolders, r.Overcommits = sharedHolders(b, ivs, n)
 	r.Problems = b.problems
 	if len(r.Problems) > maxProblems {
@@ -69,6 +63,18 @@ func CheckShared(events []Event, n int) SharedReport {
 		r.Problems = append(r.Problems[:maxProblems-1:maxProblems-1], fmt.Sprintf("... and %d more problems", k))
 	}
 	return r
+}
+
+// grantSends is, by token, the earliest send of its Acquired and Tried
+// events: the lower bound of its grant.
+func grantSends(b *built) map[string]int64 {
+	sent := map[string]int64{}
+	for _, e := range b.sorted {
+		if s, seen := sent[e.Token]; (e.Kind == Acquired || e.Kind == Tried) && e.Sent > 0 && (!seen || e.Sent < s) {
+			sent[e.Token] = e.Sent
+		}
+	}
+	return sent
 }
 
 // sharedFences counts the fence violations of ivs (sorted by Start),

@@ -29,15 +29,20 @@ func TestChaosSemaphoreFleet(t *testing.T) {
 // semChaosN is the limit of the chaos run's semaphore.
 const semChaosN = 3
 
-// semActors are the chaos run's semaphore holders: in-process sessions
-// (cs, which the run's proxy faults pick among the election's candidates)
-// and child processes, all on the election's name (its fence key is
-// shared), each taking a permit of N=semChaosN in a loop. Their events go
-// to their own recorder (sides) and are judged by history.CheckShared.
-type semActors struct {
-	h   *harness
-	rec history.Recorder
-	cs  []*candidate
+// sideActors are actors of a shared name in the chaos run, judged apart
+// from the election (sides): in-process sessions (cs, which the run's
+// proxy faults pick among the election's candidates) and child processes,
+// which their own faults pause and kill. The semaphore's and the
+// read-write lock's holders are sideActors.
+type sideActors struct {
+	h    *harness
+	kind string // "sem", "rw": the prefix of its faults' names
+	rec  history.Recorder
+	cs   []*candidate
+	ctx  context.Context
+	// child names the child of slot i (its n-th process) and its
+	// environment.
+	child func(i, n int) (who string, env []string)
 
 	mu       sync.Mutex // protects children and spawned
 	children []*child
@@ -47,40 +52,64 @@ type semActors struct {
 	wg     sync.WaitGroup
 }
 
-// startSemActors starts 4 in-process holders and 2 child processes for
-// -duration; 2% of the in-process permits end as a crash would.
-func startSemActors(t *testing.T, h *harness) *semActors {
-	s := &semActors{h: h}
-	ctx, cancel := context.WithTimeout(context.Background(), *chaosDuration)
-	s.cancel = cancel
+// newSideActors returns kind's actors, for -duration.
+func newSideActors(h *harness, kind string, child func(i, n int) (string, []string)) *sideActors {
+	s := &sideActors{h: h, kind: kind, child: child}
+	s.ctx, s.cancel = context.WithTimeout(context.Background(), *chaosDuration)
+	return s
+}
+
+// inProcess starts an in-process actor who, whose acquire script (of keys
+// keys) runs on set, running hold until the run ends.
+func (s *sideActors) inProcess(who, set string, keys int, hold func(ctx context.Context, c *candidate)) {
+	side(s.h.t, who, &s.rec)
+	c := s.h.candidate(who, nil)
+	c.client.AddHook(triedHook{who: who, set: set, keys: keys, emit: s.h.add})
+	s.cs = append(s.cs, c)
+	wgGo(&s.wg, func() { hold(s.ctx, c) })
+}
+
+// spawn starts (or restarts) the child of slot i.
+func (s *sideActors) spawn(i int) {
+	s.mu.Lock()
+	n := s.spawned
+	s.spawned++
+	s.mu.Unlock()
+	who, env := s.child(i, n)
+	side(s.h.t, who, &s.rec)
+	c := s.h.child(who, "20,150", env...)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i == len(s.children) {
+		s.children = append(s.children, c)
+	} else {
+		s.children[i] = c
+	}
+}
+
+// startSemActors starts 4 in-process holders and 2 child processes on
+// the election's name (its fence key is shared), each taking a permit of
+// N=semChaosN in a loop; 2% of the in-process permits end as a crash
+// would. They are judged by history.CheckShared.
+func startSemActors(h *harness) *sideActors {
+	s := newSideActors(h, "sem", func(_, n int) (string, []string) {
+		return fmt.Sprintf("sem-p%d", n), semChildEnv(semChaosN)
+	})
 	crash := newCrashes(0.02, math.MaxInt64)
 	for i := range 4 {
-		who := fmt.Sprintf("sem-g%d", i)
-		side(t, who, &s.rec)
-		c := h.candidate(who, nil)
-		c.client.AddHook(triedHook{who: who, set: h.key + ":sem", emit: h.add})
-		s.cs = append(s.cs, c)
-		wgGo(&s.wg, func() { c.holdPermits(ctx, h.name, semChaosN, crash) })
+		s.inProcess(fmt.Sprintf("sem-g%d", i), h.key+":sem", 3, func(ctx context.Context, c *candidate) {
+			c.holdPermits(ctx, h.name, semChaosN, crash)
+		})
 	}
-	for range 2 {
-		s.children = append(s.children, s.spawn())
+	for i := range 2 {
+		s.spawn(i)
 	}
 	return s
 }
 
-// spawn starts a new semaphore child process.
-func (s *semActors) spawn() *child {
-	s.mu.Lock()
-	who := fmt.Sprintf("sem-p%d", s.spawned)
-	s.spawned++
-	s.mu.Unlock()
-	side(s.h.t, who, &s.rec)
-	return s.h.child(who, "20,150", semChildEnv(semChaosN)...)
-}
-
-// faults are the faults of the semaphore's child processes (the run's
-// other faults reach the in-process holders: Redis, the proxies).
-func (s *semActors) faults(rng *rand.Rand) []chaosFault {
+// faults are the faults of the actors' child processes (the run's other
+// faults reach the in-process holders: Redis, the proxies).
+func (s *sideActors) faults(rng *rand.Rand) []chaosFault {
 	pick := func() (int, *child) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -88,43 +117,53 @@ func (s *semActors) faults(rng *rand.Rand) []chaosFault {
 		return i, s.children[i]
 	}
 	return []chaosFault{
-		{"sem-pause-child", func(d time.Duration, heal func(time.Duration) bool) {
+		{s.kind + "-pause-child", func(d time.Duration, heal func(time.Duration) bool) {
 			_, c := pick()
 			_ = c.cmd.Process.Signal(syscall.SIGSTOP)
 			heal(d)
 			_ = c.cmd.Process.Signal(syscall.SIGCONT)
 		}},
-		{"sem-kill-child", func(time.Duration, func(time.Duration) bool) {
+		{s.kind + "-kill-child", func(time.Duration, func(time.Duration) bool) {
 			i, c := pick()
 			c.kill()
-			nc := s.spawn()
-			s.mu.Lock()
-			s.children[i] = nc
-			s.mu.Unlock()
+			s.spawn(i)
 		}},
 	}
 }
 
-// finish stops the holders and judges their history: at most semChaosN
-// believed at once, fences increasing in grant order; it prints the line.
-func (s *semActors) finish() {
-	h := s.h
-	h.t.Helper()
+// stop stops the actors and their children.
+func (s *sideActors) stop() {
 	s.cancel()
 	s.wg.Wait()
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, c := range s.children {
 		c.kill()
 	}
-	spawned := s.spawned
+}
+
+// report logs and records line, the actors' SCENARIO line, with the
+// run's faults and the actors' counts.
+func (s *sideActors) report(line string) {
+	s.h.t.Helper()
+	s.mu.Lock()
+	line += fmt.Sprintf(" expect=safe faults=%d in_process=%d procs_spawned=%d", s.h.faults.Load(), len(s.cs), s.spawned)
 	s.mu.Unlock()
-	rep := history.CheckShared(s.rec.Events(), semChaosN)
-	h.check(rep.Safe(), "semaphore: unsafe history:\n%s", strings.Join(rep.Problems, "\n"))
-	h.check(rep.MaxHolders == semChaosN, "semaphore: never %d holders at once (at most %d)", semChaosN, rep.MaxHolders)
-	line := rep.Line(h.id+"-SEM", rep.Safe() && rep.MaxHolders == semChaosN) +
-		fmt.Sprintf(" expect=safe faults=%d in_process=%d procs_spawned=%d", h.faults.Load(), len(s.cs), spawned)
-	h.t.Log(line)
+	s.h.t.Log(line)
 	lines.Lock()
 	lines.all = append(lines.all, line)
 	lines.Unlock()
+}
+
+// finishSem stops the semaphore's holders and judges their history: at
+// most semChaosN believed at once, fences increasing in grant order; it
+// prints the line.
+func finishSem(s *sideActors) {
+	h := s.h
+	h.t.Helper()
+	s.stop()
+	rep := history.CheckShared(s.rec.Events(), semChaosN)
+	h.check(rep.Safe(), "semaphore: unsafe history:\n%s", strings.Join(rep.Problems, "\n"))
+	h.check(rep.MaxHolders == semChaosN, "semaphore: never %d holders at once (at most %d)", semChaosN, rep.MaxHolders)
+	s.report(rep.Line(h.id+"-SEM", rep.Safe() && rep.MaxHolders == semChaosN))
 }

@@ -39,7 +39,9 @@ var (
 // pause, frozen or delayed requests, Redis stalls, in-band stalls,
 // partitions, lost replies, latency, script flushes, process crashes)
 // and requires a safe history: no overlap, no fence regression, no
-// resurrection, no stale write accepted.
+// resurrection, no stale write accepted. Semaphore holders on the same
+// name (CHAOS-SEM) and read-write lock holders on a name of their own
+// (CHAOS-RW) share the faults and are judged by their own checkers.
 //
 //	go test -tags chaos -run 'TestChaos$' -timeout 0 -v ./internal/scenario -args -duration 30m -seed 1
 //
@@ -65,8 +67,9 @@ func TestChaos(t *testing.T) {
 	children := []*child{h.child("p0", "20,150", childEnv...), h.child("p1", "20,150", childEnv...)}
 	respawned := 0
 	admin := h.admin
-	sem := startSemActors(t, h) // chaos_semaphore_test.go
-	targets := append(slices.Clip(cs), sem.cs...)
+	sem := startSemActors(h) // chaos_semaphore_test.go
+	rw := startRWActors(h)   // chaos_rw_test.go
+	targets := append(append(slices.Clip(cs), sem.cs...), rw.cs...)
 	faults := []chaosFault{
 		{"pause-child", func(d time.Duration, heal func(time.Duration) bool) { // S3
 			childMu.Lock()
@@ -126,9 +129,10 @@ func TestChaos(t *testing.T) {
 			targets[rng.IntN(len(targets))].proxy.ResetConns()
 		}},
 	}
-	faults = append(faults, sem.faults(rng)...)
+	faults = append(append(faults, sem.faults(rng)...), rw.faults(rng)...)
 	chaosRun(t, h, seed, rng, cs, faults)
-	sem.finish()
+	finishSem(sem)
+	finishRWActors(rw)
 }
 
 // TestChaosRedlock is TestChaos for Redlock: five candidates on three

@@ -3,6 +3,7 @@
 package scenario
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -63,28 +64,45 @@ func sideAdd(e history.Event) bool {
 }
 
 // semChildMain is a semaphore child: it takes a permit of the scenario's
-// name (limit $SCENARIO_SEM_N, its id as the permit's value) in a loop,
-// holds it for a random time in $SCENARIO_HOLD_MS and releases it, and
-// reports every lease event on stdout, until it is killed or its parent
-// goes away.
+// name (limit $SCENARIO_SEM_N, its id as the permit's value) in a loop
+// (sharedChildMain).
 func semChildMain() int {
-	who := os.Getenv(envChild)
+	n, _ := strconv.Atoi(os.Getenv(envSemN))
+	return sharedChildMain(":sem", 3, func(s *redisleader.Session, name, who string) (acquireFunc, error) {
+		m, err := s.Semaphore(name, n, redisleader.WithPermitValue(who))
+		if err != nil {
+			return nil, err
+		}
+		return m.Acquire, nil
+	})
+}
+
+// An acquireFunc blocks until it holds a lease of a shared name.
+type acquireFunc func(context.Context) (*redisleader.Lock, error)
+
+// sharedChildMain is a child process on a shared name: it makes a
+// session, gets acquire from handle, and in a loop acquires, holds for a
+// random time in $SCENARIO_HOLD_MS and releases, reporting every lease
+// event on stdout (and, as history.Tried, every acquire script of keys
+// keys on the name's key with suffix set), until it is killed or its
+// parent goes away.
+func sharedChildMain(set string, keys int, handle func(s *redisleader.Session, name, who string) (acquireFunc, error)) int {
+	who, name := os.Getenv(envChild), os.Getenv(envName)
 	out := history.NewWriter(os.Stdout)
 	probe.Set(func(e probe.Event) { out.Add(fromProbe(e)) })
 	ttlMs, _ := strconv.Atoi(os.Getenv(envTTL))
-	n, _ := strconv.Atoi(os.Getenv(envSemN))
 	a, b, _ := strings.Cut(os.Getenv(envHold), ",")
 	lo, _ := strconv.Atoi(a)
 	hi, _ := strconv.Atoi(b)
 	client := redis.NewClient(&redis.Options{Addr: os.Getenv(envAddr), ContextTimeoutEnabled: true,
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second})
-	client.AddHook(triedHook{who: who, set: "redisleader:{" + os.Getenv(envName) + "}:sem", emit: out.Add})
+	client.AddHook(triedHook{who: who, set: "redisleader:{" + name + "}" + set, keys: keys, emit: out.Add})
 	s, err := redisleader.NewSession(client, leaseOpts(time.Duration(ttlMs)*time.Millisecond)...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	m, err := s.Semaphore(os.Getenv(envName), n, redisleader.WithPermitValue(who))
+	acquire, err := handle(s, name, who)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -95,7 +113,7 @@ func semChildMain() int {
 	}()
 	ctx := context.Background()
 	for {
-		l, err := m.Acquire(ctx)
+		l, err := acquire(ctx)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "acquire:", err)
 			continue
@@ -315,19 +333,21 @@ func (f *semFleetRun) reclaimNotes(events []history.Event) {
 	h.check(unmasked > 0, "no dead permit's reclaim was measured unmasked by a release")
 }
 
-// triedHook reports, as history.Tried, every sem_acquire on the set whose
-// reply was not a denial ({0, ...}): the attempt may have granted its
-// token (history.CheckShared's lower bound of the grant).
+// triedHook reports, as history.Tried, every sem_acquire (rw_acquire:
+// keys 2) on the set whose reply was not a denial ({0, ...}): the attempt
+// may have granted its token (history.CheckShared's lower bound of the
+// grant).
 type triedHook struct {
 	who, set string
+	keys     int // the script's keys, 0 for sem_acquire's 3
 	emit     func(history.Event)
 }
 
 // seen reports cmd, sent at sent, if it was such an attempt: an EVALSHA or
-// EVAL with 3 keys, the first the set; ARGV[1], the token, follows them.
+// EVAL with t's keys, the first the set; ARGV[1], the token, follows them.
 func (t triedHook) seen(cmd redis.Cmder, sent int64) {
-	args := cmd.Args()
-	if (cmd.Name() != "evalsha" && cmd.Name() != "eval") || len(args) < 7 || fmt.Sprint(args[2]) != "3" || args[3] != t.set {
+	args, keys := cmd.Args(), cmp.Or(t.keys, 3)
+	if (cmd.Name() != "evalsha" && cmd.Name() != "eval") || len(args) < 4+keys || fmt.Sprint(args[2]) != strconv.Itoa(keys) || args[3] != t.set {
 		return
 	}
 	if c, ok := cmd.(*redis.Cmd); ok && cmd.Err() == nil {
@@ -335,7 +355,7 @@ func (t triedHook) seen(cmd redis.Cmder, sent int64) {
 			return // denied: the token was not granted by this attempt
 		}
 	}
-	t.emit(history.Event{Mono: history.Now(), Who: t.who, Kind: history.Tried, Token: fmt.Sprint(args[6]), Sent: sent})
+	t.emit(history.Event{Mono: history.Now(), Who: t.who, Kind: history.Tried, Token: fmt.Sprint(args[3+keys]), Sent: sent})
 }
 
 func (t triedHook) DialHook(next redis.DialHook) redis.DialHook { return next }
