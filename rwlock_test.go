@@ -99,14 +99,7 @@ func TestRWLockWriterStopsNewReaders(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wrote := make(chan *Lock, 1)
-		go func() {
-			l, err := writer.Lock(ctx)
-			if err != nil {
-				t.Errorf("Lock: %v", err)
-			}
-			wrote <- l
-		}()
+		wrote := lockInBackground(t, ctx, writer)
 		waitRWWaiting(t, reader, 1)
 		if _, err := reader.TryRLock(ctx); !errors.Is(err, ErrLocked) {
 			t.Fatalf("TryRLock while a writer waits: %v, want ErrLocked (writer preference)", err)
@@ -136,6 +129,20 @@ func TestRWLockWriterStopsNewReaders(t *testing.T) {
 		}
 		recvWithin(t, read, time.Second, "the reader, woken by the writer's release")
 	})
+}
+
+// lockInBackground calls rw.Lock(ctx) in a goroutine, which delivers the
+// write lease (nil on error, reported to t) on the channel returned.
+func lockInBackground(t testing.TB, ctx context.Context, rw *RWLock) <-chan *Lock {
+	wrote := make(chan *Lock, 1)
+	go func() {
+		l, err := rw.Lock(ctx)
+		if err != nil {
+			t.Errorf("Lock: %v", err)
+		}
+		wrote <- l
+	}()
+	return wrote
 }
 
 // waitRWWaiting waits until n writers wait on rw's name.
@@ -839,14 +846,7 @@ func TestRWLockRefusalSaysWhy(t *testing.T) {
 			t.Fatal(err)
 		}
 		refused(writer.TryLock, fmt.Sprintf(`rwlock "why": no write lease now: a reader holds it (fence %d)`, held.Fence()))
-		wrote := make(chan *Lock, 1)
-		go func() {
-			l, err := writer.Lock(ctx)
-			if err != nil {
-				t.Errorf("Lock: %v", err)
-			}
-			wrote <- l
-		}()
+		wrote := lockInBackground(t, ctx, writer)
 		waitRWWaiting(t, other, 1)
 		refused(other.TryRLock, `rwlock "why": no read lease now: a writer is waiting`)
 		if err := held.Release(ctx); err != nil {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // rwstatus.go: status's lines for a read-write lock of NAME (RWLock): its
@@ -36,7 +34,7 @@ func (c *nameCommand) rwLock(ctx context.Context) (*rwJSON, error) {
 	}
 	holders, waiting, err := rw.Holders(ctx)
 	switch {
-	case redis.HasErrorPrefix(err, "permission denied") || redis.HasErrorPrefix(err, "NOPERM"):
+	case denied(err):
 		return nil, nil
 	case err != nil:
 		return nil, err

@@ -186,7 +186,7 @@ func (c *nameCommand) permits(ctx context.Context) (*permitsJSON, error) {
 	}
 	holders, limit, err := sem.Holders(ctx)
 	switch {
-	case redis.HasErrorPrefix(err, "permission denied") || redis.HasErrorPrefix(err, "NOPERM"):
+	case denied(err):
 		return nil, nil
 	case err != nil:
 		return nil, err

@@ -267,12 +267,19 @@ func leaderLine(p painter, l redisleader.Leader, extra string, pref preference) 
 func (c *nameCommand) preference(ctx context.Context, l redisleader.Leader) (preference, error) {
 	cands, err := c.election.Candidates(ctx)
 	switch {
-	case redis.HasErrorPrefix(err, "permission denied") || redis.HasErrorPrefix(err, "NOPERM"):
+	case denied(err):
 		return preferenceOf(nil, l), nil
 	case err != nil:
 		return preference{}, err
 	}
 	return preferenceOf(cands, l), nil
+}
+
+// denied reports whether err is Redis refusing the user a command: the
+// library's "permission denied for ..." (docs/operations.md, ACL), or
+// Redis's own NOPERM.
+func denied(err error) bool {
+	return redis.HasErrorPrefix(err, "permission denied") || redis.HasErrorPrefix(err, "NOPERM")
 }
 
 // nameCommand is status, watch or transfer with NAME's election open.
