@@ -127,7 +127,7 @@ func (rw *RWLock) acquire(ctx context.Context, write bool, md mode) (*Lock, erro
 		if write {
 			role = "write"
 		}
-		return nil, fmt.Errorf("redisleader: rwlock %q: no %s lease now (held, or a writer waits): %w", rw.keys.Name, role, err)
+		return nil, fmt.Errorf("redisleader: rwlock %q: no %s lease now: %w", rw.keys.Name, role, err)
 	}
 	return l, err
 }

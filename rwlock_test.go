@@ -3,6 +3,7 @@ package redisleader
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -98,14 +99,7 @@ func TestRWLockWriterStopsNewReaders(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wrote := make(chan *Lock, 1)
-		go func() {
-			l, err := writer.Lock(ctx)
-			if err != nil {
-				t.Errorf("Lock: %v", err)
-			}
-			wrote <- l
-		}()
+		wrote := lockInBackground(t, ctx, writer)
 		waitRWWaiting(t, reader, 1)
 		if _, err := reader.TryRLock(ctx); !errors.Is(err, ErrLocked) {
 			t.Fatalf("TryRLock while a writer waits: %v, want ErrLocked (writer preference)", err)
@@ -135,6 +129,20 @@ func TestRWLockWriterStopsNewReaders(t *testing.T) {
 		}
 		recvWithin(t, read, time.Second, "the reader, woken by the writer's release")
 	})
+}
+
+// lockInBackground calls rw.Lock(ctx) in a goroutine, which delivers the
+// write lease (nil on error, reported to t) on the channel returned.
+func lockInBackground(t testing.TB, ctx context.Context, rw *RWLock) <-chan *Lock {
+	wrote := make(chan *Lock, 1)
+	go func() {
+		l, err := rw.Lock(ctx)
+		if err != nil {
+			t.Errorf("Lock: %v", err)
+		}
+		wrote <- l
+	}()
+	return wrote
 }
 
 // waitRWWaiting waits until n writers wait on rw's name.
@@ -812,6 +820,41 @@ func TestRWLockCloseWithdrawsWaitingWritersIntent(t *testing.T) {
 			t.Fatalf("TryRLock after the waiting writer's session closed: %v (its intent was left behind)", err)
 		}
 		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A refused TryRLock or TryLock says who refused it: a writer that holds,
+// a reader that holds, or a writer that waits (its intent, which holds
+// nothing: never "held by another owner (fence 0)").
+func TestRWLockRefusalSaysWhy(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		old := mustRW(t, newSession(t, b.client, fastOpts()...), "why")
+		writer := mustRW(t, newSession(t, b.client, fastOpts()...), "why")
+		other := mustRW(t, newSession(t, b.client, fastOpts()...), "why")
+		refused := func(try func(context.Context) (*Lock, error), want string) {
+			t.Helper()
+			_, err := try(ctx)
+			if !errors.Is(err, ErrLocked) || !strings.HasSuffix(err.Error(), want) || strings.Contains(err.Error(), "fence 0") {
+				t.Fatalf("refused: %v, want ErrLocked ending %q", err, want)
+			}
+		}
+		held, err := old.RLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refused(writer.TryLock, fmt.Sprintf(`rwlock "why": no write lease now: a reader holds it (fence %d)`, held.Fence()))
+		wrote := lockInBackground(t, ctx, writer)
+		waitRWWaiting(t, other, 1)
+		refused(other.TryRLock, `rwlock "why": no read lease now: a writer is waiting`)
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		w := recvWithin(t, wrote, time.Second, "the writer, woken by the reader's release")
+		refused(other.TryRLock, fmt.Sprintf(`rwlock "why": no read lease now: the writer holds it (fence %d)`, w.Fence()))
+		if err := w.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
 	})

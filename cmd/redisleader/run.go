@@ -534,7 +534,7 @@ func (r *runner) campaignFailed(err error) int {
 		}
 		return exitBusy
 	}
-	r.log.errorf("campaign for %s: %v", r.f.name, trimPrefix(err))
+	r.log.errorf("%s %s: %v", r.say("campaign for", "waiting for a permit of"), r.f.name, trimPrefix(err))
 	if errors.Is(err, redisleader.ErrInvalid) {
 		return exitUsage
 	}
@@ -544,7 +544,8 @@ func (r *runner) campaignFailed(err error) int {
 // stoppedCampaigning says that sig ended the campaign and returns the exit
 // status.
 func (r *runner) stoppedCampaigning(sig syscall.Signal) int {
-	r.log.infof("received %s while not leading %s; stopped campaigning", signalName(sig), r.f.name)
+	r.log.infof("received %s while %s %s; %s", signalName(sig), r.say("not leading", "waiting for a permit of"), r.f.name,
+		r.say("stopped campaigning", "stopped waiting"))
 	return 128 + int(sig)
 }
 
@@ -690,15 +691,15 @@ func (r *runner) finish(out *termOutcome) (code int, again bool) {
 func (r *runner) released(out *termOutcome) (string, func(string, ...any)) {
 	switch err := out.releaseErr; {
 	case out.res.lost != nil:
-		return "not leading any more", r.log.errorf
+		return r.say("not leading any more", "not holding the permit any more"), r.log.errorf
 	case out.handover != nil:
 		return r.handedOver(out.transferTo, out.handover())
 	case out.res.yielded:
 		return "yielded " + r.f.name + " to a candidate with a higher priority", r.log.infof
 	case err != nil && !errors.Is(err, redisleader.ErrLost) && !errors.Is(err, redisleader.ErrSessionClosed):
-		return fmt.Sprintf("could not resign (%v); the lease expires within its TTL", trimPrefix(err)), r.log.warnf
+		return fmt.Sprintf("could not %s (%v); the lease expires within its TTL", r.say("resign", "release the permit"), trimPrefix(err)), r.log.warnf
 	}
-	return "resigned", r.log.infof
+	return r.say("resigned", "released the permit"), r.log.infof
 }
 
 // hold keeps leadership for --hold after the command exited, unless it is

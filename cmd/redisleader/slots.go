@@ -126,7 +126,7 @@ func (r *runner) holding() string {
 // seeking says what run waits for before COMMAND runs.
 func (r *runner) seeking() string {
 	if r.f.slots.set {
-		return fmt.Sprintf("waiting for one of %d permits of %s", r.f.slots.n(), r.f.name)
+		return "waiting for " + r.permitOf()
 	}
 	return "campaigning for leadership of " + r.f.name
 }
@@ -134,20 +134,40 @@ func (r *runner) seeking() string {
 // won says what run has won once COMMAND may start.
 func (r *runner) won() string {
 	if r.f.slots.set {
-		return fmt.Sprintf("acquired one of %d permits of %s", r.f.slots.n(), r.f.name)
+		return "acquired " + r.permitOf()
 	}
 	return "elected leader of " + r.f.name
 }
 
+// permitOf names one permit of --slots N, in words that read right for
+// N = 1 too.
+func (r *runner) permitOf() string {
+	if n := r.f.slots.n(); n != 1 {
+		return fmt.Sprintf("one of %d permits of %s", n, r.f.name)
+	}
+	return "the permit of " + r.f.name
+}
+
 // busy says why --try or --wait gave up ("still " for --wait).
 func (r *runner) busy(still string) string {
-	if r.f.slots.set {
+	switch {
+	case r.f.slots.set && r.f.slots.n() == 1:
+		return fmt.Sprintf("the permit of %s was %sheld", r.f.name, still)
+	case r.f.slots.set:
 		return fmt.Sprintf("all %d permits of %s were %sheld", r.f.slots.n(), r.f.name, still)
-	}
-	if still == "" {
+	case still == "":
 		return r.f.name + " is led by another process"
 	}
 	return r.f.name + " was still led by another process"
+}
+
+// say is lead, run's word for leadership, or with --slots slot, its
+// word for a permit.
+func (r *runner) say(lead, slot string) string {
+	if r.f.slots.set {
+		return slot
+	}
+	return lead
 }
 
 // permitsJSON is a semaphore as status --json prints it.
@@ -166,7 +186,7 @@ func (c *nameCommand) permits(ctx context.Context) (*permitsJSON, error) {
 	}
 	holders, limit, err := sem.Holders(ctx)
 	switch {
-	case redis.HasErrorPrefix(err, "permission denied") || redis.HasErrorPrefix(err, "NOPERM"):
+	case denied(err):
 		return nil, nil
 	case err != nil:
 		return nil, err

@@ -132,12 +132,17 @@ func TestRunSlotsSignalTryAndStatus(t *testing.T) {
 	a := s.slotHolder(t, "trap", "A", 1, "--ttl", "5s")
 	first := waitMarker(t, s.marker, 1)[0]
 	b := s.slotHolder(t, "trap", "B", 1, "--ttl", "5s")
-	b.stderr.waitContains(t, "waiting for one of 1 permits of job")
+	b.stderr.waitContains(t, "waiting for the permit of job as B")
+	c := s.slotHolder(t, "trap", "C", 1, "--ttl", "5s")
+	c.stderr.waitContains(t, "waiting for the permit of job as C")
+	c.signal(t, syscall.SIGINT)
+	assert.Equal(t, 128+int(syscall.SIGINT), c.wait(t))
+	assert.Contains(t, c.stderr.String(), "redisleader: received SIGINT while waiting for a permit of job; stopped waiting")
 
 	code, out, errOut := runCLI(t, "run", "--redis", s.url, "--slots", "1", "--try", "--verbose", "job", "--", "true")
 	assert.Equal(t, exitBusy, code)
 	assert.Empty(t, out)
-	assert.Contains(t, errOut, "redisleader: all 1 permits of job were held; not running true (--try)")
+	assert.Contains(t, errOut, "redisleader: the permit of job was held; not running true (--try)")
 
 	lines := statusLines(t, s.url, "job")
 	require.Len(t, lines, 2, "%q", lines)
@@ -172,7 +177,9 @@ func TestRunSlotsSignalTryAndStatus(t *testing.T) {
 	assert.Equal(t, markerLine{value: "A", pid: first.pid, event: "term"}, got[1])
 	assert.Equal(t, "B", got[2].value)
 	assert.Equal(t, 128+int(syscall.SIGTERM), a.wait(t))
-	assert.Contains(t, a.stderr.String(), "exited with status 0; resigned")
+	assert.Contains(t, a.stderr.String(), "exited with status 0; released the permit")
+	assert.NotContains(t, a.stderr.String(), "leading")
+	assert.NotContains(t, a.stderr.String(), "resign")
 
 	b.signal(t, syscall.SIGTERM)
 	assert.Equal(t, 128+int(syscall.SIGTERM), b.wait(t))
@@ -197,6 +204,8 @@ func TestRunSlotsPermitLost(t *testing.T) {
 	errOut := p.stderr.String()
 	assert.Contains(t, errOut, "redisleader: the permit of job lost (")
 	assert.Contains(t, errOut, "still runs 300ms after SIGTERM; sending SIGKILL")
+	assert.Contains(t, errOut, "; not holding the permit any more")
+	assert.NotContains(t, errOut, "leading")
 	assert.True(t, processGone(child.pid))
 	assert.Len(t, readMarker(t, s.marker), 1)
 }

@@ -49,6 +49,17 @@ out when nobody leads NAME:
 --json then adds "semaphore":{"limit":3,"holders":[{"value":"host-a:1234",
 "fence":1795000000000007,"ttl_ms":9874},...]}; --check exits 0 while a
 permit is held.
+
+When NAME is a read-write lock (RWLock), its leases follow the same way,
+and how many writers wait (their intents stop new readers):
+
+  rwlock held by 2 readers, 1 writer waiting
+  reader host-a:1234 (fence 1795000000000009, ttl 9.874s)
+  reader - (fence 1795000000000010, ttl 4.12s)
+
+--json then adds "rwlock":{"holders":[{"role":"read","value":"host-a:1234",
+"fence":1795000000000009,"ttl_ms":9874},...],"waiting_writers":1}; --check
+exits 0 while a read or write lease is held.
 Colour is used only when stdout is a terminal and NO_COLOR is not set.
 `,
 	exit: `
@@ -144,11 +155,15 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err == nil {
 		permits, err = c.permits(ctx)
 	}
+	var rw *rwJSON // rwstatus.go: nil when NAME has no read-write lock
+	if err == nil {
+		rw, err = c.rwLock(ctx)
+	}
 	if err != nil {
 		return c.failed(ctx, "", err)
 	}
 	code = exitOK
-	if f.check && !leading && (permits == nil || len(permits.Holders) == 0) {
+	if f.check && !leading && (permits == nil || len(permits.Holders) == 0) && !rw.held() {
 		code = exitNoLeader
 	}
 
@@ -158,7 +173,8 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			Leader     *leaderJSON     `json:"leader"`
 			Candidates []candidateJSON `json:"candidates"`
 			Semaphore  *permitsJSON    `json:"semaphore,omitempty"`
-		}{Name: c.name, Candidates: pref.asJSON(), Semaphore: permits}
+			RWLock     *rwJSON         `json:"rwlock,omitempty"`
+		}{Name: c.name, Candidates: pref.asJSON(), Semaphore: permits, RWLock: rw}
 		if leading {
 			ms := l.TTL.Milliseconds()
 			out.Leader = &leaderJSON{Value: l.Value, Fence: l.Fence, TTLms: &ms}
@@ -170,10 +186,10 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	p := colour(stdout)
-	if leading || permits == nil || len(pref.cands) > 0 { // a semaphore's name alone: its lines only
+	if leading || (permits == nil && rw == nil) || len(pref.cands) > 0 { // a semaphore's or rwlock's name alone: its lines only
 		fmt.Fprintln(stdout, leaderLine(p, l, fmt.Sprintf(", ttl %v", l.TTL.Round(time.Millisecond)), pref))
 	}
-	for _, line := range append(pref.candidateLines(), permits.lines(p)...) {
+	for _, line := range append(append(pref.candidateLines(), permits.lines(p)...), rw.lines(p)...) {
 		fmt.Fprintln(stdout, line)
 	}
 	return code
@@ -251,12 +267,19 @@ func leaderLine(p painter, l redisleader.Leader, extra string, pref preference) 
 func (c *nameCommand) preference(ctx context.Context, l redisleader.Leader) (preference, error) {
 	cands, err := c.election.Candidates(ctx)
 	switch {
-	case redis.HasErrorPrefix(err, "permission denied") || redis.HasErrorPrefix(err, "NOPERM"):
+	case denied(err):
 		return preferenceOf(nil, l), nil
 	case err != nil:
 		return preference{}, err
 	}
 	return preferenceOf(cands, l), nil
+}
+
+// denied reports whether err is Redis refusing the user a command: the
+// library's "permission denied for ..." (docs/operations.md, ACL), or
+// Redis's own NOPERM.
+func denied(err error) bool {
+	return redis.HasErrorPrefix(err, "permission denied") || redis.HasErrorPrefix(err, "NOPERM")
 }
 
 // nameCommand is status, watch or transfer with NAME's election open.

@@ -238,7 +238,9 @@ func (l *Lease) Outcome(res []any, err error) Attempt {
 	if rep.PTTL >= 0 {
 		r.Left = Millis(rep.PTTL) // no TTL (-1): nothing to align with
 	}
-	if rep.Free {
+	if rf, ok := l.Proto.(refuser); ok && !rep.Free {
+		r.Err = rf.refused(rep.Fence, rep.By)
+	} else if rep.Free {
 		r.Err = fmt.Errorf("%w (free, but waiters came first)", ErrLocked)
 	} else {
 		r.Err = fmt.Errorf("%w (fence %d)", ErrLocked, r.Fence)
@@ -267,6 +269,14 @@ type Acquired struct {
 	PTTL     int64 // the holder's PTTL in ms; -1: none or no TTL; 0: not told
 	Ahead    int   // fair: live waiters ahead (0: the head; -2: gave up); -1: not told
 	HeadLeft int64 // fair: ms left on the head waiter's lease
+	// Not taken: the holder's value (never its token).
+	By string
+}
+
+// A refuser words its protocol's refusals (matching ErrLocked) from the
+// holder's fence and value, which the reply names.
+type refuser interface {
+	refused(fence int64, value string) error
 }
 
 // DecodeAcquire decodes res, an acquire script's reply.
@@ -290,7 +300,7 @@ func DecodeAcquire(res []any) (Acquired, error) {
 	}
 	if stored, ok := res[1].(string); ok {
 		h, ok := ParseHolder(stored)
-		r.Fence, r.Foreign = h.Fence, !ok
+		r.Fence, r.Foreign, r.By = h.Fence, !ok, h.Value
 	}
 	if len(res) > 2 {
 		if ms, ok := res[2].(int64); ok && ms >= 0 {

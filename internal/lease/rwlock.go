@@ -114,6 +114,31 @@ func (p *RWProtocol) Shared() {}
 // Write reports whether p acquires the write lease.
 func (p *RWProtocol) Write() bool { return p.A.Marked.(string)[0] == RoleWrite }
 
+// refused words a refusal of p's role by the member of fence and value
+// (its role, then the value it published): who holds the name, or that a
+// writer is waiting (an intent, fence 0), never a token.
+func (p *RWProtocol) refused(fence int64, value string) error {
+	switch {
+	case value == "":
+	case value[0] == RoleIntent && p.Write():
+		return rwRefusal("another writer is waiting")
+	case value[0] == RoleIntent:
+		return rwRefusal("a writer is waiting")
+	case value[0] == RoleWrite:
+		return rwRefusal(fmt.Sprintf("the writer holds it (fence %d)", fence))
+	case value[0] == RoleRead:
+		return rwRefusal(fmt.Sprintf("a reader holds it (fence %d)", fence))
+	}
+	return fmt.Errorf("%w (fence %d)", ErrLocked, fence)
+}
+
+// An rwRefusal is a read-write lock's refusal: it matches ErrLocked,
+// worded by who refused it (RWProtocol.refused).
+type rwRefusal string
+
+func (r rwRefusal) Error() string { return string(r) }
+func (rwRefusal) Unwrap() error   { return ErrLocked }
+
 // RWHoldersCall reads k's members and last fence (sem_holders).
 func RWHoldersCall(k Keys) wire.Call {
 	return wire.Call{Script: SemHoldersRun, Argv: []any{nil, nil, 2, k.Lock, k.Fence}}
