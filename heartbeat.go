@@ -221,14 +221,14 @@ func (s *Session) leasesFrom() time.Time {
 	return from
 }
 
-// goIdle marks the heartbeat idle if the session has nothing to renew
-// (held, with a slot or joined without one) or clean up, so that the next
-// add kicks it; it reports whether it did.
+// goIdle marks the heartbeat idle if the session has nothing to renew or
+// clean up, so that the next add kicks it; it reports whether it did. Locks
+// that joined meanwhile get their slots first: they are held.
 func (s *Session) goIdle() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.hb.settle()
-	if len(s.reg.locks) > 0 || len(s.hb.joined) > 0 || len(s.hb.stale) > 0 {
+	if len(s.reg.locks) > 0 || len(s.hb.stale) > 0 {
 		return false
 	}
 	s.hb.idle = true
