@@ -437,8 +437,8 @@ func (l *Lock) arm(sent, deadline time.Time, fence int64) error {
 	return nil
 }
 
-// add registers an acquired lock (registry.go) with the heartbeat, in a
-// slot of its ring, and wakes the session's fair waiters for its name,
+// add registers an acquired lock (registry.go) with the heartbeat, which
+// gives it a slot of its ring (heartbeatState.settle), and wakes the session's fair waiters for its name,
 // which end with ErrLocked (a session never waits for itself; default-mode
 // waiters hear the acquire's own message). It fails when the session was
 // closed meanwhile; the caller then releases the key.
@@ -452,7 +452,8 @@ func (s *Session) add(l *Lock) error {
 	if _, shared := l.lease.Proto.(interface{ Shared() }); !shared { // a permit is one of several (lease.PermitProtocol)
 		s.reg.names[l.lease.Keys.Name] = l
 	}
-	l.slot = s.hb.ring.Add(l)
+	l.slot = -1 // the heartbeat gives it one (heartbeatState.settle)
+	s.hb.joined = append(s.hb.joined, l)
 	s.hb.wake()
 	s.wakeWaitersLocked(l.lease.Keys.Name)
 	return nil

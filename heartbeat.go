@@ -35,9 +35,16 @@ func (s *Session) heartbeat(ctx context.Context, retry bool) {
 }
 
 // heartbeatState is what the session keeps for its heartbeat. Session.mu
-// guards ring, stale and idle.
+// guards ring, joined, left, stale and idle.
+//
+// Only the heartbeat touches the ring: an acquired lock joins (joined, slot
+// -1) and a released one leaves (left) on their own goroutines, and the
+// heartbeat gives and takes their slots (settle) whenever it reads the
+// ring, so that it reads the ring as if they had at once.
 type heartbeatState struct {
 	ring    ring.Ring[*Lock]    // the slots of the held locks' renewals (internal/ring)
+	joined  []*Lock             // held locks without a slot yet
+	left    []*Lock             // ended locks still in their slot
 	stale   stale.Tokens[*Lock] // ended locks whose token may still be in Redis (stale.go)
 	idle    bool                // the heartbeat sleeps until kicked
 	kick    chan struct{}       // capacity 1: work was added while idle
@@ -104,6 +111,7 @@ func (s *Session) step(ctx context.Context, sc *ring.Schedule[*Lock]) {
 			continue
 		}
 		s.mu.Lock()
+		s.hb.settle()
 		slot, at := sc.NextSlot(&s.hb.ring)
 		s.mu.Unlock()
 		if len(sc.Retries) > 0 && sc.Retries[0].At.Before(at) {
@@ -158,6 +166,7 @@ func (h *Hooks) round(start time.Time, locks, failures int) {
 func (s *Session) endRound(ctx context.Context, sc *ring.Schedule[*Lock]) (going bool) {
 	stale := s.staleLocks()
 	s.mu.Lock()
+	s.hb.settle()
 	next, first := sc.NextRound(&s.hb.ring, s.cfg.RenewInterval, len(stale) > 0)
 	s.mu.Unlock()
 	if len(sc.Retries) == 0 {
@@ -178,7 +187,22 @@ func (s *Session) endRound(ctx context.Context, sc *ring.Schedule[*Lock]) (going
 func (s *Session) slotLocks(i int) []*Lock {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.hb.settle()
 	return s.hb.ring.Members(i)
+}
+
+// settle gives each joined lock its slot and takes each lock that left out
+// of its slot. Session.mu must be held.
+func (h *heartbeatState) settle() {
+	for _, l := range h.left {
+		h.ring.Remove(l, l.slot)
+	}
+	for _, l := range h.joined {
+		l.slot = h.ring.Add(l)
+	}
+	clear(h.left)
+	clear(h.joined)
+	h.left, h.joined = h.left[:0], h.joined[:0]
 }
 
 // leasesFrom is when the earliest lease of the held locks was last sent
@@ -198,10 +222,12 @@ func (s *Session) leasesFrom() time.Time {
 }
 
 // goIdle marks the heartbeat idle if the session has nothing to renew or
-// clean up, so that the next add kicks it; it reports whether it did.
+// clean up, so that the next add kicks it; it reports whether it did. Locks
+// that joined meanwhile get their slots first: they are held.
 func (s *Session) goIdle() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.hb.settle()
 	if len(s.reg.locks) > 0 || len(s.hb.stale) > 0 {
 		return false
 	}

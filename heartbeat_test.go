@@ -550,3 +550,81 @@ func TestFailedSliceRetriedAlone(t *testing.T) {
 		assert.True(t, l.Held(), "%s: %v", l.Key(), l.Err())
 	}
 }
+
+// TestJoinedLocksRenewedInTheirFirstRound: a lock joins the ring on the
+// heartbeat's goroutine, not the acquirer's; one acquired while the
+// heartbeat is idle, and one acquired while its rounds run, are both renewed
+// within their first round, long before their deadline.
+func TestJoinedLocksRenewedInTheirFirstRound(t *testing.T) {
+	_, c := newMini(t)
+	const interval = 200 * time.Millisecond
+	rounds := make(chan struct{}, 1)
+	s := newSession(t, c, WithTTL(3*time.Second), WithRenewInterval(interval),
+		withRoundHook(func(int, bool) {
+			select {
+			case rounds <- struct{}{}:
+			default:
+			}
+		}))
+	renewedInTime := func(name string) {
+		t.Helper()
+		l, err := s.TryLock(context.Background(), name)
+		require.NoError(t, err)
+		l.mu.Lock()
+		acquired, deadline := l.renewed, l.deadline
+		l.mu.Unlock()
+		late := time.NewTimer(time.Until(deadline))
+		defer late.Stop()
+		for {
+			select {
+			case <-rounds:
+			case <-late.C:
+				t.Fatalf("%s: not renewed before its deadline", name)
+			}
+			l.mu.Lock()
+			renewed := l.renewed
+			l.mu.Unlock()
+			if renewed.After(acquired) {
+				assert.Less(t, renewed.Sub(acquired), 2*interval, "%s: first renewed %v after its acquire (interval %v)", name, renewed.Sub(acquired), interval)
+				return
+			}
+		}
+	}
+	renewedInTime("while-idle") // the session's first lock: the heartbeat was idle
+	renewedInTime("mid-round")  // the heartbeat runs rounds for the first
+}
+
+// TestReleasedBeforeHeartbeatLeavesNoSlot: a lock released before the
+// heartbeat gave it a slot leaves none behind, nor does one released after
+// (the heartbeat frees its slot); while a lock waits for its slot the
+// heartbeat does not go idle.
+func TestReleasedBeforeHeartbeatLeavesNoSlot(t *testing.T) {
+	s := &Session{reg: newRegistry(), hb: newHeartbeatState(time.Second, func() {})}
+	lock := func(name string) *Lock {
+		l := &Lock{s: s}
+		l.lease.Keys = lease.NewKeys(name)
+		require.NoError(t, s.add(l))
+		return l
+	}
+	early := lock("early")
+	assert.Equal(t, -1, early.slot, "a lock has a slot before the heartbeat ran")
+	assert.False(t, s.goIdle(), "the heartbeat went idle while a lock waited for its slot")
+	s.remove(early) // before the heartbeat ran
+	assert.Empty(t, s.hb.joined)
+	s.mu.Lock()
+	s.hb.settle()
+	assert.Equal(t, -1, s.hb.ring.Next(0), "a lock released before it had a slot left one behind")
+	s.mu.Unlock()
+
+	slotted := lock("slotted")
+	s.mu.Lock()
+	s.hb.settle() // the heartbeat's next step
+	assert.Equal(t, slotted.slot, s.hb.ring.Next(0), "the joined lock has no slot after the heartbeat's step")
+	s.mu.Unlock()
+	s.remove(slotted)
+	assert.True(t, s.goIdle(), "the heartbeat did not go idle with nothing held")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	assert.Equal(t, -1, s.hb.ring.Next(0), "a released lock kept its slot")
+	assert.Empty(t, s.hb.left)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,7 +30,8 @@ type Lock struct {
 	// nil for a plain lock.
 	lead *leadership
 	// slot is the lock's slot in its session's ring (heartbeat.go) while it
-	// is registered; guarded by the session's mu.
+	// is registered, -1 until the heartbeat gave it one; guarded by the
+	// session's mu.
 	slot int
 
 	mu     sync.Mutex // protects value, timing, ending, delivered(At), lead
@@ -370,13 +372,19 @@ func (l *Lock) endTo(err error, heir string) bool {
 }
 
 // remove takes an ended lock out of the session's registry (registry.go)
-// and its slot of the heartbeat's ring, if it was held.
+// and, if it was held, out of the heartbeat's joined locks, or leaves its
+// slot for the heartbeat to free (heartbeatState.settle).
 func (s *Session) remove(l *Lock) {
 	name := l.lease.Keys.Name
 	s.mu.Lock()
 	if _, held := s.reg.locks[l]; held {
 		delete(s.reg.locks, l)
-		s.hb.ring.Remove(l, l.slot)
+		if l.slot < 0 { // joined, never slotted
+			i := slices.Index(s.hb.joined, l)
+			s.hb.joined = slices.Delete(s.hb.joined, i, i+1)
+		} else {
+			s.hb.left = append(s.hb.left, l) // the heartbeat frees its slot
+		}
 	}
 	if s.reg.names[name] == l {
 		delete(s.reg.names, name)

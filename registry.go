@@ -1,9 +1,9 @@
 package redisleader
 
 // registry.go: what a session holds and waits for. A lock joins it where it
-// is armed (Session.add, acquire.go), with its slot in the heartbeat's ring
-// (internal/ring), and leaves it where it ends (Session.remove, lock.go),
-// both under Session.mu.
+// is armed (Session.add, acquire.go), where the heartbeat gives it its slot
+// in its ring (internal/ring) later, and leaves it where it ends
+// (Session.remove, lock.go), both under Session.mu.
 
 // registry is what a session holds and waits for: the held locks (by
 // identity and by name), the leaderships Election.Run releases itself, and
