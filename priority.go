@@ -111,13 +111,6 @@ func (a *acquisition) withdraw(ctx context.Context) {
 	s.bestEffortCleanup(ctx, func(ctx context.Context) { c.args.Withdraw(ctx, s.wire.Combiner()) })
 }
 
-// candidate returns l's candidacy, or nil.
-func (l *Lock) candidate() *candidacy {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.candidateLocked()
-}
-
 func (l *Lock) candidateLocked() *candidacy {
 	if l.lead == nil {
 		return nil

@@ -603,17 +603,6 @@ type tenure struct {
 	run   bool            // held by Election.Run, which releases it once onElected has returned
 }
 
-// over reports whether the term has ended, or its lease's local deadline
-// has passed (Lock.Held: also when the renewals' timer is late).
-func (t *tenure) over() bool {
-	select {
-	case <-t.ended:
-		return true
-	default:
-		return !t.lead.Held()
-	}
-}
-
 // termOutcome is how a term went.
 type termOutcome struct {
 	started    time.Time
