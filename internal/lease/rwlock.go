@@ -97,15 +97,11 @@ func (p *RWProtocol) AcquireCall(l *Lease) wire.Call {
 }
 
 // RenewCall is sem_renew of l's member.
-func (p *RWProtocol) RenewCall(l *Lease) wire.Call {
-	return wire.Call{Script: SemRenewRun, Argv: []any{nil, nil, 1, l.Args.Lock, l.Args.Token, l.Fence, p.A.Marked, l.Args.TTL}}
-}
+func (p *RWProtocol) RenewCall(l *Lease) wire.Call { return memberRenew(l, p.A.Marked) }
 
 // ReleaseCall is sem_release of l's member (fence 0: of any member of l's
 // token, an intent too): a read or write lease has no heir.
-func (p *RWProtocol) ReleaseCall(l *Lease, _ string) wire.Call {
-	return wire.Call{Script: SemReleaseRun, Argv: []any{nil, nil, 1, l.Args.Lock, l.Args.Token, l.Fence, p.A.Marked}}
-}
+func (p *RWProtocol) ReleaseCall(l *Lease, _ string) wire.Call { return memberRelease(l, p.A.Marked) }
 
 // Shared says that a read lease shares its name with others: the root's
 // registry never files one as the name's only holder.

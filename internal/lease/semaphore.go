@@ -100,13 +100,22 @@ func (p *PermitProtocol) AcquireCall(l *Lease) wire.Call {
 }
 
 // RenewCall is sem_renew of l's member.
-func (p *PermitProtocol) RenewCall(l *Lease) wire.Call {
-	return wire.Call{Script: SemRenewRun, Argv: []any{nil, nil, 1, l.Args.Lock, l.Args.Token, l.Fence, l.Args.Value, l.Args.TTL}}
-}
+func (p *PermitProtocol) RenewCall(l *Lease) wire.Call { return memberRenew(l, l.Args.Value) }
 
 // ReleaseCall is sem_release of l's member: a permit has no heir.
 func (p *PermitProtocol) ReleaseCall(l *Lease, _ string) wire.Call {
-	return wire.Call{Script: SemReleaseRun, Argv: []any{nil, nil, 1, l.Args.Lock, l.Args.Token, l.Fence, l.Args.Value}}
+	return memberRelease(l, l.Args.Value)
+}
+
+// memberRenew and memberRelease are sem_renew and sem_release of l's
+// member in a sorted set of leases, whose last part is v (a permit's
+// value; a read-write lease's role and value).
+func memberRenew(l *Lease, v any) wire.Call {
+	return wire.Call{Script: SemRenewRun, Argv: []any{nil, nil, 1, l.Args.Lock, l.Args.Token, l.Fence, v, l.Args.TTL}}
+}
+
+func memberRelease(l *Lease, v any) wire.Call {
+	return wire.Call{Script: SemReleaseRun, Argv: []any{nil, nil, 1, l.Args.Lock, l.Args.Token, l.Fence, v}}
 }
 
 // Shared says that a permit shares its name with others: a session may
