@@ -63,8 +63,7 @@ func newSideActors(h *harness, kind string, child func(i, n int) (string, []stri
 // keys) runs on set, running hold until the run ends.
 func (s *sideActors) inProcess(who, set string, keys int, hold func(ctx context.Context, c *candidate)) {
 	side(s.h.t, who, &s.rec)
-	c := s.h.candidate(who, nil)
-	c.client.AddHook(triedHook{who: who, set: set, keys: keys, emit: s.h.add})
+	c := s.h.candidate(who, nil).recordTries(set, keys)
 	s.cs = append(s.cs, c)
 	wgGo(&s.wg, func() { hold(s.ctx, c) })
 }

@@ -360,6 +360,15 @@ func (h *harness) candidateOn(srvs []*redisserver.Server, who string, cfg func(*
 	return c
 }
 
+// recordTries reports, as history.Tried, c's acquire attempts on set (a
+// script of keys keys: triedHook): the lower bound of a grant whose reply
+// was lost and whose retry, with the same token, confirmed it with the
+// fence of that first grant.
+func (c *candidate) recordTries(set string, keys int) *candidate {
+	c.client.AddHook(triedHook{who: c.who, set: set, keys: keys, emit: c.h.add})
+	return c
+}
+
 func (c *candidate) redisOptions(addr string) *redis.Options {
 	o := &redis.Options{
 		Addr: addr, ContextTimeoutEnabled: true,

@@ -38,11 +38,11 @@ func TestScenarioRWLock(t *testing.T) {
 	waits := &rwWaits{}
 	var wg sync.WaitGroup
 	for i := range readers {
-		c := h.candidate(fmt.Sprintf("R%d", i), nil)
+		c := h.candidate(fmt.Sprintf("R%d", i), nil).recordTries(h.key+":rw", 2)
 		wgGo(&wg, func() { c.holdRW(ctx, h.name, false, crash, nil) })
 	}
 	for i := range writers {
-		c := h.candidate(fmt.Sprintf("W%d", i), nil)
+		c := h.candidate(fmt.Sprintf("W%d", i), nil).recordTries(h.key+":rw", 2)
 		wgGo(&wg, func() { c.holdRW(ctx, h.name, true, crash, waits) })
 	}
 	<-time.After(3 * time.Second)

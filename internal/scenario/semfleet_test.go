@@ -343,11 +343,10 @@ type triedHook struct {
 	emit     func(history.Event)
 }
 
-// seen reports cmd, sent at sent, if it was such an attempt: an EVALSHA or
-// EVAL with t's keys, the first the set; ARGV[1], the token, follows them.
+// seen reports cmd, sent at sent, if it was such an attempt; ARGV[1], the
+// token, follows the keys.
 func (t triedHook) seen(cmd redis.Cmder, sent int64) {
-	args, keys := cmd.Args(), cmp.Or(t.keys, 3)
-	if (cmd.Name() != "evalsha" && cmd.Name() != "eval") || len(args) < 4+keys || fmt.Sprint(args[2]) != strconv.Itoa(keys) || args[3] != t.set {
+	if !t.attempt(cmd) {
 		return
 	}
 	if c, ok := cmd.(*redis.Cmd); ok && cmd.Err() == nil {
@@ -355,7 +354,14 @@ func (t triedHook) seen(cmd redis.Cmder, sent int64) {
 			return // denied: the token was not granted by this attempt
 		}
 	}
-	t.emit(history.Event{Mono: history.Now(), Who: t.who, Kind: history.Tried, Token: fmt.Sprint(args[3+keys]), Sent: sent})
+	t.emit(history.Event{Mono: history.Now(), Who: t.who, Kind: history.Tried, Token: fmt.Sprint(cmd.Args()[3+cmp.Or(t.keys, 3)]), Sent: sent})
+}
+
+// attempt reports whether cmd is an acquire attempt on t's set: an EVALSHA
+// or EVAL with t's keys, the first the set.
+func (t triedHook) attempt(cmd redis.Cmder) bool {
+	args, keys := cmd.Args(), cmp.Or(t.keys, 3)
+	return (cmd.Name() == "evalsha" || cmd.Name() == "eval") && len(args) >= 4+keys && fmt.Sprint(args[2]) == strconv.Itoa(keys) && args[3] == t.set
 }
 
 func (t triedHook) DialHook(next redis.DialHook) redis.DialHook { return next }
