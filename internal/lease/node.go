@@ -469,8 +469,6 @@ func DecodeRelease(cmd *redis.Cmd) Deleted {
 	return Deleted{Missing: err == nil && n == 0, Err: err, Retry: err != nil}
 }
 
-// Inspect reads who holds k's name on this server, in one call: the
-// reply, with a Transfer's reservation judged (Inspected.Reserved).
 // Proclaim stores value as l's value, keeping token, fence and TTL, as the
 // seq'th Proclaim of l's term (lua/proclaim.lua), bounded by deadline; it
 // reports whether the key still held l's token, and ErrSuperseded when a
@@ -490,6 +488,8 @@ func (n *Node) Proclaim(ctx context.Context, l *Lease, seq int64, value string, 
 // sequence.
 var ErrSuperseded = errors.New("redisleader: a later Proclaim of this leadership is stored already; this one wrote nothing")
 
+// Inspect reads who holds k's name on this server, in one call: the
+// reply, with a Transfer's reservation judged (Inspected.Reserved).
 func (n *Node) Inspect(ctx context.Context, k Keys) (Inspected, error) {
 	return DecodeInspect(n.T.Combiner().Call(ctx, time.Time{}, InspectRun, InspectArgs(k.Lock)))
 }
