@@ -346,9 +346,10 @@ func (n *Node) Renew(ctx context.Context, leases []*Lease, deadline time.Time) [
 // renewLeasesAlone sends again, in one more round trip that ends with the
 // first (until), as Plain's, the renewals among calls (whose replies are
 // cmds, of leases) that Redis refused for their candidate keys
-// (candidateKeysRefused), and puts the new replies in cmds. The lease is the fact and the candidates a hint: a
-// leader with a priority keeps every lease a plain leader keeps; enlisting
-// it and hearing of a better candidate wait for a later renewal.
+// (candidateKeysRefused), and puts the new replies in cmds. The lease is
+// the fact and the candidates a hint: a leader with a priority keeps every
+// lease a plain leader keeps; enlisting it and hearing of a better
+// candidate wait for a later renewal.
 func (n *Node) renewLeasesAlone(ctx context.Context, until time.Time, leases []*Lease, calls []wire.Call, cmds []*redis.Cmd) {
 	var again []int
 	for i, cl := range calls {
