@@ -303,22 +303,6 @@ func (l *Lock) emitLocked(kind string, now time.Time, wait time.Duration) {
 	}
 }
 
-// extend moves the deadline after a successful renewal sent at sent. A reply
-// that arrives after the deadline is ignored: ownership never resurrects.
-func (l *Lock) extend(sent time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if l.err != nil || !now.Before(l.deadline) {
-		l.emitLocked(probe.Ignored, now, 0)
-		return
-	}
-	if d := sent.Add(l.s.cfg.Validity); d.After(l.deadline) {
-		l.deadline, l.renewed = d, sent
-	}
-	l.emitLocked(probe.Renewed, now, 0)
-}
-
 // onDeadline runs on the deadline timer. If a renewal moved the deadline it
 // re-arms; otherwise the lock is lost with ErrExpired.
 func (l *Lock) onDeadline() {

@@ -331,10 +331,8 @@ func (n *Node) Renew(ctx context.Context, leases []*Lease, deadline time.Time) [
 	for _, l := range leases {
 		calls = append(calls, l.Proto.RenewCall(l))
 	}
-	callCtx := n.T.Bound(ctx, deadline)
-	defer wire.Unbind(callCtx)
-	cmds, ackErr := wire.RunCalls(callCtx, n.C, calls, n.Acks, nil)
-	n.renewLeasesAlone(callCtx, leases, calls, cmds)
+	cmds, until, ackErr := n.T.RunCallsBound(ctx, deadline, n.C, calls, n.Acks)
+	n.renewLeasesAlone(ctx, until, leases, calls, cmds)
 	out := make([]Renewal, len(cmds))
 	for i, cmd := range cmds {
 		out[i] = DecodeRenew(cmd)
@@ -345,13 +343,14 @@ func (n *Node) Renew(ctx context.Context, leases []*Lease, deadline time.Time) [
 	return out
 }
 
-// renewLeasesAlone sends again, in one more round trip, as Plain's, the
-// renewals among calls (whose replies are cmds, of leases) that Redis
-// refused for their candidate keys (candidateKeysRefused), and puts the
-// new replies in cmds. The lease is the fact and the candidates a hint: a
-// leader with a priority keeps every lease a plain leader keeps; enlisting
-// it and hearing of a better candidate wait for a later renewal.
-func (n *Node) renewLeasesAlone(ctx context.Context, leases []*Lease, calls []wire.Call, cmds []*redis.Cmd) {
+// renewLeasesAlone sends again, in one more round trip that ends with the
+// first (until), as Plain's, the renewals among calls (whose replies are
+// cmds, of leases) that Redis refused for their candidate keys
+// (candidateKeysRefused), and puts the new replies in cmds. The lease is
+// the fact and the candidates a hint: a leader with a priority keeps every
+// lease a plain leader keeps; enlisting it and hearing of a better
+// candidate wait for a later renewal.
+func (n *Node) renewLeasesAlone(ctx context.Context, until time.Time, leases []*Lease, calls []wire.Call, cmds []*redis.Cmd) {
 	var again []int
 	for i, cl := range calls {
 		if cl.Script != PreferRenewRun || !candidateKeysRefused(cmds[i].Err()) {
@@ -372,7 +371,7 @@ func (n *Node) renewLeasesAlone(ctx context.Context, leases []*Lease, calls []wi
 	for j, i := range again {
 		alone[j] = Plain{}.RenewCall(leases[i])
 	}
-	replies, ackErr := wire.RunCalls(ctx, n.C, alone, n.Acks, nil)
+	replies, _, ackErr := n.T.RunCallsBound(ctx, until, n.C, alone, n.Acks)
 	for j, i := range again {
 		if ackErr != nil && replies[j].Err() == nil {
 			replies[j].SetErr(ackErr) // not acknowledged: it does not count
