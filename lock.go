@@ -285,8 +285,8 @@ var hookEpoch = time.Now()
 // it was handed over, Lost or Released with l.err as the cause). l.mu must
 // be held.
 func (l *Lock) emitLocked(kind string, now time.Time, wait time.Duration) {
-	if l.delivered && probe.On() {
-		probe.Emit(probe.Event{Kind: kind, Name: l.lease.Keys.Name, Value: l.value, Token: l.lease.Token, Fence: l.lease.Fence,
+	if f := probe.Hook.Load(); f != nil && l.delivered {
+		(*f)(probe.Event{Kind: kind, Name: l.lease.Keys.Name, Value: l.value, Token: l.lease.Token, Fence: l.lease.Fence,
 			At: now, Sent: l.renewed, Deadline: l.deadline, Reason: l.err})
 	}
 	switch h := &l.s.cfg.hooks; {
