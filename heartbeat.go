@@ -278,14 +278,15 @@ func (l *Lock) extend(sent time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := time.Now()
-	kind := probe.Ignored
-	if l.err == nil && now.Before(l.deadline) {
-		kind = probe.Renewed
-		if d := sent.Add(l.s.cfg.Validity); d.After(l.deadline) {
-			l.deadline, l.renewed = d, sent
-		}
+	live := l.err == nil && now.Before(l.deadline)
+	if d := sent.Add(l.s.cfg.Validity); live && d.After(l.deadline) {
+		l.deadline, l.renewed = d, sent
 	}
 	if l.delivered && probe.Hook.Load() != nil {
+		kind := probe.Ignored
+		if live {
+			kind = probe.Renewed
+		}
 		l.emitLocked(kind, now, 0)
 	}
 }
