@@ -212,3 +212,35 @@ func (h *harness) summarize(line func(pass bool) string) {
 	lines.all = append(lines.all, l)
 	lines.Unlock()
 }
+
+// TestRWWaitsBoundPerCrash: a writer's wait is held to rwWriterBound when at
+// most one holder crashed from a TTL before it to its end, and to a TTL
+// more per further crash (R1 failed CI's rehearsal with a 1.98 s wait, two
+// crashed leases in a row); a crash long before the wait, or after it,
+// does not count, and a wait beyond its bound is the one reported.
+func TestRWWaitsBoundPerCrash(t *testing.T) {
+	at := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return at.Add(time.Duration(n) * time.Millisecond) }
+	for _, tc := range []struct {
+		name      string
+		crashes   []int // ms
+		wait      [2]int
+		wantBound time.Duration
+	}{
+		{"none", nil, [2]int{0, 900}, rwWriterBound},
+		{"one", []int{-200}, [2]int{0, 1200}, rwWriterBound},
+		{"two", []int{-200, 900}, [2]int{0, 1980}, rwWriterBound + ttl},
+		{"before-and-after", []int{-1500, 2500}, [2]int{0, 1980}, rwWriterBound},
+	} {
+		w := &rwWaits{}
+		for _, c := range tc.crashes {
+			w.crashed(ms(c))
+		}
+		w.add(ms(tc.wait[0]), ms(tc.wait[1]))
+		w.add(ms(5000), ms(5100)) // a short wait, within any bound
+		worst, bound, n := w.worst()
+		if n != 2 || bound != tc.wantBound || worst != ms(tc.wait[1]).Sub(ms(tc.wait[0])) {
+			t.Errorf("%s: worst %v, bound %v, n %d; want %v, %v, 2", tc.name, worst, bound, n, ms(tc.wait[1]).Sub(ms(tc.wait[0])), tc.wantBound)
+		}
+	}
+}
