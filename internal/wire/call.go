@@ -214,15 +214,21 @@ func ErrCmd(ctx context.Context, argv []any, err error) *redis.Cmd {
 func (s *Script) RunAll(ctx context.Context, c Client, argvs [][]any, acks Acks) ([]*redis.Cmd, error) {
 	calls := make([]Call, len(argvs))
 	for i, argv := range argvs {
-		calls[i] = Call{s, argv}
+		calls[i] = Call{Script: s, Argv: argv}
 	}
 	return RunCalls(ctx, c, calls, acks, nil)
 }
 
-// Call is one script call of a pipeline: the script and its argument vector.
+// Call is one script call of a pipeline: the script and its argument
+// vector; or, with Native, the same call in the server's own commands.
 type Call struct {
 	Script *Script
-	Argv   []any
+	Argv   []any // also with Native: its key (KeyOf) places the call
+	// Native, if not nil, is sent in place of the script, as they are: its
+	// last command is the call's (RunCalls returns it), and the caller reads
+	// the others' replies itself. Neither a NOSCRIPT re-send nor denied's
+	// rewording applies to them: the caller judges their errors.
+	Native []*redis.Cmd
 }
 
 // RunCalls executes every call in one round trip (a pipeline), and re-sends
@@ -235,7 +241,7 @@ type Call struct {
 // master (byNode), and ready, if not nil, is told each master's calls as
 // soon as their commands are final.
 func RunCalls(ctx context.Context, c Client, calls []Call, acks Acks, ready func(idx []int, cmds []*redis.Cmd)) ([]*redis.Cmd, error) {
-	if len(calls) == 1 && acks.N == 0 {
+	if len(calls) == 1 && acks.N == 0 && calls[0].Native == nil {
 		return []*redis.Cmd{calls[0].Script.Run(ctx, c, calls[0].Argv)}, nil
 	}
 	cmds := make([]*redis.Cmd, len(calls))

@@ -19,6 +19,13 @@ import (
 func runPipeline(ctx context.Context, c Client, calls []Call, cmds []*redis.Cmd, acks Acks) error {
 	pipe := c.Pipeline()
 	for i, cl := range calls {
+		if cl.Native != nil {
+			for _, cmd := range cl.Native {
+				_ = pipe.Process(ctx, cmd)
+			}
+			cmds[i] = cl.Native[len(cl.Native)-1]
+			continue
+		}
 		cl.Argv[0], cl.Argv[1] = "evalsha", cl.Script.sha
 		cmds[i] = redis.NewCmd(ctx, cl.Argv...)
 		_ = pipe.Process(ctx, cmds[i])
@@ -32,7 +39,7 @@ func runPipeline(ctx context.Context, c Client, calls []Call, cmds []*redis.Cmd,
 		retried []*redis.Cmd
 	)
 	for i, cl := range calls {
-		if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if err := cmds[i].Err(); err != nil && cl.Native == nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			if retry == nil {
 				retry = c.Pipeline()
 			}
@@ -48,7 +55,9 @@ func runPipeline(ctx context.Context, c Client, calls []Call, cmds []*redis.Cmd,
 		failUnsent(retried, ExecPipeline(ctx, retry))
 	}
 	for i, cl := range calls {
-		denied(cmds[i], cl.Argv)
+		if cl.Native == nil {
+			denied(cmds[i], cl.Argv)
+		}
 	}
 	return acks.check(wait, wait2)
 }

@@ -230,7 +230,7 @@ func (c *Combiner) sendBatch(batch []*pending, calls []Call) []Call {
 		if p.until.After(until) {
 			until = p.until
 		}
-		calls = append(calls, Call{p.s, p.argv})
+		calls = append(calls, Call{Script: p.s, Argv: p.argv})
 	}
 	ctx := &boundCtx{Context: context.Background(), deadline: until, states: &c.t.dones}
 	var (
