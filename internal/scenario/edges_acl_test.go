@@ -16,7 +16,7 @@ import (
 
 // aclRule is the README's least-privilege user (section "ACL").
 const aclRule = "on >secret resetkeys resetchannels ~redisleader:* &redisleader:* -@all " +
-	"+evalsha +eval +get +set +pexpire +pttl +time +del +publish +subscribe +unsubscribe +ping +config|get +info"
+	"+evalsha +eval +get +set +pexpire +pttl +time +del +publish +subscribe +unsubscribe +ping +multi +exec +config|get +info"
 
 // setUser applies ACL rules to a user through the harness's admin client.
 func (h *harness) setUser(name, rules string) {

@@ -1,0 +1,286 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redisleader/redisleader/internal/wire"
+)
+
+// native.go: a plain lease's renewal and release in the server's own
+// commands, where the server has them; the scripts (lua/renew.lua,
+// lua/release.lua) stay the contract and the fallback. A renewal is
+// SET lock v IFEQ v PX ttl (Valkey 8.1, Redis 8.4), where v is the whole
+// value Redis holds for the lease, "<token>\n<fence>\n<value>" (Held); a
+// release is MULTI, DELIFEQ lock v (Valkey 9.0) or DELEX lock IFEQ v
+// (Redis 8.4, Valkey 9.2), PUBLISH <lock>:ch R, EXEC: the delete and its
+// wake-up stay atomic. The reply contract is the script's: a renewal that
+// finds another value is "not owner" (0), a release deletes (1) or finds
+// the key missing or another's (0). Unlike release.lua, the transaction
+// publishes "R" also when it deleted nothing; whoever hears it reads the
+// key again.
+//
+// Whether the server has a command is learnt from its own reply, never
+// from a version string (Valkey 8 reports redis_version 7.2.4), and kept
+// per node (Native): while unknown, a call goes native; "unknown command",
+// "syntax error" (SET without IFEQ), "unknown subcommand" or a NOPERM for
+// the command (a user whose ACL predates it) turns it off for the node,
+// and that same call is sent again at once as the script, so its caller
+// never sees the probe's error; any other reply turns it on. A nil reply
+// is "not owner" only if the lease's Held did not change while the call
+// was out (a Proclaim in flight may have stored a new value first): else
+// the script, which compares the token alone, says. A lease without a
+// known value (not acquired, Leftover, a Proclaim's outcome unknown), a
+// lease of another protocol, a hand-off and a Cluster client's release
+// take the scripts.
+
+// A command's state on a node.
+const (
+	capUnknown int32 = iota // not asked yet: the next call asks
+	capYes                  // the server answered it
+	capNo                   // it did not know it or refused it: scripts only
+)
+
+// Native is what one node learnt of the server's native commands, one
+// state each (capUnknown, capYes, capNo), read and written atomically.
+// Its zero value knows nothing. On a Cluster client it is the client's,
+// and a node of the cluster that lacks a command turns it off for all.
+type Native struct {
+	ifeq    atomic.Int32 // SET ... IFEQ
+	delifeq atomic.Int32 // DELIFEQ
+	delex   atomic.Int32 // DELEX ... IFEQ
+	cluster atomic.Int32 // capYes: the client is a Cluster's, whose MULTI go-redis does not keep on one node
+}
+
+// Has reports what the node learnt of cmd ("ifeq", "delifeq" or "delex"):
+// known is false until a reply said; has is true if it is used.
+func (nv *Native) Has(cmd string) (has, known bool) {
+	s := nv.state(cmd).Load()
+	return s == capYes, s != capUnknown
+}
+
+// Off turns every native command off: the scripts only (a benchmark
+// comparing the two paths on one server).
+func (nv *Native) Off() {
+	for _, c := range []*atomic.Int32{&nv.ifeq, &nv.delifeq, &nv.delex} {
+		c.Store(capNo)
+	}
+}
+
+func (nv *Native) state(cmd string) *atomic.Int32 {
+	switch cmd {
+	case "ifeq":
+		return &nv.ifeq
+	case "delifeq":
+		return &nv.delifeq
+	}
+	return &nv.delex
+}
+
+// unsupported reports whether err, a native command's, says the server
+// does not have it or this user may not run it.
+func unsupported(err error) bool {
+	return err != nil && (redis.HasErrorPrefix(err, "unknown command") || redis.HasErrorPrefix(err, "syntax error") ||
+		redis.HasErrorPrefix(err, "unknown subcommand") || redis.HasErrorPrefix(err, "NOPERM"))
+}
+
+// A Held is the value Redis holds for a lease, boxed once; v is nil while
+// it is not known (a Proclaim's outcome is unknown). Every change is a new
+// Held, so a call can tell whether the lease's changed while it was out.
+type Held struct{ v any }
+
+// held returns l's Held, made from its token, fence and value the first
+// time; nil if l has none (no fence yet).
+func (l *Lease) held() *Held {
+	if h := l.hold.Load(); h != nil {
+		return h
+	}
+	if l.Fence == 0 {
+		return nil
+	}
+	value, _ := l.Args.Value.(string)
+	l.hold.CompareAndSwap(nil, l.heldFor(value))
+	return l.hold.Load()
+}
+
+// heldFor is the Held of l storing value.
+func (l *Lease) heldFor(value string) *Held {
+	return &Held{v: l.Token + "\n" + strconv.FormatInt(l.Fence, 10) + "\n" + value}
+}
+
+// native returns the value a native call of l compares with, or nil when
+// l takes the scripts.
+func (l *Lease) native() *Held {
+	if _, plain := l.Proto.(Plain); !plain || l.Leftover {
+		return nil
+	}
+	if h := l.held(); h != nil && h.v != nil {
+		return h
+	}
+	return nil
+}
+
+var multiArgs, execArgs = []any{"multi"}, []any{"exec"}
+
+// nativeRenew makes cl, l's renewal, native if it can be; it returns the
+// Held it compares with (nil: the script).
+func (n *Node) nativeRenew(ctx context.Context, l *Lease, cl *wire.Call) *Held {
+	if n.Native.ifeq.Load() == capNo {
+		return nil
+	}
+	h := l.native()
+	if h == nil {
+		return nil
+	}
+	cl.Native = []*redis.Cmd{redis.NewCmd(ctx, "set", l.Args.Lock, h.v, "ifeq", h.v, "px", l.Args.TTL)}
+	return h
+}
+
+// releaseHeld returns the value the native release of r compares with, or
+// nil when r takes the script.
+func (n *Node) releaseHeld(r Ending) *Held {
+	if n.Native.delifeq.Load() == capNo && n.Native.delex.Load() == capNo || r.Heir != "" || n.isCluster() {
+		return nil
+	}
+	return r.Lease.native()
+}
+
+// nativeRelease makes cl, the release of r, native if it can be; it
+// returns the Held it compares with (nil: the script).
+func (n *Node) nativeRelease(ctx context.Context, r Ending, cl *wire.Call) *Held {
+	h := n.releaseHeld(r)
+	if h == nil {
+		return nil
+	}
+	var del *redis.Cmd
+	if n.Native.delifeq.Load() != capNo {
+		del = redis.NewCmd(ctx, "delifeq", r.Lease.Args.Lock, h.v)
+	} else {
+		del = redis.NewCmd(ctx, "delex", r.Lease.Args.Lock, "ifeq", h.v)
+	}
+	cl.Native = []*redis.Cmd{redis.NewCmd(ctx, multiArgs...), del,
+		redis.NewCmd(ctx, "publish", r.Lease.Keys.Channel, "R"), redis.NewCmd(ctx, execArgs...)}
+	return h
+}
+
+// scriptsAgain appends to idx and again, as scripts, the native calls
+// among calls (those with a Held in held) that judge says are to be sent
+// again so.
+func scriptsAgain(held []*Held, calls []wire.Call, judge func(i int) bool, idx []int, again []wire.Call) ([]int, []wire.Call) {
+	for i, h := range held {
+		if h != nil && judge(i) {
+			calls[i].Native = nil // the script, with the same vector
+			idx, again = append(idx, i), append(again, calls[i])
+		}
+	}
+	return idx, again
+}
+
+// isCluster reports whether n's client is a Cluster's, asked once.
+func (n *Node) isCluster() bool {
+	s := n.Native.cluster.Load()
+	if s == capUnknown {
+		s = capNo
+		if wire.ClusterOf(n.C) != nil {
+			s = capYes
+		}
+		n.Native.cluster.Store(s)
+	}
+	return s == capYes
+}
+
+// judgeRenew reads the reply of l's native renewal cl, which compared with
+// h, into the script's (1 renewed, 0 not owner) in place, learning from it;
+// again: the server did not take it, or a nil reply is ambiguous, so the
+// script is to be sent instead.
+func (n *Node) judgeRenew(l *Lease, cl wire.Call, h *Held) (again bool) {
+	cmd := cl.Native[0]
+	err := cmd.Err()
+	switch {
+	case unsupported(err):
+		n.Native.ifeq.Store(capNo)
+		return true
+	case err == nil:
+		cmd.SetVal(int64(1))
+	case errors.Is(err, redis.Nil):
+		if l.hold.Load() != h {
+			return true
+		}
+		cmd.SetErr(nil)
+		cmd.SetVal(int64(0))
+	default:
+		return false // as the script's error: failed, retried
+	}
+	n.Native.ifeq.Store(capYes)
+	return false
+}
+
+// judgeRelease reads the replies of l's native release cl (MULTI, the
+// delete, PUBLISH, EXEC), which compared with h, into the script's reply
+// in EXEC's command (1 deleted, 0 missing or another's), learning from
+// them; again: the script is to be sent instead.
+func (n *Node) judgeRelease(l *Lease, cl wire.Call, h *Held) (again bool) {
+	multi, del, pub, exec := cl.Native[0], cl.Native[1], cl.Native[2], cl.Native[3]
+	c := n.Native.state(del.Args()[0].(string))
+	switch {
+	case unsupported(del.Err()):
+		// Nothing was deleted: the transaction was discarded (or MULTI
+		// refused, below). A server that ran the rest (miniredis) only
+		// published a spurious wake-up.
+		c.Store(capNo)
+		return true
+	case exec.Err() == nil:
+		c.Store(capYes)
+		return n.execDeleted(l, exec, h)
+	case isRedisError(multi.Err()):
+		// MULTI refused (an ACL without it): the delete ran on its own. Its
+		// reply is the outcome; later releases take the script, atomic.
+		n.Native.delifeq.Store(capNo)
+		n.Native.delex.Store(capNo)
+		if del.Err() != nil {
+			return true
+		}
+		exec.SetErr(nil)
+		exec.SetVal(del.Val())
+		return false
+	case isRedisError(pub.Err()):
+		return true // the channel denied: nothing ran, and the script names the denial
+	}
+	return false // EXEC's error is the release's: failed, retried
+}
+
+// execDeleted reads EXEC's reply, {deleted, subscribers}, into the
+// delete's (again as judgeRelease).
+func (n *Node) execDeleted(l *Lease, exec *redis.Cmd, h *Held) (again bool) {
+	res, _ := exec.Val().([]any)
+	if len(res) != 2 {
+		exec.SetErr(errors.New("redisleader: unexpected reply to a release's EXEC"))
+		return false
+	}
+	if err, ok := res[0].(error); ok {
+		exec.SetErr(err)
+		return false
+	}
+	deleted, _ := res[0].(int64)
+	if deleted == 0 && l.hold.Load() != h {
+		return true
+	}
+	exec.SetVal(deleted)
+	return false
+}
+
+// isRedisError reports whether err is a reply of the server (not a
+// connection's or a context's error).
+func isRedisError(err error) bool {
+	var re redis.Error
+	return err != nil && !errors.Is(err, redis.Nil) && errors.As(err, &re)
+}
+
+// proclaiming marks l's value unknown while a Proclaim of it is out;
+// proclaimed records value once Redis stored it.
+func (l *Lease) proclaiming()            { l.hold.Store(&Held{}) }
+func (l *Lease) proclaimed(value string) { l.hold.Store(l.heldFor(value)) }

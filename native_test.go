@@ -1,0 +1,352 @@
+package redisleader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisleader/redisleader/internal/lease"
+	"github.com/redisleader/redisleader/internal/redisserver"
+)
+
+// A plain lock's renewal and release in the server's own commands where
+// the server has them (internal/lease/native.go): each path's reply
+// contract on whatever server runs the tests (REDIS_SERVER), the path
+// taken asserted where the server has or lacks the commands, which the
+// test learns by asking the server (probeNatives), never from its version.
+
+// natives is what a server answered to the native commands.
+type natives struct{ ifeq, delifeq, delex bool }
+
+// probeNatives asks the server behind c for each native command: SET …
+// IFEQ on a key of its own (false on a Cluster node that does not serve
+// it), the deletes by COMMAND INFO (nil for a command it lacks).
+func probeNatives(t testing.TB, c *redis.Client) natives {
+	t.Helper()
+	ctx := context.Background()
+	const k = "probe:native"
+	info, err := c.Do(ctx, "command", "info", "delifeq", "delex").Slice()
+	require.NoError(t, err)
+	require.Len(t, info, 2)
+	err = c.Do(ctx, "set", k, "v", "ifeq", "v").Err() // nil: the key is missing
+	return natives{
+		ifeq:    err == nil || errors.Is(err, redis.Nil),
+		delifeq: info[0] != nil,
+		delex:   info[1] != nil,
+	}
+}
+
+// nativeOf is what s's node learnt of the native commands.
+func nativeOf(s *Session) *lease.Native { return &s.place.(*node).Native }
+
+// cmdLog records the commands a client sends, by cmdName.
+type cmdLog struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (g *cmdLog) add(name string) {
+	g.mu.Lock()
+	g.names = append(g.names, name)
+	g.mu.Unlock()
+}
+
+// count is how many commands named name were sent.
+func (g *cmdLog) count(name string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, s := range g.names {
+		if s == name {
+			n++
+		}
+	}
+	return n
+}
+
+// hook records every command before it is sent.
+func (g *cmdLog) hook() testHook {
+	return beforeHook(func(cmds ...redis.Cmder) {
+		for _, c := range cmds {
+			g.add(cmdName(c))
+		}
+	})
+}
+
+// cmdName is a command's name in lower case, "set ifeq" for a SET with IFEQ.
+func cmdName(c redis.Cmder) string {
+	args := c.Args()
+	name := strings.ToLower(fmt.Sprint(args[0]))
+	if name == "set" && len(args) > 3 && strings.EqualFold(fmt.Sprint(args[3]), "ifeq") {
+		return "set ifeq"
+	}
+	return name
+}
+
+// nativeSession is a session on a client of its own to srv, with hooks,
+// whose commands log records; on path "script" with its native commands
+// turned off. Its TTL is long: no renewal round runs during a test.
+func nativeSession(t *testing.T, srv *redisserver.Server, path string, hooks ...redis.Hook) (*Session, *cmdLog) {
+	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	log := &cmdLog{}
+	c.AddHook(log.hook())
+	for _, h := range hooks {
+		c.AddHook(h)
+	}
+	s := newSession(t, c, WithTTL(time.Minute))
+	if path == "script" {
+		nativeOf(s).Off()
+	}
+	return s, log
+}
+
+// renewOnce renews l alone, as a renewal round does.
+func renewOnce(s *Session, l *Lock) lease.Renewal {
+	return s.place.Renew(context.Background(), []*lease.Lease{&l.lease}, time.Time{})[0]
+}
+
+// TestNativeRenew: a renewal of a plain lock renews a key holding its
+// token (to the full TTL), and finds a key holding another owner's value,
+// or none, not ours, writing nothing; natively (SET … IFEQ) where the
+// server has it, by the script where it does not (after one probe) or
+// where the native commands are off.
+func TestNativeRenew(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	has := probeNatives(t, admin)
+	ctx := context.Background()
+	for _, path := range []string{"native", "script"} {
+		t.Run(path, func(t *testing.T) {
+			s, log := nativeSession(t, srv, path)
+			l, err := s.TryLock(ctx, "native-renew-"+path)
+			require.NoError(t, err)
+			key := l.lease.Keys.Lock
+
+			require.NoError(t, admin.PExpire(ctx, key, time.Second).Err())
+			assert.Equal(t, lease.Renewal{}, renewOnce(s, l), "ours")
+			assert.Greater(t, admin.PTTL(ctx, key).Val(), 5*time.Second, "renewed to the TTL")
+			native := path == "native" && has.ifeq
+			used, known := nativeOf(s).Has("ifeq")
+			assert.True(t, known, "the first renewal learnt whether the server has SET … IFEQ")
+			assert.Equal(t, native, used, "the path taken")
+			assert.Equal(t, map[bool]int{true: 1, false: 0}[path == "native"], log.count("set ifeq"), "native renewals sent")
+
+			const other = "other-token\n7\nv"
+			require.NoError(t, admin.Set(ctx, key, other, 0).Err())
+			assert.Equal(t, lease.Renewal{Lost: true}, renewOnce(s, l), "another owner's")
+			assert.Equal(t, other, admin.Get(ctx, key).Val(), "another owner's value is left as it was")
+			assert.Equal(t, time.Duration(-1), admin.PTTL(ctx, key).Val(), "and without a TTL")
+
+			require.NoError(t, admin.Del(ctx, key).Err())
+			assert.Equal(t, lease.Renewal{Lost: true}, renewOnce(s, l), "missing")
+			assert.Zero(t, admin.Exists(ctx, key).Val(), "a missing key is not made")
+			if native {
+				assert.Equal(t, 3, log.count("set ifeq"), "each renewal native")
+			} else {
+				assert.LessOrEqual(t, log.count("set ifeq"), 1, "asked at most once")
+			}
+		})
+	}
+}
+
+// TestNativeRelease: a release deletes a key holding its token and wakes
+// the name's subscribers ("R"); the same release sent again (as after a
+// lost reply) finds nothing and is still a release (Missing, no error);
+// a key holding another owner's value is left as it was. Natively (MULTI,
+// DELIFEQ or DELEX, PUBLISH, EXEC) where the server has it.
+func TestNativeRelease(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	has := probeNatives(t, admin)
+	ctx := context.Background()
+	for _, path := range []string{"native", "script"} {
+		t.Run(path, func(t *testing.T) {
+			s, log := nativeSession(t, srv, path)
+			l, err := s.TryLock(ctx, "native-release-"+path)
+			require.NoError(t, err)
+			key := l.lease.Keys.Lock
+			sub := admin.Subscribe(ctx, l.lease.Keys.Channel)
+			defer sub.Close()
+			_, err = sub.Receive(ctx) // subscribed
+			require.NoError(t, err)
+
+			require.NoError(t, l.Release(ctx), "ours")
+			assert.Zero(t, admin.Exists(ctx, key).Val(), "deleted")
+			msg := recvWithin(t, sub.Channel(), 2*time.Second, "the release's wake-up")
+			assert.Equal(t, "R", msg.Payload)
+			if path == "script" {
+				assert.Zero(t, log.count("exec"), "the script")
+			} else {
+				used, known := nativeOf(s).Has("delifeq")
+				assert.True(t, known, "the first release learnt whether the server has DELIFEQ")
+				assert.Equal(t, has.delifeq, used, "the path taken")
+			}
+
+			again := s.place.Release(ctx, lease.Ending{Lease: &l.lease})
+			assert.Equal(t, lease.Deleted{Missing: true}, again, "sent again after a lost reply: nothing to delete, no error")
+
+			l2, err := s.TryLock(ctx, "native-release-other-"+path)
+			require.NoError(t, err)
+			const other = "other-token\n7\nv"
+			require.NoError(t, admin.Set(ctx, l2.lease.Keys.Lock, other, 0).Err())
+			assert.Equal(t, lease.Deleted{Missing: true}, s.place.Release(ctx, lease.Ending{Lease: &l2.lease}), "another owner's")
+			assert.Equal(t, other, admin.Get(ctx, l2.lease.Keys.Lock).Val(), "another owner's value is left as it was")
+		})
+	}
+}
+
+// TestNativeRenewAfterProclaim: a leader's Proclaim changes the value Redis
+// holds, and its renewals compare with the new one; after a Proclaim whose
+// outcome is unknown (here: stored, but its reply lost) the next renewal
+// takes the script, which compares the token alone, and keeps the lease.
+// With the value of the Lock's acquisition it would have found the key
+// "not ours" and ended the leadership.
+func TestNativeRenewAfterProclaim(t *testing.T) {
+	srv := redisserver.Start(t)
+	has := probeNatives(t, srv.Client(t))
+	ctx := context.Background()
+	var loseNext atomic.Bool // the next proclaim is stored, but its reply lost
+	s, log := nativeSession(t, srv, "native", eachCall(func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+		err := send(ctx, cmds)
+		for _, c := range cmds {
+			if len(c.Args()) > 1 && c.Args()[1] == lease.Proclaim.SHA && loseNext.CompareAndSwap(true, false) {
+				c.SetErr(context.DeadlineExceeded)
+				err = c.Err()
+			}
+		}
+		return err
+	}))
+	e := mustElection(t, s, "native-proclaim")
+	l, err := e.Campaign(ctx, "a")
+	require.NoError(t, err)
+	require.NoError(t, e.Proclaim(ctx, "b"))
+	assert.Equal(t, lease.Renewal{}, renewOnce(s, l), "the proclaimed value renews")
+	assert.Equal(t, 1, log.count("set ifeq"), "natively, or after asking once")
+	used, _ := nativeOf(s).Has("ifeq")
+	assert.Equal(t, has.ifeq, used, "the path taken")
+
+	loseNext.Store(true)
+	require.Error(t, e.Proclaim(ctx, "c"), "the reply was lost")
+	sets := log.count("set ifeq")
+	assert.Equal(t, lease.Renewal{}, renewOnce(s, l), "renewed after a Proclaim of unknown outcome")
+	assert.Equal(t, sets, log.count("set ifeq"), "by the script")
+	assert.True(t, l.Held())
+
+	require.NoError(t, e.Proclaim(ctx, "d"))
+	assert.Equal(t, lease.Renewal{}, renewOnce(s, l))
+	if has.ifeq {
+		assert.Equal(t, sets+1, log.count("set ifeq"), "native again once a Proclaim's outcome is known")
+	}
+	leader, err := e.Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "d", leader.Value)
+}
+
+// fakeRedisError is a server's error reply, as a hook gives it.
+type fakeRedisError string
+
+func (e fakeRedisError) Error() string { return string(e) }
+func (fakeRedisError) RedisError()     {}
+
+// lackingNatives is a hook that answers the native commands as a server
+// without them does, without sending them, and records every command.
+func lackingNatives(log *cmdLog) testHook {
+	return eachCall(func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+		var rest []redis.Cmder
+		var err error
+		for i := 0; i < len(cmds); i++ {
+			name := cmdName(cmds[i])
+			log.add(name)
+			switch {
+			case name == "set ifeq":
+				err = fakeRedisError("ERR syntax error")
+				cmds[i].SetErr(err)
+			case name == "multi" && i+3 < len(cmds):
+				// MULTI, the delete, PUBLISH, EXEC: discarded at the delete.
+				cmds[i].(*redis.Cmd).SetVal("OK")
+				log.add(cmdName(cmds[i+1]))
+				cmds[i+1].SetErr(fakeRedisError("ERR unknown command '" + cmdName(cmds[i+1]) + "', with args beginning with: "))
+				cmds[i+2].(*redis.Cmd).SetVal("QUEUED")
+				err = fakeRedisError("EXECABORT Transaction discarded because of previous errors.")
+				cmds[i+3].SetErr(err)
+				i += 3
+			default:
+				rest = append(rest, cmds[i])
+			}
+		}
+		if len(rest) == 0 {
+			return err
+		}
+		return send(ctx, rest)
+	})
+}
+
+// TestNativeUnknownOnce: a node whose server answers the native commands
+// as unknown (a syntax error for SET … IFEQ, unknown DELIFEQ and DELEX)
+// falls back to the scripts within the same call, its caller sees no
+// error, and it never asks again.
+func TestNativeUnknownOnce(t *testing.T) {
+	srv := redisserver.Start(t)
+	ctx := context.Background()
+	log := &cmdLog{}
+	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	c.AddHook(lackingNatives(log))
+	s := newSession(t, c, WithTTL(time.Minute))
+	for i := range 3 {
+		l, err := s.TryLock(ctx, "native-unknown")
+		require.NoError(t, err)
+		for range 2 {
+			assert.Equal(t, lease.Renewal{}, renewOnce(s, l), "round %d", i)
+		}
+		require.NoError(t, l.Release(ctx))
+		assert.Zero(t, srv.Client(t).Exists(ctx, l.lease.Keys.Lock).Val(), "released by the script")
+	}
+	assert.Equal(t, 1, log.count("set ifeq"), "SET … IFEQ asked once")
+	assert.Equal(t, 1, log.count("delifeq"), "DELIFEQ asked once")
+	assert.Equal(t, 1, log.count("delex"), "DELEX asked once")
+	for _, cmd := range []string{"ifeq", "delifeq", "delex"} {
+		used, known := nativeOf(s).Has(cmd)
+		assert.True(t, known && !used, "%s: remembered as missing", cmd)
+	}
+}
+
+// TestNativeReleaseNOPERM: a user of the required rule, without the native
+// delete (no DELIFEQ, no DELEX), releases by the script: the denial is remembered, the
+// release works and wakes a waiter.
+func TestNativeReleaseNOPERM(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	rules := []string{aclRule, aclOptional}
+	if hasSetinfo(t, srv) {
+		rules = append(rules, aclIdentity) // not identityRule's native delete
+	}
+	setUser(t, admin, "nodel", rules...)
+	c := userClient(t, srv, "nodel")
+	s := newSession(t, c, WithTTL(10*time.Second))
+	b := newSession(t, c, WithTTL(10*time.Second))
+	ctx := context.Background()
+	for range 2 { // the first release asks for DELIFEQ, the second for DELEX
+		l, err := s.TryLock(ctx, "native-noperm")
+		require.NoError(t, err)
+		got := lockAndRelease(ctx, b, "native-noperm")
+		require.NoError(t, l.Release(ctx))
+		require.NoError(t, recvWithin(t, got, 5*time.Second, "the waiter, woken by the release"))
+		assert.Zero(t, admin.Exists(ctx, l.lease.Keys.Lock).Val(), "released")
+	}
+	for _, cmd := range []string{"delifeq", "delex"} {
+		used, known := nativeOf(s).Has(cmd)
+		assert.True(t, known && !used, "%s: remembered as refused", cmd)
+	}
+	for _, e := range aclLog(t, admin) {
+		assert.Regexp(t, "delifeq|delex", fmt.Sprint(e), "only the native deletes were denied")
+	}
+}
