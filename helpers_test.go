@@ -869,8 +869,8 @@ func (h *holdHook) boom(cmds ...redis.Cmder) {
 	h.mu.Lock()
 	boom := false
 	for _, cmd := range cmds {
-		for _, a := range cmd.Args() {
-			boom = boom || h.panicOn[fmt.Sprint(a)]
+		for match := range h.panicOn {
+			boom = boom || carries(cmd, match)
 		}
 	}
 	h.mu.Unlock()
@@ -896,14 +896,12 @@ func (h *holdHook) holding(cmds ...redis.Cmder) *holdRule {
 			continue
 		}
 		for _, cmd := range cmds {
-			for _, a := range cmd.Args() {
-				if fmt.Sprint(a) == r.match {
-					r.hits++
-					if r.hits == 1 {
-						close(r.reached)
-					}
-					return r
+			if carries(cmd, r.match) {
+				r.hits++
+				if r.hits == 1 {
+					close(r.reached)
 				}
+				return r
 			}
 		}
 	}
@@ -981,7 +979,7 @@ type countingHook struct {
 
 func (h *countingHook) count(cmds ...redis.Cmder) {
 	for _, cmd := range cmds {
-		if (!h.scriptsOnly || isScript(cmd)) && (h.match == "" || slices.ContainsFunc(cmd.Args(), func(a any) bool { return fmt.Sprint(a) == h.match })) {
+		if (!h.scriptsOnly || isScript(cmd)) && (h.match == "" || carries(cmd, h.match)) {
 			h.n.Add(1)
 		}
 	}

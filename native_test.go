@@ -92,6 +92,27 @@ func cmdName(c redis.Cmder) string {
 	return name
 }
 
+// carries reports whether cmd carries match as an argument (a script's
+// SHA, a key, a token), or is the native form of the script whose SHA
+// match is: SET … IFEQ for the plain renewal, DELIFEQ or DELEX for the
+// plain release, which a server with them runs in their place (a probe's
+// pipeline carries the native form too). A hook that acts on a script so
+// acts on its native form.
+func carries(cmd redis.Cmder, match string) bool {
+	for _, a := range cmd.Args() {
+		if p, ok := a.(*string); ok && *p == match || fmt.Sprint(a) == match {
+			return true
+		}
+	}
+	switch cmdName(cmd) {
+	case "set ifeq":
+		return match == lease.RenewRun.SHA()
+	case "delifeq", "delex":
+		return match == lease.ReleaseRun.SHA()
+	}
+	return false
+}
+
 // nativeSession is a session on a client of its own to srv, with hooks,
 // whose commands log records; on path "script" with its native commands
 // turned off. Its TTL is long: no renewal round runs during a test.
@@ -109,6 +130,23 @@ func nativeSession(t *testing.T, srv *redisserver.Server, path string, hooks ...
 	return s, log
 }
 
+// bothPaths runs f on a server of its own once per path, "native" and
+// "script" (nativeSession), with a lock of name-path that the path's
+// session took; has is what the server answered (probeNatives).
+func bothPaths(t *testing.T, name string, f func(t *testing.T, admin *redis.Client, has natives, path string, s *Session, log *cmdLog, l *Lock)) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	has := probeNatives(t, admin)
+	for _, path := range []string{"native", "script"} {
+		t.Run(path, func(t *testing.T) {
+			s, log := nativeSession(t, srv, path)
+			l, err := s.TryLock(context.Background(), name+"-"+path)
+			require.NoError(t, err)
+			f(t, admin, has, path, s, log, l)
+		})
+	}
+}
+
 // renewOnce renews l alone, as a renewal round does.
 func renewOnce(s *Session, l *Lock) lease.Renewal {
 	return s.place.Renew(context.Background(), []*lease.Lease{&l.lease}, time.Time{})[0]
@@ -120,42 +158,34 @@ func renewOnce(s *Session, l *Lock) lease.Renewal {
 // server has it, by the script where it does not (after one probe) or
 // where the native commands are off.
 func TestNativeRenew(t *testing.T) {
-	srv := redisserver.Start(t)
-	admin := srv.Client(t)
-	has := probeNatives(t, admin)
 	ctx := context.Background()
-	for _, path := range []string{"native", "script"} {
-		t.Run(path, func(t *testing.T) {
-			s, log := nativeSession(t, srv, path)
-			l, err := s.TryLock(ctx, "native-renew-"+path)
-			require.NoError(t, err)
-			key := l.lease.Keys.Lock
+	bothPaths(t, "native-renew", func(t *testing.T, admin *redis.Client, has natives, path string, s *Session, log *cmdLog, l *Lock) {
+		key := l.lease.Keys.Lock
 
-			require.NoError(t, admin.PExpire(ctx, key, time.Second).Err())
-			assert.Equal(t, lease.Renewal{}, renewOnce(s, l), "ours")
-			assert.Greater(t, admin.PTTL(ctx, key).Val(), 5*time.Second, "renewed to the TTL")
-			native := path == "native" && has.ifeq
-			used, known := nativeOf(s).Has("ifeq")
-			assert.True(t, known, "the first renewal learnt whether the server has SET … IFEQ")
-			assert.Equal(t, native, used, "the path taken")
-			assert.Equal(t, map[bool]int{true: 1, false: 0}[path == "native"], log.count("set ifeq"), "native renewals sent")
+		require.NoError(t, admin.PExpire(ctx, key, time.Second).Err())
+		assert.Equal(t, lease.Renewal{}, renewOnce(s, l), "ours")
+		assert.Greater(t, admin.PTTL(ctx, key).Val(), 5*time.Second, "renewed to the TTL")
+		native := path == "native" && has.ifeq
+		used, known := nativeOf(s).Has("ifeq")
+		assert.True(t, known, "the first renewal learnt whether the server has SET … IFEQ")
+		assert.Equal(t, native, used, "the path taken")
+		assert.Equal(t, map[bool]int{true: 1, false: 0}[path == "native"], log.count("set ifeq"), "native renewals sent")
 
-			const other = "other-token\n7\nv"
-			require.NoError(t, admin.Set(ctx, key, other, 0).Err())
-			assert.Equal(t, lease.Renewal{Lost: true}, renewOnce(s, l), "another owner's")
-			assert.Equal(t, other, admin.Get(ctx, key).Val(), "another owner's value is left as it was")
-			assert.Equal(t, time.Duration(-1), admin.PTTL(ctx, key).Val(), "and without a TTL")
+		const other = "other-token\n7\nv"
+		require.NoError(t, admin.Set(ctx, key, other, 0).Err())
+		assert.Equal(t, lease.Renewal{Lost: true}, renewOnce(s, l), "another owner's")
+		assert.Equal(t, other, admin.Get(ctx, key).Val(), "another owner's value is left as it was")
+		assert.Equal(t, time.Duration(-1), admin.PTTL(ctx, key).Val(), "and without a TTL")
 
-			require.NoError(t, admin.Del(ctx, key).Err())
-			assert.Equal(t, lease.Renewal{Lost: true}, renewOnce(s, l), "missing")
-			assert.Zero(t, admin.Exists(ctx, key).Val(), "a missing key is not made")
-			if native {
-				assert.Equal(t, 3, log.count("set ifeq"), "each renewal native")
-			} else {
-				assert.LessOrEqual(t, log.count("set ifeq"), 1, "asked at most once")
-			}
-		})
-	}
+		require.NoError(t, admin.Del(ctx, key).Err())
+		assert.Equal(t, lease.Renewal{Lost: true}, renewOnce(s, l), "missing")
+		assert.Zero(t, admin.Exists(ctx, key).Val(), "a missing key is not made")
+		if native {
+			assert.Equal(t, 3, log.count("set ifeq"), "each renewal native")
+		} else {
+			assert.LessOrEqual(t, log.count("set ifeq"), 1, "asked at most once")
+		}
+	})
 }
 
 // TestNativeRelease: a release deletes a key holding its token and wakes
@@ -164,44 +194,36 @@ func TestNativeRenew(t *testing.T) {
 // a key holding another owner's value is left as it was. Natively (MULTI,
 // DELIFEQ or DELEX, PUBLISH, EXEC) where the server has it.
 func TestNativeRelease(t *testing.T) {
-	srv := redisserver.Start(t)
-	admin := srv.Client(t)
-	has := probeNatives(t, admin)
 	ctx := context.Background()
-	for _, path := range []string{"native", "script"} {
-		t.Run(path, func(t *testing.T) {
-			s, log := nativeSession(t, srv, path)
-			l, err := s.TryLock(ctx, "native-release-"+path)
-			require.NoError(t, err)
-			key := l.lease.Keys.Lock
-			sub := admin.Subscribe(ctx, l.lease.Keys.Channel)
-			defer sub.Close()
-			_, err = sub.Receive(ctx) // subscribed
-			require.NoError(t, err)
+	bothPaths(t, "native-release", func(t *testing.T, admin *redis.Client, has natives, path string, s *Session, log *cmdLog, l *Lock) {
+		key := l.lease.Keys.Lock
+		sub := admin.Subscribe(ctx, l.lease.Keys.Channel)
+		defer sub.Close()
+		_, err := sub.Receive(ctx) // subscribed
+		require.NoError(t, err)
 
-			require.NoError(t, l.Release(ctx), "ours")
-			assert.Zero(t, admin.Exists(ctx, key).Val(), "deleted")
-			msg := recvWithin(t, sub.Channel(), 2*time.Second, "the release's wake-up")
-			assert.Equal(t, "R", msg.Payload)
-			if path == "script" {
-				assert.Zero(t, log.count("exec"), "the script")
-			} else {
-				used, known := nativeOf(s).Has("delifeq")
-				assert.True(t, known, "the first release learnt whether the server has DELIFEQ")
-				assert.Equal(t, has.delifeq, used, "the path taken")
-			}
+		require.NoError(t, l.Release(ctx), "ours")
+		assert.Zero(t, admin.Exists(ctx, key).Val(), "deleted")
+		msg := recvWithin(t, sub.Channel(), 2*time.Second, "the release's wake-up")
+		assert.Equal(t, "R", msg.Payload)
+		if path == "script" {
+			assert.Zero(t, log.count("exec"), "the script")
+		} else {
+			used, known := nativeOf(s).Has("delifeq")
+			assert.True(t, known, "the first release learnt whether the server has DELIFEQ")
+			assert.Equal(t, has.delifeq, used, "the path taken")
+		}
 
-			again := s.place.Release(ctx, lease.Ending{Lease: &l.lease})
-			assert.Equal(t, lease.Deleted{Missing: true}, again, "sent again after a lost reply: nothing to delete, no error")
+		again := s.place.Release(ctx, lease.Ending{Lease: &l.lease})
+		assert.Equal(t, lease.Deleted{Missing: true}, again, "sent again after a lost reply: nothing to delete, no error")
 
-			l2, err := s.TryLock(ctx, "native-release-other-"+path)
-			require.NoError(t, err)
-			const other = "other-token\n7\nv"
-			require.NoError(t, admin.Set(ctx, l2.lease.Keys.Lock, other, 0).Err())
-			assert.Equal(t, lease.Deleted{Missing: true}, s.place.Release(ctx, lease.Ending{Lease: &l2.lease}), "another owner's")
-			assert.Equal(t, other, admin.Get(ctx, l2.lease.Keys.Lock).Val(), "another owner's value is left as it was")
-		})
-	}
+		l2, err := s.TryLock(ctx, "native-release-other-"+path)
+		require.NoError(t, err)
+		const other = "other-token\n7\nv"
+		require.NoError(t, admin.Set(ctx, l2.lease.Keys.Lock, other, 0).Err())
+		assert.Equal(t, lease.Deleted{Missing: true}, s.place.Release(ctx, lease.Ending{Lease: &l2.lease}), "another owner's")
+		assert.Equal(t, other, admin.Get(ctx, l2.lease.Keys.Lock).Val(), "another owner's value is left as it was")
+	})
 }
 
 // TestNativeRenewAfterProclaim: a leader's Proclaim changes the value Redis

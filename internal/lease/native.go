@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -88,10 +89,14 @@ func unsupported(err error) bool {
 		redis.HasErrorPrefix(err, "unknown subcommand") || redis.HasErrorPrefix(err, "NOPERM"))
 }
 
-// A Held is the value Redis holds for a lease, boxed once; v is nil while
-// it is not known (a Proclaim's outcome is unknown). Every change is a new
-// Held, so a call can tell whether the lease's changed while it was out.
-type Held struct{ v any }
+// A Held is the value Redis holds for a lease, "<token>\n<fence>\n<value>",
+// passed to go-redis as &s (no boxing); known is false while it is not
+// known (a Proclaim's outcome is unknown). Every change is a new Held, so a
+// call can tell whether the lease's changed while it was out.
+type Held struct {
+	s     string
+	known bool
+}
 
 // held returns l's Held, made from its token, fence and value the first
 // time; nil if l has none (no fence yet).
@@ -107,9 +112,18 @@ func (l *Lease) held() *Held {
 	return l.hold.Load()
 }
 
-// heldFor is the Held of l storing value.
+// heldFor is the Held of l storing value, made with two allocations.
 func (l *Lease) heldFor(value string) *Held {
-	return &Held{v: l.Token + "\n" + strconv.FormatInt(l.Fence, 10) + "\n" + value}
+	var fence [20]byte
+	var b strings.Builder
+	f := strconv.AppendInt(fence[:0], l.Fence, 10)
+	b.Grow(len(l.Token) + len(f) + len(value) + 2)
+	b.WriteString(l.Token)
+	b.WriteByte('\n')
+	b.Write(f)
+	b.WriteByte('\n')
+	b.WriteString(value)
+	return &Held{s: b.String(), known: true}
 }
 
 // native returns the value a native call of l compares with, or nil when
@@ -118,7 +132,7 @@ func (l *Lease) native() *Held {
 	if _, plain := l.Proto.(Plain); !plain || l.Leftover {
 		return nil
 	}
-	if h := l.held(); h != nil && h.v != nil {
+	if h := l.held(); h != nil && h.known {
 		return h
 	}
 	return nil
@@ -136,8 +150,32 @@ func (n *Node) nativeRenew(ctx context.Context, l *Lease, cl *wire.Call) *Held {
 	if h == nil {
 		return nil
 	}
-	cl.Native = []*redis.Cmd{redis.NewCmd(ctx, "set", l.Args.Lock, h.v, "ifeq", h.v, "px", l.Args.TTL)}
+	cl.Native = []*redis.Cmd{redis.NewCmd(ctx, "set", l.Args.Lock, &h.s, "ifeq", &h.s, "px", l.Args.TTL)}
+	if n.Native.ifeq.Load() == capUnknown {
+		cl.Native = append(cl.Native, probeScript(ctx, *cl))
+	}
 	return h
+}
+
+// probeScript is the script of cl as one more native command, EVAL of its
+// source (never NOSCRIPT): a probe (a native call while the server's
+// answer is unknown) carries it right behind, in the same round trip, and
+// its reply is the call's whatever the server answers to the native form.
+// A server without the form costs no second round trip, and what is taken
+// along with the call, or sent after it, comes after the script as before;
+// where the native form did the work, the script finds nothing to do.
+func probeScript(ctx context.Context, cl wire.Call) *redis.Cmd {
+	return redis.NewCmd(ctx, append([]any{"eval", cl.Script.Src()}, cl.Argv[2:]...)...)
+}
+
+// probed returns the reply of a probe's script, or nil when the script is
+// to be sent again by the runner (it failed, with an error the runner
+// words, such as an ACL denial).
+func probed(cl wire.Call) *redis.Cmd {
+	if cmd := cl.Native[len(cl.Native)-1]; cmd.Err() == nil {
+		return cmd
+	}
+	return nil
 }
 
 // releaseHeld returns the value the native release of r compares with, or
@@ -157,28 +195,39 @@ func (n *Node) nativeRelease(ctx context.Context, r Ending, cl *wire.Call) *Held
 		return nil
 	}
 	var del *redis.Cmd
-	if n.Native.delifeq.Load() != capNo {
-		del = redis.NewCmd(ctx, "delifeq", r.Lease.Args.Lock, h.v)
+	state := n.Native.delifeq.Load()
+	if state != capNo {
+		del = redis.NewCmd(ctx, "delifeq", r.Lease.Args.Lock, &h.s)
 	} else {
-		del = redis.NewCmd(ctx, "delex", r.Lease.Args.Lock, "ifeq", h.v)
+		state = n.Native.delex.Load()
+		del = redis.NewCmd(ctx, "delex", r.Lease.Args.Lock, "ifeq", &h.s)
 	}
 	cl.Native = []*redis.Cmd{redis.NewCmd(ctx, multiArgs...), del,
-		redis.NewCmd(ctx, "publish", r.Lease.Keys.Channel, "R"), redis.NewCmd(ctx, execArgs...)}
+		redis.NewCmd(ctx, "publish", &r.Lease.Keys.Channel, "R"), redis.NewCmd(ctx, execArgs...)}
+	if state == capUnknown {
+		cl.Native = append(cl.Native, probeScript(ctx, *cl))
+	}
 	return h
 }
 
 // scriptsAgain appends to idx and again, as scripts, the native calls
-// among calls (those with a Held in held) that judge says are to be sent
-// again so.
-func scriptsAgain(held []*Held, calls []wire.Call, judge func(i int) bool, idx []int, again []wire.Call) ([]int, []wire.Call) {
+// among calls (those with a Held in held, whose replies are cmds) that
+// judge says are to be sent again so.
+func scriptsAgain(held []*Held, calls []wire.Call, cmds []*redis.Cmd, judge func(i int) bool, idx []int, again []wire.Call) ([]int, []wire.Call) {
 	for i, h := range held {
-		if h != nil && judge(i) {
+		if h != nil && judged(calls[i], cmds[i]) && judge(i) {
 			calls[i].Native = nil // the script, with the same vector
 			idx, again = append(idx, i), append(again, calls[i])
 		}
 	}
 	return idx, again
 }
+
+// judged reports whether cmd, the reply to the native call cl, is its
+// last command's, whose replies the judges read; not when its caller gave
+// up first (a command of the context's error: cl's may still be on the
+// wire) or a hook ended its pipeline: then it is the call's error.
+func judged(cl wire.Call, cmd *redis.Cmd) bool { return cmd == cl.Native[len(cl.Native)-1] }
 
 // isCluster reports whether n's client is a Cluster's, asked once.
 func (n *Node) isCluster() bool {
@@ -196,9 +245,17 @@ func (n *Node) isCluster() bool {
 // judgeRenew reads the reply of l's native renewal cl, which compared with
 // h, into the script's (1 renewed, 0 not owner) in place, learning from it;
 // again: the server did not take it, or a nil reply is ambiguous, so the
-// script is to be sent instead.
+// script is to be sent instead. A probe's reply is its script's (probed).
 func (n *Node) judgeRenew(l *Lease, cl wire.Call, h *Held) (again bool) {
-	cmd := cl.Native[0]
+	again = n.renewVerdict(l, cl.Native[0], h)
+	if len(cl.Native) == 2 {
+		return probed(cl) == nil
+	}
+	return again
+}
+
+// renewVerdict is judgeRenew's reading of the native command cmd.
+func (n *Node) renewVerdict(l *Lease, cmd *redis.Cmd, h *Held) (again bool) {
 	err := cmd.Err()
 	switch {
 	case unsupported(err):
@@ -220,10 +277,24 @@ func (n *Node) judgeRenew(l *Lease, cl wire.Call, h *Held) (again bool) {
 }
 
 // judgeRelease reads the replies of l's native release cl (MULTI, the
-// delete, PUBLISH, EXEC), which compared with h, into the script's reply
-// in EXEC's command (1 deleted, 0 missing or another's), learning from
-// them; again: the script is to be sent instead.
-func (n *Node) judgeRelease(l *Lease, cl wire.Call, h *Held) (again bool) {
+// delete, PUBLISH, EXEC, and a probe's script), which compared with h,
+// learning from them. It returns the command that holds the release's
+// reply (1 deleted, 0 missing or another's): EXEC's, made the script's, or
+// a probe's script's where the transaction did not do it; again: the
+// script is still to be sent.
+func (n *Node) judgeRelease(l *Lease, cl wire.Call, h *Held) (cmd *redis.Cmd, again bool) {
+	again = n.releaseVerdict(l, cl, h)
+	if len(cl.Native) == 5 && again { // a probe: its script ran right behind
+		if cmd := probed(cl); cmd != nil {
+			return cmd, false
+		}
+	}
+	return cl.Native[3], again
+}
+
+// releaseVerdict is judgeRelease's reading of the transaction: again, the
+// server did not do it (or the reply is ambiguous), so the script is to.
+func (n *Node) releaseVerdict(l *Lease, cl wire.Call, h *Held) (again bool) {
 	multi, del, pub, exec := cl.Native[0], cl.Native[1], cl.Native[2], cl.Native[3]
 	c := n.Native.state(del.Args()[0].(string))
 	switch {

@@ -345,7 +345,7 @@ func (n *Node) Renew(ctx context.Context, leases []*Lease, deadline time.Time) [
 	defer wire.Unbind(callCtx)
 	cmds, ackErr := wire.RunCalls(callCtx, n.C, calls, n.Acks, nil)
 	idx, again := n.leasesAlone(callCtx, leases, calls, cmds)
-	idx, again = scriptsAgain(held, calls, func(i int) bool { return n.judgeRenew(leases[i], calls[i], held[i]) }, idx, again)
+	idx, again = scriptsAgain(held, calls, cmds, func(i int) bool { return n.judgeRenew(leases[i], calls[i], held[i]) }, idx, again)
 	n.sendAgain(callCtx, idx, again, cmds, n.Acks)
 	out := make([]Renewal, len(cmds))
 	for i, cmd := range cmds {
@@ -441,11 +441,17 @@ type Deleted struct {
 // Release deletes r's token if the key still holds it, or hands the name
 // to r.Heir, with its protocol's release.
 func (n *Node) Release(ctx context.Context, r Ending) Deleted {
-	if n.releaseHeld(r) != nil {
-		return n.ReleaseAll(ctx, []Ending{r}, time.Time{})[0] // native (native.go)
-	}
 	c := r.Lease.Proto.ReleaseCall(r.Lease, r.Heir)
-	return DecodeRelease(n.T.Combiner().CallNow(ctx, time.Time{}, c.Script, c.Argv))
+	h := n.nativeRelease(ctx, r, &c)
+	cmd := n.T.Combiner().SendNow(ctx, time.Time{}, c)
+	if h == nil || !judged(c, cmd) {
+		return DecodeRelease(cmd)
+	}
+	cmd, again := n.judgeRelease(r.Lease, c, h)
+	if again {
+		cmd = n.T.Combiner().CallNow(ctx, time.Time{}, c.Script, c.Argv) // the script (native.go)
+	}
+	return DecodeRelease(cmd)
 }
 
 // ReleaseAll is Release for several leases in one round trip, bounded by
@@ -473,7 +479,10 @@ func (n *Node) ReleaseAll(ctx context.Context, rs []Ending, deadline time.Time) 
 		}
 	}
 	cmds, _ := wire.RunCalls(callCtx, n.C, calls, wire.Acks{}, nil)
-	idx, again := scriptsAgain(held, calls, func(i int) bool { return n.judgeRelease(rs[i].Lease, calls[i], held[i]) }, nil, nil)
+	idx, again := scriptsAgain(held, calls, cmds, func(i int) (again bool) {
+		cmds[i], again = n.judgeRelease(rs[i].Lease, calls[i], held[i])
+		return again
+	}, nil, nil)
 	n.sendAgain(callCtx, idx, again, cmds, wire.Acks{})
 	out := make([]Deleted, len(cmds))
 	for i, cmd := range cmds {

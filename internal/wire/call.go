@@ -78,7 +78,7 @@ func (t *Transport) Combiner() *Combiner { return &t.combine }
 // call on the same key, given up while its batch was on the wire, can still
 // reach Redis.
 func (c *Combiner) Call(ctx context.Context, deadline time.Time, sc *Script, argv []any) *redis.Cmd {
-	return c.send(ctx, deadline, sc, argv, true)
+	return c.send(ctx, deadline, Call{Script: sc, Argv: argv}, true)
 }
 
 // CallNow runs a script that frees a name (a release or a give-back) as
@@ -88,26 +88,33 @@ func (c *Combiner) Call(ctx context.Context, deadline time.Time, sc *Script, arg
 // name (and this one's own contenders, whose tries fill the queue) should
 // not wait for it longer than one round trip.
 func (c *Combiner) CallNow(ctx context.Context, deadline time.Time, sc *Script, argv []any) *redis.Cmd {
-	return c.send(ctx, deadline, sc, argv, false)
+	return c.send(ctx, deadline, Call{Script: sc, Argv: argv}, false)
+}
+
+// SendNow is CallNow for cl, which may carry its native form (Call.Native):
+// the command it returns is the last native command's, unless its caller
+// gave up first (then one of its own, with the context's error).
+func (c *Combiner) SendNow(ctx context.Context, deadline time.Time, cl Call) *redis.Cmd {
+	return c.send(ctx, deadline, cl, false)
 }
 
 // send is Call, or with coalesce false CallNow. A lone call (no call
 // queued, a slot free, no call given up on the wire that could still reach
 // Redis) runs at once on the caller's goroutine; any other goes through
 // enqueue (queue.go), which decides again under c.mu.
-func (c *Combiner) send(ctx context.Context, deadline time.Time, sc *Script, argv []any, coalesce bool) *redis.Cmd {
+func (c *Combiner) send(ctx context.Context, deadline time.Time, cl Call, coalesce bool) *redis.Cmd {
 	c.mu.Lock()
 	counted := coalesce && !c.closed // a Call takes a slot on the wire until it returns
 	if len(c.unsettled) > 0 || !c.closed && len(c.queue) > 0 || counted && c.onWire >= MaxOnWire {
 		c.mu.Unlock()
-		return c.enqueue(ctx, deadline, sc, argv, coalesce)
+		return c.enqueue(ctx, deadline, cl, coalesce)
 	}
 	if counted {
 		c.onWire++
 		defer c.passSlot() // also when a hook on the client ends the goroutine
 	}
 	c.mu.Unlock()
-	return c.t.runBound(ctx, deadline, c.client, sc, argv)
+	return c.t.runBound(ctx, deadline, c.client, cl)
 }
 
 // passSlot frees the slot of a call that returned: to a flusher when calls
@@ -139,10 +146,19 @@ func (c *Combiner) drainedLocked() {
 
 // runBound runs sc once on c, bounded as Bound says, and unbinds: a
 // Combiner's lone call, on its caller's goroutine.
-func (t *Transport) runBound(ctx context.Context, deadline time.Time, c Client, sc *Script, argv []any) *redis.Cmd {
+func (t *Transport) runBound(ctx context.Context, deadline time.Time, c Client, cl Call) *redis.Cmd {
 	callCtx := t.Bound(ctx, deadline)
 	defer Unbind(callCtx)
-	return sc.Run(callCtx, c, argv)
+	return cl.run(callCtx, c)
+}
+
+// run sends cl alone on c: its script (Script.Run), or its native form.
+func (cl Call) run(ctx context.Context, c Client) *redis.Cmd {
+	if cl.Native == nil {
+		return cl.Script.Run(ctx, c, cl.Argv)
+	}
+	cmds, _ := RunCalls(ctx, c, []Call{cl}, Acks{}, nil)
+	return cmds[0]
 }
 
 // Run executes the script once. argv is {_, _, numkeys, keys..., args...};

@@ -31,7 +31,13 @@ func runPipeline(ctx context.Context, c Client, calls []Call, cmds []*redis.Cmd,
 		_ = pipe.Process(ctx, cmds[i])
 	}
 	wait := acks.queue(ctx, pipe)
-	failUnsent(cmds, ExecPipeline(ctx, pipe))
+	err := ExecPipeline(ctx, pipe)
+	failUnsent(cmds, err)
+	for _, cl := range calls {
+		if cl.Native != nil {
+			failUnsent(cl.Native, err) // the caller reads them all
+		}
+	}
 	// Scan every reply: Exec reports only the first error, and on Cluster
 	// one node may have lost the script while another timed out.
 	var (
