@@ -1052,7 +1052,8 @@ func cmdHook(f func(cmd redis.Cmder) error) testHook {
 	})
 }
 
-// isCall reports whether cmd runs sc (as EVALSHA or EVAL).
+// isCall reports whether cmd runs sc (as EVALSHA or EVAL), or is its
+// native form (isNativeOf).
 func isCall(cmd redis.Cmder, sc *wire.Script) bool {
 	args := cmd.Args()
 	if len(args) < 2 {
@@ -1064,5 +1065,5 @@ func isCall(cmd redis.Cmder, sc *wire.Script) bool {
 	case "eval":
 		return args[1] == sc.Src()
 	}
-	return false
+	return isNativeOf(cmd, sc.SHA())
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redisleader/redisleader/internal/lease"
 	"github.com/redisleader/redisleader/internal/redisserver"
+	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // A plain lock's renewal and release in the server's own commands where
@@ -104,13 +105,28 @@ func carries(cmd redis.Cmder, match string) bool {
 			return true
 		}
 	}
+	return isNativeOf(cmd, match)
+}
+
+// isNativeOf reports whether cmd is the native form of the script whose
+// SHA is sha: SET … IFEQ of the plain renewal, DELIFEQ or DELEX of the
+// plain release.
+func isNativeOf(cmd redis.Cmder, sha string) bool {
 	switch cmdName(cmd) {
 	case "set ifeq":
-		return match == lease.RenewRun.SHA()
+		return sha == lease.RenewRun.SHA()
 	case "delifeq", "delex":
-		return match == lease.ReleaseRun.SHA()
+		return sha == lease.ReleaseRun.SHA()
 	}
 	return false
+}
+
+// callKey is the key a script call or its native form is about.
+func callKey(cmd redis.Cmder) string {
+	if isNativeOf(cmd, lease.RenewRun.SHA()) || isNativeOf(cmd, lease.ReleaseRun.SHA()) {
+		return fmt.Sprint(cmd.Args()[1])
+	}
+	return fmt.Sprint(cmd.Args()[wire.ArgKey])
 }
 
 // nativeSession is a session on a client of its own to srv, with hooks,

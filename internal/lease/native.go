@@ -27,14 +27,17 @@ import (
 //
 // Whether the server has a command is learnt from its own reply, never
 // from a version string (Valkey 8 reports redis_version 7.2.4), and kept
-// per node (Native): while unknown, a call goes native; "unknown command",
-// "syntax error" (SET without IFEQ), "unknown subcommand" or a NOPERM for
-// the command (a user whose ACL predates it) turns it off for the node,
-// and that same call is sent again at once as the script, so its caller
-// never sees the probe's error; any other reply turns it on. A nil reply
-// is "not owner" only if the lease's Held did not change while the call
-// was out (a Proclaim in flight may have stored a new value first): else
-// the script, which compares the token alone, says. A lease without a
+// per node (Native). While unknown, a call is a probe: the native form
+// with the script right behind it in the same round trip (probeScript),
+// whose reply is the call's. "unknown command", "syntax error" (SET
+// without IFEQ), "unknown subcommand" or a NOPERM for the command (a user
+// whose ACL predates it) turns it off for the node; any other reply turns
+// it on. Once on, such a refusal (a failover to an older server) turns it
+// off and that same call is sent again at once as the script, so its
+// caller never sees it. A nil reply is "not owner" only if the lease's
+// Held did not change while the call was out (a Proclaim in flight may
+// have stored a new value first): else the script, which compares the
+// token alone, says. A lease without a
 // known value (not acquired, Leftover, a Proclaim's outcome unknown), a
 // lease of another protocol, a hand-off and a Cluster client's release
 // take the scripts.
