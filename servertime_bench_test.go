@@ -48,12 +48,13 @@ func BenchmarkServerTime(b *testing.B) {
 
 // pairCommands are the top-level commands a lock pair sends: scripts (whose
 // own time includes the commands they call, which Redis also counts under
-// their names: those are not added again) and the native release's EXEC
-// (whose time includes the DELIFEQ or DELEX and PUBLISH it runs, counted
-// under their names too). renewCommands are a renewal's: the script, or
-// SET … IFEQ (counted as SET).
+// their names: those are not added again) and the native release's MULTI
+// and EXEC (whose time includes the DELIFEQ or DELEX and PUBLISH it runs,
+// counted under their names too: on Valkey 9.1.2, 3,000 transactions gave
+// EXEC 2.17 µs a call, DELIFEQ 1.15, PUBLISH 0.23). renewCommands are a
+// renewal's: the script, or SET … IFEQ (counted as SET).
 var (
-	pairCommands  = []string{"evalsha", "eval", "exec"}
+	pairCommands  = []string{"evalsha", "eval", "multi", "exec"}
 	renewCommands = []string{"evalsha", "eval", "set"}
 )
 
