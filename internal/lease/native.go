@@ -53,8 +53,7 @@ const (
 
 // Native is what one node learnt of the server's native commands, one
 // state each (capUnknown, capYes, capNo), read and written atomically.
-// Its zero value knows nothing. On a Cluster client it is the client's,
-// and a node of the cluster that lacks a command turns it off for all.
+// Its zero value knows nothing. A Cluster client's calls take the scripts.
 type Native struct {
 	ifeq    atomic.Int32 // SET ... IFEQ
 	delifeq atomic.Int32 // DELIFEQ
