@@ -2,10 +2,10 @@ package redisleader
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/redisleader/redisleader/internal/lease"
+	"github.com/redisleader/redisleader/internal/probe"
 	"github.com/redisleader/redisleader/internal/ring"
 	"github.com/redisleader/redisleader/internal/stale"
 	"github.com/redisleader/redisleader/internal/wire"
@@ -69,7 +69,7 @@ func newHeartbeatState(interval time.Duration, cancel context.CancelFunc) heartb
 // beat runs rounds until ctx ends; with retry, the first one after the
 // retry delay.
 func (s *Session) beat(ctx context.Context, retry bool) {
-	sc := ring.Schedule[*Lock]{T: time.NewTimer(time.Hour)}
+	sc := ring.Schedule[*Lock]{T: time.NewTimer(time.Hour), Interval: s.cfg.RenewInterval}
 	sc.T.Stop()
 	defer sc.T.Stop()
 	if retry {
@@ -98,45 +98,37 @@ func (s *Session) beat(ctx context.Context, retry bool) {
 	}
 }
 
-// step runs what is due (retries of failed slices, the round's slices in
-// slot order, the round's end), then arms the timer for what comes next,
-// unless the heartbeat goes idle.
+// step takes the schedule's turn (ring.Schedule.Turn, asked once each time
+// the timer fires: a retry of a failed slice, a slot's slice, or the
+// round's end), then arms the timer for the next, unless the heartbeat
+// goes idle. Whether stale tokens wait is read here, under Session.mu; the
+// clean-up (stale.go) runs only then.
 func (s *Session) step(ctx context.Context, sc *ring.Schedule[*Lock]) {
-	for ctx.Err() == nil {
-		now := time.Now()
-		if len(sc.Retries) > 0 && !sc.Retries[0].At.After(now) {
-			r := sc.Retries[0]
-			sc.Retries = sc.Retries[1:]
-			s.slice(ctx, sc, r.Slot, r.Members)
-			continue
-		}
-		s.mu.Lock()
-		s.hb.settle()
-		slot, at := sc.NextSlot(&s.hb.ring)
-		s.mu.Unlock()
-		if len(sc.Retries) > 0 && sc.Retries[0].At.Before(at) {
-			at = sc.Retries[0].At
-		}
-		switch {
-		case at.After(now):
-			sc.T.Reset(time.Until(at))
-			return
-		case slot >= 0:
-			sc.Next = slot + 1
-			sc.LastDue = sc.Base.Add(s.hb.ring.Offset(slot))
-			s.slice(ctx, sc, slot, s.slotLocks(slot))
+	s.mu.Lock()
+	s.hb.settle()
+	stale := len(s.hb.stale) > 0
+	t := sc.Turn(&s.hb.ring, time.Now(), stale)
+	s.mu.Unlock()
+	switch {
+	case t.Slot >= 0:
+		s.slice(ctx, sc, t.Slot, t.Members)
+		if !t.Retry {
 			sc.LastEnd = time.Now()
-		case !s.endRound(ctx, sc):
-			return // idle
 		}
+	case t.End && !s.endRound(ctx, sc, t, stale):
+		return // idle
 	}
+	at := t.At
+	if len(sc.Retries) > 0 && sc.Retries[0].At.Before(at) {
+		at = sc.Retries[0].At
+	}
+	sc.T.Reset(time.Until(at))
 }
 
-// slice renews locks, of slot, in one round trip. The slot's retry, if any,
-// is dropped: this renewal supersedes it. A failed renewal is retried after
-// the retry delay, or with the slot's next turn if that comes first.
+// slice renews locks, of slot, in one round trip. A failed renewal is
+// retried after the retry delay, or with the slot's next turn if that comes
+// first (ring.Schedule.Turn drops the slot's retries then).
 func (s *Session) slice(ctx context.Context, sc *ring.Schedule[*Lock], slot int, locks []*Lock) {
-	sc.Retries = slices.DeleteFunc(sc.Retries, func(r ring.Retry[*Lock]) bool { return r.Slot == slot })
 	start := time.Now()
 	held, failed := s.renewSlice(ctx, locks)
 	s.cfg.hooks.round(start, held, len(failed))
@@ -158,37 +150,25 @@ func (h *Hooks) round(start time.Time, locks, failures int) {
 	}
 }
 
-// endRound ends a round (see ring.Schedule): it deletes stale tokens, unless
-// renewals are failing (never delay a retry), until the next round's first
-// slice is due (nor the next round: the TTL rules do not count the
-// clean-up), and starts the next round, or reports whether the heartbeat
-// went idle instead.
-func (s *Session) endRound(ctx context.Context, sc *ring.Schedule[*Lock]) (going bool) {
-	stale := s.staleLocks()
-	s.mu.Lock()
-	s.hb.settle()
-	next, first := sc.NextRound(&s.hb.ring, s.cfg.RenewInterval, len(stale) > 0)
-	s.mu.Unlock()
-	if len(sc.Retries) == 0 {
-		s.cleanStale(ctx, stale, first)
+// endRound ends a round, t (ring.Schedule.Turn has begun the next): when
+// stale tokens wait, it deletes them (stale.go), unless renewals are
+// failing (never delay a retry), until the next round's first slice is due
+// (nor the next round: the TTL rules do not count the clean-up). It
+// reports whether the heartbeat goes on, or went idle instead.
+func (s *Session) endRound(ctx context.Context, sc *ring.Schedule[*Lock], t ring.Turn[*Lock], stale bool) (going bool) {
+	if stale {
+		if len(sc.Retries) == 0 {
+			s.cleanStale(ctx, t.At)
+		}
+		if s.cfg.test.round != nil {
+			s.cfg.test.round(0, t.Failed)
+		}
 	}
-	if len(stale) > 0 && s.cfg.test.round != nil {
-		s.cfg.test.round(0, sc.Failed)
-	}
-	if sc.Held == 0 && len(sc.Retries) == 0 && s.goIdle() {
+	if t.Idle && s.goIdle() {
 		sc.Active = false
 		return false
 	}
-	sc.Begin(next, 0)
 	return true
-}
-
-// slotLocks returns the locks of slot i.
-func (s *Session) slotLocks(i int) []*Lock {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.hb.settle()
-	return s.hb.ring.Members(i)
 }
 
 // settle gives each joined lock its slot and takes each lock that left out
@@ -288,4 +268,25 @@ func (l *Lock) liveDeadline(now time.Time) (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.deadline, l.err == nil && now.Before(l.deadline)
+}
+
+// extend moves the deadline after a successful renewal sent at sent. A reply
+// that arrives after the deadline is ignored: ownership never resurrects.
+// Its events (renewed, ignored) go to the probe alone: emitLocked (lock.go,
+// the one emit point) runs only when a probe listens.
+func (l *Lock) extend(sent time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	live := l.err == nil && now.Before(l.deadline)
+	if d := sent.Add(l.s.cfg.Validity); live && d.After(l.deadline) {
+		l.deadline, l.renewed = d, sent
+	}
+	if l.delivered && probe.Hook.Load() != nil {
+		kind := probe.Ignored
+		if live {
+			kind = probe.Renewed
+		}
+		l.emitLocked(kind, now, 0)
+	}
 }

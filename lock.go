@@ -285,8 +285,8 @@ var hookEpoch = time.Now()
 // it was handed over, Lost or Released with l.err as the cause). l.mu must
 // be held.
 func (l *Lock) emitLocked(kind string, now time.Time, wait time.Duration) {
-	if l.delivered && probe.On() {
-		probe.Emit(probe.Event{Kind: kind, Name: l.lease.Keys.Name, Value: l.value, Token: l.lease.Token, Fence: l.lease.Fence,
+	if f := probe.Hook.Load(); f != nil && l.delivered {
+		(*f)(probe.Event{Kind: kind, Name: l.lease.Keys.Name, Value: l.value, Token: l.lease.Token, Fence: l.lease.Fence,
 			At: now, Sent: l.renewed, Deadline: l.deadline, Reason: l.err})
 	}
 	switch h := &l.s.cfg.hooks; {
@@ -301,22 +301,6 @@ func (l *Lock) emitLocked(kind string, now time.Time, wait time.Duration) {
 			f(EndEvent{Name: l.lease.Keys.Name, Value: l.value, Fence: l.lease.Fence, Held: now.Sub(hookEpoch) - l.deliveredAt, Cause: l.err})
 		}
 	}
-}
-
-// extend moves the deadline after a successful renewal sent at sent. A reply
-// that arrives after the deadline is ignored: ownership never resurrects.
-func (l *Lock) extend(sent time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if l.err != nil || !now.Before(l.deadline) {
-		l.emitLocked(probe.Ignored, now, 0)
-		return
-	}
-	if d := sent.Add(l.s.cfg.Validity); d.After(l.deadline) {
-		l.deadline, l.renewed = d, sent
-	}
-	l.emitLocked(probe.Renewed, now, 0)
 }
 
 // onDeadline runs on the deadline timer. If a renewal moved the deadline it

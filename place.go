@@ -47,5 +47,6 @@ const (
 	proclaiming  feature = iota // Election.Proclaim
 	transferring                // Election.Transfer
 	prioritising                // WithPriority, Election.Candidates
+	permitting                  // Semaphore, RWLock: a set of permits or grants is one fact
 	nFeatures                   // how many features there are
 )

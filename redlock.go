@@ -60,6 +60,8 @@ func (q *quorum) supports(f feature) error {
 		return lease.ErrQuorumProclaim
 	case transferring:
 		return errRedlockTransfer
+	case permitting:
+		return errRedlockSemaphore // RWLock says its own
 	}
 	return errRedlockPriority
 }

@@ -63,7 +63,7 @@ func (s *Session) RWLock(name string, opts ...RWLockOption) (*RWLock, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.place.supports(permitting) != nil {
+	if s.unsupported[permitting] != nil {
 		return nil, errRedlockRW
 	}
 	rw := &RWLock{s: s, keys: k}

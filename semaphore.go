@@ -51,11 +51,6 @@ func WithPermitValue(value string) SemaphoreOption {
 	})
 }
 
-// permitting is what a semaphore asks of the session's place: its permits
-// are one set, one fact in one place, which a majority of independent
-// nodes is not (a quorum refuses every feature it does not name).
-const permitting feature = prioritising + 100
-
 // errRedlockSemaphore refuses a semaphore on a Redlock session.
 var errRedlockSemaphore = invalidf("semaphores are not available on a Redlock session (a set of permits on a majority of independent nodes is not one fact: two quorums could each admit N)")
 
@@ -84,8 +79,8 @@ func semaphoreArgs(s *Session, name string, limit int) (lease.Keys, error) {
 	if err == nil {
 		err = lease.CheckLimit(limit)
 	}
-	if err == nil && s.place.supports(permitting) != nil {
-		err = errRedlockSemaphore
+	if err == nil {
+		err = s.unsupported[permitting]
 	}
 	return k, err
 }

@@ -8,8 +8,9 @@ import (
 )
 
 // stale.go: the ended locks whose tokens may still be in Redis, which the
-// heartbeat deletes at the end of its rounds (cleanStale); their record,
-// s.hb.stale, is a stale.Tokens (internal/stale), guarded by Session.mu.
+// heartbeat deletes at the end of its rounds when any wait (cleanStale);
+// their record, s.hb.stale, is a stale.Tokens (internal/stale), guarded by
+// Session.mu.
 
 // markStale hands an ended lock to the heartbeat for a best-effort delete:
 // a renewal that reached Redis but whose reply came after the deadline (or
@@ -33,17 +34,13 @@ func (s *Session) markStale(l *Lock, repeat bool) {
 	}
 }
 
-// staleLocks returns the ended locks whose tokens wait for cleanStale.
-func (s *Session) staleLocks() []*Lock {
+// cleanStale deletes the keys of the ended locks that wait for it
+// (markStale), if they still hold their tokens (compare-and-delete, so it
+// never touches anyone else's), giving up at deadline.
+func (s *Session) cleanStale(ctx context.Context, deadline time.Time) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Collect(maps.Keys(s.hb.stale))
-}
-
-// cleanStale deletes the keys of locks, ended (staleLocks), if they still
-// hold their tokens (compare-and-delete, so it never touches anyone
-// else's), giving up at deadline.
-func (s *Session) cleanStale(ctx context.Context, locks []*Lock, deadline time.Time) {
+	locks := slices.Collect(maps.Keys(s.hb.stale))
+	s.mu.Unlock()
 	if len(locks) == 0 {
 		return
 	}

@@ -341,12 +341,10 @@ func (n *Node) Renew(ctx context.Context, leases []*Lease, deadline time.Time) [
 			held[i] = h
 		}
 	}
-	callCtx := n.T.Bound(ctx, deadline)
-	defer wire.Unbind(callCtx)
-	cmds, ackErr := wire.RunCalls(callCtx, n.C, calls, n.Acks, nil)
-	idx, again := n.leasesAlone(callCtx, leases, calls, cmds)
+	cmds, until, ackErr := n.T.RunCallsBound(ctx, deadline, n.C, calls, n.Acks)
+	idx, again := n.leasesAlone(ctx, leases, calls, cmds)
 	idx, again = scriptsAgain(held, calls, cmds, func(i int) bool { return n.judgeRenew(leases[i], calls[i], held[i]) }, idx, again)
-	n.sendAgain(callCtx, idx, again, cmds, n.Acks)
+	n.sendAgain(ctx, until, idx, again, cmds, n.Acks)
 	out := make([]Renewal, len(cmds))
 	for i, cmd := range cmds {
 		out[i] = DecodeRenew(cmd)
@@ -379,16 +377,16 @@ func (n *Node) leasesAlone(ctx context.Context, leases []*Lease, calls []wire.Ca
 	return idx, alone
 }
 
-// sendAgain sends calls, script calls, in one more round trip, and puts
-// the reply of calls[j] in cmds[idx[j]]: a renewal's that Redis refused
-// for its candidate keys (leasesAlone), or a native call's that the server
-// did not take (native.go). A write too few replicas acknowledged (Acks)
-// failed.
-func (n *Node) sendAgain(ctx context.Context, idx []int, calls []wire.Call, cmds []*redis.Cmd, acks wire.Acks) {
+// sendAgain sends calls, script calls, in one more round trip that ends
+// with the first (until), and puts the reply of calls[j] in cmds[idx[j]]:
+// a renewal's that Redis refused for its candidate keys (leasesAlone), or
+// a native call's that the server did not take (native.go). A write too
+// few replicas acknowledged (Acks) failed.
+func (n *Node) sendAgain(ctx context.Context, until time.Time, idx []int, calls []wire.Call, cmds []*redis.Cmd, acks wire.Acks) {
 	if len(calls) == 0 {
 		return
 	}
-	replies, ackErr := wire.RunCalls(ctx, n.C, calls, acks, nil)
+	replies, _, ackErr := n.T.RunCallsBound(ctx, until, n.C, calls, acks)
 	for j, i := range idx {
 		if ackErr != nil && replies[j].Err() == nil {
 			replies[j].SetErr(ackErr) // not acknowledged: it does not count
@@ -483,7 +481,8 @@ func (n *Node) ReleaseAll(ctx context.Context, rs []Ending, deadline time.Time) 
 		cmds[i], again = n.judgeRelease(rs[i].Lease, calls[i], held[i])
 		return again
 	}, nil, nil)
-	n.sendAgain(callCtx, idx, again, cmds, wire.Acks{})
+	until, _ := callCtx.Deadline()
+	n.sendAgain(ctx, until, idx, again, cmds, wire.Acks{})
 	out := make([]Deleted, len(cmds))
 	for i, cmd := range cmds {
 		out[i] = DecodeRelease(cmd)
@@ -506,8 +505,6 @@ func DecodeRelease(cmd *redis.Cmd) Deleted {
 	return Deleted{Missing: err == nil && n == 0, Err: err, Retry: err != nil}
 }
 
-// Inspect reads who holds k's name on this server, in one call: the
-// reply, with a Transfer's reservation judged (Inspected.Reserved).
 // Proclaim stores value as l's value, keeping token, fence and TTL, as the
 // seq'th Proclaim of l's term (lua/proclaim.lua), bounded by deadline; it
 // reports whether the key still held l's token, and ErrSuperseded when a
@@ -531,6 +528,8 @@ func (n *Node) Proclaim(ctx context.Context, l *Lease, seq int64, value string, 
 // sequence.
 var ErrSuperseded = errors.New("redisleader: a later Proclaim of this leadership is stored already; this one wrote nothing")
 
+// Inspect reads who holds k's name on this server, in one call: the
+// reply, with a Transfer's reservation judged (Inspected.Reserved).
 func (n *Node) Inspect(ctx context.Context, k Keys) (Inspected, error) {
 	return DecodeInspect(n.T.Combiner().Call(ctx, time.Time{}, InspectRun, InspectArgs(k.Lock)))
 }

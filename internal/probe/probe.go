@@ -1,8 +1,8 @@
 // Package probe lets this module's reliability tests watch the library's
 // lease events as they happen: an acquisition handed to its caller, each
-// accepted renewal, the end of an acquisition. The library calls Emit at each
-// of these points; nothing is recorded, and Emit costs one atomic load, unless
-// a test installed a hook with Set. Being internal, it cannot be used from
+// accepted renewal, the end of an acquisition. At each of these points the
+// library loads Hook and calls it if a test installed one with Set; nothing
+// is recorded, and a point costs one atomic load, unless a test did. Being internal, it cannot be used from
 // outside this module.
 package probe
 
@@ -32,7 +32,10 @@ type Event struct {
 	Reason   error     // Ended: why (ErrReleased, ErrNotOwner, ...)
 }
 
-var hook atomic.Pointer[func(Event)]
+// Hook is the installed hook (Set), nil when none. The library's one emit
+// point (lock.go's emitLocked) loads it and builds an event only when it is
+// set, so that the check reads where the event is made.
+var Hook atomic.Pointer[func(Event)]
 
 // Set installs f as the hook (nil removes it) and returns a function that
 // restores the previous one. f runs on the library's goroutines, sometimes
@@ -43,17 +46,6 @@ func Set(f func(Event)) (restore func()) {
 	if f != nil {
 		p = &f
 	}
-	old := hook.Swap(p)
-	return func() { hook.Store(old) }
-}
-
-// On reports whether a hook is installed, so callers can skip building
-// events nobody will see.
-func On() bool { return hook.Load() != nil }
-
-// Emit passes e to the hook, if any.
-func Emit(e Event) {
-	if f := hook.Load(); f != nil {
-		(*f)(e)
-	}
+	old := Hook.Swap(p)
+	return func() { Hook.Store(old) }
 }

@@ -112,19 +112,21 @@ func (r *Ring[K]) Members(i int) []K { return slices.Collect(maps.Keys(r.slots[i
 // overran the next round's first slice, or when stale tokens wait for the
 // clean-up, which then gets a whole interval after that slice.
 //
-// The heartbeat runs the schedule (the root's heartbeat.go); its user guards
-// the ring it reads (Session.mu), not the schedule, which is the heartbeat
+// The heartbeat runs the schedule (the root's heartbeat.go), asking it once
+// each time its timer fires what to do then (Turn); its user guards the ring
+// it reads (Session.mu), not the schedule, which is the heartbeat
 // goroutine's alone.
 type Schedule[K comparable] struct {
-	T       *time.Timer // the heartbeat's
-	Active  bool        // a round is under way (else the heartbeat is idle)
-	Base    time.Time   // the round's start: slot i is due at Base + i·gap
-	Next    int         // the round's first slot not yet renewed
-	Held    int         // live locks the round's slices renewed (or tried to)
-	Failed  bool        // a slice of the round failed
-	LastDue time.Time   // the due time and end of the round's last slice
-	LastEnd time.Time
-	Retries []Retry[K] // failed slices, in the order they are due again
+	T        *time.Timer   // the heartbeat's
+	Interval time.Duration // the renew interval: a round starts this long after the one before
+	Active   bool          // a round is under way (else the heartbeat is idle)
+	Base     time.Time     // the round's start: slot i is due at Base + i·gap
+	Next     int           // the round's first slot not yet renewed
+	Held     int           // live locks the round's slices renewed (or tried to)
+	Failed   bool          // a slice of the round failed
+	LastDue  time.Time     // the due time and end of the round's last slice
+	LastEnd  time.Time
+	Retries  []Retry[K] // failed slices, in the order they are due again
 }
 
 // A Retry is a failed slice's members, to be renewed again At (unless
@@ -133,6 +135,53 @@ type Retry[K comparable] struct {
 	At      time.Time
 	Slot    int
 	Members []K
+}
+
+// A Turn is what a heartbeat does when its timer fires (Schedule.Turn):
+// renew Members, the locks of Slot (a slice, or a failed slice's retry),
+// or end the round (End: the next round has begun), or nothing yet (Slot
+// -1, not End); then it asks again At, or when a retry is due if sooner.
+type Turn[K comparable] struct {
+	Slot    int  // the slot whose locks to renew now, or -1
+	Members []K  // its locks
+	Retry   bool // the slice is a failed one's retry, not the slot's turn
+	End     bool // the round ended, and the next one has begun
+	Idle    bool // End, and the round renewed nothing and no retry waits
+	Failed  bool // End, and a slice of the round failed
+	// At is when to ask again: when the next occupied slot is due or the
+	// round's span ends; after End, when the new round's first slice is
+	// due (its start if no slot is occupied), which is also as long as the
+	// clean-up of stale tokens may take.
+	At time.Time
+}
+
+// Turn is what is due at now, in this order: a failed slice's retry, the
+// round's next occupied slot of r, or the round's end, which begins the
+// next round (NextRound; stale: tokens wait for the clean-up). A slice
+// drops its slot's retries: it supersedes them. The heartbeat sets LastEnd
+// once a slot's slice (not a retry) has ended.
+func (sc *Schedule[K]) Turn(r *Ring[K], now time.Time, stale bool) Turn[K] {
+	t := Turn[K]{Slot: -1}
+	slot, at := sc.NextSlot(r)
+	switch {
+	case len(sc.Retries) > 0 && !sc.Retries[0].At.After(now):
+		t.Slot, t.Members, t.Retry = sc.Retries[0].Slot, sc.Retries[0].Members, true
+		sc.Retries = sc.Retries[1:]
+	case at.After(now):
+		t.At = at
+		return t
+	case slot >= 0:
+		sc.Next, sc.LastDue = slot+1, at
+		t.Slot, t.Members = slot, r.Members(slot)
+	default:
+		next, first := sc.NextRound(r, sc.Interval, stale)
+		t.End, t.Idle, t.Failed, t.At = true, sc.Held == 0 && len(sc.Retries) == 0, sc.Failed, first
+		sc.Begin(next, 0)
+		return t
+	}
+	sc.Retries = slices.DeleteFunc(sc.Retries, func(q Retry[K]) bool { return q.Slot == t.Slot })
+	_, t.At = sc.NextSlot(r)
+	return t
 }
 
 // Begin starts a round at base, whose slots before next are passed.

@@ -269,6 +269,18 @@ func RunCalls(ctx context.Context, c Client, calls []Call, acks Acks, ready func
 	return cmds, runPipeline(ctx, c, calls, cmds, acks)
 }
 
+// RunCallsBound is RunCalls bounded as Bound says (by ctx, the call
+// timeout and deadline), and unbound once it has returned; until is when
+// the bound ended the calls, for a call that must end with them (a
+// re-send of some: pass until as its deadline).
+func (t *Transport) RunCallsBound(ctx context.Context, deadline time.Time, c Client, calls []Call, acks Acks) (cmds []*redis.Cmd, until time.Time, err error) {
+	callCtx := t.Bound(ctx, deadline)
+	defer Unbind(callCtx)
+	until, _ = callCtx.Deadline()
+	cmds, err = RunCalls(callCtx, c, calls, acks, nil)
+	return cmds, until, err
+}
+
 // Bound bounds one Redis call by the call timeout and, when deadline is not
 // zero, by a lease's local deadline. It returns ctx itself when ctx already
 // ends sooner. Once the call has returned, the caller passes the result to
