@@ -101,9 +101,12 @@ func (s *Session) beat(ctx context.Context, retry bool) {
 // step takes the schedule's turn (ring.Schedule.Turn, asked once each time
 // the timer fires: a retry of a failed slice, a slot's slice, or the
 // round's end), then arms the timer for the next, unless the heartbeat
-// goes idle. Whether stale tokens wait is read here, under Session.mu; the
-// clean-up (stale.go) runs only then.
+// goes idle or the session closes. Whether stale tokens wait is read here,
+// under Session.mu; the clean-up (stale.go) runs only then.
 func (s *Session) step(ctx context.Context, sc *ring.Schedule[*Lock]) {
+	if ctx.Err() != nil {
+		return // closing: no turn, and the timer stays unarmed
+	}
 	s.mu.Lock()
 	s.hb.settle()
 	stale := len(s.hb.stale) > 0
