@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"github.com/redisleader/redisleader/internal/wire"
@@ -30,6 +31,10 @@ type Lease struct {
 	// hold is the value Redis holds for the lease, for its native calls
 	// (native.go): nil until the first one; a new Held at each change.
 	hold atomic.Pointer[Held]
+	// first is hold's first value, made once (firstOnce) in the lease
+	// itself rather than in an allocation of its own.
+	first     Held
+	firstOnce sync.Once
 	// argv is the buffer of the acquire script's argument vector; only the
 	// acquiring goroutine uses it.
 	argv [8]any

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -59,6 +60,7 @@ type Native struct {
 	delifeq atomic.Int32 // DELIFEQ
 	delex   atomic.Int32 // DELEX ... IFEQ
 	cluster atomic.Int32 // capYes: the client is a Cluster's, whose MULTI go-redis does not keep on one node
+	kits    sync.Pool    // idle *releaseKits (nativeRelease)
 }
 
 // Has reports what the node learnt of cmd ("ifeq", "delifeq" or "delex"):
@@ -111,13 +113,20 @@ func (l *Lease) held() *Held {
 	if l.Fence == 0 {
 		return nil
 	}
-	value, _ := l.Args.Value.(string)
-	l.hold.CompareAndSwap(nil, l.heldFor(value))
+	l.firstOnce.Do(func() { // the lease's own first Held: one allocation, its string
+		value, _ := l.Args.Value.(string)
+		l.first = Held{s: l.heldString(value), known: true}
+		l.hold.CompareAndSwap(nil, &l.first) // unless a Proclaim came first
+	})
 	return l.hold.Load()
 }
 
-// heldFor is the Held of l storing value, made with two allocations.
-func (l *Lease) heldFor(value string) *Held {
+// heldFor is the Held of l storing value (a Proclaim's).
+func (l *Lease) heldFor(value string) *Held { return &Held{s: l.heldString(value), known: true} }
+
+// heldString is the value Redis holds for l storing value, made with one
+// allocation.
+func (l *Lease) heldString(value string) string {
 	var fence [20]byte
 	var b strings.Builder
 	f := strconv.AppendInt(fence[:0], l.Fence, 10)
@@ -127,7 +136,7 @@ func (l *Lease) heldFor(value string) *Held {
 	b.Write(f)
 	b.WriteByte('\n')
 	b.WriteString(value)
-	return &Held{s: b.String(), known: true}
+	return b.String()
 }
 
 // native returns the value a native call of l compares with, or nil when
@@ -154,7 +163,7 @@ func (n *Node) nativeRenew(ctx context.Context, l *Lease, cl *wire.Call) *Held {
 	if h == nil {
 		return nil
 	}
-	cl.Native = []*redis.Cmd{redis.NewCmd(ctx, "set", l.Args.Lock, &h.s, "ifeq", &h.s, "px", l.Args.TTL)}
+	cl.Native = []redis.Cmder{redis.NewCmd(ctx, "set", l.Args.Lock, &h.s, "ifeq", &h.s, "px", l.Args.TTL)}
 	if n.Native.ifeq.Load() == capUnknown {
 		cl.Native = append(cl.Native, probeScript(ctx, *cl))
 	}
@@ -176,7 +185,7 @@ func probeScript(ctx context.Context, cl wire.Call) *redis.Cmd {
 // to be sent again by the runner (it failed, with an error the runner
 // words, such as an ACL denial).
 func probed(cl wire.Call) *redis.Cmd {
-	if cmd := cl.Native[len(cl.Native)-1]; cmd.Err() == nil {
+	if cmd := cl.Native[len(cl.Native)-1].(*redis.Cmd); cmd.Err() == nil {
 		return cmd
 	}
 	return nil
@@ -191,27 +200,102 @@ func (n *Node) releaseHeld(r Ending) *Held {
 	return r.Lease.native()
 }
 
-// nativeRelease makes cl, the release of r, native if it can be; it
-// returns the Held it compares with (nil: the script).
-func (n *Node) nativeRelease(ctx context.Context, r Ending, cl *wire.Call) *Held {
+// nativeRelease returns the release of r in native form, with the Held it
+// compares with and the kit that holds its commands; a nil Held when r
+// takes its protocol's script (then the call is not made). The kit is
+// the node's (Native.kits) when pooled, else the caller's alone.
+func (n *Node) nativeRelease(ctx context.Context, r Ending, pooled bool) (wire.Call, *Held, *releaseKit) {
 	h := n.releaseHeld(r)
 	if h == nil {
-		return nil
+		return wire.Call{}, nil, nil
 	}
-	var del *redis.Cmd
-	state := n.Native.delifeq.Load()
-	if state != capNo {
-		del = redis.NewCmd(ctx, "delifeq", r.Lease.Args.Lock, &h.s)
-	} else {
-		state = n.Native.delex.Load()
-		del = redis.NewCmd(ctx, "delex", r.Lease.Args.Lock, "ifeq", &h.s)
+	del, state := "delifeq", n.Native.delifeq.Load()
+	if state == capNo {
+		del, state = "delex", n.Native.delex.Load()
 	}
-	cl.Native = []*redis.Cmd{redis.NewCmd(ctx, multiArgs...), del,
-		redis.NewCmd(ctx, "publish", &r.Lease.Keys.Channel, "R"), redis.NewCmd(ctx, execArgs...)}
+	k := newReleaseKit
+	if pooled {
+		k = n.Native.kit
+	}
+	kit := k().fill(del, r.Lease, h)
+	cl := wire.Call{Script: ReleaseRun, Argv: kit.argv[:], Native: kit.native[:4]} // Plain's: releaseHeld
 	if state == capUnknown {
-		cl.Native = append(cl.Native, probeScript(ctx, *cl))
+		kit.native[4] = probeScript(ctx, cl)
+		cl.Native = kit.native[:5]
 	}
-	return h
+	return cl, h, kit
+}
+
+// releaseCall is r's release: native where it can be (nativeRelease: h
+// and kit not nil), else its protocol's script.
+func (n *Node) releaseCall(ctx context.Context, r Ending, pooled bool) (cl wire.Call, h *Held, kit *releaseKit) {
+	if cl, h, kit = n.nativeRelease(ctx, r, pooled); h == nil {
+		cl = r.Lease.Proto.ReleaseCall(r.Lease, r.Heir)
+	}
+	return cl, h, kit
+}
+
+// A releaseKit is a native release's commands (MULTI, the delete,
+// PUBLISH, EXEC) and their argument vectors, made once and kept by the
+// node (Native.kits) for its next release: a release takes one (kit),
+// fills in its lease's key, channel and value, and gives it back (reuse)
+// only once its pipeline has ended (judged) and its reply has been read.
+// A kit whose caller gave up first, or whose pipeline a hook ended, may
+// still be on the wire: it is never given back. So no two releases share
+// one, and a retried release takes another.
+type releaseKit struct {
+	multi, del, pub, exec *redis.Cmd
+	delArgs               [4]any         // DELIFEQ key v, or DELEX key IFEQ v
+	pubArgs               [3]any         // PUBLISH channel R
+	argv                  [5]any         // the script's (Args.Release): the call's key, a probe's and a fallback's
+	native                [5]redis.Cmder // the four, and a probe's script
+}
+
+// newReleaseKit makes a kit; the delete is made by fill.
+func newReleaseKit() *releaseKit {
+	k := &releaseKit{pubArgs: [3]any{"publish", nil, "R"}}
+	k.multi = redis.NewCmd(context.Background(), multiArgs...)
+	k.pub = redis.NewCmd(context.Background(), k.pubArgs[:]...)
+	k.exec = redis.NewCmd(context.Background(), execArgs...)
+	return k
+}
+
+// kit returns a kit of the node's, or a new one.
+func (nv *Native) kit() *releaseKit {
+	if k, ok := nv.kits.Get().(*releaseKit); ok {
+		return k
+	}
+	return newReleaseKit()
+}
+
+// reuse gives k back to the node once its release is done with it.
+func (nv *Native) reuse(k *releaseKit) {
+	k.delArgs[1], k.delArgs[len(k.del.Args())-1], k.pubArgs[1] = nil, nil, nil // keys, tokens and values
+	clear(k.argv[:])
+	k.native[4] = nil
+	nv.kits.Put(k)
+}
+
+// fill readies k for the release of l, whose value is h, with the delete
+// del ("delifeq" or "delex"): no reply, no error.
+func (k *releaseKit) fill(del string, l *Lease, h *Held) *releaseKit {
+	if k.del == nil || k.delArgs[0] != del {
+		k.delArgs = [4]any{del}
+		args := k.delArgs[:3] // DELIFEQ key v
+		if del == "delex" {
+			k.delArgs[2] = "ifeq"
+			args = k.delArgs[:] // DELEX key IFEQ v
+		}
+		k.del = redis.NewCmd(context.Background(), args...)
+	}
+	k.delArgs[1], k.delArgs[len(k.del.Args())-1], k.pubArgs[1] = l.Args.Lock, &h.s, &l.Keys.Channel
+	k.argv = l.Args.release()
+	k.native = [5]redis.Cmder{k.multi, k.del, k.pub, k.exec}
+	for _, cmd := range k.native[:4] {
+		cmd.SetErr(nil)
+		cmd.(*redis.Cmd).SetVal(nil)
+	}
+	return k
 }
 
 // scriptsAgain appends to idx and again, as scripts, the native calls
@@ -251,7 +335,7 @@ func (n *Node) isCluster() bool {
 // again: the server did not take it, or a nil reply is ambiguous, so the
 // script is to be sent instead. A probe's reply is its script's (probed).
 func (n *Node) judgeRenew(l *Lease, cl wire.Call, h *Held) (again bool) {
-	again = n.renewVerdict(l, cl.Native[0], h)
+	again = n.renewVerdict(l, cl.Native[0].(*redis.Cmd), h)
 	if len(cl.Native) == 2 {
 		return probed(cl) == nil
 	}
@@ -293,13 +377,13 @@ func (n *Node) judgeRelease(l *Lease, cl wire.Call, h *Held) (cmd *redis.Cmd, ag
 			return cmd, false
 		}
 	}
-	return cl.Native[3], again
+	return cl.Native[3].(*redis.Cmd), again
 }
 
 // releaseVerdict is judgeRelease's reading of the transaction: again, the
 // server did not do it (or the reply is ambiguous), so the script is to.
 func (n *Node) releaseVerdict(l *Lease, cl wire.Call, h *Held) (again bool) {
-	multi, del, pub, exec := cl.Native[0], cl.Native[1], cl.Native[2], cl.Native[3]
+	multi, del, pub, exec := cl.Native[0], cl.Native[1].(*redis.Cmd), cl.Native[2], cl.Native[3].(*redis.Cmd)
 	c := n.Native.state(del.Args()[0].(string))
 	switch {
 	case unsupported(del.Err()):

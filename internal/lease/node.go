@@ -439,8 +439,7 @@ type Deleted struct {
 // Release deletes r's token if the key still holds it, or hands the name
 // to r.Heir, with its protocol's release.
 func (n *Node) Release(ctx context.Context, r Ending) Deleted {
-	c := r.Lease.Proto.ReleaseCall(r.Lease, r.Heir)
-	h := n.nativeRelease(ctx, r, &c)
+	c, h, kit := n.releaseCall(ctx, r, true)
 	cmd := n.T.Combiner().SendNow(ctx, time.Time{}, c)
 	if h == nil || !judged(c, cmd) {
 		return DecodeRelease(cmd)
@@ -449,7 +448,9 @@ func (n *Node) Release(ctx context.Context, r Ending) Deleted {
 	if again {
 		cmd = n.T.Combiner().CallNow(ctx, time.Time{}, c.Script, c.Argv) // the script (native.go)
 	}
-	return DecodeRelease(cmd)
+	d := DecodeRelease(cmd)
+	n.Native.reuse(kit) // judged: its pipeline has ended
+	return d
 }
 
 // ReleaseAll is Release for several leases in one round trip, bounded by
@@ -461,8 +462,8 @@ func (n *Node) ReleaseAll(ctx context.Context, rs []Ending, deadline time.Time) 
 	calls := make([]wire.Call, len(rs))
 	var held []*Held // per lease, what its native release compares with (nil: the script)
 	for i, r := range rs {
-		calls[i] = r.Lease.Proto.ReleaseCall(r.Lease, r.Heir)
-		if h := n.nativeRelease(ctx, r, &calls[i]); h != nil {
+		var h *Held
+		if calls[i], h, _ = n.releaseCall(ctx, r, false); h != nil {
 			if held == nil {
 				held = make([]*Held, len(rs))
 			}
@@ -491,7 +492,13 @@ func (n *Node) ReleaseAll(ctx context.Context, rs []Ending, deadline time.Time) 
 }
 
 // Release is release's vector.
-func (a *Args) Release() []any { return []any{nil, nil, 1, a.Lock, a.Token} }
+func (a *Args) Release() []any {
+	v := a.release()
+	return v[:]
+}
+
+// release is release's vector as an array, for a buffer of the caller's.
+func (a *Args) release() [5]any { return [5]any{nil, nil, 1, a.Lock, a.Token} }
 
 // DecodeRelease turns cmd, a release script's call (release, fair_release,
 // redlock_release, hand_off, whose {2, heir} is a reservation made), into

@@ -14,7 +14,7 @@ import (
 // One script call: how it reaches Redis (EVALSHA, EVAL on NOSCRIPT) and
 // within which deadline (Bound, Unbind and the bound context). A lone call
 // of a Combiner reads here from its entry (Combiner.Call) through its
-// deadline and its reply (runBound) to its slot's return (passSlot), and
+// deadline and its reply (run) to its slot's return (passSlot), and
 // so does a renewal round (Bound, RunCalls, Unbind); the Combiner and its
 // coalescing are in combine.go, a queued call in queue.go, several calls in
 // one round trip in pipeline.go. It knows nothing of locks; the scripts
@@ -114,7 +114,9 @@ func (c *Combiner) send(ctx context.Context, deadline time.Time, cl Call, coales
 		defer c.passSlot() // also when a hook on the client ends the goroutine
 	}
 	c.mu.Unlock()
-	return c.t.runBound(ctx, deadline, c.client, cl)
+	callCtx := c.t.Bound(ctx, deadline)
+	defer Unbind(callCtx)
+	return c.run(callCtx, cl)
 }
 
 // passSlot frees the slot of a call that returned: to a flusher when calls
@@ -144,21 +146,35 @@ func (c *Combiner) drainedLocked() {
 	}
 }
 
-// runBound runs sc once on c, bounded as Bound says, and unbinds: a
-// Combiner's lone call, on its caller's goroutine.
-func (t *Transport) runBound(ctx context.Context, deadline time.Time, c Client, cl Call) *redis.Cmd {
-	callCtx := t.Bound(ctx, deadline)
-	defer Unbind(callCtx)
-	return cl.run(callCtx, c)
+// run sends cl alone, a Combiner's lone call on its caller's goroutine:
+// its script (Script.Run), or its native form as one pipeline (runNative).
+func (c *Combiner) run(ctx context.Context, cl Call) *redis.Cmd {
+	switch {
+	case cl.Native == nil:
+		return cl.Script.Run(ctx, c.client, cl.Argv)
+	case c.cluster:
+		cmds, _ := RunCalls(ctx, c.client, []Call{cl}, Acks{}, nil)
+		return cmds[0]
+	}
+	return c.runNative(ctx, cl)
 }
 
-// run sends cl alone on c: its script (Script.Run), or its native form.
-func (cl Call) run(ctx context.Context, c Client) *redis.Cmd {
-	if cl.Native == nil {
-		return cl.Script.Run(ctx, c, cl.Argv)
+// runNative is RunCalls for cl alone, a native form on a client that is
+// not a Cluster's, without its slices: in a pipeline of c's that the last
+// such call left (go-redis's Exec leaves it empty), so that a native
+// release costs the allocations of its commands' replies alone.
+func (c *Combiner) runNative(ctx context.Context, cl Call) *redis.Cmd {
+	pipe, _ := c.pipes.Get().(redis.Pipeliner)
+	if pipe == nil {
+		pipe = c.client.Pipeline()
 	}
-	cmds, _ := RunCalls(ctx, c, []Call{cl}, Acks{}, nil)
-	return cmds[0]
+	_ = pipe.BatchProcess(ctx, cl.Native...)
+	err := ExecPipeline(ctx, pipe)
+	failUnsent(cl.Native, err)
+	if _, panicked := err.(*HookPanicError); !panicked {
+		c.pipes.Put(pipe)
+	}
+	return cl.reply()
 }
 
 // Run executes the script once. argv is {_, _, numkeys, keys..., args...};
@@ -241,11 +257,15 @@ type Call struct {
 	Script *Script
 	Argv   []any // also with Native: its key (KeyOf) places the call
 	// Native, if not nil, is sent in place of the script, as they are: its
-	// last command is the call's (RunCalls returns it), and the caller reads
-	// the others' replies itself. Neither a NOSCRIPT re-send nor denied's
-	// rewording applies to them: the caller judges their errors.
-	Native []*redis.Cmd
+	// last command, a *redis.Cmd, is the call's (RunCalls returns it), and
+	// the caller reads the others' replies itself. Neither a NOSCRIPT
+	// re-send nor denied's rewording applies to them: the caller judges
+	// their errors.
+	Native []redis.Cmder
 }
+
+// reply is the command of cl's native form that holds the call's reply.
+func (cl Call) reply() *redis.Cmd { return cl.Native[len(cl.Native)-1].(*redis.Cmd) }
 
 // RunCalls executes every call in one round trip (a pipeline), and re-sends
 // as EVAL, in a second round trip, those that met a server without their

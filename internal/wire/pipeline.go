@@ -20,10 +20,8 @@ func runPipeline(ctx context.Context, c Client, calls []Call, cmds []*redis.Cmd,
 	pipe := c.Pipeline()
 	for i, cl := range calls {
 		if cl.Native != nil {
-			for _, cmd := range cl.Native {
-				_ = pipe.Process(ctx, cmd)
-			}
-			cmds[i] = cl.Native[len(cl.Native)-1]
+			_ = pipe.BatchProcess(ctx, cl.Native...)
+			cmds[i] = cl.reply()
 			continue
 		}
 		cl.Argv[0], cl.Argv[1] = "evalsha", cl.Script.sha

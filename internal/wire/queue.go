@@ -16,7 +16,7 @@ import (
 type pending struct {
 	s         *Script
 	argv      []any           // a copy of the caller's arguments: the caller may reuse its own after it gives up
-	native    []*redis.Cmd    // the call's native form (Call.Native), or nil
+	native    []redis.Cmder   // the call's native form (Call.Native), or nil
 	until     time.Time       // when its caller stops waiting
 	ctx       context.Context // its caller's (bound): once it has ended, the call is never sent
 	sent      bool            // taken into a batch; under Combiner.mu
@@ -46,7 +46,7 @@ func (c *Combiner) enqueue(ctx context.Context, deadline time.Time, cl Call, coa
 			defer c.passSlot() // also when a hook on the client panics
 		}
 		c.mu.Unlock()
-		return cl.run(callCtx, c.client)
+		return c.run(callCtx, cl)
 	}
 	p := c.getLocked()
 	p.s, p.argv, p.native = cl.Script, append(p.argv[:0], argv...), cl.Native
