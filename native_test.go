@@ -310,10 +310,10 @@ func lackingNatives(log *cmdLog) testHook {
 				cmds[i].SetErr(err)
 			case name == "multi" && i+3 < len(cmds):
 				// MULTI, the delete, PUBLISH, EXEC: discarded at the delete.
-				cmds[i].(*redis.Cmd).SetVal("OK")
+				setStatus(cmds[i], "OK")
 				log.add(cmdName(cmds[i+1]))
 				cmds[i+1].SetErr(fakeRedisError("ERR unknown command '" + cmdName(cmds[i+1]) + "', with args beginning with: "))
-				cmds[i+2].(*redis.Cmd).SetVal("QUEUED")
+				setStatus(cmds[i+2], "QUEUED")
 				err = fakeRedisError("EXECABORT Transaction discarded because of previous errors.")
 				cmds[i+3].SetErr(err)
 				i += 3
@@ -326,6 +326,16 @@ func lackingNatives(log *cmdLog) testHook {
 		}
 		return send(ctx, rest)
 	})
+}
+
+// setStatus gives cmd, a status reply's command, the reply s.
+func setStatus(cmd redis.Cmder, s string) {
+	switch c := cmd.(type) {
+	case *redis.StatusCmd:
+		c.SetVal(s)
+	case *redis.Cmd:
+		c.SetVal(s)
+	}
 }
 
 // TestNativeUnknownOnce: a node whose server answers the native commands

@@ -244,18 +244,19 @@ func (n *Node) releaseCall(ctx context.Context, r Ending, pooled bool) (cl wire.
 // still be on the wire: it is never given back. So no two releases share
 // one, and a retried release takes another.
 type releaseKit struct {
-	multi, del, pub, exec *redis.Cmd
-	delArgs               [4]any         // DELIFEQ key v, or DELEX key IFEQ v
-	pubArgs               [3]any         // PUBLISH channel R
-	argv                  [5]any         // the script's (Args.Release): the call's key, a probe's and a fallback's
-	native                [5]redis.Cmder // the four, and a probe's script
+	multi, del, pub *redis.StatusCmd // replies +OK, +QUEUED: a string each, not boxed too
+	exec            *redis.Cmd
+	delArgs         [4]any         // DELIFEQ key v, or DELEX key IFEQ v
+	pubArgs         [3]any         // PUBLISH channel R
+	argv            [5]any         // the script's (Args.Release): the call's key, a probe's and a fallback's
+	native          [5]redis.Cmder // the four, and a probe's script
 }
 
 // newReleaseKit makes a kit; the delete is made by fill.
 func newReleaseKit() *releaseKit {
 	k := &releaseKit{pubArgs: [3]any{"publish", nil, "R"}}
-	k.multi = redis.NewCmd(context.Background(), multiArgs...)
-	k.pub = redis.NewCmd(context.Background(), k.pubArgs[:]...)
+	k.multi = redis.NewStatusCmd(context.Background(), multiArgs...)
+	k.pub = redis.NewStatusCmd(context.Background(), k.pubArgs[:]...)
 	k.exec = redis.NewCmd(context.Background(), execArgs...)
 	return k
 }
@@ -286,15 +287,17 @@ func (k *releaseKit) fill(del string, l *Lease, h *Held) *releaseKit {
 			k.delArgs[2] = "ifeq"
 			args = k.delArgs[:] // DELEX key IFEQ v
 		}
-		k.del = redis.NewCmd(context.Background(), args...)
+		k.del = redis.NewStatusCmd(context.Background(), args...)
 	}
 	k.delArgs[1], k.delArgs[len(k.del.Args())-1], k.pubArgs[1] = l.Args.Lock, &h.s, &l.Keys.Channel
 	k.argv = l.Args.release()
 	k.native = [5]redis.Cmder{k.multi, k.del, k.pub, k.exec}
-	for _, cmd := range k.native[:4] {
+	for _, cmd := range [...]*redis.StatusCmd{k.multi, k.del, k.pub} {
 		cmd.SetErr(nil)
-		cmd.(*redis.Cmd).SetVal(nil)
+		cmd.SetVal("")
 	}
+	k.exec.SetErr(nil)
+	k.exec.SetVal(nil)
 	return k
 }
 
@@ -383,7 +386,7 @@ func (n *Node) judgeRelease(l *Lease, cl wire.Call, h *Held) (cmd *redis.Cmd, ag
 // releaseVerdict is judgeRelease's reading of the transaction: again, the
 // server did not do it (or the reply is ambiguous), so the script is to.
 func (n *Node) releaseVerdict(l *Lease, cl wire.Call, h *Held) (again bool) {
-	multi, del, pub, exec := cl.Native[0], cl.Native[1].(*redis.Cmd), cl.Native[2], cl.Native[3].(*redis.Cmd)
+	multi, del, pub, exec := cl.Native[0], cl.Native[1].(*redis.StatusCmd), cl.Native[2], cl.Native[3].(*redis.Cmd)
 	c := n.Native.state(del.Args()[0].(string))
 	switch {
 	case unsupported(del.Err()):
@@ -400,11 +403,12 @@ func (n *Node) releaseVerdict(l *Lease, cl wire.Call, h *Held) (again bool) {
 		// reply is the outcome; later releases take the script, atomic.
 		n.Native.delifeq.Store(capNo)
 		n.Native.delex.Store(capNo)
-		if del.Err() != nil {
+		deleted, err := strconv.ParseInt(del.Val(), 10, 64) // a status command reads ":1" as "1"
+		if del.Err() != nil || err != nil {
 			return true
 		}
 		exec.SetErr(nil)
-		exec.SetVal(del.Val())
+		exec.SetVal(deleted)
 		return false
 	case isRedisError(pub.Err()):
 		return true // the channel denied: nothing ran, and the script names the denial
