@@ -398,3 +398,49 @@ func TestNativeReleaseNOPERM(t *testing.T) {
 		assert.Regexp(t, "delifeq|delex", fmt.Sprint(e), "only the native deletes were denied")
 	}
 }
+
+// Allocations per default lock pair (TryLock + Release) on a warm session,
+// per path: the scripts' is issue 38's budget. The native release (MULTI,
+// DELIFEQ or DELEX, PUBLISH, EXEC) still costs five more than the script's
+// EVALSHA: go-redis reads +OK and two +QUEUED into a string each (3), EXEC's
+// array and its boxing (2), the value the delete compares with (1, once
+// per lease) and the pipeline's command slice (1), less the EVALSHA's
+// command and vector (2) that it does not make.
+const (
+	pairAllocsScripts = 25
+	pairAllocsNative  = 30
+)
+
+// TestLockPairAllocs pins the allocations of a default lock pair on the
+// server in use (REDIS_SERVER), on whichever path its node takes, as
+// BenchmarkLockPair counts them; a CI matrix with Valkey 9.1.2 pins the
+// native release's.
+func TestLockPairAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	srv := redisserver.Start(t)
+	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	s, err := NewSession(c, WithTTL(10*time.Second))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	ctx := context.Background()
+	for range 20 { // the node learns the server's commands; pools fill
+		require.NoError(t, pairOn(ctx, s, "allocs"))
+	}
+	var failed error
+	allocs := testing.AllocsPerRun(200, func() {
+		if err := pairOn(ctx, s, "allocs"); err != nil {
+			failed = err
+		}
+	})
+	require.NoError(t, failed)
+	delifeq, _ := nativeOf(s).Has("delifeq")
+	delex, _ := nativeOf(s).Has("delex")
+	budget, path := pairAllocsScripts, "scripts"
+	if delifeq || delex {
+		budget, path = pairAllocsNative, "native release"
+	}
+	t.Logf("%v allocations per lock pair (%s)", allocs, path)
+	assert.LessOrEqual(t, int(allocs), budget, "allocations per lock pair on the %s path", path)
+}
