@@ -95,13 +95,24 @@ func unsupported(err error) bool {
 		redis.HasErrorPrefix(err, "unknown subcommand") || redis.HasErrorPrefix(err, "NOPERM"))
 }
 
-// A Held is the value Redis holds for a lease, "<token>\n<fence>\n<value>",
-// passed to go-redis as &s (no boxing); known is false while it is not
-// known (a Proclaim's outcome is unknown). Every change is a new Held, so a
-// call can tell whether the lease's changed while it was out.
+// A Held is the value Redis holds for a lease, "<token>\n<fence>\n<value>";
+// known is false while it is not known (a Proclaim's outcome is unknown).
+// Every change is a new Held, so a call can tell whether the lease's
+// changed while it was out. A renewal passes it to go-redis as a string
+// (str), made once; a release writes it into its kit's buffer as go-redis
+// writes the command (heldValue), and makes no string.
 type Held struct {
-	s     string
+	value string
 	known bool
+	once  sync.Once // makes s
+	s     string
+}
+
+// str returns h, a Held of l, as a string, made the first time (&s: no
+// boxing).
+func (h *Held) str(l *Lease) *string {
+	h.once.Do(func() { h.s = l.heldString(h.value) })
+	return &h.s
 }
 
 // held returns l's Held, made from its token, fence and value the first
@@ -113,16 +124,39 @@ func (l *Lease) held() *Held {
 	if l.Fence == 0 {
 		return nil
 	}
-	l.firstOnce.Do(func() { // the lease's own first Held: one allocation, its string
-		value, _ := l.Args.Value.(string)
-		l.first = Held{s: l.heldString(value), known: true}
+	l.firstOnce.Do(func() { // the lease's own first Held: no allocation
+		l.first.value, _ = l.Args.Value.(string)
+		l.first.known = true
 		l.hold.CompareAndSwap(nil, &l.first) // unless a Proclaim came first
 	})
 	return l.hold.Load()
 }
 
 // heldFor is the Held of l storing value (a Proclaim's).
-func (l *Lease) heldFor(value string) *Held { return &Held{s: l.heldString(value), known: true} }
+func (l *Lease) heldFor(value string) *Held { return &Held{value: value, known: true} }
+
+// appendHeld appends the value Redis holds for l storing value to b, the
+// bytes heldString makes.
+func (l *Lease) appendHeld(b []byte, value string) []byte {
+	b = append(append(b, l.Token...), '\n')
+	return append(append(strconv.AppendInt(b, l.Fence, 10), '\n'), value...)
+}
+
+// A heldValue is a release's Held h of l as its delete's argument: go-redis
+// writes what MarshalBinary returns, l's Held appended to buf, a buffer of
+// the release's kit, as it writes the command (encoding.BinaryMarshaler),
+// and keeps nothing of it.
+type heldValue struct {
+	l   *Lease
+	h   *Held
+	buf []byte
+}
+
+// MarshalBinary is the Held's bytes, in v's buffer.
+func (v *heldValue) MarshalBinary() ([]byte, error) {
+	v.buf = v.l.appendHeld(v.buf[:0], v.h.value)
+	return v.buf, nil
+}
 
 // heldString is the value Redis holds for l storing value, made with one
 // allocation.
@@ -163,7 +197,8 @@ func (n *Node) nativeRenew(ctx context.Context, l *Lease, cl *wire.Call) *Held {
 	if h == nil {
 		return nil
 	}
-	cl.Native = []redis.Cmder{redis.NewCmd(ctx, "set", l.Args.Lock, &h.s, "ifeq", &h.s, "px", l.Args.TTL)}
+	s := h.str(l)
+	cl.Native = []redis.Cmder{redis.NewCmd(ctx, "set", l.Args.Lock, s, "ifeq", s, "px", l.Args.TTL)}
 	if n.Native.ifeq.Load() == capUnknown {
 		cl.Native = append(cl.Native, probeScript(ctx, *cl))
 	}
@@ -247,6 +282,7 @@ type releaseKit struct {
 	multi, del, pub *redis.StatusCmd // replies +OK, +QUEUED: a string each, not boxed too
 	exec            *redis.Cmd
 	delArgs         [4]any         // DELIFEQ key v, or DELEX key IFEQ v
+	val             heldValue      // v
 	pubArgs         [3]any         // PUBLISH channel R
 	argv            [5]any         // the script's (Args.Release): the call's key, a probe's and a fallback's
 	native          [5]redis.Cmder // the four, and a probe's script
@@ -272,6 +308,8 @@ func (nv *Native) kit() *releaseKit {
 // reuse gives k back to the node once its release is done with it.
 func (nv *Native) reuse(k *releaseKit) {
 	k.delArgs[1], k.delArgs[len(k.del.Args())-1], k.pubArgs[1] = nil, nil, nil // keys, tokens and values
+	k.val.l, k.val.h = nil, nil
+	clear(k.val.buf)
 	clear(k.argv[:])
 	k.native[4] = nil
 	nv.kits.Put(k)
@@ -289,7 +327,8 @@ func (k *releaseKit) fill(del string, l *Lease, h *Held) *releaseKit {
 		}
 		k.del = redis.NewStatusCmd(context.Background(), args...)
 	}
-	k.delArgs[1], k.delArgs[len(k.del.Args())-1], k.pubArgs[1] = l.Args.Lock, &h.s, &l.Keys.Channel
+	k.val.l, k.val.h = l, h
+	k.delArgs[1], k.delArgs[len(k.del.Args())-1], k.pubArgs[1] = l.Args.Lock, &k.val, &l.Keys.Channel
 	k.argv = l.Args.release()
 	k.native = [5]redis.Cmder{k.multi, k.del, k.pub, k.exec}
 	for _, cmd := range [...]*redis.StatusCmd{k.multi, k.del, k.pub} {
