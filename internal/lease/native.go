@@ -253,7 +253,7 @@ func (n *Node) nativeRelease(ctx context.Context, r Ending, pooled bool) (wire.C
 		k = n.Native.kit
 	}
 	kit := k().fill(del, r.Lease, h)
-	cl := wire.Call{Script: ReleaseRun, Argv: kit.argv[:], Native: kit.native[:4]} // Plain's: releaseHeld
+	cl := wire.Call{Script: ReleaseRun, Argv: kit.argv[:], Native: kit.native[:4], Reply: kit.reply} // Plain's: releaseHeld
 	if state == capUnknown {
 		kit.native[4] = probeScript(ctx, cl)
 		cl.Native = kit.native[:5]
@@ -280,12 +280,13 @@ func (n *Node) releaseCall(ctx context.Context, r Ending, pooled bool) (cl wire.
 // one, and a retried release takes another.
 type releaseKit struct {
 	multi, del, pub *redis.StatusCmd // replies +OK, +QUEUED: a string each, not boxed too
-	exec            *redis.Cmd
-	delArgs         [4]any         // DELIFEQ key v, or DELEX key IFEQ v
-	val             heldValue      // v
-	pubArgs         [3]any         // PUBLISH channel R
-	argv            [5]any         // the script's (Args.Release): the call's key, a probe's and a fallback's
-	native          [5]redis.Cmder // the four, and a probe's script
+	exec            *redis.SliceCmd  // its array read as such, not boxed too
+	reply           *redis.Cmd       // the call's (wire.Call.Reply), made from them
+	delArgs         [4]any           // DELIFEQ key v, or DELEX key IFEQ v
+	val             heldValue        // v
+	pubArgs         [3]any           // PUBLISH channel R
+	argv            [5]any           // the script's (Args.Release): the call's key, a probe's and a fallback's
+	native          [5]redis.Cmder   // the four, and a probe's script
 }
 
 // newReleaseKit makes a kit; the delete is made by fill.
@@ -293,7 +294,8 @@ func newReleaseKit() *releaseKit {
 	k := &releaseKit{pubArgs: [3]any{"publish", nil, "R"}}
 	k.multi = redis.NewStatusCmd(context.Background(), multiArgs...)
 	k.pub = redis.NewStatusCmd(context.Background(), k.pubArgs[:]...)
-	k.exec = redis.NewCmd(context.Background(), execArgs...)
+	k.exec = redis.NewSliceCmd(context.Background(), execArgs...)
+	k.reply = redis.NewCmd(context.Background(), execArgs...)
 	return k
 }
 
@@ -337,6 +339,8 @@ func (k *releaseKit) fill(del string, l *Lease, h *Held) *releaseKit {
 	}
 	k.exec.SetErr(nil)
 	k.exec.SetVal(nil)
+	k.reply.SetErr(nil)
+	k.reply.SetVal(nil)
 	return k
 }
 
@@ -357,7 +361,7 @@ func scriptsAgain(held []*Held, calls []wire.Call, cmds []*redis.Cmd, judge func
 // last command's, whose replies the judges read; not when its caller gave
 // up first (a command of the context's error: cl's may still be on the
 // wire) or a hook ended its pipeline: then it is the call's error.
-func judged(cl wire.Call, cmd *redis.Cmd) bool { return cmd == cl.Native[len(cl.Native)-1] }
+func judged(cl wire.Call, cmd *redis.Cmd) bool { return cmd == cl.NativeReply() }
 
 // isCluster reports whether n's client is a Cluster's, asked once.
 func (n *Node) isCluster() bool {
@@ -409,9 +413,9 @@ func (n *Node) renewVerdict(l *Lease, cmd *redis.Cmd, h *Held) (again bool) {
 // judgeRelease reads the replies of l's native release cl (MULTI, the
 // delete, PUBLISH, EXEC, and a probe's script), which compared with h,
 // learning from them. It returns the command that holds the release's
-// reply (1 deleted, 0 missing or another's): EXEC's, made the script's, or
-// a probe's script's where the transaction did not do it; again: the
-// script is still to be sent.
+// reply (1 deleted, 0 missing or another's): the call's Reply, made the
+// script's from EXEC's, or a probe's script's where the transaction did
+// not do it; again: the script is still to be sent.
 func (n *Node) judgeRelease(l *Lease, cl wire.Call, h *Held) (cmd *redis.Cmd, again bool) {
 	again = n.releaseVerdict(l, cl, h)
 	if len(cl.Native) == 5 && again { // a probe: its script ran right behind
@@ -419,13 +423,13 @@ func (n *Node) judgeRelease(l *Lease, cl wire.Call, h *Held) (cmd *redis.Cmd, ag
 			return cmd, false
 		}
 	}
-	return cl.Native[3].(*redis.Cmd), again
+	return cl.Reply, again
 }
 
 // releaseVerdict is judgeRelease's reading of the transaction: again, the
 // server did not do it (or the reply is ambiguous), so the script is to.
 func (n *Node) releaseVerdict(l *Lease, cl wire.Call, h *Held) (again bool) {
-	multi, del, pub, exec := cl.Native[0], cl.Native[1].(*redis.StatusCmd), cl.Native[2], cl.Native[3].(*redis.Cmd)
+	multi, del, pub, exec := cl.Native[0], cl.Native[1].(*redis.StatusCmd), cl.Native[2], cl.Native[3]
 	c := n.Native.state(del.Args()[0].(string))
 	switch {
 	case unsupported(del.Err()):
@@ -436,7 +440,7 @@ func (n *Node) releaseVerdict(l *Lease, cl wire.Call, h *Held) (again bool) {
 		return true
 	case exec.Err() == nil:
 		c.Store(capYes)
-		return n.execDeleted(l, exec, h)
+		return n.execDeleted(l, exec.(*redis.SliceCmd), cl.Reply, h)
 	case isRedisError(multi.Err()):
 		// MULTI refused (an ACL without it): the delete ran on its own. Its
 		// reply is the outcome; later releases take the script, atomic.
@@ -446,32 +450,34 @@ func (n *Node) releaseVerdict(l *Lease, cl wire.Call, h *Held) (again bool) {
 		if del.Err() != nil || err != nil {
 			return true
 		}
-		exec.SetErr(nil)
-		exec.SetVal(deleted)
+		cl.Reply.SetErr(nil)
+		cl.Reply.SetVal(deleted)
 		return false
 	case isRedisError(pub.Err()):
 		return true // the channel denied: nothing ran, and the script names the denial
 	}
-	return false // EXEC's error is the release's: failed, retried
+	cl.Reply.SetErr(exec.Err()) // EXEC's error is the release's: failed, retried
+	return false
 }
 
-// execDeleted reads EXEC's reply, {deleted, subscribers}, into the
+// execDeleted reads EXEC's reply, {deleted, subscribers}, into reply, the
 // delete's (again as judgeRelease).
-func (n *Node) execDeleted(l *Lease, exec *redis.Cmd, h *Held) (again bool) {
-	res, _ := exec.Val().([]any)
+func (n *Node) execDeleted(l *Lease, exec *redis.SliceCmd, reply *redis.Cmd, h *Held) (again bool) {
+	res := exec.Val()
 	if len(res) != 2 {
-		exec.SetErr(errors.New("redisleader: unexpected reply to a release's EXEC"))
+		reply.SetErr(errors.New("redisleader: unexpected reply to a release's EXEC"))
 		return false
 	}
 	if err, ok := res[0].(error); ok {
-		exec.SetErr(err)
+		reply.SetErr(err)
 		return false
 	}
 	deleted, _ := res[0].(int64)
 	if deleted == 0 && l.hold.Load() != h {
 		return true
 	}
-	exec.SetVal(deleted)
+	reply.SetErr(nil) // a pipeline's error (another command's) is not the release's
+	reply.SetVal(deleted)
 	return false
 }
 

@@ -170,11 +170,11 @@ func (c *Combiner) runNative(ctx context.Context, cl Call) *redis.Cmd {
 	}
 	_ = pipe.BatchProcess(ctx, cl.Native...)
 	err := ExecPipeline(ctx, pipe)
-	failUnsent(cl.Native, err)
+	cl.failNative(err)
 	if _, panicked := err.(*HookPanicError); !panicked {
 		c.pipes.Put(pipe)
 	}
-	return cl.reply()
+	return cl.NativeReply()
 }
 
 // Run executes the script once. argv is {_, _, numkeys, keys..., args...};
@@ -262,10 +262,28 @@ type Call struct {
 	// re-send nor denied's rewording applies to them: the caller judges
 	// their errors.
 	Native []redis.Cmder
+	// Reply, if not nil, is the call's command in place of Native's last
+	// (NativeReply): never sent, the caller fills it from Native's replies.
+	// A pipeline that fails as a whole gives it its error too.
+	Reply *redis.Cmd
 }
 
-// reply is the command of cl's native form that holds the call's reply.
-func (cl Call) reply() *redis.Cmd { return cl.Native[len(cl.Native)-1].(*redis.Cmd) }
+// NativeReply is the command that RunCalls returns for cl, a native form:
+// Reply, or Native's last.
+func (cl Call) NativeReply() *redis.Cmd {
+	if cl.Reply != nil {
+		return cl.Reply
+	}
+	return cl.Native[len(cl.Native)-1].(*redis.Cmd)
+}
+
+// failNative is failUnsent for the commands of cl, a native form.
+func (cl Call) failNative(err error) {
+	failUnsent(cl.Native, err)
+	if cl.Reply != nil {
+		failUnsent([]*redis.Cmd{cl.Reply}, err)
+	}
+}
 
 // RunCalls executes every call in one round trip (a pipeline), and re-sends
 // as EVAL, in a second round trip, those that met a server without their

@@ -21,7 +21,7 @@ func runPipeline(ctx context.Context, c Client, calls []Call, cmds []*redis.Cmd,
 	for i, cl := range calls {
 		if cl.Native != nil {
 			_ = pipe.BatchProcess(ctx, cl.Native...)
-			cmds[i] = cl.reply()
+			cmds[i] = cl.NativeReply()
 			continue
 		}
 		cl.Argv[0], cl.Argv[1] = "evalsha", cl.Script.sha
@@ -33,7 +33,7 @@ func runPipeline(ctx context.Context, c Client, calls []Call, cmds []*redis.Cmd,
 	failUnsent(cmds, err)
 	for _, cl := range calls {
 		if cl.Native != nil {
-			failUnsent(cl.Native, err) // the caller reads them all
+			cl.failNative(err) // the caller reads them all
 		}
 	}
 	// Scan every reply: Exec reports only the first error, and on Cluster
