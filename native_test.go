@@ -443,3 +443,40 @@ func TestLockPairAllocs(t *testing.T) {
 	t.Logf("%v allocations per lock pair (%s)", allocs, path)
 	assert.LessOrEqual(t, int(allocs), budget, "allocations per lock pair on the %s path", path)
 }
+
+// TestNativeReleaseConcurrent: concurrent releases of different locks on
+// one node each delete their own key and no other (a release's kit of
+// commands is its own until its reply is read; run under -race), and a
+// release whose caller gave up before its reply leaves the next releases
+// correct.
+func TestNativeReleaseConcurrent(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	s, _ := nativeSession(t, srv, "native")
+	ctx := context.Background()
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 25 {
+				name := fmt.Sprintf("conc-%d-%d", g, i)
+				l, err := s.TryLock(ctx, name)
+				if !assert.NoError(t, err) {
+					return
+				}
+				if i%5 == 4 { // given up before it is sent
+					_ = l.Release(gone)
+					continue
+				}
+				assert.NoError(t, l.Release(ctx), name)
+				n, err := admin.Exists(ctx, lease.NewKeys(name).Lock).Result()
+				assert.NoError(t, err)
+				assert.Zero(t, n, "%s released", name)
+			}
+		}()
+	}
+	wg.Wait()
+}

@@ -158,6 +158,10 @@ func (v *heldValue) MarshalBinary() ([]byte, error) {
 	return v.buf, nil
 }
 
+// String keeps the Held (a token) out of a hook's or log's rendering of
+// the command, as the *string it replaces did.
+func (v *heldValue) String() string { return "(the lease's value)" }
+
 // heldString is the value Redis holds for l storing value, made with one
 // allocation.
 func (l *Lease) heldString(value string) string {
