@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -479,4 +480,48 @@ func TestNativeReleaseConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestNativeRenewWithoutReply: a renewal whose command comes back with
+// neither a reply nor an error did not renew, on either path: it failed
+// (retried until the local deadline), the lock keeps its deadline, and
+// whether the server has SET … IFEQ is not learnt from it. A go-redis
+// Cluster pipeline can return so (a node's part that ends before its
+// read, ClusterClient.processPipelineNode, sets no error), and so can a
+// hook that passes nothing on, as here. Before, the native path took any
+// reply without an error for "renewed": a lock whose renewals never
+// reached Redis was believed held past its key's expiry, while the
+// script's reply, read as a number, failed.
+func TestNativeRenewWithoutReply(t *testing.T) {
+	ctx := context.Background()
+	srv := redisserver.Start(t)
+	has := probeNatives(t, srv.Client(t))
+	for _, path := range []string{"native", "script"} {
+		t.Run(path, func(t *testing.T) {
+			var mute atomic.Bool
+			hook := eachCall(func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+				if mute.Load() && slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return isCall(c, lease.RenewRun) }) {
+					return nil // nothing sent, nothing answered, no error
+				}
+				return send(ctx, cmds)
+			})
+			s, log := nativeSession(t, srv, path, hook)
+			l, err := s.TryLock(ctx, "no-reply-"+path)
+			require.NoError(t, err)
+			require.Equal(t, lease.Renewal{}, renewOnce(s, l), "a renewal Redis answers")
+			deadline := l.Deadline()
+
+			mute.Store(true)
+			r := renewOnce(s, l)
+			assert.False(t, r.Lost, "no reply says nothing of the owner")
+			assert.Error(t, r.Err, "a renewal without a reply did not renew")
+			if r.Err == nil {
+				l.extend(time.Now()) // as the heartbeat would: shows what the old verdict cost
+			}
+			assert.Equal(t, deadline, l.Deadline(), "the deadline stays the last answered renewal's")
+			if path == "native" && has.ifeq {
+				assert.Equal(t, 2, log.count("set ifeq"), "the native form was the renewal not answered")
+			}
+		})
+	}
 }

@@ -392,15 +392,24 @@ func (n *Node) judgeRenew(l *Lease, cl wire.Call, h *Held) (again bool) {
 	return again
 }
 
-// renewVerdict is judgeRenew's reading of the native command cmd.
+// errRenewReply fails a native renewal whose SET came back with neither
+// an error nor its "OK": it did not renew (the script's reply, read as a
+// number, fails the same way).
+var errRenewReply = errors.New("redisleader: a renewal's SET … IFEQ came back without its OK reply (nor an error); not renewed")
+
+// renewVerdict is judgeRenew's reading of the native command cmd: "OK"
+// renewed, nil not owner; anything else, or nothing, failed.
 func (n *Node) renewVerdict(l *Lease, cmd *redis.Cmd, h *Held) (again bool) {
 	err := cmd.Err()
 	switch {
 	case unsupported(err):
 		n.Native.ifeq.Store(capNo)
 		return true
-	case err == nil:
+	case err == nil && cmd.Val() == "OK":
 		cmd.SetVal(int64(1))
+	case err == nil: // no reply (a Cluster pipeline's node part may end so), or not SET's
+		cmd.SetErr(errRenewReply)
+		return false // failed, retried, as the script's unreadable reply
 	case errors.Is(err, redis.Nil):
 		if l.hold.Load() != h {
 			return true
