@@ -525,3 +525,28 @@ func TestNativeRenewWithoutReply(t *testing.T) {
 		})
 	}
 }
+
+// TestNativeRenewCluster: a Cluster client renews a plain lock natively
+// (SET … IFEQ) where its servers have it, as any client does, and still
+// releases it by script (go-redis does not keep a keyless MULTI on the
+// key's node).
+func TestNativeRenewCluster(t *testing.T) {
+	ctx := context.Background()
+	has := probeNatives(t, redisserver.Start(t).Client(t)) // the same server program as the Cluster's
+	cluster := redisserver.StartCluster(t, 3)
+	c := cluster.Client(t, func(o *redis.ClusterOptions) { o.ContextTimeoutEnabled = true })
+	log := &cmdLog{}
+	c.AddHook(log.hook())
+	s := newSession(t, c, WithTTL(time.Minute))
+	l, err := s.TryLock(ctx, "native-cluster")
+	require.NoError(t, err)
+	for range 2 {
+		require.Equal(t, lease.Renewal{}, renewOnce(s, l))
+	}
+	used, known := nativeOf(s).Has("ifeq")
+	assert.True(t, known, "the first renewal learnt whether the servers have SET … IFEQ")
+	assert.Equal(t, has.ifeq, used, "the path taken")
+	assert.Equal(t, map[bool]int{true: 2, false: 1}[has.ifeq], log.count("set ifeq"), "native renewals sent (one probe where there is none)")
+	require.NoError(t, l.Release(ctx))
+	assert.Zero(t, log.count("delifeq")+log.count("delex"), "a Cluster client releases by script")
+}
