@@ -529,7 +529,8 @@ func TestNativeRenewWithoutReply(t *testing.T) {
 // TestNativeRenewCluster: a Cluster client renews a plain lock natively
 // (SET … IFEQ) where its servers have it, as any client does, and still
 // releases it by script (go-redis does not keep a keyless MULTI on the
-// key's node).
+// key's node); a renewal whose node part of the pipeline ended without
+// giving its command an error did not renew.
 func TestNativeRenewCluster(t *testing.T) {
 	ctx := context.Background()
 	has := probeNatives(t, redisserver.Start(t).Client(t)) // the same server program as the Cluster's
@@ -547,6 +548,25 @@ func TestNativeRenewCluster(t *testing.T) {
 	assert.True(t, known, "the first renewal learnt whether the servers have SET … IFEQ")
 	assert.Equal(t, has.ifeq, used, "the path taken")
 	assert.Equal(t, map[bool]int{true: 2, false: 1}[has.ifeq], log.count("set ifeq"), "native renewals sent (one probe where there is none)")
+
+	// A node's part of a Cluster pipeline that ends with an error go-redis
+	// does not give its commands (here a node's hook refuses it) leaves
+	// them without a reply or an error, and Exec returns nil: not renewed.
+	var refuse atomic.Bool
+	require.NoError(t, c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+		n.AddHook(eachCall(func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+			if refuse.Load() {
+				return errors.New("refused by a node's hook")
+			}
+			return send(ctx, cmds)
+		}))
+		return nil
+	}))
+	refuse.Store(true)
+	r := renewOnce(s, l)
+	refuse.Store(false)
+	assert.False(t, r.Lost, "a refused renewal says nothing of the owner")
+	assert.Error(t, r.Err, "a renewal no node answered did not renew")
 	require.NoError(t, l.Release(ctx))
 	assert.Zero(t, log.count("delifeq")+log.count("delex"), "a Cluster client releases by script")
 }
