@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -479,4 +480,93 @@ func TestNativeReleaseConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestNativeRenewWithoutReply: a renewal whose command comes back with
+// neither a reply nor an error did not renew, on either path: it failed
+// (retried until the local deadline), the lock keeps its deadline, and
+// whether the server has SET … IFEQ is not learnt from it. A go-redis
+// Cluster pipeline can return so (a node's part that ends before its
+// read, ClusterClient.processPipelineNode, sets no error), and so can a
+// hook that passes nothing on, as here. Before, the native path took any
+// reply without an error for "renewed": a lock whose renewals never
+// reached Redis was believed held past its key's expiry, while the
+// script's reply, read as a number, failed.
+func TestNativeRenewWithoutReply(t *testing.T) {
+	ctx := context.Background()
+	srv := redisserver.Start(t)
+	has := probeNatives(t, srv.Client(t))
+	for _, path := range []string{"native", "script"} {
+		t.Run(path, func(t *testing.T) {
+			var mute atomic.Bool
+			hook := eachCall(func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+				if mute.Load() && slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return isCall(c, lease.RenewRun) }) {
+					return nil // nothing sent, nothing answered, no error
+				}
+				return send(ctx, cmds)
+			})
+			s, log := nativeSession(t, srv, path, hook)
+			l, err := s.TryLock(ctx, "no-reply-"+path)
+			require.NoError(t, err)
+			require.Equal(t, lease.Renewal{}, renewOnce(s, l), "a renewal Redis answers")
+			deadline := l.Deadline()
+
+			mute.Store(true)
+			r := renewOnce(s, l)
+			assert.False(t, r.Lost, "no reply says nothing of the owner")
+			assert.Error(t, r.Err, "a renewal without a reply did not renew")
+			if r.Err == nil {
+				l.extend(time.Now()) // as the heartbeat would: shows what the old verdict cost
+			}
+			assert.Equal(t, deadline, l.Deadline(), "the deadline stays the last answered renewal's")
+			if path == "native" && has.ifeq {
+				assert.Equal(t, 2, log.count("set ifeq"), "the native form was the renewal not answered")
+			}
+		})
+	}
+}
+
+// TestNativeRenewCluster: a Cluster client renews a plain lock natively
+// (SET … IFEQ) where its servers have it, as any client does, and still
+// releases it by script (go-redis does not keep a keyless MULTI on the
+// key's node); a renewal whose node part of the pipeline ended without
+// giving its command an error did not renew.
+func TestNativeRenewCluster(t *testing.T) {
+	ctx := context.Background()
+	has := probeNatives(t, redisserver.Start(t).Client(t)) // the same server program as the Cluster's
+	cluster := redisserver.StartCluster(t, 3)
+	c := cluster.Client(t, func(o *redis.ClusterOptions) { o.ContextTimeoutEnabled = true })
+	log := &cmdLog{}
+	c.AddHook(log.hook())
+	s := newSession(t, c, WithTTL(time.Minute))
+	l, err := s.TryLock(ctx, "native-cluster")
+	require.NoError(t, err)
+	for range 2 {
+		require.Equal(t, lease.Renewal{}, renewOnce(s, l))
+	}
+	used, known := nativeOf(s).Has("ifeq")
+	assert.True(t, known, "the first renewal learnt whether the servers have SET … IFEQ")
+	assert.Equal(t, has.ifeq, used, "the path taken")
+	assert.Equal(t, map[bool]int{true: 2, false: 1}[has.ifeq], log.count("set ifeq"), "native renewals sent (one probe where there is none)")
+
+	// A node's part of a Cluster pipeline that ends with an error go-redis
+	// does not give its commands (here a node's hook refuses it) leaves
+	// them without a reply or an error, and Exec returns nil: not renewed.
+	var refuse atomic.Bool
+	require.NoError(t, c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+		n.AddHook(eachCall(func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+			if refuse.Load() {
+				return errors.New("refused by a node's hook")
+			}
+			return send(ctx, cmds)
+		}))
+		return nil
+	}))
+	refuse.Store(true)
+	r := renewOnce(s, l)
+	refuse.Store(false)
+	assert.False(t, r.Lost, "a refused renewal says nothing of the owner")
+	assert.Error(t, r.Err, "a renewal no node answered did not renew")
+	require.NoError(t, l.Release(ctx))
+	assert.Zero(t, log.count("delifeq")+log.count("delex"), "a Cluster client releases by script")
 }
