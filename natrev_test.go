@@ -2,6 +2,8 @@ package redisleader
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/redisleader/redisleader/internal/lease"
 	"github.com/redisleader/redisleader/internal/redisserver"
+	"github.com/redisleader/redisleader/internal/wire"
 )
 
 // Defects of the native path (internal/lease/native.go) that the review of
@@ -81,4 +84,65 @@ func TestNativeRenewQueued(t *testing.T) {
 			assert.Error(t, r.Err, "a renewal that ran nothing must not count as renewed (got %+v)", r)
 		})
 	}
+}
+
+// namedCluster is a user's wrapper that holds its ClusterClient in a named
+// field and offers the Cluster's ForEachMaster: KindOf counts it a Cluster
+// by its methods (so does the session: NewSession, the Combiner), but
+// ClusterOf, which Node.isCluster asks, does not see the ClusterClient.
+type namedCluster struct{ cc *redis.ClusterClient }
+
+func (w namedCluster) Process(ctx context.Context, cmd redis.Cmder) error {
+	return w.cc.Process(ctx, cmd)
+}
+func (w namedCluster) Pipeline() redis.Pipeliner { return w.cc.Pipeline() }
+func (w namedCluster) Subscribe(ctx context.Context, channels ...string) *redis.PubSub {
+	return w.cc.Subscribe(ctx, channels...)
+}
+func (w namedCluster) ForEachMaster(ctx context.Context, fn func(context.Context, *redis.Client) error) error {
+	return w.cc.ForEachMaster(ctx, fn)
+}
+
+// TestNativeClusterByMethods: native.go keeps a Cluster client's calls on
+// the scripts (go-redis does not keep a keyless MULTI on the key's node),
+// but decides "Cluster" with wire.ClusterOf, which misses a wrapper that
+// holds the ClusterClient in a named field, while the rest of the library
+// (wire.KindOf) counts it a Cluster by its methods. Such a session sends
+// MULTI and EXEC, keyless, wherever go-redis's cluster pipeline puts them
+// (a random slot's master), apart from the DELIFEQ on the key's master: the
+// delete runs outside any transaction, and a MULTI whose EXEC went to
+// another node leaves that node's pooled connection inside MULTI, where
+// every later command is only QUEUED (see TestNativeRenewQueued). Fix:
+// Node.isCluster as wire.KindOf(n.C) == wire.KindCluster.
+func TestNativeClusterByMethods(t *testing.T) {
+	cluster := redisserver.StartCluster(t, 3)
+	ctx := context.Background()
+	info, err := cluster.Nodes()[0].Client(t).Do(ctx, "command", "info", "delifeq").Slice()
+	require.NoError(t, err)
+	if info[0] == nil {
+		t.Skip("the server has no DELIFEQ (Valkey 9.0+: REDIS_SERVER=$(bash .ci/servers path valkey))")
+	}
+	cc := cluster.Client(t)
+	log := &cmdLog{}
+	cc.AddHook(log.hook())
+	c := namedCluster{cc}
+	require.Equal(t, wire.KindCluster, wire.KindOf(c), "a Cluster by its methods")
+	s := newSession(t, c, WithTTL(time.Minute))
+	var failed []string
+	for i := range 12 {
+		name := "native-cluster-" + strconv.Itoa(i)
+		l, err := s.TryLock(ctx, name)
+		require.NoError(t, err)
+		if r := renewOnce(s, l); r != (lease.Renewal{}) {
+			failed = append(failed, name+" renew: "+fmt.Sprint(r))
+		}
+		if err := l.Release(ctx); err != nil {
+			failed = append(failed, name+" release: "+err.Error())
+		}
+		if n := cc.Exists(ctx, l.lease.Keys.Lock).Val(); n != 0 {
+			failed = append(failed, name+": not deleted")
+		}
+	}
+	assert.Empty(t, failed)
+	assert.Zero(t, log.count("multi")+log.count("set ifeq"), "a Cluster client takes the scripts")
 }
