@@ -146,3 +146,42 @@ func TestNativeClusterByMethods(t *testing.T) {
 	assert.Empty(t, failed)
 	assert.Zero(t, log.count("multi")+log.count("set ifeq"), "a Cluster client takes the scripts")
 }
+
+// TestNativeOlderValue: a Proclaim's write that Redis loses (a failover to
+// a replica it had not reached, a restart from an AOF fsynced a second
+// earlier) leaves the key holding our token with the former value, which
+// the leader does not know. The scripts compare the token alone: the lease
+// renews and releases as before. The native path compares the whole value
+// that the last Proclaim stored (its Held did not change, so the nil and
+// the 0 count): the renewal ends the leadership ("not owner") while Redis
+// holds our token, and the release reports success (Missing, only logged)
+// while leaving our key in place until its TTL, with nothing (no stale
+// record) to delete it. Fix: treat every nil or 0 of a native call as
+// ambiguous and let the script decide (it is the rare path: a loss or a
+// retried release), which also retires the Held-changed rule.
+func TestNativeOlderValue(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	for _, path := range []string{"native", "script"} {
+		t.Run(path, func(t *testing.T) {
+			s, _ := nativeSession(t, srv, path)
+			first, err := s.TryLock(ctx, "native-older-first-"+path)
+			require.NoError(t, err)
+			require.NoError(t, first.Release(ctx), "a first release, which learns the path (no probe below)")
+			e := mustElection(t, s, "native-older-"+path)
+			l, err := e.Campaign(ctx, "a")
+			require.NoError(t, err)
+			key := l.lease.Keys.Lock
+			before := admin.Get(ctx, key).Val()
+			require.NoError(t, e.Proclaim(ctx, "b"))
+			require.Equal(t, lease.Renewal{}, renewOnce(s, l), "the proclaimed value renews")
+
+			// The Proclaim's write is lost: our token, the former value.
+			require.NoError(t, admin.Do(ctx, "set", key, before, "keepttl").Err())
+			assert.Equal(t, lease.Renewal{}, renewOnce(s, l), "the key holds our token: renewed, as the script does")
+			assert.Equal(t, lease.Deleted{}, s.place.Release(ctx, lease.Ending{Lease: &l.lease}), "ours: deleted")
+			assert.Zero(t, admin.Exists(ctx, key).Val(), "the name is free (%q)", admin.Get(ctx, key).Val())
+		})
+	}
+}
