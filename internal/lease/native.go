@@ -35,10 +35,15 @@ import (
 // whose ACL predates it) turns it off for the node; any other reply turns
 // it on. Once on, such a refusal (a failover to an older server) turns it
 // off and that same call is sent again at once as the script, so its
-// caller never sees it. A nil reply is "not owner" only if the lease's
-// Held did not change while the call was out (a Proclaim in flight may
-// have stored a new value first): else the script, which compares the
-// token alone, says. A lease without a
+// caller never sees it. A native call that did nothing (a renewal's nil,
+// a release's 0) is sent again as the script, which compares the token
+// alone and says: the key may hold our token with another value (a
+// Proclaim in flight, or one whose write Redis lost in a failover), and
+// only a loss or a retried release pays the second round trip. A release
+// sent again so comes after the calls its first pipeline took along, which
+// may still see the name held (as a read racing any release may). A
+// release's commands come from a kit the node reuses (releaseKit): a
+// go-redis hook must not keep a command past its call. A lease without a
 // known value (not acquired, Leftover, a Proclaim's outcome unknown), a
 // lease of another protocol, a hand-off and a Cluster client's release
 // take the scripts (go-redis does not keep a keyless MULTI on the key's
@@ -376,7 +381,7 @@ func (n *Node) isCluster() bool {
 	s := n.Native.cluster.Load()
 	if s == capUnknown {
 		s = capNo
-		if wire.ClusterOf(n.C) != nil {
+		if wire.KindOf(n.C) == wire.KindCluster { // a wrapper too, as the combiner counts it
 			s = capYes
 		}
 		n.Native.cluster.Store(s)
@@ -384,12 +389,12 @@ func (n *Node) isCluster() bool {
 	return s == capYes
 }
 
-// judgeRenew reads the reply of l's native renewal cl, which compared with
-// h, into the script's (1 renewed, 0 not owner) in place, learning from it;
-// again: the server did not take it, or a nil reply is ambiguous, so the
-// script is to be sent instead. A probe's reply is its script's (probed).
-func (n *Node) judgeRenew(l *Lease, cl wire.Call, h *Held) (again bool) {
-	again = n.renewVerdict(l, cl.Native[0].(*redis.Cmd), h)
+// judgeRenew reads the reply of the native renewal cl into the script's (1
+// renewed) in place, learning from it; again: the server did not take it,
+// or its nil is ambiguous, so the script is to be sent instead. A probe's
+// reply is its script's (probed).
+func (n *Node) judgeRenew(cl wire.Call) (again bool) {
+	again = n.renewVerdict(cl.Native[0].(*redis.Cmd))
 	if len(cl.Native) == 2 {
 		return probed(cl) == nil
 	}
@@ -402,8 +407,9 @@ func (n *Node) judgeRenew(l *Lease, cl wire.Call, h *Held) (again bool) {
 var errRenewReply = errors.New("redisleader: a renewal's SET … IFEQ came back without its OK reply (nor an error); not renewed")
 
 // renewVerdict is judgeRenew's reading of the native command cmd: "OK"
-// renewed, nil not owner; anything else, or nothing, failed.
-func (n *Node) renewVerdict(l *Lease, cmd *redis.Cmd, h *Held) (again bool) {
+// renewed, nil the script's to say (not ours, or ours with another value);
+// anything else, or nothing, failed.
+func (n *Node) renewVerdict(cmd *redis.Cmd) (again bool) {
 	err := cmd.Err()
 	switch {
 	case unsupported(err):
@@ -415,11 +421,8 @@ func (n *Node) renewVerdict(l *Lease, cmd *redis.Cmd, h *Held) (again bool) {
 		cmd.SetErr(errRenewReply)
 		return false // failed, retried, as the script's unreadable reply
 	case errors.Is(err, redis.Nil):
-		if l.hold.Load() != h {
-			return true
-		}
-		cmd.SetErr(nil)
-		cmd.SetVal(int64(0))
+		n.Native.ifeq.Store(capYes)
+		return true
 	default:
 		return false // as the script's error: failed, retried
 	}
@@ -427,14 +430,13 @@ func (n *Node) renewVerdict(l *Lease, cmd *redis.Cmd, h *Held) (again bool) {
 	return false
 }
 
-// judgeRelease reads the replies of l's native release cl (MULTI, the
-// delete, PUBLISH, EXEC, and a probe's script), which compared with h,
-// learning from them. It returns the command that holds the release's
+// judgeRelease reads the replies of the native release cl (MULTI, the
+// delete, PUBLISH, EXEC, and a probe's script), learning from them. It returns the command that holds the release's
 // reply (1 deleted, 0 missing or another's): the call's Reply, made the
 // script's from EXEC's, or a probe's script's where the transaction did
 // not do it; again: the script is still to be sent.
-func (n *Node) judgeRelease(l *Lease, cl wire.Call, h *Held) (cmd *redis.Cmd, again bool) {
-	again = n.releaseVerdict(l, cl, h)
+func (n *Node) judgeRelease(cl wire.Call) (cmd *redis.Cmd, again bool) {
+	again = n.releaseVerdict(cl)
 	if len(cl.Native) == 5 && again { // a probe: its script ran right behind
 		if cmd := probed(cl); cmd != nil {
 			return cmd, false
@@ -444,8 +446,9 @@ func (n *Node) judgeRelease(l *Lease, cl wire.Call, h *Held) (cmd *redis.Cmd, ag
 }
 
 // releaseVerdict is judgeRelease's reading of the transaction: again, the
-// server did not do it (or the reply is ambiguous), so the script is to.
-func (n *Node) releaseVerdict(l *Lease, cl wire.Call, h *Held) (again bool) {
+// server did not do it, or deleted nothing (ambiguous: the key may hold
+// our token with another value), so the script is to.
+func (n *Node) releaseVerdict(cl wire.Call) (again bool) {
 	multi, del, pub, exec := cl.Native[0], cl.Native[1].(*redis.StatusCmd), cl.Native[2], cl.Native[3]
 	c := n.Native.state(del.Args()[0].(string))
 	switch {
@@ -456,15 +459,15 @@ func (n *Node) releaseVerdict(l *Lease, cl wire.Call, h *Held) (again bool) {
 		c.Store(capNo)
 		return true
 	case exec.Err() == nil:
-		c.Store(capYes)
-		return n.execDeleted(l, exec.(*redis.SliceCmd), cl.Reply, h)
+		return n.execDeleted(c, exec.(*redis.SliceCmd), cl.Reply)
 	case isRedisError(multi.Err()):
-		// MULTI refused (an ACL without it): the delete ran on its own. Its
-		// reply is the outcome; later releases take the script, atomic.
-		n.Native.delifeq.Store(capNo)
-		n.Native.delex.Store(capNo)
+		// MULTI refused: the delete ran on its own. Its reply is the
+		// outcome; after an ACL's refusal later releases take the script.
+		if unsupported(multi.Err()) {
+			n.transactionsOff()
+		}
 		deleted, err := strconv.ParseInt(del.Val(), 10, 64) // a status command reads ":1" as "1"
-		if del.Err() != nil || err != nil {
+		if del.Err() != nil || err != nil || deleted == 0 {
 			return true
 		}
 		cl.Reply.SetErr(nil)
@@ -472,14 +475,22 @@ func (n *Node) releaseVerdict(l *Lease, cl wire.Call, h *Held) (again bool) {
 		return false
 	case isRedisError(pub.Err()):
 		return true // the channel denied: nothing ran, and the script names the denial
+	case isRedisError(exec.Err()):
+		// EXEC refused (its own NOPERM, READONLY, LOADING, ...): nothing
+		// ran; the script says what the server refuses, and an ACL that
+		// denies EXEC turns the transaction off.
+		if strings.Contains(exec.Err().Error(), "NOPERM") {
+			n.transactionsOff()
+		}
+		return true
 	}
 	cl.Reply.SetErr(exec.Err()) // EXEC's error is the release's: failed, retried
 	return false
 }
 
 // execDeleted reads EXEC's reply, {deleted, subscribers}, into reply, the
-// delete's (again as judgeRelease).
-func (n *Node) execDeleted(l *Lease, exec *redis.SliceCmd, reply *redis.Cmd, h *Held) (again bool) {
+// delete's (again as judgeRelease); c, the delete's state, learns it.
+func (n *Node) execDeleted(c *atomic.Int32, exec *redis.SliceCmd, reply *redis.Cmd) (again bool) {
 	res := exec.Val()
 	if len(res) != 2 {
 		reply.SetErr(errors.New("redisleader: unexpected reply to a release's EXEC"))
@@ -489,13 +500,20 @@ func (n *Node) execDeleted(l *Lease, exec *redis.SliceCmd, reply *redis.Cmd, h *
 		reply.SetErr(err)
 		return false
 	}
-	deleted, _ := res[0].(int64)
-	if deleted == 0 && l.hold.Load() != h {
+	c.Store(capYes)
+	if deleted, _ := res[0].(int64); deleted != 1 {
 		return true
 	}
 	reply.SetErr(nil) // a pipeline's error (another command's) is not the release's
-	reply.SetVal(deleted)
+	reply.SetVal(int64(1))
 	return false
+}
+
+// transactionsOff turns the native release off: the server (or the ACL)
+// refused MULTI or EXEC.
+func (n *Node) transactionsOff() {
+	n.Native.delifeq.Store(capNo)
+	n.Native.delex.Store(capNo)
 }
 
 // isRedisError reports whether err is a reply of the server (not a

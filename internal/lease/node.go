@@ -343,7 +343,7 @@ func (n *Node) Renew(ctx context.Context, leases []*Lease, deadline time.Time) [
 	}
 	cmds, until, ackErr := n.T.RunCallsBound(ctx, deadline, n.C, calls, n.Acks)
 	idx, again := n.leasesAlone(ctx, leases, calls, cmds)
-	idx, again = scriptsAgain(held, calls, cmds, func(i int) bool { return n.judgeRenew(leases[i], calls[i], held[i]) }, idx, again)
+	idx, again = scriptsAgain(held, calls, cmds, func(i int) bool { return n.judgeRenew(calls[i]) }, idx, again)
 	n.sendAgain(ctx, until, idx, again, cmds, n.Acks)
 	out := make([]Renewal, len(cmds))
 	for i, cmd := range cmds {
@@ -444,7 +444,7 @@ func (n *Node) Release(ctx context.Context, r Ending) Deleted {
 	if h == nil || !judged(c, cmd) {
 		return DecodeRelease(cmd)
 	}
-	cmd, again := n.judgeRelease(r.Lease, c, h)
+	cmd, again := n.judgeRelease(c)
 	if again {
 		cmd = n.T.Combiner().CallNow(ctx, time.Time{}, c.Script, c.Argv) // the script (native.go)
 	}
@@ -479,7 +479,7 @@ func (n *Node) ReleaseAll(ctx context.Context, rs []Ending, deadline time.Time) 
 	}
 	cmds, _ := wire.RunCalls(callCtx, n.C, calls, wire.Acks{}, nil)
 	idx, again := scriptsAgain(held, calls, cmds, func(i int) (again bool) {
-		cmds[i], again = n.judgeRelease(rs[i].Lease, calls[i], held[i])
+		cmds[i], again = n.judgeRelease(calls[i])
 		return again
 	}, nil, nil)
 	until, _ := callCtx.Deadline()

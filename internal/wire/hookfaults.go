@@ -69,8 +69,13 @@ func failUnsent[C redis.Cmder](cmds []C, err error) {
 
 // unanswered reports whether cmd, without an error, has no reply either.
 func unanswered(cmd redis.Cmder) bool {
-	if c, ok := cmd.(*redis.Cmd); ok {
+	switch c := cmd.(type) {
+	case *redis.Cmd:
+		return c.Val() == nil
+	case *redis.StatusCmd: // a native release's MULTI, delete and PUBLISH: "" until answered
+		return c.Val() == ""
+	case *redis.SliceCmd:
 		return c.Val() == nil
 	}
-	return true // a native form's other commands: the pipeline's error is theirs too
+	return true
 }
