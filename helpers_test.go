@@ -167,13 +167,21 @@ func waitClosed(t testing.TB, ch <-chan struct{}, within time.Duration, what str
 // read deadline as it would for a reply lost in the network.
 type dropConn struct {
 	net.Conn
-	drop *atomic.Int32 // replies still to drop, shared by all connections
+	drop     *atomic.Int32 // replies still to drop, shared by all connections
+	dropping bool          // a reply was lost: so is the rest of this connection's, until its read deadline
 }
 
+// Read loses a reply as a network does: what the server sends after it on
+// the connection is lost too (a pipeline's later replies, which may come
+// in other reads), until the read deadline ends the connection.
 func (c *dropConn) Read(p []byte) (int, error) {
 	for {
 		n, err := c.Conn.Read(p)
-		if n > 0 && c.drop.Load() > 0 && c.drop.Add(-1) >= 0 {
+		if n > 0 && (c.dropping || c.drop.Load() > 0 && c.drop.Add(-1) >= 0) {
+			c.dropping = true
+			if err != nil {
+				return 0, err
+			}
 			continue // reply lost; keep reading until the deadline
 		}
 		return n, err

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -216,6 +217,40 @@ func (n *Node) nativeRenew(ctx context.Context, l *Lease, cl *wire.Call) *Held {
 		cl.Native = append(cl.Native, probeScript(ctx, *cl))
 	}
 	return h
+}
+
+// nativeRenewals makes the renewals among calls (of leases) native where
+// they can be (nativeRenew); it returns what each compares with, nil if
+// none is native.
+func (n *Node) nativeRenewals(ctx context.Context, leases []*Lease, calls []wire.Call) []*Held {
+	var held []*Held
+	for i, l := range leases {
+		if h := n.nativeRenew(ctx, l, &calls[i]); h != nil {
+			if held == nil {
+				held = make([]*Held, len(leases))
+			}
+			held[i] = h
+		}
+	}
+	return held
+}
+
+// releaseNative is Node.Release where the server may have the native
+// release: r's release in native form if it can be (releaseCall), judged,
+// and sent again as the script if the server did not do it.
+func (n *Node) releaseNative(ctx context.Context, r Ending) Deleted {
+	c, h, kit := n.releaseCall(ctx, r, true)
+	cmd := n.T.Combiner().SendNow(ctx, time.Time{}, c)
+	if h == nil || !judged(c, cmd) {
+		return DecodeRelease(cmd)
+	}
+	cmd, again := n.judgeRelease(c)
+	if again {
+		cmd = n.T.Combiner().CallNow(ctx, time.Time{}, c.Script, c.Argv)
+	}
+	d := DecodeRelease(cmd)
+	n.Native.reuse(kit) // judged: its pipeline has ended
+	return d
 }
 
 // probeScript is the script of cl as one more native command, EVAL of its

@@ -331,19 +331,18 @@ type Renewal struct {
 // acknowledged (Acks) failed.
 func (n *Node) Renew(ctx context.Context, leases []*Lease, deadline time.Time) []Renewal {
 	calls := make([]wire.Call, 0, len(leases))
-	var held []*Held // per lease, what its native renewal compares with (nil: the script)
-	for i, l := range leases {
+	for _, l := range leases {
 		calls = append(calls, l.Proto.RenewCall(l))
-		if h := n.nativeRenew(ctx, l, &calls[i]); h != nil {
-			if held == nil {
-				held = make([]*Held, len(leases))
-			}
-			held[i] = h
-		}
+	}
+	var held []*Held // per lease, what its native renewal compares with (native.go; nil: the scripts)
+	if n.Native.ifeq.Load() != capNo {
+		held = n.nativeRenewals(ctx, leases, calls)
 	}
 	cmds, until, ackErr := n.T.RunCallsBound(ctx, deadline, n.C, calls, n.Acks)
 	idx, again := n.leasesAlone(ctx, leases, calls, cmds)
-	idx, again = scriptsAgain(held, calls, cmds, func(i int) bool { return n.judgeRenew(calls[i]) }, idx, again)
+	if held != nil {
+		idx, again = scriptsAgain(held, calls, cmds, func(i int) bool { return n.judgeRenew(calls[i]) }, idx, again)
+	}
 	n.sendAgain(ctx, until, idx, again, cmds, n.Acks)
 	out := make([]Renewal, len(cmds))
 	for i, cmd := range cmds {
@@ -439,18 +438,11 @@ type Deleted struct {
 // Release deletes r's token if the key still holds it, or hands the name
 // to r.Heir, with its protocol's release.
 func (n *Node) Release(ctx context.Context, r Ending) Deleted {
-	c, h, kit := n.releaseCall(ctx, r, true)
-	cmd := n.T.Combiner().SendNow(ctx, time.Time{}, c)
-	if h == nil || !judged(c, cmd) {
-		return DecodeRelease(cmd)
+	if r.Heir == "" && (n.Native.delifeq.Load() != capNo || n.Native.delex.Load() != capNo) {
+		return n.releaseNative(ctx, r) // native.go
 	}
-	cmd, again := n.judgeRelease(c)
-	if again {
-		cmd = n.T.Combiner().CallNow(ctx, time.Time{}, c.Script, c.Argv) // the script (native.go)
-	}
-	d := DecodeRelease(cmd)
-	n.Native.reuse(kit) // judged: its pipeline has ended
-	return d
+	c := r.Lease.Proto.ReleaseCall(r.Lease, r.Heir)
+	return DecodeRelease(n.T.Combiner().CallNow(ctx, time.Time{}, c.Script, c.Argv))
 }
 
 // ReleaseAll is Release for several leases in one round trip, bounded by
