@@ -740,3 +740,222 @@ func TestNativeOlderValue(t *testing.T) {
 		})
 	}
 }
+
+// Defects of the native path's reuse machinery (releaseKit, the
+// combiner's pooled Pipeline) that its second review found; each test
+// failed on the path as reviewed.
+
+// heldHook is a user's "timeout" hook: it runs a pipeline that carries
+// a DELIFEQ on a goroutine of its own, held until go is closed, and
+// returns the caller's context's error once that ends, as a hook that
+// bounds calls by their context does on a client that does not honour
+// it. The held pipeline is then sent (sent closes): its commands, as
+// go-redis then writes them, and a panic while writing them are recorded.
+type heldHook struct {
+	armed    bool // the next pipeline with a DELIFEQ is held
+	meet     bool // the next one after it waits until the held one was sent
+	proceed  chan struct{}
+	sent     chan struct{}
+	mu       sync.Mutex
+	held     []redis.Cmder
+	keyAtOut string // the DELIFEQ's key when the hook returned
+	panicked any
+}
+
+func (h *heldHook) hook() testHook {
+	return testHook{pipeline: func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+		h.mu.Lock()
+		del := len(cmds) > 1 && cmdName(cmds[1]) == "delifeq"
+		armed, meet := h.armed && del, !h.armed && h.meet && del
+		if armed {
+			h.armed, h.held = false, cmds
+		}
+		if meet {
+			h.meet = false
+		}
+		h.mu.Unlock()
+		if meet {
+			close(h.proceed)
+			<-h.sent
+		}
+		if !armed {
+			return send(ctx, cmds)
+		}
+		go func() {
+			defer close(h.sent)
+			defer func() {
+				if v := recover(); v != nil {
+					h.mu.Lock()
+					h.panicked = v
+					h.mu.Unlock()
+				}
+			}()
+			<-h.proceed
+			_ = send(context.Background(), cmds)
+		}()
+		<-ctx.Done()
+		h.mu.Lock()
+		h.keyAtOut = fmt.Sprint(cmds[1].Args()[1])
+		h.mu.Unlock()
+		return ctx.Err()
+	}}
+}
+
+// TestNativeReleaseKitGivenBackWhileUnsent: Node.Release gives its kit
+// back (Native.reuse) whenever the reply it gets is the call's own Reply
+// (judged), which runNative always returns, also when a hook on the
+// client returned (here by the caller's context) while the pipeline's
+// commands are still to be written. reuse clears the kit: the DELIFEQ's
+// key becomes nil and its value (heldValue) loses its lease, so when the
+// held pipeline is written go-redis calls MarshalBinary on a heldValue
+// without a lease or a Held, a nil dereference, on a goroutine of the
+// hook's: the process ends (recovered here). Had another release taken
+// the kit meanwhile, the late pipeline would send that release's
+// delete and read its replies into the kit that release is judging (a
+// reply of one release landing in another's). The script path makes a
+// new command per call and has neither fault. native.go says "a go-redis
+// hook must not keep a command past its call", but nothing public does,
+// and the library otherwise treats a call that runs on after its caller
+// (UntilDone, the Combiner's unsettled keys) as something to survive.
+// Fix: give a kit back only when its pipeline is known to have ended (a
+// reply or a Redis error on EXEC), never after a context's or a
+// connection's error.
+func TestNativeReleaseKitGivenBackWhileUnsent(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	if !probeNatives(t, admin).delifeq {
+		t.Skip("the server has no DELIFEQ (Valkey 9.0+: REDIS_SERVER=$(bash .ci/servers path valkey))")
+	}
+	h := &heldHook{proceed: make(chan struct{}), sent: make(chan struct{})}
+	s, _ := nativeSession(t, srv, "native", h.hook())
+	ctx := context.Background()
+	warm, err := s.TryLock(ctx, "native-late-warm")
+	require.NoError(t, err)
+	require.NoError(t, warm.Release(ctx), "a first release, which learns DELIFEQ (no probe below)")
+
+	l, err := s.TryLock(ctx, "native-late")
+	require.NoError(t, err)
+	key := l.lease.Keys.Lock
+	h.mu.Lock()
+	h.armed, h.meet = true, true
+	h.mu.Unlock()
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	d := s.place.Release(short, lease.Ending{Lease: &l.lease})
+	cancel()
+	require.True(t, d.Retry, "the release was given up: %+v", d)
+	h.mu.Lock()
+	keyAtOut, afterRelease := h.keyAtOut, fmt.Sprint(h.held[1].Args()[1])
+	h.mu.Unlock()
+	require.Equal(t, key, keyAtOut, "the DELIFEQ held by the hook, when the hook returned")
+
+	// Another lock's release, sent once the held pipeline was written.
+	other, err := s.TryLock(ctx, "native-late-other")
+	require.NoError(t, err)
+	d = s.place.Release(ctx, lease.Ending{Lease: &other.lease})
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	assert.Equal(t, key, afterRelease,
+		"the DELIFEQ still to be written kept its key after Release returned (the kit was given back and cleared while unsent)")
+	assert.Nil(t, h.panicked, "writing the held pipeline panicked: %v", h.panicked)
+	assert.Equal(t, lease.Deleted{}, d, "the other lock's release deleted its key, and says so")
+}
+
+// TestNativeOlderValueRenewsInOneTrip: once a Proclaim's write is lost
+// (TestNativeOlderValue: Redis holds our token with the former value), a
+// native renewal's nil goes to the script, which renews; but the lease's
+// Held stays the proclaimed value, so every later renewal of the
+// leadership sends SET … IFEQ that cannot match, gets nil, and sends the
+// script again: two round trips per renewal for as long as it leads
+// (under load, twice the renewal's latency against the TTL). native.go
+// says only a loss or a retried release pays the second round trip. Fix:
+// a nil that the script then renewed leaves the lease's value unknown
+// (its renewals and release take the script), or re-reads it.
+func TestNativeOlderValueRenewsInOneTrip(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	if !probeNatives(t, admin).ifeq {
+		t.Skip("the server has no SET … IFEQ (Valkey 8.1+: REDIS_SERVER=$(bash .ci/servers path valkey))")
+	}
+	ctx := context.Background()
+	s, log := nativeSession(t, srv, "native")
+	e := mustElection(t, s, "native-older-trips")
+	l, err := e.Campaign(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, lease.Renewal{}, renewOnce(s, l), "a first renewal, which learns SET … IFEQ")
+	key := l.lease.Keys.Lock
+	before := admin.Get(ctx, key).Val()
+	require.NoError(t, e.Proclaim(ctx, "b"))
+	require.NoError(t, admin.Do(ctx, "set", key, before, "keepttl").Err()) // the Proclaim's write is lost
+	require.Equal(t, lease.Renewal{}, renewOnce(s, l), "ours: renewed by the script")
+
+	sets, scripts := log.count("set ifeq"), log.count("evalsha")
+	for i := range 3 {
+		require.Equal(t, lease.Renewal{}, renewOnce(s, l), "renewal %d", i)
+	}
+	sent := log.count("set ifeq") - sets + log.count("evalsha") - scripts
+	assert.Equal(t, 3, sent, "three renewals of a key whose value is known to differ: one command each, not a SET … IFEQ that cannot match and the script behind it")
+}
+
+// keptPipe is a user's Pipeliner that queues commands itself and sends
+// them in Exec through a pipeline of the client, without emptying its
+// queue: harmless for any caller that takes a new Pipeline per use, as
+// go-redis's own callers and examples do; Pipeliner promises nothing about
+// a pipeline's state after Exec.
+type keptPipe struct {
+	redis.Pipeliner
+	c    *redis.Client
+	cmds []redis.Cmder
+}
+
+func (p *keptPipe) Process(ctx context.Context, cmd redis.Cmder) error {
+	return p.BatchProcess(ctx, cmd)
+}
+
+func (p *keptPipe) BatchProcess(_ context.Context, cmds ...redis.Cmder) error {
+	p.cmds = append(p.cmds, cmds...)
+	return nil
+}
+
+func (p *keptPipe) Exec(ctx context.Context) ([]redis.Cmder, error) {
+	_, err := p.c.Pipelined(ctx, func(pp redis.Pipeliner) error { return pp.BatchProcess(ctx, p.cmds...) })
+	return p.cmds, err
+}
+
+// keptPipes is a user's wrapper of a *redis.Client (a plain client to
+// KindOf) whose pipelines are keptPipes.
+type keptPipes struct{ *redis.Client }
+
+func (w keptPipes) Pipeline() redis.Pipeliner {
+	return &keptPipe{Pipeliner: w.Client.Pipeline(), c: w.Client}
+}
+
+// TestNativeReusedPipelineSendsOnlyItsCall: Combiner.runNative keeps the
+// Pipeliner that the client's Pipeline returned and reuses it for the
+// next lone native call, assuming Exec leaves it empty (go-redis's
+// Pipeline does). A user's Pipeliner that does not (keptPipe) sends every
+// earlier native call's commands again with each new one: earlier
+// renewals' SET … IFEQ, earlier releases' MULTI … EXEC, whose kits may by
+// then hold other releases (here the same kit twice in one pipeline: the
+// second EXEC's 0 overwrites the first's 1, and a release that deleted
+// its key reports it Missing). Nothing documents the requirement. Fix: a
+// pipeline of the combiner's own (or Discard before reuse), or document
+// it on Client.
+func TestNativeReusedPipelineSendsOnlyItsCall(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	if !probeNatives(t, admin).delifeq {
+		t.Skip("the server has no DELIFEQ (Valkey 9.0+: REDIS_SERVER=$(bash .ci/servers path valkey))")
+	}
+	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	log := &cmdLog{}
+	c.AddHook(log.hook())
+	s := newSession(t, keptPipes{c}, WithTTL(time.Minute))
+	ctx := context.Background()
+	for i := range 3 {
+		l, err := s.TryLock(ctx, fmt.Sprintf("native-kept-%d", i))
+		require.NoError(t, err)
+		assert.Equal(t, lease.Deleted{}, s.place.Release(ctx, lease.Ending{Lease: &l.lease}), "release %d deleted its key", i)
+	}
+	assert.LessOrEqual(t, log.count("multi"), 3, "three releases, three transactions (a probe's included)")
+}

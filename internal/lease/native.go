@@ -249,8 +249,19 @@ func (n *Node) releaseNative(ctx context.Context, r Ending) Deleted {
 		cmd = n.T.Combiner().CallNow(ctx, time.Time{}, c.Script, c.Argv)
 	}
 	d := DecodeRelease(cmd)
-	n.Native.reuse(kit) // judged: its pipeline has ended
+	if kit.answered() { // EXEC's reply read: nothing of the kit's is still to be sent or read
+		n.Native.reuse(kit)
+	}
 	return d
+}
+
+// answered reports whether the server answered k's EXEC (a reply, or its
+// refusal): a context's, a connection's or a hook's error, or no reply at
+// all (a hook that sends on after it returned), may leave k's commands
+// still to be written or read, and k is then never reused.
+func (k *releaseKit) answered() bool {
+	err := k.exec.Err()
+	return err == nil && len(k.exec.Val()) == 2 || isRedisError(err)
 }
 
 // probeScript is the script of cl as one more native command, EVAL of its
@@ -428,8 +439,13 @@ func (n *Node) isCluster() bool {
 // renewed) in place, learning from it; again: the server did not take it,
 // or its nil is ambiguous, so the script is to be sent instead. A probe's
 // reply is its script's (probed).
-func (n *Node) judgeRenew(cl wire.Call) (again bool) {
+func (n *Node) judgeRenew(l *Lease, cl wire.Call) (again bool) {
 	again = n.renewVerdict(cl.Native[0].(*redis.Cmd))
+	if again && errors.Is(cl.Native[0].Err(), redis.Nil) {
+		// Our value is not what Redis holds (a Proclaim's write lost, or
+		// one in flight): the scripts renew until a Proclaim stores one.
+		l.forgetValue()
+	}
 	if len(cl.Native) == 2 {
 		return probed(cl) == nil
 	}
@@ -558,7 +574,8 @@ func isRedisError(err error) bool {
 	return err != nil && !errors.Is(err, redis.Nil) && errors.As(err, &re)
 }
 
-// proclaiming marks l's value unknown while a Proclaim of it is out;
-// proclaimed records value once Redis stored it.
-func (l *Lease) proclaiming()            { l.hold.Store(&Held{}) }
+// forgetValue marks l's value unknown (a Proclaim of it is out, or Redis
+// holds another): its native calls take the scripts until proclaimed
+// records the value Redis stored.
+func (l *Lease) forgetValue()            { l.hold.Store(&Held{}) }
 func (l *Lease) proclaimed(value string) { l.hold.Store(l.heldFor(value)) }

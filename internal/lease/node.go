@@ -341,7 +341,7 @@ func (n *Node) Renew(ctx context.Context, leases []*Lease, deadline time.Time) [
 	cmds, until, ackErr := n.T.RunCallsBound(ctx, deadline, n.C, calls, n.Acks)
 	idx, again := n.leasesAlone(ctx, leases, calls, cmds)
 	if held != nil {
-		idx, again = scriptsAgain(held, calls, cmds, func(i int) bool { return n.judgeRenew(calls[i]) }, idx, again)
+		idx, again = scriptsAgain(held, calls, cmds, func(i int) bool { return n.judgeRenew(leases[i], calls[i]) }, idx, again)
 	}
 	n.sendAgain(ctx, until, idx, again, cmds, n.Acks)
 	out := make([]Renewal, len(cmds))
@@ -509,7 +509,7 @@ func DecodeRelease(cmd *redis.Cmd) Deleted {
 // reports whether the key still held l's token, and ErrSuperseded when a
 // later Proclaim of the term is stored already.
 func (n *Node) Proclaim(ctx context.Context, l *Lease, seq int64, value string, deadline time.Time) (bool, error) {
-	l.proclaiming() // a renewal sent now compares with either value: the script's
+	l.forgetValue() // a renewal sent now compares with either value: the script's
 	res, err := n.T.Combiner().Call(ctx, deadline, ProclaimRun, l.Args.Proclaim(l.Keys.Seq(), seq, value)).Int()
 	if res == 2 {
 		return true, ErrSuperseded

@@ -171,8 +171,13 @@ func (c *Combiner) runNative(ctx context.Context, cl Call) *redis.Cmd {
 	_ = pipe.BatchProcess(ctx, cl.Native...)
 	err := ExecPipeline(ctx, pipe)
 	cl.failNative(err)
-	if _, panicked := err.(*HookPanicError); !panicked {
-		c.pipes.Put(pipe)
+	// Only go-redis's own pipeline is kept: its Exec empties it, which the
+	// Pipeliner interface does not promise (a wrapper's may send its earlier
+	// commands again).
+	if _, own := pipe.(*redis.Pipeline); own {
+		if _, panicked := err.(*HookPanicError); !panicked {
+			c.pipes.Put(pipe)
+		}
 	}
 	return cl.NativeReply()
 }
