@@ -43,8 +43,8 @@ import (
 // only a loss or a retried release pays the second round trip. A release
 // sent again so comes after the calls its first pipeline took along, which
 // may still see the name held (as a read racing any release may). A
-// release's commands come from a kit the node reuses (releaseKit): a
-// go-redis hook must not keep a command past its call. A lease without a
+// release's commands come from a kit the node reuses once the server
+// answered its EXEC (releaseKit, answered). A lease without a
 // known value (not acquired, Leftover, a Proclaim's outcome unknown), a
 // lease of another protocol, a hand-off and a Cluster client's release
 // take the scripts (go-redis does not keep a keyless MULTI on the key's
@@ -333,9 +333,9 @@ func (n *Node) releaseCall(ctx context.Context, r Ending, pooled bool) (cl wire.
 // PUBLISH, EXEC) and their argument vectors, made once and kept by the
 // node (Native.kits) for its next release: a release takes one (kit),
 // fills in its lease's key, channel and value, and gives it back (reuse)
-// only once its pipeline has ended (judged) and its reply has been read.
-// A kit whose caller gave up first, or whose pipeline a hook ended, may
-// still be on the wire: it is never given back. So no two releases share
+// only once the server's reply to its EXEC has been read (answered). A
+// kit whose caller gave up first, whose pipeline failed or a hook ended,
+// may still be on the wire: it is never given back. So no two releases share
 // one, and a retried release takes another.
 type releaseKit struct {
 	multi, del, pub *redis.StatusCmd // replies +OK, +QUEUED: a string each, not boxed too
