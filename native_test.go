@@ -199,7 +199,9 @@ func TestNativeRenew(t *testing.T) {
 		assert.Equal(t, lease.Renewal{Lost: true}, renewOnce(s, l), "missing")
 		assert.Zero(t, admin.Exists(ctx, key).Val(), "a missing key is not made")
 		if native {
-			assert.Equal(t, 3, log.count("set ifeq"), "each renewal native")
+			// The nil of the second forgot the lease's value (Redis may hold
+			// our token with another): the third went to the script alone.
+			assert.Equal(t, 2, log.count("set ifeq"), "native until a nil")
 		} else {
 			assert.LessOrEqual(t, log.count("set ifeq"), 1, "asked at most once")
 		}
