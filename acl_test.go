@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +24,7 @@ import (
 // required rule, and what the optional features add.
 const (
 	aclRule = "on >secret resetkeys resetchannels ~redisleader:* &redisleader:* -@all " +
-		"+evalsha +eval +get +set +pexpire +pttl +time +del +publish +subscribe +unsubscribe +ping"
+		"+evalsha +eval +get +set +pexpire +pttl +time +del +publish +subscribe +unsubscribe +ping +multi +exec"
 	aclOptional = "+wait +config|get +info"
 	aclCluster  = "+cluster|slots +command" // for a *redis.ClusterClient
 	// aclIdentity is what Redis 7.2+ and Valkey add: go-redis sends CLIENT
@@ -35,7 +36,33 @@ const (
 	aclFair = "+exists +pexpireat +zadd +zcard +zrange +zrangebyscore +zrank +zrem +zscore"
 	// aclSuccession is what docs/operations.md adds for priorities and Transfer.
 	aclSuccession = "+pexpireat +zadd +zrange +zrangebyscore +zrem +zscore"
+	// aclDelifeq and aclDelex are what a plain lock's native release adds
+	// on a server with DELIFEQ or DELEX (internal/lease/native.go), whose
+	// MULTI and EXEC the required rule has (every server has them, and the
+	// release asks for the delete inside them); a server without the
+	// command rejects a rule that names it.
+	aclDelifeq = "+delifeq"
+	aclDelex   = "+delex"
 )
+
+// nativeRule returns aclDelifeq or aclDelex where srv has the command
+// (asked, as the library learns it), else nothing; and the commands of the
+// required rule that the native commands replace there, which nothing
+// then runs: PEXPIRE (renew.lua's) where SET … IFEQ renews, DEL
+// (release.lua's) where the native release deletes.
+func nativeRule(t testing.TB, srv *redisserver.Server) (rule string, replaced []string) {
+	has := probeNatives(t, srv.Client(t))
+	if has.ifeq {
+		replaced = append(replaced, "pexpire")
+	}
+	switch {
+	case has.delifeq:
+		return aclDelifeq, append(replaced, "del")
+	case has.delex:
+		return aclDelex, append(replaced, "del")
+	}
+	return "", replaced
+}
 
 // aclCommands are the commands the required rule allows.
 func aclCommands() []string {
@@ -55,12 +82,15 @@ func hasSetinfo(t testing.TB, srv *redisserver.Server) bool {
 	return v.Name == "valkey" || v.AtLeast("redis", 7, 2)
 }
 
-// identityRule returns aclIdentity where srv needs it, else nothing.
+// identityRule returns what srv needs beyond the required rule: aclIdentity
+// where it has CLIENT SETINFO, and the native delete where it has one
+// (nativeRule).
 func identityRule(t testing.TB, srv *redisserver.Server) string {
+	native, _ := nativeRule(t, srv)
 	if hasSetinfo(t, srv) {
-		return aclIdentity
+		return aclIdentity + " " + native
 	}
-	return ""
+	return native
 }
 
 // setUser creates or changes an ACL user on the server admin talks to.
@@ -107,6 +137,8 @@ func TestReadmeDocumentsTheACLRule(t *testing.T) {
 	assert.Contains(t, string(readme), aclCluster)
 	assert.Contains(t, string(readme), aclIdentity)
 	assert.Contains(t, string(readme), "DisableIdentity")
+	assert.Contains(t, string(readme), aclDelifeq)
+	assert.Contains(t, string(readme), aclDelex)
 }
 
 // TestACLClientSetinfo: on a server with CLIENT SETINFO (7.2+, Valkey) the
@@ -120,6 +152,7 @@ func TestACLClientSetinfo(t *testing.T) {
 	}
 	admin := srv.Client(t)
 	ctx := context.Background()
+	native, _ := nativeRule(t, srv)
 	lockOnce := func(t *testing.T, c *redis.Client) {
 		s := newSession(t, c, WithTTL(time.Second))
 		l, err := s.TryLock(ctx, "setinfo")
@@ -133,9 +166,9 @@ func TestACLClientSetinfo(t *testing.T) {
 		disableIdentity bool
 		denied          bool
 	}{
-		{"rule without aclIdentity", []string{aclRule, aclOptional}, false, true},
-		{"rule with aclIdentity", []string{aclRule, aclOptional, aclIdentity}, false, false},
-		{"DisableIdentity", []string{aclRule, aclOptional}, true, false},
+		{"rule without aclIdentity", []string{aclRule, aclOptional, native}, false, true},
+		{"rule with aclIdentity", []string{aclRule, aclOptional, aclIdentity, native}, false, false},
+		{"DisableIdentity", []string{aclRule, aclOptional, native}, true, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			setUser(t, admin, "setinfo", "reset")
@@ -168,6 +201,7 @@ func TestACLLeastPrivilege(t *testing.T) {
 	srv := redisserver.Start(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
+	native, replaced := nativeRule(t, srv)
 	setUser(t, admin, "redisleader", aclRule, aclOptional, identityRule(t, srv))
 	require.NoError(t, admin.ConfigResetStat(ctx).Err())
 	c := userClient(t, srv, "redisleader")
@@ -238,13 +272,18 @@ func TestACLLeastPrivilege(t *testing.T) {
 	assert.NotContains(t, logs.String(), "failed", "a call failed")
 	assert.NotContains(t, logs.String(), "could not check")
 	for _, cmd := range aclCommands() {
-		if cmd == "ping" {
-			continue // the pub/sub connection's health check: only after max(3 TTL, 10s) of silence
+		if cmd == "ping" || slices.Contains(replaced, cmd) {
+			// PING: the pub/sub connection's health check, only after max(3 TTL,
+			// 10s) of silence; replaced: the native commands run instead.
+			continue
 		}
 		assert.Eventually(t, func() bool {
 			stats, err := admin.Info(ctx, "commandstats").Result()
 			return err == nil && strings.Contains(stats, "cmdstat_"+cmd+":calls=")
 		}, 2*time.Second, 10*time.Millisecond, "the rule allows %s, which nothing used", cmd)
+	}
+	if native != "" {
+		allUsed(t, admin, native)
 	}
 }
 

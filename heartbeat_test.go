@@ -315,17 +315,20 @@ func TestStaleCleanupRunsWhenRoundsAreSlow(t *testing.T) {
 	}
 }
 
-// failFirst fails the first single call of sc (a delete whose outcome is
-// unknown) and lets every later call through.
+// failFirst fails the first call of sc (a delete whose outcome is
+// unknown), sent alone or, in its native form, as a pipeline of its own,
+// and lets every later call through.
 func failFirst(sc *wire.Script, done *atomic.Bool) testHook {
-	return testHook{single: func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
-		if isCall(cmds[0], sc) && done.CompareAndSwap(false, true) {
+	return eachCall(func(ctx context.Context, cmds []redis.Cmder, send sendFunc) error {
+		if slices.ContainsFunc(cmds, func(cmd redis.Cmder) bool { return isCall(cmd, sc) }) && done.CompareAndSwap(false, true) {
 			err := errors.New("reply lost (test)")
-			cmds[0].SetErr(err)
+			for _, cmd := range cmds {
+				cmd.SetErr(err)
+			}
 			return err
 		}
 		return send(ctx, cmds)
-	}}
+	})
 }
 
 // hangScript makes every call of sc (alone or in a pipeline) wait for its
@@ -383,7 +386,10 @@ func (r *renewals) hook() testHook {
 		}
 		sl := renewalSlice{start: time.Now()}
 		for _, cmd := range cmds {
-			sl.keys = append(sl.keys, fmt.Sprint(cmd.Args()[wire.ArgKey]))
+			// A probe's renewal is SET … IFEQ and its script: one lease.
+			if k := callKey(cmd); len(sl.keys) == 0 || sl.keys[len(sl.keys)-1] != k {
+				sl.keys = append(sl.keys, k)
+			}
 		}
 		var err error
 		if r.fail != nil && r.fail(sl.keys) {

@@ -167,13 +167,21 @@ func waitClosed(t testing.TB, ch <-chan struct{}, within time.Duration, what str
 // read deadline as it would for a reply lost in the network.
 type dropConn struct {
 	net.Conn
-	drop *atomic.Int32 // replies still to drop, shared by all connections
+	drop     *atomic.Int32 // replies still to drop, shared by all connections
+	dropping bool          // a reply was lost: so is the rest of this connection's, until its read deadline
 }
 
+// Read loses a reply as a network does: what the server sends after it on
+// the connection is lost too (a pipeline's later replies, which may come
+// in other reads), until the read deadline ends the connection.
 func (c *dropConn) Read(p []byte) (int, error) {
 	for {
 		n, err := c.Conn.Read(p)
-		if n > 0 && c.drop.Load() > 0 && c.drop.Add(-1) >= 0 {
+		if n > 0 && (c.dropping || c.drop.Load() > 0 && c.drop.Add(-1) >= 0) {
+			c.dropping = true
+			if err != nil {
+				return 0, err
+			}
 			continue // reply lost; keep reading until the deadline
 		}
 		return n, err
@@ -869,8 +877,8 @@ func (h *holdHook) boom(cmds ...redis.Cmder) {
 	h.mu.Lock()
 	boom := false
 	for _, cmd := range cmds {
-		for _, a := range cmd.Args() {
-			boom = boom || h.panicOn[fmt.Sprint(a)]
+		for match := range h.panicOn {
+			boom = boom || carries(cmd, match)
 		}
 	}
 	h.mu.Unlock()
@@ -896,14 +904,12 @@ func (h *holdHook) holding(cmds ...redis.Cmder) *holdRule {
 			continue
 		}
 		for _, cmd := range cmds {
-			for _, a := range cmd.Args() {
-				if fmt.Sprint(a) == r.match {
-					r.hits++
-					if r.hits == 1 {
-						close(r.reached)
-					}
-					return r
+			if carries(cmd, r.match) {
+				r.hits++
+				if r.hits == 1 {
+					close(r.reached)
 				}
+				return r
 			}
 		}
 	}
@@ -981,7 +987,7 @@ type countingHook struct {
 
 func (h *countingHook) count(cmds ...redis.Cmder) {
 	for _, cmd := range cmds {
-		if (!h.scriptsOnly || isScript(cmd)) && (h.match == "" || slices.ContainsFunc(cmd.Args(), func(a any) bool { return fmt.Sprint(a) == h.match })) {
+		if (!h.scriptsOnly || isScript(cmd)) && (h.match == "" || carries(cmd, h.match)) {
 			h.n.Add(1)
 		}
 	}
@@ -1054,7 +1060,8 @@ func cmdHook(f func(cmd redis.Cmder) error) testHook {
 	})
 }
 
-// isCall reports whether cmd runs sc (as EVALSHA or EVAL).
+// isCall reports whether cmd runs sc (as EVALSHA or EVAL), or is its
+// native form (isNativeOf).
 func isCall(cmd redis.Cmder, sc *wire.Script) bool {
 	args := cmd.Args()
 	if len(args) < 2 {
@@ -1066,5 +1073,5 @@ func isCall(cmd redis.Cmder, sc *wire.Script) bool {
 	case "eval":
 		return args[1] == sc.Src()
 	}
-	return false
+	return isNativeOf(cmd, sc.SHA())
 }

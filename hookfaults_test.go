@@ -280,9 +280,7 @@ func (f *faultHook) fire(after bool, cmds ...redis.Cmder) {
 	if f.after == after && match != "" {
 		for _, cmd := range cmds {
 			args = append(args, cmd.Args()...)
-			for _, a := range cmd.Args() {
-				hit = hit || (match == anyScript && isScript(cmd)) || fmt.Sprint(a) == match
-			}
+			hit = hit || (match == anyScript && isScript(cmd)) || carries(cmd, match)
 		}
 	}
 	said := fmt.Sprint(args)

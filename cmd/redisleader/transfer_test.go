@@ -343,7 +343,7 @@ func TestPriorityAndTransferBadInput(t *testing.T) {
 // ACL rules of docs/operations.md (section ACL), as the library's acl_test.go has
 // them, with what the settings check and priorities and transfers add.
 const (
-	cliACLRule  = "on >secret resetkeys resetchannels ~redisleader:* &redisleader:* -@all +evalsha +eval +get +set +pexpire +pttl +time +del +publish +subscribe +unsubscribe +ping +config|get +info"
+	cliACLRule  = "on >secret resetkeys resetchannels ~redisleader:* &redisleader:* -@all +evalsha +eval +get +set +pexpire +pttl +time +del +publish +subscribe +unsubscribe +ping +multi +exec +config|get +info"
 	aclPriority = "+pexpireat +zadd +zrange +zrangebyscore +zrem +zscore"
 )
 

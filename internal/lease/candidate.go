@@ -37,7 +37,7 @@ import (
 // Redis refuses for its candidate keys (TRYAGAIN while a Cluster slot
 // migrates with the keys split between two nodes, or a value someone else
 // wrote in a candidate key) renews the lease alone at once
-// (renewLeasesAlone in node.go), so a leader with a priority keeps every lease a plain
+// (leasesAlone in node.go), so a leader with a priority keeps every lease a plain
 // leader keeps. Every other script that needs the candidates fails, before
 // any write, with an error that names the foreign key (candidateKeys).
 

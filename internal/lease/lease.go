@@ -1,6 +1,11 @@
 package lease
 
-import "github.com/redisleader/redisleader/internal/wire"
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/redisleader/redisleader/internal/wire"
+)
 
 // A Lease is one acquisition's hold on a name as Redis sees it: its keys,
 // its token (128 random bits), its arguments (boxed once, reused by every
@@ -23,6 +28,13 @@ type Lease struct {
 	// expired. Written only by the acquiring goroutine, before the lock is
 	// delivered.
 	Leftover bool
+	// hold is the value Redis holds for the lease, for its native calls
+	// (native.go): nil until the first one; a new Held at each change.
+	hold atomic.Pointer[Held]
+	// first is hold's first value, made once (firstOnce) in the lease
+	// itself rather than in an allocation of its own.
+	first     Held
+	firstOnce sync.Once
 	// argv is the buffer of the acquire script's argument vector; only the
 	// acquiring goroutine uses it.
 	argv [8]any

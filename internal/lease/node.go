@@ -38,6 +38,9 @@ type Node struct {
 	C    wire.Client
 	Acks wire.Acks
 	Log  *slog.Logger // the session's: a renewal that falls back to the lease alone says so
+	// Native is what the server answered to the native commands that a
+	// plain lease's renewal and release take where it has them (native.go).
+	Native Native
 }
 
 // A plain lease's keys: the lock, its fence and the name's channel (the
@@ -324,15 +327,23 @@ type Renewal struct {
 // master: wire.RunCalls), bounded by ctx, the call timeout and deadline
 // (the earliest of the leases' local deadlines; zero: none). A candidate's
 // renewal that Redis refused for its candidate keys is sent again as the
-// lease's alone (renewLeasesAlone). A renewal too few replicas
+// lease's alone (leasesAlone). A renewal too few replicas
 // acknowledged (Acks) failed.
 func (n *Node) Renew(ctx context.Context, leases []*Lease, deadline time.Time) []Renewal {
 	calls := make([]wire.Call, 0, len(leases))
 	for _, l := range leases {
 		calls = append(calls, l.Proto.RenewCall(l))
 	}
+	var held []*Held // per lease, what its native renewal compares with (native.go; nil: the scripts)
+	if n.Native.ifeq.Load() != capNo {
+		held = n.nativeRenewals(ctx, leases, calls)
+	}
 	cmds, until, ackErr := n.T.RunCallsBound(ctx, deadline, n.C, calls, n.Acks)
-	n.renewLeasesAlone(ctx, until, leases, calls, cmds)
+	idx, again := n.leasesAlone(ctx, leases, calls, cmds)
+	if held != nil {
+		idx, again = scriptsAgain(held, calls, cmds, func(i int) bool { return n.judgeRenew(leases[i], calls[i]) }, idx, again)
+	}
+	n.sendAgain(ctx, until, idx, again, cmds, n.Acks)
 	out := make([]Renewal, len(cmds))
 	for i, cmd := range cmds {
 		out[i] = DecodeRenew(cmd)
@@ -343,15 +354,13 @@ func (n *Node) Renew(ctx context.Context, leases []*Lease, deadline time.Time) [
 	return out
 }
 
-// renewLeasesAlone sends again, in one more round trip that ends with the
-// first (until), as Plain's, the renewals among calls (whose replies are
-// cmds, of leases) that Redis refused for their candidate keys
-// (candidateKeysRefused), and puts the new replies in cmds. The lease is
-// the fact and the candidates a hint: a leader with a priority keeps every
-// lease a plain leader keeps; enlisting it and hearing of a better
-// candidate wait for a later renewal.
-func (n *Node) renewLeasesAlone(ctx context.Context, until time.Time, leases []*Lease, calls []wire.Call, cmds []*redis.Cmd) {
-	var again []int
+// leasesAlone returns the renewals among calls (whose replies are cmds, of
+// leases) that Redis refused for their candidate keys
+// (candidateKeysRefused), as Plain's, to send again, and their indexes.
+// The lease is the fact and the candidates a hint: a leader with a
+// priority keeps every lease a plain leader keeps; enlisting it and
+// hearing of a better candidate wait for a later renewal.
+func (n *Node) leasesAlone(ctx context.Context, leases []*Lease, calls []wire.Call, cmds []*redis.Cmd) (idx []int, alone []wire.Call) {
 	for i, cl := range calls {
 		if cl.Script != PreferRenewRun || !candidateKeysRefused(cmds[i].Err()) {
 			continue
@@ -362,17 +371,22 @@ func (n *Node) renewLeasesAlone(ctx context.Context, until time.Time, leases []*
 		}
 		n.Log.Log(ctx, level, "redisleader: renewing the lease alone: the candidate keys refused the renewal",
 			"name", leases[i].Keys.Name, "fence", leases[i].Fence, "err", cmds[i].Err())
-		again = append(again, i)
+		idx, alone = append(idx, i), append(alone, Plain{}.RenewCall(leases[i]))
 	}
-	if len(again) == 0 {
+	return idx, alone
+}
+
+// sendAgain sends calls, script calls, in one more round trip that ends
+// with the first (until), and puts the reply of calls[j] in cmds[idx[j]]:
+// a renewal's that Redis refused for its candidate keys (leasesAlone), or
+// a native call's that the server did not take (native.go). A write too
+// few replicas acknowledged (Acks) failed.
+func (n *Node) sendAgain(ctx context.Context, until time.Time, idx []int, calls []wire.Call, cmds []*redis.Cmd, acks wire.Acks) {
+	if len(calls) == 0 {
 		return
 	}
-	alone := make([]wire.Call, len(again))
-	for j, i := range again {
-		alone[j] = Plain{}.RenewCall(leases[i])
-	}
-	replies, _, ackErr := n.T.RunCallsBound(ctx, until, n.C, alone, n.Acks)
-	for j, i := range again {
+	replies, _, ackErr := n.T.RunCallsBound(ctx, until, n.C, calls, acks)
+	for j, i := range idx {
 		if ackErr != nil && replies[j].Err() == nil {
 			replies[j].SetErr(ackErr) // not acknowledged: it does not count
 		}
@@ -424,6 +438,9 @@ type Deleted struct {
 // Release deletes r's token if the key still holds it, or hands the name
 // to r.Heir, with its protocol's release.
 func (n *Node) Release(ctx context.Context, r Ending) Deleted {
+	if r.Heir == "" && (n.Native.delifeq.Load() != capNo || n.Native.delex.Load() != capNo) {
+		return n.releaseNative(ctx, r) // native.go
+	}
 	c := r.Lease.Proto.ReleaseCall(r.Lease, r.Heir)
 	return DecodeRelease(n.T.Combiner().CallNow(ctx, time.Time{}, c.Script, c.Argv))
 }
@@ -435,8 +452,15 @@ func (n *Node) Release(ctx context.Context, r Ending) Deleted {
 // delete comes after it.
 func (n *Node) ReleaseAll(ctx context.Context, rs []Ending, deadline time.Time) []Deleted {
 	calls := make([]wire.Call, len(rs))
+	var held []*Held // per lease, what its native release compares with (nil: the script)
 	for i, r := range rs {
-		calls[i] = r.Lease.Proto.ReleaseCall(r.Lease, r.Heir)
+		var h *Held
+		if calls[i], h, _ = n.releaseCall(ctx, r, false); h != nil {
+			if held == nil {
+				held = make([]*Held, len(rs))
+			}
+			held[i] = h
+		}
 	}
 	callCtx := n.T.Bound(ctx, deadline)
 	defer wire.Unbind(callCtx)
@@ -446,6 +470,12 @@ func (n *Node) ReleaseAll(ctx context.Context, rs []Ending, deadline time.Time) 
 		}
 	}
 	cmds, _ := wire.RunCalls(callCtx, n.C, calls, wire.Acks{}, nil)
+	idx, again := scriptsAgain(held, calls, cmds, func(i int) (again bool) {
+		cmds[i], again = n.judgeRelease(calls[i])
+		return again
+	}, nil, nil)
+	until, _ := callCtx.Deadline()
+	n.sendAgain(ctx, until, idx, again, cmds, wire.Acks{})
 	out := make([]Deleted, len(cmds))
 	for i, cmd := range cmds {
 		out[i] = DecodeRelease(cmd)
@@ -454,7 +484,13 @@ func (n *Node) ReleaseAll(ctx context.Context, rs []Ending, deadline time.Time) 
 }
 
 // Release is release's vector.
-func (a *Args) Release() []any { return []any{nil, nil, 1, a.Lock, a.Token} }
+func (a *Args) Release() []any {
+	v := a.release()
+	return v[:]
+}
+
+// release is release's vector as an array, for a buffer of the caller's.
+func (a *Args) release() [5]any { return [5]any{nil, nil, 1, a.Lock, a.Token} }
 
 // DecodeRelease turns cmd, a release script's call (release, fair_release,
 // redlock_release, hand_off, whose {2, heir} is a reservation made), into
@@ -473,9 +509,13 @@ func DecodeRelease(cmd *redis.Cmd) Deleted {
 // reports whether the key still held l's token, and ErrSuperseded when a
 // later Proclaim of the term is stored already.
 func (n *Node) Proclaim(ctx context.Context, l *Lease, seq int64, value string, deadline time.Time) (bool, error) {
+	l.forgetValue() // a renewal sent now compares with either value: the script's
 	res, err := n.T.Combiner().Call(ctx, deadline, ProclaimRun, l.Args.Proclaim(l.Keys.Seq(), seq, value)).Int()
 	if res == 2 {
 		return true, ErrSuperseded
+	}
+	if res == 1 && err == nil {
+		l.proclaimed(value)
 	}
 	return res == 1, err
 }

@@ -5,6 +5,8 @@ package scenario
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,7 +32,12 @@ func TestScenarioCluster(t *testing.T) {
 // while the master was stopped, stays below the renew interval plus the
 // call timeout (a slice waits for the stopped master's part until the call
 // timeout) plus slack. Each name's history (the library's probe events) is
-// judged by the checker. Before issue 35 all 21 locks were lost.
+// judged by the checker. Before issue 35 all 21 locks were lost. Two
+// checks tell a harness fault from the library's: the stopped master must
+// stay stopped for the whole fault (stopped_master_ran_samples, sampled
+// from /proc), and no renewal of its locks sent while it was stopped may
+// succeed (stopped_renewed): with those at 0, a lock kept past its TTL is
+// the library's belief, not a master that ran.
 func cl1SilentMaster(t *testing.T) {
 	const (
 		id        = "CL1"
@@ -52,8 +59,10 @@ func cl1SilentMaster(t *testing.T) {
 
 	victim.Pause(t)
 	paused := history.Now()
+	ran := watchStopped(victim.PID())
 	<-time.After(3 * leaseTTL / 2) // the fault's length
 	resumed := history.Now()
+	ranSamples := ran()
 	victim.Resume(t)
 
 	line := &scenarioLine{id: id}
@@ -67,6 +76,9 @@ func cl1SilentMaster(t *testing.T) {
 	}
 	healthyLost, stoppedLost := lostOf(healthy), lostOf(stopped)
 	gap := rec.maxRenewGap(healthy, paused, resumed)
+	renewedStopped := rec.renewedIn(stopped, paused+int64(stopSettle), resumed)
+	line.check(ranSamples == 0, "the stopped master ran during the stop (%d samples): the fault did not hold", ranSamples)
+	line.check(renewedStopped == 0, "%d renewals of locks on the stopped master succeeded while it was stopped", renewedStopped)
 	line.check(healthyLost == 0, "%d of %d locks on healthy masters lost", healthyLost, len(healthy))
 	line.check(stoppedLost == len(stopped), "%d of %d locks on the stopped master kept past their TTL", len(stopped)-stoppedLost, len(stopped))
 	line.check(gap < interval+callTO+interval/2, "a healthy lock went %v without a successful renewal", gap)
@@ -79,6 +91,8 @@ func cl1SilentMaster(t *testing.T) {
 	line.note("healthy_lost", "%d", healthyLost)
 	line.note("healthy_max_renew_gap_ms", "%.0f", ms(gap))
 	line.note("stopped_node_locks_lost", "%d", stoppedLost)
+	line.note("stopped_renewed", "%d", renewedStopped)
+	line.note("stopped_master_ran_samples", "%d", ranSamples)
 	line.note("stop_ms", "%.0f", ms(time.Duration(resumed-paused)))
 	line.note("ttl_ms", "%.0f", ms(leaseTTL))
 	line.note("renew_interval_ms", "%.0f", ms(interval))
@@ -86,6 +100,40 @@ func cl1SilentMaster(t *testing.T) {
 	line.note("overlaps", "%d", rep.Overlaps)
 	line.note("renew_after_deadline", "%d", rep.RenewAfterDeadline)
 	line.finish(t)
+}
+
+// stopSettle is how long after SIGSTOP a renewal's send time must be for
+// the stopped master not to have read it before it stopped.
+const stopSettle = 10 * time.Millisecond
+
+// watchStopped samples, every 20 ms, whether process pid is stopped (State
+// T in /proc/PID/status) until the returned function is called, which
+// returns how many samples found it running (or could not read it): the
+// stop of a master must hold for the whole fault, or what CL1 judges is
+// not a stopped master (another process's SIGCONT to its group, say).
+func watchStopped(pid int) (ran func() int) {
+	done, count := make(chan struct{}), make(chan int)
+	go func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		n := 0
+		for {
+			select {
+			case <-done:
+				count <- n
+				return
+			case <-tick.C:
+				b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+				if err != nil || !strings.Contains(string(b), "\nState:\tT") {
+					n++
+				}
+			}
+		}
+	}()
+	return func() int {
+		close(done)
+		return <-count
+	}
 }
 
 // lockPerMaster takes n locks on s for each master of cluster, and returns
@@ -159,6 +207,21 @@ func (r *byName) maxRenewGap(locks []*redisleader.Lock, from, to int64) time.Dur
 		}
 	}
 	return time.Duration(longest)
+}
+
+// renewedIn counts the successful renewals of locks sent in [from, to]
+// (history.Now times).
+func (r *byName) renewedIn(locks []*redisleader.Lock, from, to int64) (n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range locks {
+		for _, e := range r.events[l.Name()] {
+			if e.Kind == history.Renewed && e.Sent >= from && e.Sent <= to {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // check judges each name's history and adds the reports up.

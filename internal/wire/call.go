@@ -14,7 +14,7 @@ import (
 // One script call: how it reaches Redis (EVALSHA, EVAL on NOSCRIPT) and
 // within which deadline (Bound, Unbind and the bound context). A lone call
 // of a Combiner reads here from its entry (Combiner.Call) through its
-// deadline and its reply (runBound) to its slot's return (passSlot), and
+// deadline and its reply (run) to its slot's return (passSlot), and
 // so does a renewal round (Bound, RunCalls, Unbind); the Combiner and its
 // coalescing are in combine.go, a queued call in queue.go, several calls in
 // one round trip in pipeline.go. It knows nothing of locks; the scripts
@@ -78,7 +78,7 @@ func (t *Transport) Combiner() *Combiner { return &t.combine }
 // call on the same key, given up while its batch was on the wire, can still
 // reach Redis.
 func (c *Combiner) Call(ctx context.Context, deadline time.Time, sc *Script, argv []any) *redis.Cmd {
-	return c.send(ctx, deadline, sc, argv, true)
+	return c.send(ctx, deadline, Call{Script: sc, Argv: argv}, true)
 }
 
 // CallNow runs a script that frees a name (a release or a give-back) as
@@ -88,26 +88,35 @@ func (c *Combiner) Call(ctx context.Context, deadline time.Time, sc *Script, arg
 // name (and this one's own contenders, whose tries fill the queue) should
 // not wait for it longer than one round trip.
 func (c *Combiner) CallNow(ctx context.Context, deadline time.Time, sc *Script, argv []any) *redis.Cmd {
-	return c.send(ctx, deadline, sc, argv, false)
+	return c.send(ctx, deadline, Call{Script: sc, Argv: argv}, false)
+}
+
+// SendNow is CallNow for cl, which may carry its native form (Call.Native):
+// the command it returns is the last native command's, unless its caller
+// gave up first (then one of its own, with the context's error).
+func (c *Combiner) SendNow(ctx context.Context, deadline time.Time, cl Call) *redis.Cmd {
+	return c.send(ctx, deadline, cl, false)
 }
 
 // send is Call, or with coalesce false CallNow. A lone call (no call
 // queued, a slot free, no call given up on the wire that could still reach
 // Redis) runs at once on the caller's goroutine; any other goes through
 // enqueue (queue.go), which decides again under c.mu.
-func (c *Combiner) send(ctx context.Context, deadline time.Time, sc *Script, argv []any, coalesce bool) *redis.Cmd {
+func (c *Combiner) send(ctx context.Context, deadline time.Time, cl Call, coalesce bool) *redis.Cmd {
 	c.mu.Lock()
 	counted := coalesce && !c.closed // a Call takes a slot on the wire until it returns
 	if len(c.unsettled) > 0 || !c.closed && len(c.queue) > 0 || counted && c.onWire >= MaxOnWire {
 		c.mu.Unlock()
-		return c.enqueue(ctx, deadline, sc, argv, coalesce)
+		return c.enqueue(ctx, deadline, cl, coalesce)
 	}
 	if counted {
 		c.onWire++
 		defer c.passSlot() // also when a hook on the client ends the goroutine
 	}
 	c.mu.Unlock()
-	return c.t.runBound(ctx, deadline, c.client, sc, argv)
+	callCtx := c.t.Bound(ctx, deadline)
+	defer Unbind(callCtx)
+	return c.run(callCtx, cl)
 }
 
 // passSlot frees the slot of a call that returned: to a flusher when calls
@@ -137,12 +146,40 @@ func (c *Combiner) drainedLocked() {
 	}
 }
 
-// runBound runs sc once on c, bounded as Bound says, and unbinds: a
-// Combiner's lone call, on its caller's goroutine.
-func (t *Transport) runBound(ctx context.Context, deadline time.Time, c Client, sc *Script, argv []any) *redis.Cmd {
-	callCtx := t.Bound(ctx, deadline)
-	defer Unbind(callCtx)
-	return sc.Run(callCtx, c, argv)
+// run sends cl alone, a Combiner's lone call on its caller's goroutine:
+// its script (Script.Run), or its native form as one pipeline (runNative).
+func (c *Combiner) run(ctx context.Context, cl Call) *redis.Cmd {
+	switch {
+	case cl.Native == nil:
+		return cl.Script.Run(ctx, c.client, cl.Argv)
+	case c.cluster:
+		cmds, _ := RunCalls(ctx, c.client, []Call{cl}, Acks{}, nil)
+		return cmds[0]
+	}
+	return c.runNative(ctx, cl)
+}
+
+// runNative is RunCalls for cl alone, a native form on a client that is
+// not a Cluster's, without its slices: in a pipeline of c's that the last
+// such call left (go-redis's Exec leaves it empty), so that a native
+// release costs the allocations of its commands' replies alone.
+func (c *Combiner) runNative(ctx context.Context, cl Call) *redis.Cmd {
+	pipe, _ := c.pipes.Get().(redis.Pipeliner)
+	if pipe == nil {
+		pipe = c.client.Pipeline()
+	}
+	_ = pipe.BatchProcess(ctx, cl.Native...)
+	err := ExecPipeline(ctx, pipe)
+	cl.failNative(err)
+	// Only go-redis's own pipeline is kept: its Exec empties it, which the
+	// Pipeliner interface does not promise (a wrapper's may send its earlier
+	// commands again).
+	if _, own := pipe.(*redis.Pipeline); own {
+		if _, panicked := err.(*HookPanicError); !panicked {
+			c.pipes.Put(pipe)
+		}
+	}
+	return cl.NativeReply()
 }
 
 // Run executes the script once. argv is {_, _, numkeys, keys..., args...};
@@ -214,15 +251,43 @@ func ErrCmd(ctx context.Context, argv []any, err error) *redis.Cmd {
 func (s *Script) RunAll(ctx context.Context, c Client, argvs [][]any, acks Acks) ([]*redis.Cmd, error) {
 	calls := make([]Call, len(argvs))
 	for i, argv := range argvs {
-		calls[i] = Call{s, argv}
+		calls[i] = Call{Script: s, Argv: argv}
 	}
 	return RunCalls(ctx, c, calls, acks, nil)
 }
 
-// Call is one script call of a pipeline: the script and its argument vector.
+// Call is one script call of a pipeline: the script and its argument
+// vector; or, with Native, the same call in the server's own commands.
 type Call struct {
 	Script *Script
-	Argv   []any
+	Argv   []any // also with Native: its key (KeyOf) places the call
+	// Native, if not nil, is sent in place of the script, as they are: its
+	// last command, a *redis.Cmd, is the call's (RunCalls returns it), and
+	// the caller reads the others' replies itself. Neither a NOSCRIPT
+	// re-send nor denied's rewording applies to them: the caller judges
+	// their errors.
+	Native []redis.Cmder
+	// Reply, if not nil, is the call's command in place of Native's last
+	// (NativeReply): never sent, the caller fills it from Native's replies.
+	// A pipeline that fails as a whole gives it its error too.
+	Reply *redis.Cmd
+}
+
+// NativeReply is the command that RunCalls returns for cl, a native form:
+// Reply, or Native's last.
+func (cl Call) NativeReply() *redis.Cmd {
+	if cl.Reply != nil {
+		return cl.Reply
+	}
+	return cl.Native[len(cl.Native)-1].(*redis.Cmd)
+}
+
+// failNative is failUnsent for the commands of cl, a native form.
+func (cl Call) failNative(err error) {
+	failUnsent(cl.Native, err)
+	if cl.Reply != nil {
+		failUnsent([]*redis.Cmd{cl.Reply}, err)
+	}
 }
 
 // RunCalls executes every call in one round trip (a pipeline), and re-sends
@@ -235,7 +300,7 @@ type Call struct {
 // master (byNode), and ready, if not nil, is told each master's calls as
 // soon as their commands are final.
 func RunCalls(ctx context.Context, c Client, calls []Call, acks Acks, ready func(idx []int, cmds []*redis.Cmd)) ([]*redis.Cmd, error) {
-	if len(calls) == 1 && acks.N == 0 {
+	if len(calls) == 1 && acks.N == 0 && calls[0].Native == nil {
 		return []*redis.Cmd{calls[0].Script.Run(ctx, c, calls[0].Argv)}, nil
 	}
 	cmds := make([]*redis.Cmd, len(calls))

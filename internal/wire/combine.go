@@ -106,6 +106,7 @@ type Combiner struct {
 	// command may still reach Redis, and no later call on the key is sent
 	// before then.
 	unsettled map[any][]*pending
+	pipes     sync.Pool // idle redis.Pipeliners of client for a lone native call (runNative)
 }
 
 // NewCombiner makes c the combiner of t's calls through client (another

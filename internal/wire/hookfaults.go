@@ -55,14 +55,27 @@ func ExecPipeline(ctx context.Context, pipe redis.Pipeliner) (err error) {
 // failUnsent gives err, the error of the pipeline that ran cmds, to every
 // command that got neither a reply nor an error: one that a pipeline which
 // failed as a whole never ran; and a hook's panic to every command.
-func failUnsent(cmds []*redis.Cmd, err error) {
+func failUnsent[C redis.Cmder](cmds []C, err error) {
 	if err == nil {
 		return
 	}
 	_, panicked := err.(*HookPanicError)
 	for _, cmd := range cmds {
-		if panicked || (cmd.Err() == nil && cmd.Val() == nil) {
+		if panicked || cmd.Err() == nil && unanswered(cmd) {
 			cmd.SetErr(err)
 		}
 	}
+}
+
+// unanswered reports whether cmd, without an error, has no reply either.
+func unanswered(cmd redis.Cmder) bool {
+	switch c := cmd.(type) {
+	case *redis.Cmd:
+		return c.Val() == nil
+	case *redis.StatusCmd: // a native release's MULTI, delete and PUBLISH: "" until answered
+		return c.Val() == ""
+	case *redis.SliceCmd:
+		return c.Val() == nil
+	}
+	return true
 }

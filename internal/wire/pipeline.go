@@ -19,12 +19,23 @@ import (
 func runPipeline(ctx context.Context, c Client, calls []Call, cmds []*redis.Cmd, acks Acks) error {
 	pipe := c.Pipeline()
 	for i, cl := range calls {
+		if cl.Native != nil {
+			_ = pipe.BatchProcess(ctx, cl.Native...)
+			cmds[i] = cl.NativeReply()
+			continue
+		}
 		cl.Argv[0], cl.Argv[1] = "evalsha", cl.Script.sha
 		cmds[i] = redis.NewCmd(ctx, cl.Argv...)
 		_ = pipe.Process(ctx, cmds[i])
 	}
 	wait := acks.queue(ctx, pipe)
-	failUnsent(cmds, ExecPipeline(ctx, pipe))
+	err := ExecPipeline(ctx, pipe)
+	failUnsent(cmds, err)
+	for _, cl := range calls {
+		if cl.Native != nil {
+			cl.failNative(err) // the caller reads them all
+		}
+	}
 	// Scan every reply: Exec reports only the first error, and on Cluster
 	// one node may have lost the script while another timed out.
 	var (
@@ -32,7 +43,7 @@ func runPipeline(ctx context.Context, c Client, calls []Call, cmds []*redis.Cmd,
 		retried []*redis.Cmd
 	)
 	for i, cl := range calls {
-		if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if err := cmds[i].Err(); err != nil && cl.Native == nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			if retry == nil {
 				retry = c.Pipeline()
 			}
@@ -48,7 +59,9 @@ func runPipeline(ctx context.Context, c Client, calls []Call, cmds []*redis.Cmd,
 		failUnsent(retried, ExecPipeline(ctx, retry))
 	}
 	for i, cl := range calls {
-		denied(cmds[i], cl.Argv)
+		if cl.Native == nil {
+			denied(cmds[i], cl.Argv)
+		}
 	}
 	return acks.check(wait, wait2)
 }

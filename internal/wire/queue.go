@@ -16,6 +16,8 @@ import (
 type pending struct {
 	s         *Script
 	argv      []any           // a copy of the caller's arguments: the caller may reuse its own after it gives up
+	native    []redis.Cmder   // the call's native form (Call.Native), or nil
+	nreply    *redis.Cmd      // and its Call.Reply
 	until     time.Time       // when its caller stops waiting
 	ctx       context.Context // its caller's (bound): once it has ended, the call is never sent
 	sent      bool            // taken into a batch; under Combiner.mu
@@ -29,7 +31,8 @@ type pending struct {
 // key given up on the wire (awaitLocked), or in the queue for a slot. It
 // still sends the call at once when, under c.mu, nothing holds it back;
 // a release (coalesce false) takes queued calls along (carryLocked).
-func (c *Combiner) enqueue(ctx context.Context, deadline time.Time, sc *Script, argv []any, coalesce bool) *redis.Cmd {
+func (c *Combiner) enqueue(ctx context.Context, deadline time.Time, cl Call, coalesce bool) *redis.Cmd {
+	argv := cl.Argv
 	callCtx := c.t.Bound(ctx, deadline)
 	defer Unbind(callCtx)
 	c.mu.Lock()
@@ -44,10 +47,10 @@ func (c *Combiner) enqueue(ctx context.Context, deadline time.Time, sc *Script, 
 			defer c.passSlot() // also when a hook on the client panics
 		}
 		c.mu.Unlock()
-		return sc.Run(callCtx, c.client, argv)
+		return c.run(callCtx, cl)
 	}
 	p := c.getLocked()
-	p.s, p.argv = sc, append(p.argv[:0], argv...)
+	p.s, p.argv, p.native, p.nreply = cl.Script, append(p.argv[:0], argv...), cl.Native, cl.Reply
 	p.until, _ = callCtx.Deadline() // bound's result always has one
 	p.ctx = callCtx
 	if coalesce {
@@ -230,7 +233,7 @@ func (c *Combiner) sendBatch(batch []*pending, calls []Call) []Call {
 		if p.until.After(until) {
 			until = p.until
 		}
-		calls = append(calls, Call{p.s, p.argv})
+		calls = append(calls, Call{Script: p.s, Argv: p.argv, Native: p.native, Reply: p.nreply})
 	}
 	ctx := &boundCtx{Context: context.Background(), deadline: until, states: &c.t.dones}
 	var (
@@ -303,7 +306,7 @@ func (c *Combiner) getLocked() *pending {
 
 func (c *Combiner) putLocked(p *pending) {
 	clear(p.argv) // tokens and values
-	p.s, p.ctx, p.cmd, p.sent, p.delivered = nil, nil, nil, false, false
+	p.s, p.native, p.nreply, p.ctx, p.cmd, p.sent, p.delivered = nil, nil, nil, nil, nil, false, false
 	if len(c.idle) < maxBatch {
 		c.idle = append(c.idle, p)
 	}
