@@ -420,7 +420,9 @@ func scriptsAgain(held []*Held, calls []wire.Call, cmds []*redis.Cmd, judge func
 // last command's, whose replies the judges read; not when its caller gave
 // up first (a command of the context's error: cl's may still be on the
 // wire) or a hook ended its pipeline: then it is the call's error.
-func judged(cl wire.Call, cmd *redis.Cmd) bool { return cmd == cl.NativeReply() }
+func judged(cl wire.Call, cmd *redis.Cmd) bool {
+	return cmd == cl.Reply || redis.Cmder(cmd) == cl.Native[len(cl.Native)-1] // cl.NativeReply(), read here
+}
 
 // isCluster reports whether n's client is a Cluster's, asked once.
 func (n *Node) isCluster() bool {

@@ -168,9 +168,7 @@ func (c *Combiner) runNative(ctx context.Context, cl Call) *redis.Cmd {
 	if pipe == nil {
 		pipe = c.client.Pipeline()
 	}
-	_ = pipe.BatchProcess(ctx, cl.Native...)
-	err := ExecPipeline(ctx, pipe)
-	cl.failNative(err)
+	cmd, err := cl.runNative(ctx, pipe)
 	// Only go-redis's own pipeline is kept: its Exec empties it, which the
 	// Pipeliner interface does not promise (a wrapper's may send its earlier
 	// commands again).
@@ -179,7 +177,18 @@ func (c *Combiner) runNative(ctx context.Context, cl Call) *redis.Cmd {
 			c.pipes.Put(pipe)
 		}
 	}
-	return cl.NativeReply()
+	return cmd
+}
+
+// runNative sends cl, a native form, alone in pipe, an empty pipeline,
+// and returns its command (NativeReply) and the pipeline's error.
+func (cl Call) runNative(ctx context.Context, pipe redis.Pipeliner) (*redis.Cmd, error) {
+	_ = pipe.BatchProcess(ctx, cl.Native...)
+	err := ExecPipeline(ctx, pipe)
+	if err != nil {
+		cl.failNative(err)
+	}
+	return cl.NativeReply(), err
 }
 
 // Run executes the script once. argv is {_, _, numkeys, keys..., args...};
@@ -296,12 +305,16 @@ func (cl Call) failNative(err error) {
 // order of calls. With acks on (n > 0) each pipeline ends with WAIT on the
 // same connection, and RunCalls returns an error unless enough replicas
 // acknowledged every write (see Acks.check). A single call without
-// acks is sent as a plain command. On Redis Cluster the calls are sent per
+// acks is sent as a plain command, or as its native form's alone. On Redis Cluster the calls are sent per
 // master (byNode), and ready, if not nil, is told each master's calls as
 // soon as their commands are final.
 func RunCalls(ctx context.Context, c Client, calls []Call, acks Acks, ready func(idx []int, cmds []*redis.Cmd)) ([]*redis.Cmd, error) {
-	if len(calls) == 1 && acks.N == 0 && calls[0].Native == nil {
-		return []*redis.Cmd{calls[0].Script.Run(ctx, c, calls[0].Argv)}, nil
+	if len(calls) == 1 && acks.N == 0 {
+		if calls[0].Native == nil {
+			return []*redis.Cmd{calls[0].Script.Run(ctx, c, calls[0].Argv)}, nil
+		}
+		cmd, _ := calls[0].runNative(ctx, c.Pipeline()) // its caller judges its replies
+		return []*redis.Cmd{cmd}, nil
 	}
 	cmds := make([]*redis.Cmd, len(calls))
 	if cc := ClusterOf(c); cc != nil {
