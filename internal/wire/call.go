@@ -304,10 +304,10 @@ func (cl Call) failNative(err error) {
 // script. Replies and errors are read from the returned commands, in the
 // order of calls. With acks on (n > 0) each pipeline ends with WAIT on the
 // same connection, and RunCalls returns an error unless enough replicas
-// acknowledged every write (see Acks.check). A single call without
-// acks is sent as a plain command, or as its native form's alone. On Redis Cluster the calls are sent per
-// master (byNode), and ready, if not nil, is told each master's calls as
-// soon as their commands are final.
+// acknowledged every write (see Acks.check). A single call without acks
+// is sent as a plain command, or as its native form alone. On Redis
+// Cluster the calls are sent per master (byNode), and ready, if not nil,
+// is told each master's calls as soon as their commands are final.
 func RunCalls(ctx context.Context, c Client, calls []Call, acks Acks, ready func(idx []int, cmds []*redis.Cmd)) ([]*redis.Cmd, error) {
 	if len(calls) == 1 && acks.N == 0 {
 		if calls[0].Native == nil {
