@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redisleader/redisleader/internal/lease"
@@ -23,7 +24,7 @@ import (
 // token, so no unowned lock is left behind. On a name this session holds,
 // Lock returns an error matching ErrLocked at once.
 func (s *Session) Lock(ctx context.Context, name string) (*Lock, error) {
-	k, err := lease.KeysOf(name)
+	k, err := s.keysOf(name)
 	if err != nil {
 		return nil, err
 	}
@@ -36,12 +37,42 @@ func (s *Session) Lock(ctx context.Context, name string) (*Lock, error) {
 // for a bad name, ErrSessionClosed, or a Redis error; in the last case the
 // key is released with this attempt's token in case the attempt took effect.
 func (s *Session) TryLock(ctx context.Context, name string) (*Lock, error) {
-	k, err := lease.KeysOf(name)
+	k, err := s.keysOf(name)
 	if err != nil {
 		return nil, err
 	}
 	return s.acquire(ctx, k, "", tryOnce, nil)
 }
+
+// keysOf is lease.KeysOf, remembered for the first maxNames names the
+// session locks: a name locked again skips the naming rule's checks and the
+// three allocations of its keys.
+func (s *Session) keysOf(name string) (lease.Keys, error) {
+	s.names.mu.RLock()
+	k, ok := s.names.m[name]
+	s.names.mu.RUnlock()
+	if ok {
+		return k, nil
+	}
+	k, err := lease.KeysOf(name)
+	if err != nil {
+		return k, err
+	}
+	s.names.mu.Lock()
+	if len(s.names.m) < maxNames {
+		if s.names.m == nil {
+			s.names.m = make(map[string]lease.Keys)
+		}
+		k.Name = strings.Clone(name) // not a part of some larger string of the caller's
+		s.names.m[k.Name] = k
+	}
+	s.names.mu.Unlock()
+	return k, nil
+}
+
+// maxNames bounds the names whose keys a session remembers (keysOf): a
+// few hundred kilobytes at most.
+const maxNames = 1024
 
 // Acquire takes one permit, blocking until one is free, ctx ends or the
 // session closes: a release wakes the waiters at once (pub/sub), and

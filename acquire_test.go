@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -666,4 +667,41 @@ func TestHeldNameFailsBeforeAnyIO(t *testing.T) {
 	require.ErrorIs(t, err, ErrLocked)
 	started := s.wire.PubSub() != nil
 	assert.False(t, started, "Lock on a held name started the pub/sub connection")
+}
+
+// TestKeysOfRemembered: a session remembers the keys of the names Lock and
+// TryLock are given, at most maxNames of them and never a bad name's, and
+// a remembered name's keys are those lease.KeysOf derives, so a lock taken
+// with them is on the name's key.
+func TestKeysOfRemembered(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	s, err := NewSession(c)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	ctx := context.Background()
+	for range 2 {
+		_, err := s.TryLock(ctx, "bad{name}")
+		require.ErrorIs(t, err, ErrInvalid, "a bad name is refused each time")
+	}
+	assert.Empty(t, s.names.m, "a bad name is not remembered")
+	for i := range maxNames + 3 {
+		name := fmt.Sprintf("n%d", i)
+		want, err := lease.KeysOf(name)
+		require.NoError(t, err)
+		for range 2 { // derived, then (the first maxNames) remembered
+			k, err := s.keysOf(name)
+			require.NoError(t, err)
+			require.Equal(t, want, k, name)
+		}
+	}
+	assert.Len(t, s.names.m, maxNames, "bounded")
+	for range 2 {
+		l, err := s.TryLock(ctx, "n1")
+		require.NoError(t, err)
+		assert.True(t, mr.Exists("redisleader:{n1}"), "held under the name's key")
+		require.NoError(t, l.Release(ctx))
+		assert.False(t, mr.Exists("redisleader:{n1}"), "released")
+	}
 }

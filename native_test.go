@@ -404,14 +404,16 @@ func TestNativeReleaseNOPERM(t *testing.T) {
 }
 
 // Allocations per default lock pair (TryLock + Release) on a warm session,
-// per path: the scripts' is issue 38's budget. The native release (MULTI,
-// DELIFEQ or DELEX, PUBLISH, EXEC) still costs three more than the script's
-// EVALSHA: go-redis reads +OK and two +QUEUED into a string each (3) and
-// EXEC's array (1), and makes the pipeline's command slice (1), less the
-// EVALSHA's command and vector (2) that it does not make.
+// on a name it has locked before (its keys are remembered: keysOf), per
+// path: issue 38's budget is 25. The native release (MULTI, DELIFEQ or
+// DELEX, PUBLISH, EXEC) costs three more than the script's EVALSHA:
+// go-redis reads +OK and two +QUEUED into a string each (3) and EXEC's
+// array (1), and makes the pipeline's command slice (1), less the EVALSHA's
+// command and vector (2) that it does not make. A name not remembered costs
+// three more on either path (its keys, and the lock and fence keys boxed).
 const (
-	pairAllocsScripts = 25
-	pairAllocsNative  = 28
+	pairAllocsScripts = 22
+	pairAllocsNative  = 25
 )
 
 // TestLockPairAllocs pins the allocations of a default lock pair on the

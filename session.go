@@ -68,6 +68,12 @@ type Session struct {
 	// id names the session's wake-up channels and waiters (fair mode)
 	id        string
 	waiterSeq atomic.Uint64 // numbers the session's waiters
+	// names are the keys of the names Lock and TryLock were given
+	// (keysOf, acquire.go).
+	names struct {
+		mu sync.RWMutex
+		m  map[string]lease.Keys
+	}
 }
 
 // NewSession validates the options and starts the session's heartbeat

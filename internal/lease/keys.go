@@ -27,6 +27,10 @@ type Keys struct {
 	// priority. Derived with the others, they are ready for the scripts
 	// that take them (a Transfer's hand-off takes all four).
 	Queue, Leases, Candidates, CandidateLeases string
+	// lockArg and fenceArg are Lock and Fence boxed once, by the
+	// constructor (withArgs, node.go), for every lease made with these keys
+	// (New).
+	lockArg, fenceArg any
 }
 
 // The suffixes of the keys that the modes add to a plain lease's (see

@@ -15,7 +15,22 @@ func TestNewKeys(t *testing.T) {
 			t.Errorf("NewKeys(%q): the modes' keys are %+v", name, k)
 		}
 	}
-	if n := testing.AllocsPerRun(100, func() { _ = NewKeys("n") }); n != 1 {
-		t.Errorf("NewKeys allocates %v times; want 1", n)
+	if n := testing.AllocsPerRun(100, func() { _ = NewKeys("n") }); n != 3 {
+		t.Errorf("NewKeys allocates %v times; want 3 (the keys, the lock and fence keys boxed)", n)
+	}
+}
+
+// Every constructor of Keys boxes the lock and fence keys that the leases
+// made with them pass to their scripts (New).
+func TestKeysArgs(t *testing.T) {
+	rw, _ := RWKeysOf("n")
+	sem, _ := SemKeysOf("n")
+	for _, k := range []Keys{NewKeys("n"), rw, sem} {
+		if k.lockArg != k.Lock || k.fenceArg != k.Fence {
+			t.Errorf("keys %q, %q: boxed as %v, %v", k.Lock, k.Fence, k.lockArg, k.fenceArg)
+		}
+		if a := New(k, 1000, "v", Plain{}).Args; a.Lock != k.Lock || a.Fence != k.Fence {
+			t.Errorf("keys %q, %q: a lease's arguments are %v, %v", k.Lock, k.Fence, a.Lock, a.Fence)
+		}
 	}
 }

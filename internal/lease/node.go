@@ -65,7 +65,8 @@ func KeysOf(name string) (Keys, error) {
 
 // NewKeys derives the keys of a name, and its channel, with one allocation:
 // each is the lock key and a suffix, laid end to end in one string (the
-// lock key is a prefix of the fence key, the candidates' of their leases').
+// lock key is a prefix of the fence key, the candidates' of their leases');
+// then it boxes the lock and fence keys for the scripts (two more).
 func NewKeys(name string) Keys {
 	all := keyPrefix + name + "}" + fenceSuffix + keyPrefix + name + "}" + channelSuffix +
 		keyPrefix + name + "}" + queueSuffix + keyPrefix + name + "}" + leasesSuffix +
@@ -78,7 +79,14 @@ func NewKeys(name string) Keys {
 	}
 	fence, channel, queue, leases, candLeases := next(fenceSuffix), next(channelSuffix), next(queueSuffix), next(leasesSuffix), next(candLeaseSuf)
 	return Keys{Name: name, Lock: fence[:lock], Fence: fence, Channel: channel, Queue: queue, Leases: leases,
-		Candidates: candLeases[:lock+len(candSuffix)], CandidateLeases: candLeases}
+		Candidates: candLeases[:lock+len(candSuffix)], CandidateLeases: candLeases}.withArgs()
+}
+
+// withArgs boxes k's lock and fence keys for the script arguments of the
+// leases made with k: every constructor of Keys ends with it.
+func (k Keys) withArgs() Keys {
+	k.lockArg, k.fenceArg = k.Lock, k.Fence
+	return k
 }
 
 // CheckName enforces the naming rule: 1 to 512 bytes of UTF-8, without '{' or
@@ -105,7 +113,7 @@ func CheckName(name string) error {
 // makes it at its first attempt with a token, and keeps it for the next.
 func New(k Keys, ttl any, value string, proto Protocol) Lease {
 	token := rand.Text()
-	args := Args{Lock: k.Lock, Fence: k.Fence, Token: token, TTL: ttl, Value: value}
+	args := Args{Lock: k.lockArg, Fence: k.fenceArg, Token: token, TTL: ttl, Value: value}
 	return Lease{Keys: k, Token: token, Args: args, Proto: proto}
 }
 

@@ -41,7 +41,7 @@ func RWKeysOf(name string) (Keys, error) {
 		return Keys{}, err
 	}
 	set := keyPrefix + name + "}:rw"
-	return Keys{Name: name, Lock: set, Fence: keyPrefix + name + "}" + fenceSuffix, Channel: set + channelSuffix}, nil
+	return Keys{Name: name, Lock: set, Fence: keyPrefix + name + "}" + fenceSuffix, Channel: set + channelSuffix}.withArgs(), nil
 }
 
 // RWAcquireRun is rw_acquire, as the transport runs it.

@@ -48,7 +48,7 @@ func SemKeysOf(name string) (Keys, error) {
 		return Keys{}, err
 	}
 	set := keyPrefix + name + "}:sem"
-	return Keys{Name: name, Lock: set, Fence: keyPrefix + name + "}" + fenceSuffix, Channel: set + channelSuffix}, nil
+	return Keys{Name: name, Lock: set, Fence: keyPrefix + name + "}" + fenceSuffix, Channel: set + channelSuffix}.withArgs(), nil
 }
 
 // Limit is the key of a semaphore's limit; k is SemKeysOf's.
