@@ -44,9 +44,9 @@ func (s *Session) TryLock(ctx context.Context, name string) (*Lock, error) {
 	return s.acquire(ctx, k, "", tryOnce, nil)
 }
 
-// keysOf is lease.KeysOf, remembered for the first maxNames names the
-// session locks: a name locked again skips the naming rule's checks and the
-// three allocations of its keys.
+// keysOf is lease.KeysOf, remembered for the first maxNames valid names
+// the session is asked to lock: a name asked for again skips the naming
+// rule's checks and the three allocations of its keys.
 func (s *Session) keysOf(name string) (lease.Keys, error) {
 	s.names.mu.RLock()
 	k, ok := s.names.m[name]

@@ -404,13 +404,14 @@ func TestNativeReleaseNOPERM(t *testing.T) {
 }
 
 // Allocations per default lock pair (TryLock + Release) on a warm session,
-// on a name it has locked before (its keys are remembered: keysOf), per
+// on a name it was asked for before (its keys are remembered: keysOf), per
 // path: issue 38's budget is 25. The native release (MULTI, DELIFEQ or
 // DELEX, PUBLISH, EXEC) costs three more than the script's EVALSHA:
 // go-redis reads +OK and two +QUEUED into a string each (3) and EXEC's
 // array (1), and makes the pipeline's command slice (1), less the EVALSHA's
 // command and vector (2) that it does not make. A name not remembered costs
-// three more on either path (its keys, and the lock and fence keys boxed).
+// three more on either path (its keys, and the lock and fence keys boxed),
+// and remembering it a few more, once.
 const (
 	pairAllocsScripts = 22
 	pairAllocsNative  = 25

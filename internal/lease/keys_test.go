@@ -21,10 +21,16 @@ func TestNewKeys(t *testing.T) {
 }
 
 // Every constructor of Keys boxes the lock and fence keys that the leases
-// made with them pass to their scripts (New).
+// made with them pass to their scripts (New), and New boxes them for keys
+// made otherwise.
 func TestKeysArgs(t *testing.T) {
 	rw, _ := RWKeysOf("n")
 	sem, _ := SemKeysOf("n")
+	bare := NewKeys("n")
+	bare.lockArg, bare.fenceArg = nil, nil // as a Keys literal would be
+	if a := New(bare, 1000, "v", Plain{}).Args; a.Lock != bare.Lock || a.Fence != bare.Fence {
+		t.Errorf("keys made without a constructor: a lease's arguments are %v, %v", a.Lock, a.Fence)
+	}
 	for _, k := range []Keys{NewKeys("n"), rw, sem} {
 		if k.lockArg != k.Lock || k.fenceArg != k.Fence {
 			t.Errorf("keys %q, %q: boxed as %v, %v", k.Lock, k.Fence, k.lockArg, k.fenceArg)

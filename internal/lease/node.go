@@ -112,6 +112,9 @@ func CheckName(name string) error {
 // is the session's TTL in ms, boxed once by the session. An acquisition
 // makes it at its first attempt with a token, and keeps it for the next.
 func New(k Keys, ttl any, value string, proto Protocol) Lease {
+	if k.lockArg == nil { // keys not made by a constructor
+		k = k.withArgs()
+	}
 	token := rand.Text()
 	args := Args{Lock: k.lockArg, Fence: k.fenceArg, Token: token, TTL: ttl, Value: value}
 	return Lease{Keys: k, Token: token, Args: args, Proto: proto}
