@@ -4,7 +4,10 @@ package scenario
 
 import (
 	"context"
+	"errors"
+	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,9 +30,13 @@ func TestScenarioFailover(t *testing.T) {
 // believes until its renewal reaches the promoted replica, which never saw
 // its key); with WithReplicaAcks(1, 50ms) the unreplicated acquire never
 // counts, so nobody leads until a replica can acknowledge again, and
-// nothing overlaps. Whether the old leader's renewal or the newcomer's
-// acquire reaches the promoted replica first is a race, so the plain
-// variant runs up to three trials until the checker sees the overlap.
+// nothing overlaps. In the plain variant the old leader cannot reach any
+// server from the primary's death until the newcomer leads (a network
+// partition; its lease is long enough to outlast the failover), so the
+// newcomer's acquire reaches the promoted replica first: left to a race,
+// the old leader's renewal could win it on a loaded machine and end its
+// term before the newcomer led, with no overlap to see. Up to three trials
+// run all the same.
 func failoverScenario(t *testing.T, id string, wait bool) {
 	h := newHarness(t, id)
 	if wait {
@@ -63,15 +70,28 @@ func failoverTrial(t *testing.T, h *harness, wait bool) {
 			return p.Addr()
 		},
 	})
-	const leaseTTL = 3 * time.Second
+	leaseTTL := 3 * time.Second
+	if !wait {
+		leaseTTL = 8 * time.Second // c1's lease outlasts the failover under load
+	}
 	opts := leaseOpts(leaseTTL)
 	if wait {
 		opts = append(opts, redisleader.WithReplicaAcks(1, 50*time.Millisecond))
 	}
-	session := func(extra ...redisleader.Option) *redisleader.Election {
+	// cut1 set: c1's client dials nothing (its connections to the old
+	// primary die with it).
+	var cut1 atomic.Bool
+	session := func(cut *atomic.Bool, extra ...redisleader.Option) *redisleader.Election {
 		c := rep.FailoverClient(t, func(o *redis.FailoverOptions) {
 			o.ContextTimeoutEnabled = true
 			o.DialTimeout = 200 * time.Millisecond
+			o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				if cut != nil && cut.Load() {
+					return nil, errors.New("failover test: c1 is cut off")
+				}
+				var d net.Dialer
+				return d.DialContext(ctx, network, addr)
+			}
 		})
 		s, err := redisleader.NewSession(c, append(opts, extra...)...)
 		if err != nil {
@@ -81,10 +101,9 @@ func failoverTrial(t *testing.T, h *harness, wait bool) {
 		e, _ := s.Election(h.name)
 		return e
 	}
-	// c1 retries a failed renewal only after 1s (c2 after 300ms), so that
-	// the newcomer usually reaches the promoted replica first.
-	e1 := session(redisleader.WithRetryInterval(time.Second), redisleader.WithRetryJitter(0))
-	e2 := session()
+	// c1 retries a failed renewal only after 1s (c2 after 300ms).
+	e1 := session(&cut1, redisleader.WithRetryInterval(time.Second), redisleader.WithRetryJitter(0))
+	e2 := session(nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	campaign := func(e *redisleader.Election, who string) <-chan *redisleader.Lock {
@@ -109,6 +128,10 @@ func failoverTrial(t *testing.T, h *harness, wait bool) {
 	// With WAIT, c1's acquire is refused (0 of 1 replicas): let it try for a
 	// moment, then kill the primary (within Sentinel's promotion window).
 	<-time.After(500 * time.Millisecond) // part of the fault schedule
+	if !wait {
+		h.fault("cut-c1", true)
+		cut1.Store(true)
+	}
 	h.fault("kill-primary", true)
 	old := rep.Primary().Addr()
 	rep.Primary().Kill(t)
@@ -123,6 +146,10 @@ func failoverTrial(t *testing.T, h *harness, wait bool) {
 		case <-time.After(3 * g8(leaseTTL)):
 			t.Fatal("c2 does not lead after the failover")
 		}
+		// c1's next renewal reaches the promoted replica, which never saw
+		// its key: not owner.
+		cut1.Store(false)
+		h.fault("cut-c1", false)
 		select {
 		case <-l1.Done():
 		case <-time.After(2 * leaseTTL):
