@@ -50,13 +50,14 @@ func (s *Session) TryLock(ctx context.Context, name string) (*Lock, error) {
 func (s *Session) keysOf(name string) (lease.Keys, error) {
 	s.names.mu.RLock()
 	k, ok := s.names.m[name]
+	full := len(s.names.m) >= maxNames
 	s.names.mu.RUnlock()
 	if ok {
 		return k, nil
 	}
 	k, err := lease.KeysOf(name)
-	if err != nil {
-		return k, err
+	if err != nil || full {
+		return k, err // once full, a new name takes no write lock
 	}
 	s.names.mu.Lock()
 	if len(s.names.m) < maxNames {
