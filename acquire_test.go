@@ -111,26 +111,27 @@ func TestAcquireIsIdempotentForOwnToken(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
 		k := lease.NewKeys("idem")
-		run := func(token string) []any {
-			res, err := lease.AcquireRun.Run(ctx, b.client, []any{nil, nil, 2, k.Lock, k.Fence, token, "1000", "v"}).Slice()
+		run := func(token string) any {
+			res, err := lease.AcquireRun.Run(ctx, b.client, []any{nil, nil, 2, k.Lock, k.Fence, token, "1000", "v"}).Result()
 			require.NoError(t, err)
 			return res
 		}
-		first := run("tok-a")
-		require.Equal(t, int64(1), first[0])
+		first, ok := run("tok-a").(int64)
+		require.True(t, ok, "taken with TIME's fence: one integer, the fence and the time its TTL runs from")
 		b.client.PExpire(ctx, k.Lock, 100*time.Millisecond)
-		again := run("tok-a")
+		again, ok := run("tok-a").([]any)
+		require.True(t, ok, "already ours: {1, fence, time}")
 		require.Len(t, again, 3)
-		assert.Equal(t, first[:2], again[:2], "same token: acquired again with the same fence")
-		assert.Greater(t, again[2], first[2], "the TIME the refreshed TTL runs from")
+		assert.Equal(t, []any{int64(1), first}, again[:2], "same token: acquired again with the same fence")
+		assert.Greater(t, again[2], first, "the TIME the refreshed TTL runs from")
 		pttl, err := b.client.PTTL(ctx, k.Lock).Result()
 		require.NoError(t, err)
 		assert.Greater(t, pttl, 500*time.Millisecond, "a confirmed acquire refreshes the TTL")
-		other := run("tok-b")
+		other := run("tok-b").([]any)
 		assert.Equal(t, int64(0), other[0], "another token: held")
 		h, ok := lease.ParseHolder(other[1].(string))
 		require.True(t, ok)
-		assert.Equal(t, lease.Holder{Token: "tok-a", Fence: first[1].(int64), Value: "v"}, h)
+		assert.Equal(t, lease.Holder{Token: "tok-a", Fence: first, Value: "v"}, h)
 	})
 }
 
@@ -146,12 +147,14 @@ func TestAcquireExpiresFromItsReportedTime(t *testing.T) {
 		ctx := context.Background()
 		k := lease.NewKeys("expires-at")
 		for _, path := range []string{"take", "refresh"} {
-			res, err := lease.AcquireRun.Run(ctx, b.client, []any{nil, nil, 2, k.Lock, k.Fence, "tok", "5000", "v"}).Slice()
+			res, err := lease.AcquireRun.Run(ctx, b.client, []any{nil, nil, 2, k.Lock, k.Fence, "tok", "5000", "v"}).Result()
 			require.NoError(t, err, path)
-			require.Len(t, res, 3, path)
+			r, err := lease.DecodeAcquire(res)
+			require.NoError(t, err, path)
+			require.True(t, r.Taken, path)
 			at, err := b.client.PExpireTime(ctx, k.Lock).Result()
 			require.NoError(t, err, path)
-			assert.Equal(t, time.Duration(res[2].(int64)/1000+5000)*time.Millisecond, at, path)
+			assert.Equal(t, time.Duration(r.At/1000+5000)*time.Millisecond, at, path)
 		}
 	})
 }
@@ -312,7 +315,7 @@ func TestFenceKeyForms(t *testing.T) {
 		} {
 			k := lease.NewKeys(fmt.Sprintf("forms-%d", i))
 			require.NoError(t, b.client.Set(ctx, k.Fence, tt.stored, 0).Err())
-			res, err := lease.AcquireRun.Run(ctx, b.client, []any{nil, nil, 2, k.Lock, k.Fence, "tok", "1000", "v"}).Slice()
+			res, err := lease.AcquireRun.Run(ctx, b.client, []any{nil, nil, 2, k.Lock, k.Fence, "tok", "1000", "v"}).Result()
 			if tt.want == -1 {
 				assert.ErrorContains(t, err, "does not hold a fence", tt.stored)
 				assert.Equal(t, tt.stored, b.get(k.Fence), "the fence key was left as it was")
@@ -320,11 +323,16 @@ func TestFenceKeyForms(t *testing.T) {
 				continue
 			}
 			require.NoError(t, err, tt.stored)
+			r, err := lease.DecodeAcquire(res)
+			require.NoError(t, err, tt.stored)
 			want := tt.want
 			if want == 0 {
-				want = res[2].(int64)
+				want = r.At
+				assert.IsType(t, int64(0), res, "TIME's fence: one integer (%s)", tt.stored)
+			} else {
+				assert.IsType(t, []any{}, res, "a fence past TIME's: {1, fence, time} (%s)", tt.stored)
 			}
-			assert.Equal(t, []any{int64(1), want}, res[:2], tt.stored)
+			assert.Equal(t, lease.Acquired{Taken: true, Fence: want, At: r.At}, r, tt.stored)
 			assert.Equal(t, strconv.FormatInt(want, 10), b.get(k.Fence), tt.stored)
 		}
 	})
@@ -543,9 +551,11 @@ func TestAbandonedAcquireLandingLate(t *testing.T) {
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		require.NoError(t, holder.Release(ctx))
 		close(c.deliver)
-		res, err := recvWithin(t, c.ran, time.Second, "the late acquire").Slice()
+		res, err := recvWithin(t, c.ran, time.Second, "the late acquire").Result()
 		require.NoError(t, err)
-		require.Equal(t, int64(1), res[0], "the late acquire took the key")
+		r, err := lease.DecodeAcquire(res)
+		require.NoError(t, err)
+		require.True(t, r.Taken, "the late acquire took the key")
 		require.Eventually(t, func() bool { return b.get(holder.Key()) == "" }, time.Second, 5*time.Millisecond,
 			"the late acquire's key (TTL 3s) is still there")
 	})

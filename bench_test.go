@@ -65,20 +65,19 @@ func loadScripts(ctx context.Context, b *testing.B, c *redis.Client, more ...*wi
 // acquiredFence checks a reply of the acquire script on key: acquired, with a
 // fence above prev; it returns the fence.
 func acquiredFence(cmd *redis.Cmd, key string, prev int64) (int64, error) {
-	r, err := cmd.Slice()
+	res, err := cmd.Result()
 	if err != nil {
 		return 0, err
 	}
 	// Never the reply itself: on a held key it carries the holder's token.
-	if len(r) != 3 || r[0] != int64(1) {
-		return 0, fmt.Errorf("acquire %s: a reply of %d elements, first %v, want {1, fence, time}", key, len(r), r[0])
+	r, err := lease.DecodeAcquire(res)
+	if err != nil || !r.Taken {
+		return 0, fmt.Errorf("acquire %s: not taken (%v)", key, err)
 	}
-	f, ok1 := r[1].(int64)
-	t, ok2 := r[2].(int64)
-	if !ok1 || !ok2 || f <= prev || t <= 0 {
-		return 0, fmt.Errorf("acquire %s: fence %v, time %v after fence %d", key, r[1], r[2], prev)
+	if r.Fence <= prev || r.At <= 0 {
+		return 0, fmt.Errorf("acquire %s: fence %d, time %d after fence %d", key, r.Fence, r.At, prev)
 	}
-	return f, nil
+	return r.Fence, nil
 }
 
 // scriptsPair is the library's pair without the library: the acquire and

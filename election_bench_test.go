@@ -77,8 +77,12 @@ func scriptsPush(k lease.Keys) push {
 	return push{
 		ch: k.Channel,
 		take: func(ctx context.Context, c *redis.Client, token string) (bool, error) {
-			r, err := c.EvalSha(ctx, lease.AcquireRun.SHA(), []string{k.Lock, k.Fence}, token, "10000", "").Slice()
-			return err == nil && len(r) == 3 && r[0] == int64(1), err
+			res, err := c.EvalSha(ctx, lease.AcquireRun.SHA(), []string{k.Lock, k.Fence}, token, "10000", "").Result()
+			if err != nil {
+				return false, err
+			}
+			r, err := lease.DecodeAcquire(res)
+			return err == nil && r.Taken, err
 		},
 		resign: func(ctx context.Context, c *redis.Client, token string) error {
 			n, err := c.EvalSha(ctx, lease.ReleaseRun.SHA(), []string{k.Lock}, token).Int()

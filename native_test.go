@@ -413,8 +413,8 @@ func TestNativeReleaseNOPERM(t *testing.T) {
 // three more on either path (its keys, and the lock and fence keys boxed),
 // and remembering it a few more, once.
 const (
-	pairAllocsScripts = 22
-	pairAllocsNative  = 25
+	pairAllocsScripts = 19
+	pairAllocsNative  = 22
 )
 
 // TestLockPairAllocs pins the allocations of a default lock pair on the

@@ -142,7 +142,7 @@ func (n *Node) Acquire(ctx context.Context, l *Lease, deadline time.Time) Attemp
 		}
 		wire.Unbind(callCtx)
 	}
-	r := l.Outcome(cmd.Slice())
+	r := l.Outcome(cmd.Result())
 	if r.Err == nil && ackErr != nil {
 		// Taken on the primary but not seen by enough replicas: a failover
 		// could lose it, so it does not count.
@@ -233,11 +233,11 @@ func (a Attempt) Behind() time.Duration {
 
 // Outcome turns one server's reply to l's acquire script into an
 // attempt's outcome.
-func (l *Lease) Outcome(res []any, err error) Attempt {
+func (l *Lease) Outcome(reply any, err error) Attempt {
 	if err != nil {
 		return Attempt{Err: fmt.Errorf("redisleader: acquire %q: %w", l.Keys.Name, err)}
 	}
-	rep, err := DecodeAcquire(res)
+	rep, err := DecodeAcquire(reply)
 	switch {
 	case err != nil:
 		return Attempt{Err: fmt.Errorf("redisleader: acquire %q: %w", l.Keys.Name, err)}
@@ -293,8 +293,16 @@ type refuser interface {
 	refused(fence int64, value string) error
 }
 
-// DecodeAcquire decodes res, an acquire script's reply.
-func DecodeAcquire(res []any) (Acquired, error) {
+// DecodeAcquire decodes reply, an acquire script's: one integer (taken,
+// with a fence that is also the time its TTL runs from) or an array.
+func DecodeAcquire(reply any) (Acquired, error) {
+	if n, ok := reply.(int64); ok {
+		return Acquired{Taken: true, Fence: n, At: n}, nil
+	}
+	res, ok := reply.([]any)
+	if !ok {
+		return Acquired{}, fmt.Errorf("unexpected reply %T", reply)
+	}
 	if len(res) < 2 {
 		return Acquired{}, fmt.Errorf("unexpected reply of %d elements", len(res))
 	}

@@ -152,7 +152,7 @@ func (q *Quorum) acquireAll(ctx context.Context, l *Lease, deadline time.Time) [
 	}
 	var taken, refused int
 	onNodesUntil(q, callCtx, cancel, func(ctx context.Context, i int, _ wire.Client) Attempt {
-		return l.Outcome(q.Combs[i].Call(ctx, time.Time{}, AcquireRun, l.Args.Acquire(&replies[i].argv)).Slice())
+		return l.Outcome(q.Combs[i].Call(ctx, time.Time{}, AcquireRun, l.Args.Acquire(&replies[i].argv)).Result())
 	}, func(i int, r Attempt) bool {
 		replies[i].r = r
 		if r.Err == nil {

@@ -5,6 +5,10 @@
 --
 -- Replies:
 --
+--   fence                 acquired now, with a fence that is also the server
+--                         TIME in us from which the key's TTL runs (the
+--                         common case: one integer, which Redis converts for
+--                         a fraction of what a table costs)
 --   {1, fence, time}      acquired now, or already ours (idempotent: a retried
 --                         or ambiguous acquire succeeds with the same fence and
 --                         a refreshed TTL, never "held by another"); time is
