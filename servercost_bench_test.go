@@ -1,0 +1,87 @@
+package redisleader
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redisleader/redisleader/internal/lease"
+)
+
+// BenchmarkServerCost runs lock pairs against the server at
+// $SERVER_COST_ADDR, for bench/servercost.sh, which runs that server under
+// valgrind and reports the instructions it executes per pair: a count that
+// does not drift with the machine's load, as the µs of INFO commandstats
+// (BenchmarkServerTime) do. Its sub-benchmarks, 100 pairs a pipeline:
+//
+//	scripts     the default acquire and release scripts, by EVALSHA, on a
+//	            free name (a fresh token each pair)
+//	nine-calls  two scripts that make the nine redis.calls of the default
+//	            pair's contract (acquire: GET, TIME, GET, PUBLISH, SET, SET;
+//	            release: GET, PUBLISH, DEL) with constant arguments and no
+//	            logic: the floor of any script keeping that contract
+//	empty       two scripts that return at once, with the same keys and
+//	            arguments: what EVALSHA itself costs
+//	raw-cad     SET NX PX and an EVALSHA compare-and-delete
+func BenchmarkServerCost(b *testing.B) {
+	addr := os.Getenv("SERVER_COST_ADDR")
+	if addr == "" {
+		b.Skip("SERVER_COST_ADDR is not set: run bench/servercost.sh")
+	}
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	k := lease.NewKeys("cost")
+	nineAcquire := redis.NewScript(`redis.call('GET', KEYS[1]) redis.call('TIME') redis.call('GET', KEYS[2])
+redis.call('PUBLISH', 'cost:ch', 'A') redis.call('SET', KEYS[2], '1') redis.call('SET', KEYS[1], 'v') return 1`)
+	nineRelease := redis.NewScript(`redis.call('GET', KEYS[1]) redis.call('PUBLISH', 'cost:ch', 'R') redis.call('DEL', KEYS[1]) return 1`)
+	empty := redis.NewScript(`return 1`)
+	pairs := map[string]func(p redis.Pipeliner, token string){
+		"scripts": func(p redis.Pipeliner, token string) {
+			p.EvalSha(ctx, lease.AcquireRun.SHA(), []string{k.Lock, k.Fence}, token, "10000", "")
+			p.EvalSha(ctx, lease.ReleaseRun.SHA(), []string{k.Lock}, token)
+		},
+		"nine-calls": func(p redis.Pipeliner, token string) {
+			nineAcquire.EvalSha(ctx, p, []string{k.Lock, k.Fence}, token, "10000", "")
+			nineRelease.EvalSha(ctx, p, []string{k.Lock}, token)
+		},
+		"empty": func(p redis.Pipeliner, token string) {
+			empty.EvalSha(ctx, p, []string{k.Lock, k.Fence}, token, "10000", "")
+			empty.EvalSha(ctx, p, []string{k.Lock}, token)
+		},
+		"raw-cad": func(p redis.Pipeliner, token string) {
+			p.SetNX(ctx, "cost-raw", token, 10e9)
+			rawRelease.EvalSha(ctx, p, []string{"cost-raw"}, token)
+		},
+	}
+	for _, name := range []string{"scripts", "nine-calls", "empty", "raw-cad"} {
+		pair := pairs[name]
+		b.Run(name, func(b *testing.B) {
+			loadScripts(ctx, b, c)
+			for _, sc := range []*redis.Script{nineAcquire, nineRelease, empty, rawRelease} {
+				if err := sc.Load(ctx, c).Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			p := c.Pipeline()
+			for i := 0; i < b.N; {
+				for j := 0; j < 100 && i < b.N; j, i = j+1, i+1 {
+					pair(p, benchToken())
+				}
+				cmds, err := p.Exec(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if name == "scripts" { // each pair took and freed the name
+					for j := 0; j < len(cmds); j += 2 {
+						if n, err := cmds[j+1].(*redis.Cmd).Int(); err != nil || n != 1 {
+							b.Fatalf("release: %d, %v", n, err)
+						}
+					}
+				}
+			}
+		})
+	}
+}
