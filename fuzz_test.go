@@ -100,10 +100,12 @@ func replyShape(shape uint8, n1, n2 int64, s string) any {
 }
 
 // FuzzAcquireReply: the acquire script's reply is where Go reads a fence.
-// Whatever it holds, the decoding succeeds only for {1, fence} and returns
-// that fence; a lock held by another owner is ErrLocked with the holder's
-// fence and nothing else (never its token or value), and a PTTL it did not
-// get is "no TTL" (-1), never a made-up wait.
+// Whatever it holds, the decoding succeeds only for {1, fence} and for one
+// integer (the fence, also the time the TTL runs from) and returns that
+// fence; a lock held by another owner is ErrLocked with the holder's fence
+// and nothing else (never its token or value), a reply of another kind an
+// error that repeats none of it, and a PTTL it did not get is "no TTL" (-1),
+// never a made-up wait.
 func FuzzAcquireReply(f *testing.F) {
 	f.Add(uint8(0), int64(1), int64(1764500000000000), "")
 	f.Add(uint8(1), int64(0), int64(4200), "SECRETTOKENSECRETTOKEN\n1764500000000000\nhost-a:8080")
@@ -112,9 +114,23 @@ func FuzzAcquireReply(f *testing.F) {
 	f.Add(uint8(3), int64(1), int64(2), "1")
 	f.Add(uint8(5), int64(1), int64(0), "")
 	f.Fuzz(func(t *testing.T, shape uint8, n1, n2 int64, s string) {
-		res, _ := replyShape(shape, n1, n2, s).([]any)
+		reply := replyShape(shape, n1, n2, s)
 		l := &Lock{lease: lease.Lease{Keys: lease.NewKeys("fuzz")}}
-		r := l.lease.Outcome(res, nil)
+		r := l.lease.Outcome(reply, nil)
+		res, isSlice := reply.([]any)
+		switch n, isInt := reply.(int64); {
+		case isInt:
+			if r.Err != nil || r.Fence != n || r.At != n {
+				t.Fatalf("integer reply %d decoded as %+v", n, r)
+			}
+			return
+		case !isSlice:
+			want := fmt.Sprintf("redisleader: acquire \"fuzz\": unexpected reply %T", reply)
+			if r.Err == nil || r.Err.Error() != want {
+				t.Fatalf("reply %#v: err %v, want %q", reply, r.Err, want)
+			}
+			return
+		}
 		if len(res) < 2 {
 			// Not a reply the script gives: an error that repeats none of it.
 			want := fmt.Sprintf("redisleader: acquire \"fuzz\": unexpected reply of %d elements", len(res))
