@@ -491,12 +491,21 @@ func replicated(t *testing.T) (primary *redisserver.Server, replica *redisserver
 	t.Cleanup(func() { _ = link.Close() })
 	host, port, _ := strings.Cut(link.Addr(), ":")
 	replica = redisserver.Start(t, redisserver.Options{Args: []string{"--replicaof", host, port}})
-	// Wait until the replica is in sync.
+	// Wait until the replica acknowledges a write. WAIT counts a replica for
+	// a client that wrote nothing as soon as its full sync ends, but after a
+	// diskless sync Redis 7.0 starts the replica's command stream only with
+	// its first ACK, up to a second later: until then a write's WAIT times
+	// out with 0 (WithReplicaAcks' first acquire did, one run in ten).
 	c := primary.Client(t)
+	ctx := context.Background()
 	require.Eventually(t, func() bool {
-		n, err := c.Wait(context.Background(), 1, 100*time.Millisecond).Result()
+		if err := c.Set(ctx, "replicated-probe", "1", time.Minute).Err(); err != nil {
+			return false
+		}
+		n, err := c.Wait(ctx, 1, 100*time.Millisecond).Result()
 		return err == nil && n == 1
-	}, 10*time.Second, 10*time.Millisecond, "replica never connected")
+	}, 10*time.Second, 10*time.Millisecond, "the replica never acknowledged a write")
+	require.NoError(t, c.Del(ctx, "replicated-probe").Err())
 	return primary, replica, link
 }
 
