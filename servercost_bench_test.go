@@ -38,47 +38,47 @@ func BenchmarkServerCost(b *testing.B) {
 redis.call('PUBLISH', 'cost:ch', 'A') redis.call('SET', KEYS[2], '1') redis.call('SET', KEYS[1], 'v') return 1`)
 	nineRelease := redis.NewScript(`redis.call('GET', KEYS[1]) redis.call('PUBLISH', 'cost:ch', 'R') redis.call('DEL', KEYS[1]) return 1`)
 	empty := redis.NewScript(`return 1`)
-	pairs := map[string]func(p redis.Pipeliner, token string){
-		"scripts": func(p redis.Pipeliner, token string) {
+	loadScripts(ctx, b, c)
+	for _, sc := range []*redis.Script{nineAcquire, nineRelease, empty, rawRelease} {
+		if err := sc.Load(ctx, c).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, bm := range []struct {
+		name     string
+		pair     func(p redis.Pipeliner, token string)
+		releases bool // each pair takes and frees the name: its release replies 1
+	}{
+		{"scripts", func(p redis.Pipeliner, token string) {
 			p.EvalSha(ctx, lease.AcquireRun.SHA(), []string{k.Lock, k.Fence}, token, "10000", "")
 			p.EvalSha(ctx, lease.ReleaseRun.SHA(), []string{k.Lock}, token)
-		},
-		"nine-calls": func(p redis.Pipeliner, token string) {
+		}, true},
+		{"nine-calls", func(p redis.Pipeliner, token string) {
 			nineAcquire.EvalSha(ctx, p, []string{k.Lock, k.Fence}, token, "10000", "")
 			nineRelease.EvalSha(ctx, p, []string{k.Lock}, token)
-		},
-		"empty": func(p redis.Pipeliner, token string) {
+		}, false},
+		{"empty", func(p redis.Pipeliner, token string) {
 			empty.EvalSha(ctx, p, []string{k.Lock, k.Fence}, token, "10000", "")
 			empty.EvalSha(ctx, p, []string{k.Lock}, token)
-		},
-		"raw-cad": func(p redis.Pipeliner, token string) {
+		}, false},
+		{"raw-cad", func(p redis.Pipeliner, token string) {
 			p.SetNX(ctx, "cost-raw", token, 10e9)
 			rawRelease.EvalSha(ctx, p, []string{"cost-raw"}, token)
-		},
-	}
-	for _, name := range []string{"scripts", "nine-calls", "empty", "raw-cad"} {
-		pair := pairs[name]
-		b.Run(name, func(b *testing.B) {
-			loadScripts(ctx, b, c)
-			for _, sc := range []*redis.Script{nineAcquire, nineRelease, empty, rawRelease} {
-				if err := sc.Load(ctx, c).Err(); err != nil {
-					b.Fatal(err)
-				}
-			}
+		}, true},
+	} {
+		b.Run(bm.name, func(b *testing.B) {
 			p := c.Pipeline()
 			for i := 0; i < b.N; {
 				for j := 0; j < 100 && i < b.N; j, i = j+1, i+1 {
-					pair(p, benchToken())
+					bm.pair(p, benchToken())
 				}
 				cmds, err := p.Exec(ctx)
 				if err != nil {
 					b.Fatal(err)
 				}
-				if name == "scripts" { // each pair took and freed the name
-					for j := 0; j < len(cmds); j += 2 {
-						if n, err := cmds[j+1].(*redis.Cmd).Int(); err != nil || n != 1 {
-							b.Fatalf("release: %d, %v", n, err)
-						}
+				for j := 1; bm.releases && j < len(cmds); j += 2 {
+					if n, err := cmds[j].(*redis.Cmd).Int(); err != nil || n != 1 {
+						b.Fatalf("release: %d, %v", n, err)
 					}
 				}
 			}
