@@ -81,6 +81,7 @@ type Proxy struct {
 	dirs   [2]dirState // indexed by dirIndex
 	queued [2]int      // bytes read but not yet forwarded, by dirIndex
 	drops  int         // replies still to drop
+	pushes bool        // whether a RESP3 push counts among drops
 	refuse bool
 	links  map[*link]struct{}
 	stats  Stats
@@ -167,7 +168,16 @@ func (p *Proxy) Unpause(dir Dir) {
 func (p *Proxy) DropReplies(n int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.drops = max(n, 0)
+	p.drops, p.pushes = max(n, 0), true
+}
+
+// DropCallReplies is DropReplies counting only the replies to commands:
+// RESP3 pushes (pub/sub messages, which a client may be receiving on
+// another connection at any moment) pass.
+func (p *Proxy) DropCallReplies(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.drops, p.pushes = max(n, 0), false
 }
 
 // ResetConns closes every open connection now, both sides, with SO_LINGER 0
@@ -407,7 +417,7 @@ func (p *Proxy) enqueue(i int, units [][]byte, replies bool, queue []chunk, last
 		case st.blackhole:
 			p.stats.BlackholedBytes += int64(len(u))
 			continue
-		case replies && p.drops > 0:
+		case replies && p.drops > 0 && (p.pushes || u[0] != '>'):
 			p.drops--
 			p.stats.DroppedReplies++
 			continue

@@ -297,6 +297,28 @@ func TestDropReplies(t *testing.T) {
 		require.EqualValues(t, 2, p.Stats().Conns)
 		require.EqualValues(t, 1, p.Stats().DroppedReplies)
 	})
+
+	t.Run("calls only", func(t *testing.T) {
+		mr := miniredis.RunT(t)
+		p := newProxy(t, mr.Addr())
+		c := newClient(t, p.Addr(), short)
+		sub := c.Subscribe(ctx, "ch")
+		t.Cleanup(func() { _ = sub.Close() })
+		_, err := sub.Receive(ctx) // the subscription's confirmation
+		require.NoError(t, err)
+		require.NoError(t, c.Ping(ctx).Err())
+
+		p.DropCallReplies(1)
+		require.NoError(t, newClient(t, mr.Addr(), short).Publish(ctx, "ch", "m").Err())
+		rctx, cancel := context.WithTimeout(ctx, waitFor)
+		defer cancel()
+		msg, err := sub.ReceiveMessage(rctx)
+		require.NoError(t, err, "a push is not a call's reply: it passes")
+		require.Equal(t, "m", msg.Payload)
+		requireTimeout(t, c.Set(ctx, "k", "v", 0).Err())
+		mr.CheckGet(t, "k", "v")
+		require.EqualValues(t, 1, p.Stats().DroppedReplies, "the SET's reply was dropped")
+	})
 }
 
 func TestResetConns(t *testing.T) {
