@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -637,4 +638,37 @@ func allUsed(t *testing.T, admin *redis.Client, rule string) {
 			return err == nil && strings.Contains(stats, "cmdstat_"+cmd+":calls=")
 		}, 2*time.Second, 10*time.Millisecond, "%q allows %s, which nothing used", rule, cmd)
 	}
+}
+
+// TestACLRetriedAcquire: an acquire whose reply was lost is re-sent with
+// its token and finds the key its own, which refreshes the key's TTL (the
+// script's PEXPIREAT): the documented rule allows that, so the lock is
+// held, not refused with a permission error while its key blocks the name
+// for a TTL.
+func TestACLRetriedAcquire(t *testing.T) {
+	srv := redisserver.Start(t)
+	admin := srv.Client(t)
+	setUser(t, admin, "redisleader", aclRule, aclOptional, identityRule(t, srv))
+	var drop atomic.Int32
+	c := dropClient(t, srv.Addr(), &drop, func(o *redis.Options) {
+		o.Username, o.Password = "redisleader", "secret"
+	})
+	checked := serverChecked(c)
+	s := newSession(t, c)
+	ctx := context.Background()
+	first, err := s.TryLock(ctx, "acl-retried-warm")
+	require.NoError(t, err)
+	waitClosed(t, checked, 5*time.Second, "the session's check of the server's settings")
+
+	drop.Store(1) // the acquire runs; its reply is lost; go-redis re-sends it
+	l, err := s.TryLock(ctx, "acl-retried")
+	require.NoError(t, err, "the re-sent acquire finds the key its own")
+	assert.Zero(t, drop.Load())
+	h, ok := lease.ParseHolder(admin.Get(ctx, l.Key()).Val())
+	require.True(t, ok)
+	assert.Equal(t, l.lease.Token, h.Token)
+	assert.Equal(t, l.Fence(), h.Fence, "one fence for one acquisition")
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, first.Release(ctx))
+	assert.Empty(t, aclLog(t, admin), "the server denied something")
 }

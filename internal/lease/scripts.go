@@ -34,8 +34,8 @@ type Script struct {
 // script that changed; a wrong one would make every call fall back to
 // EVAL, costing a round trip.
 var (
-	Acquire          = build("acquire", "167fc910976a340035ec067050c38b9d95610a81", "fence", "take", "claim")
-	AcquireCandidate = build("acquire_candidate", "4463bf5ae41642bdd0996b200abdce661fb23129", "guard", "fence", "take", "cand", "claim")
+	Acquire          = build("acquire", "92a88fd53adddfbed386a4962627c522b6aa169c", "fence", "take", "claim")
+	AcquireCandidate = build("acquire_candidate", "a01a897bf6b0725e5ebd4bd590f2e20fa333bcc8", "guard", "fence", "take", "cand", "claim")
 	Renew            = build("renew", "05af59ddf0ef94ff9ec87c1e5b1e6fd3a7519940", "mine")
 	Release          = build("release", "ca8c93ef28ba7119b23df93a5d4defc09140db3b", "mine")
 	Proclaim         = build("proclaim", "d6ff39f64e9095f4ab0a406d5c8e0d3910c99110", "guard", "own")

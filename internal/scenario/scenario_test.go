@@ -327,21 +327,60 @@ func s7Partition(t *testing.T) {
 	h.finish(false)
 }
 
+// checkedHook closes done once a pipeline that reads INFO (the session's
+// check of the server's settings) has returned.
+type checkedHook struct {
+	once *sync.Once
+	done chan struct{}
+}
+
+func (k checkedHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (k checkedHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (k checkedHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if cmd.Name() == "info" {
+				k.once.Do(func() { close(k.done) })
+			}
+		}
+		return err
+	}
+}
+
 // S8: the acquire's reply is lost. With go-redis retries (MaxRetries 3) or
 // without (-1), the outcome is never "held by someone else" while the key
-// holds our token, and a failed TryLock leaves no phantom key.
+// holds our token, and a failed TryLock leaves no phantom key. The
+// candidates run as the documented least-privilege user, as deployments
+// do, and the server denies it nothing: a retry that finds the key its own
+// refreshes the TTL with what that rule allows (before the fix, PEXPIREAT:
+// the retry failed with a permission error while our key blocked the name
+// for a TTL).
 func s8AmbiguousAcquire(t *testing.T) {
 	h := newHarness(t, "S8")
 	admin, key, ctx := h.admin, h.key, context.Background()
+	h.setUser("redisleader", aclRule)
 	misclassified := 0
 	for _, retries := range []int{3, -1} {
-		c := h.candidate(fmt.Sprintf("r%d", retries), func(o *redis.Options) { o.MaxRetries = retries })
-		// Warm the pool and the pub/sub subscription, so the next reply
-		// through the proxy is the acquire's.
+		c := h.candidate(fmt.Sprintf("r%d", retries), func(o *redis.Options) {
+			o.Username, o.Password, o.MaxRetries = "redisleader", "secret", retries
+			o.DisableIdentity = true // no CLIENT SETINFO, which the rule denies on Redis 7.2+ and Valkey
+		})
+		// Warm the pool and the pub/sub subscription, and let the session
+		// check the server's settings (at its first lock, in the
+		// background), so that the next reply to a call through the proxy
+		// is the acquire's (its pushes pass).
+		checked := make(chan struct{})
+		c.client.AddHook(checkedHook{once: new(sync.Once), done: checked})
 		l := c.mustLead(5 * time.Second)
 		_ = l.Release(ctx)
+		select {
+		case <-checked:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the session did not check the server's settings")
+		}
 
-		c.proxy.DropReplies(1)
+		c.proxy.DropCallReplies(1)
 		h.fault("drop-acquire-reply", true)
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		l, err := c.campaign(cctx)
@@ -354,7 +393,7 @@ func s8AmbiguousAcquire(t *testing.T) {
 			_ = l.Release(ctx)
 		}
 
-		c.proxy.DropReplies(1)
+		c.proxy.DropCallReplies(1)
 		h.fault("drop-trylock-reply", true)
 		tl, err := c.session().TryLock(ctx, h.name)
 		h.fault("drop-trylock-reply", false)
@@ -370,6 +409,9 @@ func s8AmbiguousAcquire(t *testing.T) {
 	}
 	h.check(misclassified == 0, "%d lost replies reported as ErrLocked", misclassified)
 	h.note("misclassified", "%d", misclassified)
+	denied, err := admin.Do(ctx, "acl", "log").Slice()
+	h.check(err == nil && len(denied) == 0, "the server denied the documented user %d times (%v): %v", len(denied), err, denied)
+	h.note("denied", "%d", len(denied))
 	h.finish(false)
 }
 

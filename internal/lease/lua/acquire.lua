@@ -18,11 +18,12 @@
 --   {0, stored, pttl}     held by another owner: its stored value and PTTL in ms
 --
 -- The fence is max(stored + 1, server TIME in us). Order: GET the lock key;
--- TIME; (held: PEXPIREAT if ours, the only write on that path, else PTTL);
--- GET the fence key and validate it; PUBLISH "A"; SET the fence key; SET the
--- lock key NX PXAT. So a denied command or channel, a key of the wrong type
--- or a fence key that does not hold a fence (an error, never silently reset:
--- fences must not go backwards) leaves both keys untouched, and a failure
+-- TIME; (held: if ours, SET of the same value XX PXAT, the only write on
+-- that path, else PTTL); GET the fence key and validate it; PUBLISH "A";
+-- SET the fence key; SET the lock key NX PXAT. So a denied command or
+-- channel, a key of the wrong type or a fence key that does not hold a
+-- fence (an error, never silently reset: fences must not go backwards)
+-- leaves both keys untouched, and a failure
 -- between the two SETs leaves a gap in the fences, never a lock without a
 -- fence. Fences stay monotonic when Redis loses data (restart without
 -- persistence, old snapshot) unless the server clock also goes back.

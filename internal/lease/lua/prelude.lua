@@ -162,11 +162,12 @@ local function heir(v)
   return nl ~= nil and string.sub(v, nl + 1) == ARGV[3]
 end
 -- ==== piece claim ====
--- For acquire and acquire_candidate, after prelude.lua's piece take: claim(cur, t, after)
--- is acquire's reply given the lock key's value cur and TIME's reply t,
--- each as redis.pcall returned it (an error table: that call failed, see
--- deny): ours, it refreshes the TTL (PEXPIREAT); held by another, it reads
--- its PTTL; free or reserved for us, it takes it (take), and when the fence
+-- For acquire and acquire_candidate, after prelude.lua's piece take:
+-- claim(cur, t, after) is acquire's reply given the lock key's value cur
+-- and TIME's reply t, each as redis.pcall returned it (an error table:
+-- that call failed, see deny): ours, it refreshes the TTL (SET of the same
+-- value XX PXAT: the required ACL rule has SET, not PEXPIREAT); held by
+-- another, it reads its PTTL; free or reserved for us, it takes it (take), and when the fence
 -- is TIME's (the common case) replies that one integer, sparing Redis the
 -- conversion of a table. after(t, leads, pttl), if given, runs after the
 -- writes (acquire_candidate's enlist).
@@ -181,8 +182,8 @@ local function claim(cur, t, after)
       if not nl then
         return redis.error_reply('ERR redisleader: lock key ' .. KEYS[1] .. ' holds our token but no fence; it was left unchanged')
       end
-      local r = redis.pcall('PEXPIREAT', KEYS[1], expiresAt(now))
-      if type(r) == 'table' then return deny(r, 'PEXPIREAT', KEYS[1]) end
+      local r = redis.pcall('SET', KEYS[1], cur, 'XX', 'PXAT', expiresAt(now))
+      if r and r.err then return deny(r, 'SET', KEYS[1]) end
       return {1, tonumber(string.sub(cur, n + 2, nl - 1)), now}
     end
     if not heir(cur) then
