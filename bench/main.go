@@ -88,7 +88,7 @@ func main() {
 	flags := flag.NewFlagSet("bench", flag.ExitOnError)
 	rounds := flags.Int("rounds", 5, "rounds; every scenario runs once per round with the contenders' order rotated")
 	quick := flags.Bool("quick", false, "one short round (under a minute) for CI; its numbers mean little")
-	out := flags.String("out", "RESULTS.md", "file the markdown report is written to (it is printed too)")
+	out := flags.String("out", "RESULTS.md", "file the markdown report is written to (it is printed too); with -only, only when -out is given, so that a partial run does not overwrite the full run's RESULTS.md")
 	only := flags.String("only", "", `"locks": run only the lock scenarios (a)-(d), a few minutes instead of the full run; "elections": only the election scenarios (handovers, crash takeover, follower load); "renewal": only the renewal load (other clients' PING while one Session renews its leases); "latency": only sequential pairs, handovers and crash takeovers, and etcd's pairs and handovers if an etcd binary is installed, for -samples (the report is printed, not written); "semaphores": only the semaphore scenarios beside their lock baselines (semaphores.go)`)
 	samples := flags.String("samples", "", "also write the latency distributions of the pairs and handovers measured to this JSON file (cmd/figures plots it)")
 	pingAddr := flags.String("pinger", "", "internal: run as the renewal load's pinger against this address")
@@ -107,7 +107,19 @@ func main() {
 	}
 	cfg := newConfig(*rounds, *quick)
 	cfg.only, cfg.samples = *only, *samples
-	os.Exit(run(cfg, *out))
+	os.Exit(run(cfg, reportFile(flags, *out, *only)))
+}
+
+// reportFile is the file the report is written to: out, except for a
+// partial run (-only) whose -out was not given, whose report is only
+// printed ("").
+func reportFile(flags *flag.FlagSet, out, only string) string {
+	given := false
+	flags.Visit(func(f *flag.Flag) { given = given || f.Name == "out" })
+	if only != "" && !given {
+		return ""
+	}
+	return out
 }
 
 // run runs every round, writes the report and returns the exit code.
@@ -165,10 +177,10 @@ func run(cfg config, out string) int {
 	return 0
 }
 
-// writeOut writes the report to out (not for -only latency, whose report
-// has no tables) and the latency distributions to cfg.samples.
+// writeOut writes the report to out, if any (not for -only latency, whose
+// report has no tables), and the latency distributions to cfg.samples.
 func writeOut(cfg config, res *results, report, out string) error {
-	if cfg.only != "latency" {
+	if out != "" && cfg.only != "latency" {
 		if err := os.WriteFile(out, []byte(report), 0o644); err != nil {
 			return err
 		}
