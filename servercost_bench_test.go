@@ -25,6 +25,10 @@ import (
 //	empty       two scripts that return at once, with the same keys and
 //	            arguments: what EVALSHA itself costs
 //	raw-cad     SET NX PX and an EVALSHA compare-and-delete
+//	fair        fair mode's scripts (fair_acquire as TryLock sends it,
+//	            fair_release), on a free name with no waiters
+//	priority    a campaign with a priority: acquire_candidate (the
+//	            candidate enlisted) and release
 func BenchmarkServerCost(b *testing.B) {
 	addr := os.Getenv("SERVER_COST_ADDR")
 	if addr == "" {
@@ -38,7 +42,7 @@ func BenchmarkServerCost(b *testing.B) {
 redis.call('PUBLISH', 'cost:ch', 'A') redis.call('SET', KEYS[2], '1') redis.call('SET', KEYS[1], 'v') return 1`)
 	nineRelease := redis.NewScript(`redis.call('GET', KEYS[1]) redis.call('PUBLISH', 'cost:ch', 'R') redis.call('DEL', KEYS[1]) return 1`)
 	empty := redis.NewScript(`return 1`)
-	loadScripts(ctx, b, c)
+	loadScripts(ctx, b, c, lease.FairAcquireRun, lease.FairReleaseRun, lease.AcquireCandidateRun)
 	for _, sc := range []*redis.Script{nineAcquire, nineRelease, empty, rawRelease} {
 		if err := sc.Load(ctx, c).Err(); err != nil {
 			b.Fatal(err)
@@ -64,6 +68,14 @@ redis.call('PUBLISH', 'cost:ch', 'A') redis.call('SET', KEYS[2], '1') redis.call
 		{"raw-cad", func(p redis.Pipeliner, token string) {
 			p.SetNX(ctx, "cost-raw", token, 10e9)
 			rawRelease.EvalSha(ctx, p, []string{"cost-raw"}, token)
+		}, true},
+		{"fair", func(p redis.Pipeliner, token string) {
+			p.EvalSha(ctx, lease.FairAcquireRun.SHA(), []string{k.Lock, k.Fence, k.Queue, k.Leases}, token, "10000", "", "s.1", "0")
+			p.EvalSha(ctx, lease.FairReleaseRun.SHA(), []string{k.Lock, k.Queue, k.Leases}, token)
+		}, true},
+		{"priority", func(p redis.Pipeliner, token string) {
+			p.EvalSha(ctx, lease.AcquireCandidateRun.SHA(), []string{k.Lock, k.Fence, k.Candidates, k.CandidateLeases}, token, "10000", "v", "1")
+			p.EvalSha(ctx, lease.ReleaseRun.SHA(), []string{k.Lock}, token)
 		}, true},
 	} {
 		b.Run(bm.name, func(b *testing.B) {

@@ -2,15 +2,16 @@
 # servercost.sh: the instructions redis-server executes per lock pair
 # (valgrind's Ir count, which the machine's load does not move), for each
 # sub-benchmark of the root package's BenchmarkServerCost: the default
-# scripts, the contract's nine calls with no logic, two empty scripts, and
-# raw SET NX PX + compare-and-delete. Each is run twice, with 1000 and 3000
+# scripts, the contract's nine calls with no logic, two empty scripts, raw
+# SET NX PX + compare-and-delete, fair mode's scripts and a campaign with a
+# priority. Each is run twice, with 1000 and 3000
 # pairs, on a fresh server under valgrind; the difference over 2000 pairs
 # leaves out the server's start, the script loads and the benchmark's
 # warm-up.
 #
 #   bench/servercost.sh [server program]    (default: redis-server)
 #
-# Needs valgrind (apt-get install -y valgrind). Takes about a minute.
+# Needs valgrind (apt-get install -y valgrind). Takes about two minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 server=${1:-redis-server}
@@ -37,7 +38,7 @@ ir() { # ir SUB N: the Ir of a server that ran N pairs of SUB
 }
 
 "$server" --version
-for sub in scripts nine-calls empty raw-cad; do
+for sub in scripts nine-calls empty raw-cad fair priority; do
   a=$(ir "$sub" 1000)
   b=$(ir "$sub" 3000)
   printf '%-11s %7d instructions per pair\n' "$sub" $(((b - a) / 2000))
