@@ -27,7 +27,7 @@ const (
 	aclRule = "on >secret resetkeys resetchannels ~redisleader:* &redisleader:* -@all " +
 		"+evalsha +eval +get +set +pexpire +pttl +time +del +publish +subscribe +unsubscribe +ping +multi +exec"
 	aclOptional = "+wait +config|get +info"
-	aclCluster  = "+cluster|slots +command" // for a *redis.ClusterClient
+	aclCluster  = "+cluster|slots +command +asking" // for a *redis.ClusterClient
 	// aclIdentity is what Redis 7.2+ and Valkey add: go-redis sends CLIENT
 	// SETINFO on every connect (unless DisableIdentity), which the rule above
 	// denies, and each denial adds an ACL LOG entry. Redis 7.0 has no such
@@ -291,8 +291,10 @@ func TestACLLeastPrivilege(t *testing.T) {
 // TestACLCluster: on Redis Cluster the documented user also needs what
 // go-redis's ClusterClient reads, the slot map (CLUSTER SLOTS) and the
 // command table (COMMAND; without it every call sends COMMAND again and is
-// denied): locks on names across the masters and an election then work
-// and no node denies anything.
+// denied), and ASKING, which it sends to follow an ASK redirection while a
+// slot migrates: locks on names across the masters and an election then
+// work, the leader renews while its slot is half moved, and no node denies
+// anything.
 func TestACLCluster(t *testing.T) {
 	cluster := redisserver.StartCluster(t, 3)
 	for _, n := range cluster.Nodes() {
@@ -302,7 +304,8 @@ func TestACLCluster(t *testing.T) {
 		o.Username, o.Password, o.ContextTimeoutEnabled = "redisleader", "secret", true
 	})
 	ctx := context.Background()
-	s := newSession(t, c, WithTTL(time.Second))
+	round, roundDone := rounds()
+	s := newSession(t, c, WithTTL(time.Second), round)
 	for _, name := range []string{"a", "b", "c", "d", "e", "f"} {
 		l, err := s.TryLock(ctx, name)
 		require.NoError(t, err)
@@ -310,6 +313,16 @@ func TestACLCluster(t *testing.T) {
 	}
 	l, err := mustElection(t, s, "cluster-election").Campaign(ctx, "v")
 	require.NoError(t, err)
+
+	// While its slot migrates, the leader's renewals reach the keys on the
+	// importing node through ASK redirections: go-redis sends ASKING there.
+	slot, _, dst := slotOf(cluster, l.Key())
+	finish := cluster.BeginMigration(t, slot, dst)
+	for range 4 { // the first report may be of a round before the migration
+		require.False(t, waitRound(t, roundDone, 3*time.Second), "a renewal failed mid-migration")
+	}
+	assert.True(t, l.Held(), "the leadership survived the migration's ASK redirections: %v", l.Err())
+	finish()
 	require.NoError(t, l.Release(ctx))
 	require.NoError(t, s.Close(ctx))
 	for _, n := range cluster.Nodes() {

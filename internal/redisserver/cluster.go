@@ -210,6 +210,16 @@ func crc16(s string) uint16 {
 // is not a node of c, or if the cluster does not agree within 20s.
 func (c *Cluster) MigrateSlot(t testing.TB, slot int, dst *Server) {
 	t.Helper()
+	c.BeginMigration(t, slot, dst)()
+}
+
+// BeginMigration is MigrateSlot up to the SETSLOT NODE commands: it returns
+// with the slot's keys on dst and the slot still MIGRATING on its owner and
+// IMPORTING on dst, where a client that asks the owner for the slot's keys
+// is redirected with ASK (and sends ASKING to dst), until it calls finish,
+// which ends the move as MigrateSlot does.
+func (c *Cluster) BeginMigration(t testing.TB, slot int, dst *Server) (finish func()) {
+	t.Helper()
 	dstID := c.ids[dst]
 	if dstID == "" {
 		c.fatalf(t, "redisserver: MigrateSlot(%d): destination %s is not a node of this cluster", slot, dst.Addr())
@@ -221,15 +231,15 @@ func (c *Cluster) MigrateSlot(t testing.TB, slot int, dst *Server) {
 	if src == nil {
 		c.fatalf(t, "redisserver: MigrateSlot(%d): no node serves the slot", slot)
 	}
-	if src != dst {
-		must := func(s *Server, args ...any) any {
-			t.Helper()
-			v, err := query(s.Addr(), migrateTimeout+queryTimeout, args...)
-			if err != nil && !errors.Is(err, redis.Nil) {
-				c.fatalf(t, "redisserver: MigrateSlot(%d) from %s to %s: %v on %s: %v", slot, src.Addr(), dst.Addr(), args, s.Addr(), err)
-			}
-			return v
+	must := func(s *Server, args ...any) any {
+		t.Helper()
+		v, err := query(s.Addr(), migrateTimeout+queryTimeout, args...)
+		if err != nil && !errors.Is(err, redis.Nil) {
+			c.fatalf(t, "redisserver: MigrateSlot(%d) from %s to %s: %v on %s: %v", slot, src.Addr(), dst.Addr(), args, s.Addr(), err)
 		}
+		return v
+	}
+	if src != dst {
 		must(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", c.ids[src])
 		must(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID)
 		for deadline := time.Now().Add(clusterTimeout); ; {
@@ -243,21 +253,26 @@ func (c *Cluster) MigrateSlot(t testing.TB, slot int, dst *Server) {
 			args := []any{"MIGRATE", "127.0.0.1", dst.Port(), "", 0, migrateTimeout.Milliseconds(), "KEYS"}
 			must(src, append(args, keys...)...)
 		}
-		must(dst, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
-		must(src, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
-		for _, s := range c.nodes {
-			if s != src && s != dst {
-				must(s, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
+	}
+	return func() {
+		t.Helper()
+		if src != dst {
+			must(dst, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
+			must(src, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
+			for _, s := range c.nodes {
+				if s != src && s != dst {
+					must(s, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
+				}
 			}
 		}
-	}
-	if _, err := c.waitAgreed(clusterTimeout, func(owner []string) error {
-		if owner[slot] != dstID {
-			return fmt.Errorf("slot %d is owned by %s, want %s (%s)", slot, owner[slot], dstID, dst.Addr())
+		if _, err := c.waitAgreed(clusterTimeout, func(owner []string) error {
+			if owner[slot] != dstID {
+				return fmt.Errorf("slot %d is owned by %s, want %s (%s)", slot, owner[slot], dstID, dst.Addr())
+			}
+			return nil
+		}); err != nil {
+			c.fatalf(t, "redisserver: MigrateSlot(%d) to %s: %v", slot, dst.Addr(), err)
 		}
-		return nil
-	}); err != nil {
-		c.fatalf(t, "redisserver: MigrateSlot(%d) to %s: %v", slot, dst.Addr(), err)
 	}
 }
 
