@@ -299,9 +299,23 @@ func connectWithin(ctx context.Context, e *endpoint, limit time.Duration) (redis
 		if ctx.Err() == nil && (pctx.Err() != nil || isTimeout(err)) { // pctx: the Sentinel client flattens it too
 			return nil, fmt.Errorf("no reply from Redis at %s within %v", e.shown(), wait)
 		}
+		if rerr := redis.Error(nil); errors.As(err, &rerr) { // Redis answered: reachable, but it said no
+			return nil, fmt.Errorf("rejected by Redis at %s: %w%s", e.shown(), err, aclHint(err))
+		}
 		return nil, fmt.Errorf("cannot reach Redis at %s: %w", e.shown(), err)
 	}
 	return c, nil
+}
+
+// aclHint is what to add to a refusal err of the connection's set-up
+// commands: where to read which commands a user needs, for an ACL denial
+// (a database other than 0 needs SELECT, which the least-privilege rule
+// does not have).
+func aclHint(err error) string {
+	if redis.HasErrorPrefix(err, "NOPERM") {
+		return " (the user's ACL rule lacks a command: see docs/operations.md, ACL)"
+	}
+	return ""
 }
 
 // replyWait is how long connect waits for the first reply: pingTimeout, or

@@ -364,6 +364,26 @@ func aclUser(t *testing.T, srv *redisserver.Server, name string, rules ...string
 	return "redis://" + name + ":secret@" + srv.Addr()
 }
 
+// A database other than 0 needs SELECT (go-redis sends it on every new
+// connection), which the least-privilege rule has not: the CLI says that
+// Redis rejected the user and where the rules are, not that it cannot
+// reach Redis; with +select (docs/operations.md) it works.
+func TestACLDatabaseNeedsSelect(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../docs/operations.md")
+	require.NoError(t, err)
+	assert.True(t, strings.Contains(string(readme), "`+select`"), "docs/operations.md names +select")
+	srv := quietRedisServer(t)
+	plain := aclUser(t, srv, "plain", cliACLRule) + "/1"
+	code, _, errOut := runCLI(t, "status", "--redis", plain, "job")
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, errOut, "rejected by Redis at redis://plain:xxxxx@"+srv.Addr()+"/1: NOPERM")
+	assert.Contains(t, errOut, "select")
+	assert.Contains(t, errOut, "see docs/operations.md, ACL")
+	assert.NotContains(t, errOut, "secret")
+	assert.Equal(t, "no leader", statusLine(t, aclUser(t, srv, "db", cliACLRule, "+select")+"/1", "job"))
+}
+
 // The least-privilege user of docs/operations.md, with aclPriority, runs
 // candidates with priorities, a transfer, and status, and Redis logs no
 // denial. Without aclPriority, status still works: it shows no candidates.
