@@ -65,6 +65,22 @@ func (e *lostError) Is(target error) bool { return target == ErrLost }
 // invalidf is a bad-input error; it matches ErrInvalid (lease.Invalidf).
 func invalidf(format string, args ...any) error { return lease.Invalidf(format, args...) }
 
+// eachOption applies each of opts, options of the interface type kind, in
+// order, until apply returns an error; a nil one (which would panic) is an
+// error matching ErrInvalid: "<kind> must not be nil".
+func eachOption[O comparable](kind string, opts []O, apply func(O) error) error {
+	var none O
+	for _, o := range opts {
+		if o == none {
+			return invalidf("%s must not be nil", kind)
+		}
+		if err := apply(o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // heldError: the session asked for a name it holds itself.
 type heldError struct{ name string }
 

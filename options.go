@@ -154,11 +154,8 @@ var discardLogger = slog.New(slog.DiscardHandler)
 // defaults and validates the result. It is the one place defaults live.
 func buildConfig(opts []Option) (config, error) {
 	c := config{Config: durations.Defaults(), logger: discardLogger}
-	for _, o := range opts {
-		if o == nil {
-			return config{}, invalidf("nil Option")
-		}
-		o.apply(&c)
+	if err := eachOption("Option", opts, func(o Option) error { o.apply(&c); return nil }); err != nil {
+		return config{}, err
 	}
 	if err := c.Derive(); err != nil {
 		return config{}, err

@@ -43,7 +43,7 @@ func TestNewSessionRejectsBadOptions(t *testing.T) {
 		{"negative takeover delay", []Option{WithTakeoverDelay(-time.Second)}, "WithTakeoverDelay(-1s) must be 0 (off) or at least 1ms"},
 		{"takeover delay too long", []Option{WithTakeoverDelay(25 * time.Hour)}, "WithTakeoverDelay(25h0m0s) must be at most 24h0m0s"},
 		{"nil logger", []Option{WithLogger(nil)}, "WithLogger(nil)"},
-		{"nil option", []Option{nil}, "nil Option"},
+		{"nil option", []Option{nil}, "Option must not be nil"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

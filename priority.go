@@ -71,11 +71,8 @@ func (s *Session) candidacyOf(k lease.Keys, value string, opts []CampaignOption)
 		return nil, nil
 	}
 	c := &candidacy{}
-	for _, o := range opts {
-		if o == nil {
-			return nil, invalidf("campaign option must not be nil")
-		}
-		o.applyCampaign(c)
+	if err := eachOption("CampaignOption", opts, func(o CampaignOption) error { o.applyCampaign(c); return nil }); err != nil {
+		return nil, err
 	}
 	if err := c.validate(); err != nil || !c.prioritised {
 		return nil, err

@@ -67,10 +67,8 @@ func (s *Session) RWLock(name string, opts ...RWLockOption) (*RWLock, error) {
 		return nil, errRedlockRW
 	}
 	rw := &RWLock{s: s, keys: k}
-	for _, o := range opts {
-		if err := o.applyRWLock(rw); err != nil {
-			return nil, err
-		}
+	if err := eachOption("RWLockOption", opts, func(o RWLockOption) error { return o.applyRWLock(rw) }); err != nil {
+		return nil, err
 	}
 	rw.read, rw.write = lease.NewRWArgs(lease.RoleRead, rw.value), lease.NewRWArgs(lease.RoleWrite, rw.value)
 	return rw, nil

@@ -580,6 +580,7 @@ func TestRWLockBadInput(t *testing.T) {
 		{"a{b}", nil, "hash tag"},
 		{strings.Repeat("n", 513), nil, "at most 512"},
 		{"a", []RWLockOption{WithRWValue(strings.Repeat("v", 65<<10))}, "WithRWValue"},
+		{"a", []RWLockOption{nil}, "RWLockOption must not be nil"},
 	} {
 		if _, err := s.RWLock(tc.name, tc.opts...); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("RWLock(%.10q): %v, want ErrInvalid naming %q", tc.name, err, tc.want)

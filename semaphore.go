@@ -63,10 +63,8 @@ func (s *Session) Semaphore(name string, limit int, opts ...SemaphoreOption) (*S
 		return nil, err
 	}
 	m := &Semaphore{s: s, keys: k, limit: limit}
-	for _, o := range opts {
-		if err := o.applySemaphore(m); err != nil {
-			return nil, err
-		}
+	if err := eachOption("SemaphoreOption", opts, func(o SemaphoreOption) error { return o.applySemaphore(m) }); err != nil {
+		return nil, err
 	}
 	m.args = lease.NewPermits(k, limit)
 	return m, nil

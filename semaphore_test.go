@@ -363,6 +363,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 		{"", 1, nil, "must not be empty"},
 		{"a{b}", 1, nil, "hash tag"},
 		{"a", 1, []SemaphoreOption{WithPermitValue(strings.Repeat("v", 65<<10))}, "WithPermitValue"},
+		{"a", 1, []SemaphoreOption{WithPermitValue("v"), nil}, "SemaphoreOption must not be nil"},
 	} {
 		_, err := s.Semaphore(tc.name, tc.limit, tc.opts...)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
