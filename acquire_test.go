@@ -281,7 +281,10 @@ func TestAmbiguousAcquire(t *testing.T) {
 
 func TestFenceKeyGarbageIsAnError(t *testing.T) {
 	ctx := context.Background()
-	for _, v := range []string{"abc", "-1", "1.5", "9007199254740991", "inf", "1e300"} {
+	// Numbers tonumber reads but this package never writes are someone
+	// else's too (before: read as fences, and overwritten).
+	for _, v := range []string{"abc", "-1", "1.5", "9007199254740991", "inf", "1e300",
+		"0x10", " 5", "5 ", "5.0", "1e3", "+5", "00007"} {
 		_, c := newMini(t)
 		s := newSession(t, c)
 		require.NoError(t, c.Set(ctx, lease.NewKeys("garbage").Fence, v, 0).Err())
@@ -297,10 +300,10 @@ func TestFenceKeyGarbageIsAnError(t *testing.T) {
 
 // TestFenceKeyForms pins how acquire reads the fence key on both sides of
 // its shortcut (a fence of plain digits is compared with TIME's as a
-// string, anything else through tonumber): a stored fence below the clock
-// in any form tonumber reads gives TIME's fence, one ahead of it (as long
-// as TIME's, or longer) the stored one plus one, and one at or past 2^53-1
-// an error that writes nothing, with or without leading zeros.
+// string, anything else through fenceOf): a stored fence below the clock
+// gives TIME's fence, one ahead of it (as long as TIME's, or longer) the
+// stored one plus one, and one at or past 2^53-1, or with a leading zero
+// (this package never writes one), an error that writes nothing.
 func TestFenceKeyForms(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
@@ -308,8 +311,8 @@ func TestFenceKeyForms(t *testing.T) {
 			stored string
 			want   int64 // 0: TIME's fence (the reply's time); -1: an error
 		}{
-			{"0", 0}, {"7", 0}, {"0042", 0}, {"999999999999999", 0}, {"1000000000000000", 0},
-			{"9000000000000000", 9000000000000001}, {"09000000000000000", 9000000000000001},
+			{"0", 0}, {"7", 0}, {"0042", -1}, {"999999999999999", 0}, {"1000000000000000", 0},
+			{"9000000000000000", 9000000000000001}, {"09000000000000000", -1},
 			{"9007199254740990", 9007199254740991}, {"9007199254740991", -1},
 			{"10000000000000000", -1}, {"009007199254740991", -1},
 		} {
@@ -610,29 +613,38 @@ func TestLockReturnsWithItsContextWhileGivingBack(t *testing.T) {
 
 // A lock key that holds data this package did not write is not another
 // owner's lease (it may have no TTL at all): Lock, Campaign and TryLock
-// return a permanent error at once, naming the key, and leave it as it was.
-// They used to wait for it until their context ended.
+// return a permanent error at once, naming the key, Leader an error, and
+// they leave it as it was. They used to wait for it until their context
+// ended; a fence that is not a decimal as this package writes it (-1, +5,
+// 05) was read as a holder's (Leader reported fence -1 or 5), and so was
+// fence 0 by Leader, which stands for "no leader" there (status said "no
+// leader", and status --check that one leads).
 func TestForeignValueAtTheLockKey(t *testing.T) {
 	forBackends(t, func(t *testing.T, b *backend) {
 		s := newSession(t, b.client, fastOpts()...)
 		k := lease.NewKeys("foreign")
-		b.set(k.Lock, "not ours")
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		acquire := map[string]func() error{
 			"Lock":     func() error { _, err := s.Lock(ctx, "foreign"); return err },
 			"TryLock":  func() error { _, err := s.TryLock(ctx, "foreign"); return err },
 			"Campaign": func() error { _, err := mustElection(t, s, "foreign").Campaign(ctx, "v"); return err },
+			"Leader":   func() error { _, err := mustElection(t, s, "foreign").Leader(ctx); return err },
 		}
-		for name, f := range acquire {
-			start := time.Now()
-			err := f()
-			assert.ErrorContains(t, err, "key redisleader:{foreign} holds a value this package did not write", name)
-			assert.NotErrorIs(t, err, ErrLocked, name)
-			assert.NotErrorIs(t, err, context.DeadlineExceeded, "%s waited for a lease that is not one", name)
-			assert.Less(t, time.Since(start), time.Second, name)
+		for _, stored := range []string{"not ours", "x\n-1\nv", "x\n+5\nv", "x\n05\nv", "x\n\nv"} {
+			b.set(k.Lock, stored)
+			for name, f := range acquire {
+				start := time.Now()
+				err := f()
+				assert.ErrorContains(t, err, "key redisleader:{foreign} holds a value this package did not write", "%s %q", name, stored)
+				assert.NotErrorIs(t, err, ErrLocked, name)
+				assert.NotErrorIs(t, err, context.DeadlineExceeded, "%s waited for a lease that is not one", name)
+				assert.Less(t, time.Since(start), time.Second, name)
+			}
+			assert.Equal(t, stored, b.get(k.Lock))
 		}
-		assert.Equal(t, "not ours", b.get(k.Lock))
+		b.set(k.Lock, "x\n0\nv")
+		assert.ErrorContains(t, acquire["Leader"](), "key redisleader:{foreign} holds a value this package did not write")
 	})
 }
 

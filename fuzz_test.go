@@ -41,8 +41,10 @@ func FuzzParseHolder(f *testing.F) {
 	f.Fuzz(func(t *testing.T, stored, token string, fence int64, value string) {
 		h, ok := lease.ParseHolder(stored)
 		parts := strings.SplitN(stored, "\n", 3)
-		_, perr := strconv.ParseInt(safeIndex(parts, 1), 10, 64)
-		if want := len(parts) == 3 && perr == nil; ok != want {
+		n, perr := strconv.ParseInt(safeIndex(parts, 1), 10, 64)
+		// A fence as this package writes one: no sign, no leading zero.
+		canonical := perr == nil && n >= 0 && strconv.FormatInt(n, 10) == parts[1]
+		if want := len(parts) == 3 && canonical; ok != want {
 			t.Fatalf("parseHolder(%q) ok = %v, want %v", stored, ok, want)
 		}
 		if ok {
@@ -58,8 +60,9 @@ func FuzzParseHolder(f *testing.F) {
 		} else if h != (lease.Holder{}) {
 			t.Fatalf("parseHolder(%q) failed but returned %+v", stored, h)
 		}
-		// What the acquire script writes reads back as written.
-		token = strings.ReplaceAll(token, "\n", "")
+		// What the acquire script writes (fences are never negative) reads
+		// back as written.
+		token, fence = strings.ReplaceAll(token, "\n", ""), max(fence, -fence, 0)
 		written := token + "\n" + strconv.FormatInt(fence, 10) + "\n" + value
 		if got, ok := lease.ParseHolder(written); !ok || got != (lease.Holder{Token: token, Fence: fence, Value: value}) {
 			t.Fatalf("parseHolder(%q) = %+v, %v; want %q %d %q", written, got, ok, token, fence, value)

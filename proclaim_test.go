@@ -245,7 +245,8 @@ func TestProclaimScriptOtherTerms(t *testing.T) {
 func TestProclaimScriptForeignSeqKey(t *testing.T) {
 	r := newSeqRig(t)
 	require.NoError(t, r.m.Set(r.k.Lock, "tok\n7\nv0"))
-	for _, foreign := range []string{"not a sequence", "tok\nx", "tok\n-1", "tok\n1.5", "tok\n"} {
+	for _, foreign := range []string{"not a sequence", "tok\nx", "tok\n-1", "tok\n1.5", "tok\n",
+		"garbage\n1e3", "x\n0x10", "x\n 7", "tok\n07"} { // the last four: read as numbers before
 		require.NoError(t, r.m.Set(r.k.Seq(), foreign))
 		_, err := r.proclaim("tok", 5, "v5")
 		assert.ErrorContains(t, err, "does not hold a proclaim sequence", foreign)

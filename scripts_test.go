@@ -73,7 +73,7 @@ func TestForeignFenceKeyIsUntouched(t *testing.T) {
 			require.Error(t, err)
 			assert.True(t, permanent(err), "a foreign fence key is not retried: %v", err)
 			if f.name == "string" {
-				assert.ErrorContains(t, err, "fence key "+k.Fence+" does not hold a fence (an integer in [0, 2^53-1)); it was left unchanged")
+				assert.ErrorContains(t, err, "fence key "+k.Fence+" does not hold a fence (a decimal integer in [0, 2^53-1), no sign or leading zero); it was left unchanged")
 			} else {
 				assert.ErrorContains(t, err, "WRONGTYPE")
 			}

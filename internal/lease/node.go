@@ -603,7 +603,7 @@ func DecodeInspect(cmd *redis.Cmd) (Inspected, error) {
 	}
 	stored, _ := res[0].(string)
 	r := Inspected{Present: true}
-	r.Holder, r.Known = ParseHolder(stored)
+	r.Holder, r.Known = lockHolder(stored)
 	_, reserved := r.Holder.Reserved()
 	r.Reserved = r.Known && reserved
 	if ms, ok := res[1].(int64); ok && ms > 0 {
@@ -612,16 +612,18 @@ func DecodeInspect(cmd *redis.Cmd) (Inspected, error) {
 	return r, nil
 }
 
-// ParseHolder splits a stored lock value "<token>\n<fence>\n<value>"; ok is
-// false when it is not one this package wrote. A reservation parses as a
-// holder without a token (see Holder.Reserved).
+// ParseHolder splits a stored lock value "<token>\n<fence>\n<value>" (also
+// a semaphore's or read-write lock's member); ok is false when it is not
+// one this package wrote, whose fence is a decimal without sign or leading
+// zero. A reservation parses as a holder without a token (see
+// Holder.Reserved).
 func ParseHolder(stored string) (h Holder, ok bool) {
 	tok, rest, ok := strings.Cut(stored, "\n")
 	if !ok {
 		return Holder{}, false
 	}
 	fs, value, ok := strings.Cut(rest, "\n")
-	if !ok {
+	if !ok || fs == "" || fs[0] < '0' || fs[0] > '9' || fs[0] == '0' && len(fs) > 1 {
 		return Holder{}, false
 	}
 	fence, err := strconv.ParseInt(fs, 10, 64)
@@ -629,6 +631,14 @@ func ParseHolder(stored string) (h Holder, ok bool) {
 		return Holder{}, false
 	}
 	return Holder{Token: tok, Fence: fence, Value: value}, true
+}
+
+// lockHolder is ParseHolder for a lock key's value as Leader reads it: its
+// fence is never 0 (only a read-write lock's intents have fence 0), which
+// stands for "no leader" in Observe.
+func lockHolder(stored string) (Holder, bool) {
+	h, ok := ParseHolder(stored)
+	return h, ok && h.Fence > 0
 }
 
 // Reserved returns the reservation h is, if it is one: nobody holds the

@@ -86,11 +86,12 @@ end
 -- key, holds, or nil and an error reply, written nowhere, when it holds
 -- anything else (someone else wrote it): fences must not go backwards, so a
 -- foreign value is neither reset nor touched. A fence is an integer in
--- [0, 2^53-1), exact in Lua's doubles.
+-- [0, 2^53-1), exact in Lua's doubles, written as this package writes
+-- numbers: in decimal, without sign, spaces, exponent or leading zero.
 local function fenceOf(raw, key)
-  local f = tonumber(raw)
-  if not f or f < 0 or f >= 9007199254740991 or f % 1 ~= 0 then
-    return nil, redis.error_reply('ERR redisleader: fence key ' .. key .. ' does not hold a fence (an integer in [0, 2^53-1)); it was left unchanged')
+  local f = (raw == '0' or string.find(raw, '^[1-9]%d*$')) and tonumber(raw)
+  if not f or f >= 9007199254740991 then
+    return nil, redis.error_reply('ERR redisleader: fence key ' .. key .. ' does not hold a fence (a decimal integer in [0, 2^53-1), no sign or leading zero); it was left unchanged')
   end
   return f
 end

@@ -25,8 +25,9 @@ if not cur then return rest or 0 end
 local last, raw = 0, call('GET', KEYS[2])
 if raw then
   local snl = string.find(raw, '\n', 1, true)
-  local n = snl and tonumber(string.sub(raw, snl + 1))
-  if not n or n < 0 or n % 1 ~= 0 then
+  local s = snl and string.sub(raw, snl + 1)
+  local n = s and (s == '0' or string.find(s, '^[1-9]%d*$')) and tonumber(s) -- a number as we write one
+  if not n then
     return redis.error_reply('ERR redisleader: key ' .. KEYS[2] .. ' does not hold a proclaim sequence; it was left unchanged')
   end
   if string.sub(raw, 1, snl) == ARGV[1] .. '\n' then last = n end
