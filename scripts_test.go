@@ -75,7 +75,7 @@ func TestForeignFenceKeyIsUntouched(t *testing.T) {
 			if f.name == "string" {
 				assert.ErrorContains(t, err, "fence key "+k.Fence+" does not hold a fence (a decimal integer in [0, 2^53-1), no sign or leading zero); it was left unchanged")
 			} else {
-				assert.ErrorContains(t, err, "WRONGTYPE")
+				assert.ErrorContains(t, err, "WRONGTYPE redisleader: key "+k.Fence+" holds a value this package did not write (another type); it was left unchanged")
 			}
 			_, err = s.Lock(ctx, k.Name)
 			assert.True(t, permanent(err), "blocking Lock returns at once: %v", err)
@@ -199,4 +199,63 @@ func TestScriptErrorsWriteNothing(t *testing.T) {
 	var rerr redis.Error
 	require.ErrorAs(t, err, &rerr, "an error reply, not a status reply")
 	assert.True(t, strings.HasPrefix(err.Error(), "ERR "), "%v", err)
+}
+
+// TestWrongTypeNamesTheKey: a key of another type where a script reads
+// (someone else wrote it) is a permanent error that names the key, for
+// every operation that reads it, and the key is left as it was. (Before,
+// most of them passed on Redis's bare "WRONGTYPE Operation against a key
+// holding the wrong kind of value", naming nothing.)
+func TestWrongTypeNamesTheKey(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		s := newSession(t, b.client, fastOpts()...)
+		fair := newSession(t, b.client, fastOpts(WithFairness())...)
+		key := func(n, suffix string) string { return "redisleader:{" + n + "}" + suffix }
+		for i, tc := range []struct {
+			what, suffix string
+			op           func(n string) error
+		}{
+			{"TryLock", "", func(n string) error { _, err := s.TryLock(ctx, n); return err }},
+			{"TryLock", ":fence", func(n string) error { _, err := s.TryLock(ctx, n); return err }},
+			{"Leader", "", func(n string) error { _, err := mustElection(t, s, n).Leader(ctx); return err }},
+			{"fair TryLock", "", func(n string) error { _, err := fair.TryLock(ctx, n); return err }},
+			{"Semaphore.TryAcquire", ":fence", func(n string) error {
+				m, err := s.Semaphore(n, 2)
+				require.NoError(t, err)
+				_, err = m.TryAcquire(ctx)
+				return err
+			}},
+			{"Semaphore.Holders", ":sem", func(n string) error {
+				m, err := s.Semaphore(n, 2)
+				require.NoError(t, err)
+				_, _, err = m.Holders(ctx)
+				return err
+			}},
+			{"SetSemaphoreLimit", ":sem:limit", func(n string) error { _, err := s.SetSemaphoreLimit(ctx, n, 3); return err }},
+			{"RWLock.Holders", ":rw", func(n string) error {
+				rw, err := s.RWLock(n)
+				require.NoError(t, err)
+				_, _, err = rw.Holders(ctx)
+				return err
+			}},
+			{"Candidates", ":cand", func(n string) error { _, err := mustElection(t, s, n).Candidates(ctx); return err }},
+			{"RWLock.TryLock", ":fence", func(n string) error {
+				rw, err := s.RWLock(n)
+				require.NoError(t, err)
+				_, err = rw.TryLock(ctx)
+				return err
+			}},
+		} {
+			n := fmt.Sprintf("wrongtype-%d", i)
+			k := key(n, tc.suffix)
+			require.NoError(t, b.client.HSet(ctx, k, "f", "v").Err())
+			err := tc.op(n)
+			assert.ErrorContains(t, err, "key "+k+" holds a value this package did not write", "%s on %s", tc.what, k)
+			assert.True(t, permanent(err), "%s: %v", tc.what, err)
+			got, herr := b.client.HGetAll(ctx, k).Result()
+			require.NoError(t, herr)
+			assert.Equal(t, map[string]string{"f": "v"}, got, "%s left %s as it was", tc.what, k)
+		}
+	})
 }

@@ -15,7 +15,9 @@
 -- deny(r, cmd, target) is the error reply for r, the error table that
 -- redis.pcall returned for cmd (upper case) on target (a key or channel,
 -- or nil): an ACL denial becomes "NOPERM redisleader: permission denied
--- for <cmd> <target> (ACL): <what Redis said>", any other error stays as
+-- for <cmd> <target> (ACL): <what Redis said>", a key of another type
+-- "WRONGTYPE redisleader: key <target> holds a value this package did not
+-- write (another type); it was left unchanged", any other error stays as
 -- Redis said it. The lean scripts (acquire, release, renew) call
 -- redis.pcall and hand its error to deny: no wrapper, no pcall, no helper
 -- they do not use (each costs server time on every call; see prelude.lua's piece guard for
@@ -24,6 +26,8 @@ local function deny(r, cmd, target)
   local e = r.err
   if string.sub(e, 1, 6) == 'NOPERM' or string.find(e, "executing the script can't", 1, true) or string.find(e, 'ACL failure', 1, true) then
     e = 'NOPERM redisleader: permission denied for ' .. cmd .. (target and ' ' .. target or '') .. ' (ACL): ' .. e
+  elseif target and string.find(e, 'WRONGTYPE', 1, true) then
+    e = 'WRONGTYPE redisleader: key ' .. target .. ' holds a value this package did not write (another type); it was left unchanged'
   end
   return redis.error_reply(e)
 end
