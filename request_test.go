@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redisleader/redisleader/internal/faultproxy"
 	"github.com/redisleader/redisleader/internal/lease"
 	"github.com/redisleader/redisleader/internal/redisserver"
 	"github.com/stretchr/testify/assert"
@@ -466,4 +467,33 @@ func TestRequestDeniedSaidOnce(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "permission denied for PUBLISH "+key+" (ACL)")
 	assert.True(t, lead.Held())
+}
+
+// A RequestTransfer whose ctx is cancelled while Redis hangs cannot
+// withdraw its request (it expires within its TTL), and still says why it
+// ended: the ctx's error. (It returned the withdraw's timeout alone, so a
+// caller checking for its own cancellation got it wrong.)
+func TestRequestTransferCancelledWhileRedisHangs(t *testing.T) {
+	srv := redisserver.Start(t)
+	proxy, err := faultproxy.New(srv.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	via := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = via.Close() })
+	direct := srv.Client(t)
+	_, err = mustElection(t, newSession(t, direct, fastOpts()...), "req-hung").Campaign(t.Context(), "a")
+	require.NoError(t, err)
+	asker := mustElection(t, newSession(t, via, fastOpts()...), "req-hung")
+	ctx, cancel := context.WithCancel(t.Context())
+	asked := make(chan error, 1)
+	go func() { _, err := asker.RequestTransfer(ctx, "b"); asked <- err }()
+	for direct.Exists(t.Context(), lease.RequestKey("req-hung")).Val() == 0 {
+		runtimeYield()
+	}
+	proxy.Blackhole(faultproxy.Both)
+	cancel()
+	err = recvWithin(t, asked, 2*time.Second, "RequestTransfer")
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.ErrorContains(t, err, "cannot withdraw it")
+	proxy.Heal()
 }

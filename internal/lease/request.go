@@ -210,14 +210,19 @@ func (q *Requester) Withdraw(ctx context.Context) (taken bool, err error) {
 }
 
 // GiveUp withdraws the request unless a leader has taken it, once ctx has
-// ended or the session closed, and says which.
+// ended or the session closed, and says which (and why it gave up, also
+// when it cannot withdraw).
 func (q *Requester) GiveUp(ctx context.Context) error {
 	taken, err := q.Withdraw(ctx)
+	why := ctx.Err()
+	if why == nil {
+		why = wire.ErrClosed
+	}
 	switch {
 	case err != nil:
-		return q.Errorf("cannot withdraw it (it expires within the TTL): %w", err)
+		return q.Errorf("%w; cannot withdraw it (it expires within the TTL): %w", why, err)
 	case ctx.Err() == nil:
-		return q.Errorf("%w", wire.ErrClosed)
+		return q.Errorf("%w", why)
 	case !taken:
 		return q.Errorf("%w; withdrawn: %w", ErrNotTaken, ctx.Err())
 	}
