@@ -497,3 +497,30 @@ func TestRequestTransferCancelledWhileRedisHangs(t *testing.T) {
 	assert.ErrorContains(t, err, "cannot withdraw it")
 	proxy.Heal()
 }
+
+// A request key that holds what this package did not write (a string that
+// is no request, or another type, each with a TTL) makes RequestTransfer
+// fail at once with an error naming the key, and is left as it was, TTL
+// included. (It was overwritten by the request, then deleted by its
+// withdrawal.)
+func TestRequestTransferLeavesForeignKey(t *testing.T) {
+	onRedisServer(t, func(t *testing.T, b *backend) {
+		ctx := t.Context()
+		_, err := mustElection(t, newSession(t, b.client, fastOpts()...), "req-foreign").Campaign(ctx, "a")
+		require.NoError(t, err)
+		asker := mustElection(t, newSession(t, b.client, fastOpts()...), "req-foreign")
+		key := lease.RequestKey("req-foreign")
+		c := b.client.(*redis.Client)
+		for _, f := range foreignFences {
+			require.NoError(t, c.Del(ctx, key).Err())
+			require.NoError(t, f.write(c, key))
+			want, err := f.read(c, key)
+			require.NoError(t, err)
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second) // nobody takes a request here
+			_, err = asker.RequestTransfer(rctx, "b")
+			cancel()
+			assert.ErrorContains(t, err, "key "+key+" holds a value this package did not write", f.name)
+			untouched(t, c, key, f.read, want)
+		}
+	})
+}

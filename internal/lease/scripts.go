@@ -50,7 +50,7 @@ var (
 	RedlockRenew     = build("redlock_renew", "b4ca5fcde9236400acafd3c7016068aa93c75ff5", "guard", "fence", "readfence", "own")
 	RedlockRelease   = build("redlock_release", "c8aeefba418d51b0ca2e0c799d3882119af68c9b", "guard", "fence", "readfence")
 	Fenced           = build("fenced", "f7727356d15e13659ee07e528c812f48a80a86af", "guard")
-	RequestSend      = build("request_send", "328b08d2865150c6e3ab293f78e1df5cfcf3dcfe", "guard")
+	RequestSend      = build("request_send", "655d047c4b7e5e368898cfac67258c1b9c148736", "guard")
 	RequestTake      = build("request_take", "556a4e9f176d1e8ab5417528e2483379aa72c290", "guard")
 	SemAcquire       = build("sem_acquire", "cd90c3c512005f0c0c93b554414e0ecd1d2f39ad", "guard", "typed", "fence", "readfence")
 	SemRenew         = build("sem_renew", "6e6adbe29ca4bc9435f1b230613b95583a10f97c", "guard")
