@@ -68,6 +68,19 @@ func (l *Lock) Name() string {
 	return l.lease.Keys.Name
 }
 
+// String describes l for logs and fmt's verbs (GoString too, for %#v): its
+// key and fence, never its token, with which anyone could renew or release
+// it.
+func (l *Lock) String() string {
+	if l == nil {
+		return "redisleader.Lock(nil)"
+	}
+	return fmt.Sprintf("redisleader.Lock{key: %q, fence: %d}", l.Key(), l.Fence())
+}
+
+// GoString is String.
+func (l *Lock) GoString() string { return l.String() }
+
 // Value returns the value published with the lock: the candidate's value for
 // an election (see Election.Campaign), or the last one Election.Proclaim
 // stored and returned nil for; empty for a plain lock.

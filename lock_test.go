@@ -1,9 +1,11 @@
 package redisleader
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -153,4 +155,31 @@ func TestNilLockMethods(t *testing.T) {
 	assert.Empty(t, l.Key())
 	assert.Zero(t, l.Fence())
 	assert.True(t, l.Deadline().IsZero())
+}
+
+// A Lock printed with any verb, or logged, shows its key and fence and
+// never its token (a plain lock, a leadership and a semaphore permit: all
+// are Locks). fmt printed the struct, token included.
+func TestLockPrintsNoToken(t *testing.T) {
+	_, c := newMini(t)
+	s := newSession(t, c)
+	ctx := context.Background()
+	plain, err := s.TryLock(ctx, "printed")
+	require.NoError(t, err)
+	lead, err := mustElection(t, s, "printed-election").Campaign(ctx, "v")
+	require.NoError(t, err)
+	sem, err := s.Semaphore("printed-sem", 2)
+	require.NoError(t, err)
+	permit, err := sem.TryAcquire(ctx)
+	require.NoError(t, err)
+	for _, l := range []*Lock{plain, lead, permit} {
+		var logged bytes.Buffer
+		slog.New(slog.NewTextHandler(&logged, nil)).Info("held", "lock", l)
+		slog.New(slog.NewJSONHandler(&logged, nil)).Info("held", "lock", l)
+		out := fmt.Sprintf("%v %+v %#v %s %q", l, l, l, l, l) + logged.String()
+		assert.NotContains(t, out, l.lease.Token)
+		assert.Contains(t, out, fmt.Sprintf("redisleader.Lock{key: %q, fence: %d}", l.Key(), l.Fence()))
+	}
+	var none *Lock
+	assert.Equal(t, "redisleader.Lock(nil)", fmt.Sprint(none))
 }
