@@ -115,14 +115,14 @@
 //
 // # Guarantees
 //
-// Assume a single Redis that does not fail, lose data, step its wall clock
-// or evict our keys, and clock rates within ρ. Then at most one owner
-// believes it holds a name at any real instant, and loss is signalled at D
-// at the latest. Renew and release never touch a key with another token.
-// Fences strictly increase: each is max(last + 1, server TIME in µs), even
-// across a loss of Redis's data, unless its clock also steps back. Blocking
-// calls end with their context or session, whatever Redis does, and no
-// goroutine outlives Session.Close.
+// Assume a single Redis that does not fail, lose data, step its wall clock or
+// evict our keys, and clock rates within ρ. Then at most one owner believes it
+// holds a name at any real instant, and loss is signalled at D at the latest.
+// Renew and release never touch a key with another token. Fences strictly
+// increase: each is max(last + 1, server TIME in µs), even across a loss of
+// Redis's data, unless its clock also steps back. Blocking calls end with their
+// context or session, whatever Redis does (without ContextTimeoutEnabled: at
+// go-redis's socket timeouts), and no goroutine outlives Session.Close.
 //
 // # Limits
 //
