@@ -670,3 +670,39 @@ func TestFairWaiterUpkeep(t *testing.T) {
 		assert.Equal(t, i, recvWithin(t, led, 5*time.Second, "the next waiter leads"), "fair order")
 	}
 }
+
+// A forged waiter in the queue whose lease ends further away than any
+// lease the package gives (48 h: a TTL is at most 24 h), +inf here, is no
+// live waiter: TryLock and Lock take the free name, and no queue key is
+// given an expiry it cannot have. (It stood at the head forever, TryLock
+// always found waiters first, and Lock, after its ZADDs, failed on
+// PEXPIREAT "inf" with an error naming nothing, leaving its entries with
+// no TTL.)
+func TestFairForgedLeaseIsNoWaiter(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		s := newSession(t, b.client, fastOpts(WithFairness())...)
+		k := lease.NewKeys("forged-lease")
+		c := b.client.(*redis.Client)
+		require.NoError(t, c.ZAdd(ctx, k.Queue, redis.Z{Score: 1, Member: "forged.1"}).Err())
+		require.NoError(t, c.Do(ctx, "ZADD", k.Leases, "+inf", "forged.1").Err())
+		l, err := s.TryLock(ctx, "forged-lease")
+		require.NoError(t, err, "TryLock")
+		require.NoError(t, l.Release(ctx))
+		require.NoError(t, c.Do(ctx, "ZADD", k.Queue, 1, "forged.1").Err())
+		require.NoError(t, c.Do(ctx, "ZADD", k.Leases, "+inf", "forged.1").Err())
+		holder, err := s.TryLock(ctx, "forged-lease-holder") // unrelated: the session works
+		require.NoError(t, err)
+		require.NoError(t, holder.Release(ctx))
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		l, err = s.Lock(lctx, "forged-lease")
+		require.NoError(t, err, "Lock")
+		for _, key := range []string{k.Queue, k.Leases} {
+			ttl, err := c.PTTL(ctx, key).Result()
+			require.NoError(t, err)
+			assert.NotEqual(t, time.Duration(-1), ttl, "%s has no expiry", key)
+		}
+		require.NoError(t, l.Release(ctx))
+	})
+}

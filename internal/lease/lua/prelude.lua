@@ -233,17 +233,28 @@ local function own()
   end
   return cur, rest, nl
 end
+-- ==== piece live ====
+-- For the scripts of fair mode and of priorities (prelude.lua's pieces
+-- queue and cand), whose sorted sets hold lease ends in server ms:
+-- live(e, now) tells whether a lease end e (a score, or nil) is live at
+-- now; passed, or further than far, two of the longest TTLs (48 h: not
+-- ours, a forged one), it is not.
+local far = 2 * 86400000
+local function live(e, now)
+  e = tonumber(e)
+  return e ~= nil and e > now and e <= now + far
+end
 -- ==== piece queue ====
--- For the scripts of fair mode, which keep a name's waiters in two sorted
--- sets: the queue (member -> arrival, server TIME in us) and the leases
+-- For the scripts of fair mode, after prelude.lua's piece live, which keep
+-- a name's waiters in two sorted sets: the queue (member -> arrival, server TIME in us) and the leases
 -- (member -> end of the waiter's lease, server time in ms). A member is
 -- "<session id>.<n>"; the session's wake-up channel for the name is lock
 -- key + ":w:" + session id. A waiter that gave up leaves a tombstone in the
 -- leases, -(end of a TTL), so that an attempt of its still on its way (its
 -- caller gone) cannot queue a ghost. now is the server time in ms (nowMs).
 --
---   lease(leases, m, now)   m's lease end, or nil when m has none or it has
---                           passed (remembered for the script's run)
+--   lease(leases, m, now)   m's lease end, or nil when m has none or it is
+--                           not live (remembered for the script's run)
 --   gone(leases, m, now)    whether m has a live tombstone
 --   pruneRange(now)         ZRANGEBYSCORE bounds of the passed leases and
 --                           tombstones
@@ -252,19 +263,20 @@ end
 --                           without one queued before it
 --   wakeChannel(lock, m)    m's session's wake-up channel
 --   zremAll(key, ms)        ZREM every member of ms, 100 at a time
---   keepUntil(leases, at)   the latest of at, every lease end and every
---                           tombstone end: when the queue keys may expire
+--   keepUntil(leases, at)   the latest of at, every live lease end and
+--                           every live tombstone end: when the queue keys
+--                           may expire
 local leaseOf = {}
 local function lease(key, m, now)
   if leaseOf[m] == nil then
     local e = tonumber(call('ZSCORE', key, m))
-    if e and e > now then leaseOf[m] = e else leaseOf[m] = false end
+    if live(e, now) then leaseOf[m] = e else leaseOf[m] = false end
   end
   return leaseOf[m] or nil
 end
 local function gone(key, m, now)
   local e = tonumber(call('ZSCORE', key, m))
-  return e ~= nil and e < 0 and -e > now
+  return e ~= nil and live(-e, now)
 end
 local function pruneRange(now)
   return string.format('(%.0f', -now), string.format('%.0f', now)
@@ -293,9 +305,9 @@ local function zremAll(key, ms)
 end
 local function keepUntil(leases, at)
   local top = call('ZRANGE', leases, -1, -1, 'WITHSCORES')
-  if top[2] and tonumber(top[2]) > at then at = tonumber(top[2]) end
+  if top[2] and live(top[2], at) then at = tonumber(top[2]) end
   local low = call('ZRANGE', leases, 0, 0, 'WITHSCORES')
-  if low[2] and -tonumber(low[2]) > at then at = -tonumber(low[2]) end
+  if low[2] and live(-tonumber(low[2]), at) then at = -tonumber(low[2]) end
   return at
 end
 -- ==== piece cand ====
@@ -323,18 +335,10 @@ end
 --                  renewals keep it; it dies with its lease). It prunes up
 --                  to 16 passed entries, and has both keys expire with the
 --                  latest lease
---   live(e, now)   whether a lease end e (a score, or nil) is live at now:
---                  passed, or further than two of the longest TTLs (48 h:
---                  not ours, a forged one) is not
 --   best(ck, lk, now, above, skip)  the live candidate with the highest
 --                  priority above the decimal above, other than skip and
 --                  other than "" (nil if none among the best 16)
 local candKeys
-local far = 2 * 86400000
-local function live(e, now)
-  e = tonumber(e)
-  return e ~= nil and e > now and e <= now + far
-end
 local function candidateKeys(ck, lk)
   for _, k in ipairs({ck, lk}) do
     local ok, e = pcall(call, 'ZSCORE', k, '')
