@@ -171,7 +171,7 @@ func (e *Election) check(f feature, value string) error {
 }
 
 // maxValueLen bounds the value an election candidate publishes.
-const maxValueLen = 64 << 10
+const maxValueLen = lease.MaxValue
 
 // checkValue enforces the rule of a published value: at most maxValueLen
 // bytes.

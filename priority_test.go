@@ -482,3 +482,53 @@ func TestCampaignOptionsValidatedOnce(t *testing.T) {
 		assert.ErrorContains(t, err, c.want)
 	}
 }
+
+// forgeCandidates enlists, with live leases, two candidates this package
+// cannot have written in k's election: one with a priority of 1e300, one
+// with a value over 64 KiB.
+func forgeCandidates(t *testing.T, c *redis.Client, k lease.Keys) {
+	t.Helper()
+	ctx := context.Background()
+	until := float64(time.Now().Add(time.Minute).UnixMilli())
+	for _, z := range []redis.Z{{Score: 1e300, Member: "huge"}, {Score: 7, Member: strings.Repeat("v", 65<<10)}} {
+		require.NoError(t, c.ZAdd(ctx, k.Candidates, z).Err())
+		require.NoError(t, c.ZAdd(ctx, k.CandidateLeases, redis.Z{Score: until, Member: z.Member}).Err())
+	}
+}
+
+// Candidates leaves out entries this package cannot have written: a
+// priority beyond ±(2^53−1) (a score of 1e300 was reported as priority
+// 9223372036854775807) or a value over 64 KiB.
+func TestCandidatesLeaveOutForged(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		e := mustElection(t, newSession(t, b.client, fastOpts()...), "forged-cands")
+		l, err := e.Campaign(ctx, "real", WithPriority(5))
+		require.NoError(t, err)
+		k := lease.NewKeys("forged-cands")
+		forgeCandidates(t, b.client.(*redis.Client), k)
+		got, err := e.Candidates(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, []Candidate{{Value: "real", Priority: 5}}, got)
+		require.NoError(t, l.Release(ctx))
+	})
+}
+
+// A Run leader does not yield to such a forged candidate (it yielded, and
+// handed the name over to it: nobody led for a TTL).
+func TestForgedCandidateDoesNotPreempt(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		roundOpt, renewed := rounds()
+		e := mustElection(t, newSession(t, b.client, fastOpts(roundOpt)...), "forged-preempt")
+		elected, causes := runTerms(ctx, e, "real", WithPriority(1))
+		recvWithin(t, elected, 2*time.Second, "elected")
+		k := lease.NewKeys("forged-preempt")
+		forgeCandidates(t, b.client.(*redis.Client), k)
+		for range 4 { // the first report may be of a round before the forgery
+			require.False(t, waitRound(t, renewed, 2*time.Second))
+		}
+		assert.Empty(t, causes, "the leader yielded to a forged candidate")
+	})
+}

@@ -84,7 +84,9 @@ type Ranked struct {
 }
 
 // ReadCandidates returns the live candidates of k's election, best first
-// (up to 100), with one call through t; none when there are none.
+// (up to 100), with one call through t; none when there are none. An entry
+// this package cannot have written (a priority beyond ±MaxPriority, a
+// value over MaxValue) is left out, not reported as a candidate.
 func ReadCandidates(ctx context.Context, t *wire.Combiner, k Keys) ([]Ranked, error) {
 	res, err := t.Call(ctx, time.Time{}, CandidatesRun, CandidatesArgs(k)).Slice()
 	if err != nil && err != redis.Nil {
@@ -93,8 +95,15 @@ func ReadCandidates(ctx context.Context, t *wire.Combiner, k Keys) ([]Ranked, er
 	out := make([]Ranked, 0, len(res)/2)
 	for i := 0; i+1 < len(res); i += 2 {
 		v, _ := res[i].(string)
-		p, _ := strconv.ParseInt(fmt.Sprint(res[i+1]), 10, 64)
+		p, err := strconv.ParseInt(fmt.Sprint(res[i+1]), 10, 64)
+		if err != nil || p > MaxPriority || p < -MaxPriority || len(v) > MaxValue {
+			continue
+		}
 		out = append(out, Ranked{Value: v, Priority: p})
 	}
 	return out, nil
 }
+
+// MaxValue bounds the value an election candidate publishes (redisleader's
+// checkValue), which the candidates set also holds.
+const MaxValue = 64 << 10

@@ -337,7 +337,9 @@ end
 --                  latest lease
 --   best(ck, lk, now, above, skip)  the live candidate with the highest
 --                  priority above the decimal above, other than skip and
---                  other than "" (nil if none among the best 16)
+--                  other than "" (nil if none among the best 16), of those
+--                  this package can have written: a priority within
+--                  2^53-1, a value of at most 64 KiB
 local candKeys
 local function candidateKeys(ck, lk)
   for _, k in ipairs({ck, lk}) do
@@ -376,9 +378,9 @@ local function enlist(t, leads, wait)
   call('PEXPIREAT', lk, string.format('%.0f', ends))
 end
 local function best(ck, lk, now, above, skip)
-  local c = call('ZRANGE', ck, '+inf', '(' .. above, 'BYSCORE', 'REV', 'LIMIT', 0, 16)
+  local c = call('ZRANGE', ck, '9007199254740991', '(' .. above, 'BYSCORE', 'REV', 'LIMIT', 0, 16)
   for _, m in ipairs(c) do
-    if m ~= skip and m ~= '' and live(call('ZSCORE', lk, m), now) then return m end
+    if m ~= skip and m ~= '' and #m <= 65536 and live(call('ZSCORE', lk, m), now) then return m end
   end
   return nil
 end
