@@ -12,11 +12,15 @@ import (
 
 // Markers that identify goroutines by a function on their stack.
 var (
-	// Library marks goroutines of the redisleader package and of its
-	// transport (internal/wire).
+	// Library marks goroutines of the redisleader package, of its floors
+	// (internal/lease: a Redlock round's node calls; internal/wire: the
+	// combiners' flushers and carriers, the watcher, UntilDone's call; not
+	// wire.Go, which tests use too) and the go-redis pub/sub readers they
+	// start.
 	Library = []string{
 		"redisleader.(*Session)", "redisleader.(*Lock)", "redisleader.(*Election)",
-		"wire.(*watcher)", "go-redis/v9.(*PubSub)",
+		"redisleader/internal/lease.", "wire.(*Combiner)", "wire.(*watcher)", "wire.UntilDone",
+		"go-redis/v9.(*PubSub)",
 	}
 	// Proxy marks goroutines of internal/faultproxy.
 	Proxy = []string{"faultproxy.(*Proxy)"}
