@@ -204,7 +204,7 @@ func (l *Lock) proclaim(ctx context.Context, value string) error {
 	lead.seq++
 	stored, err := l.s.place.Proclaim(ctx, &l.lease, lead.seq, value, deadline)
 	switch {
-	case errors.Is(err, lease.ErrSuperseded):
+	case errors.Is(err, lease.ErrSuperseded), wire.Permanent(err): // nothing stored: the script refused before its writes
 		return fmt.Errorf("redisleader: proclaim %q: %w", l.lease.Keys.Name, err)
 	case err != nil:
 		return fmt.Errorf("redisleader: proclaim %q (the stored value may be the former one or the new one): %w", l.lease.Keys.Name, err)

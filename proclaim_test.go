@@ -288,3 +288,23 @@ func TestProclaimSuperseded(t *testing.T) {
 		assert.Equal(t, next.lease.Token+"\n1", b.get(seqKey))
 	})
 }
+
+// A Proclaim the script refuses before its writes (here a seq key someone
+// else wrote) says what it refused, and not that the value may have
+// changed: nothing was stored, and Lock.Value keeps the former one.
+func TestProclaimRefusedStoresNothing(t *testing.T) {
+	forBackends(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		e := mustElection(t, newSession(t, b.client, fastOpts()...), "proclaim-refused")
+		l, err := e.Campaign(ctx, "v0")
+		require.NoError(t, err)
+		seq := lease.NewKeys("proclaim-refused").Seq()
+		b.set(seq, "not a sequence")
+		err = e.Proclaim(ctx, "v1")
+		assert.ErrorContains(t, err, "does not hold a proclaim sequence")
+		assert.NotContains(t, err.Error(), "may be")
+		assert.Equal(t, "v0", l.Value())
+		assert.Equal(t, "not a sequence", b.get(seq))
+		require.NoError(t, l.Release(ctx))
+	})
+}
