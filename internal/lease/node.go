@@ -238,21 +238,23 @@ func (l *Lease) Outcome(reply any, err error) Attempt {
 		return Attempt{Err: fmt.Errorf("redisleader: acquire %q: %w", l.Keys.Name, err)}
 	}
 	rep, err := DecodeAcquire(reply)
+	rf, refuses := l.Proto.(refuser)
 	switch {
 	case err != nil:
 		return Attempt{Err: fmt.Errorf("redisleader: acquire %q: %w", l.Keys.Name, err)}
 	case rep.Taken:
 		return Attempt{Fence: rep.Fence, At: rep.At}
-	case rep.Foreign:
+	case rep.Foreign, !refuses && !rep.Free && rep.Fence == 0:
 		// Not another owner's lease: data someone else wrote, which no
-		// wait or retry will free.
+		// wait or retry will free (a lock key never holds fence 0, see
+		// lockHolder; a refuser's members may: a read-write lock's intents).
 		return Attempt{Err: fmt.Errorf("redisleader: acquire %q: %w", l.Keys.Name, ForeignValue(l.Keys))}
 	}
 	r := Attempt{Fence: rep.Fence, Ahead: rep.Ahead, HeadLeft: time.Duration(rep.HeadLeft) * time.Millisecond, Left: -1}
 	if rep.PTTL >= 0 {
 		r.Left = Millis(rep.PTTL) // no TTL (-1): nothing to align with
 	}
-	if rf, ok := l.Proto.(refuser); ok && !rep.Free {
+	if refuses && !rep.Free {
 		r.Err = rf.refused(rep.Fence, rep.By)
 	} else if rep.Free {
 		r.Err = fmt.Errorf("%w (free, but waiters came first)", ErrLocked)
