@@ -654,10 +654,10 @@ func allUsed(t *testing.T, admin *redis.Client, rule string) {
 }
 
 // TestACLRetriedAcquire: an acquire whose reply was lost is re-sent with
-// its token and finds the key its own, which refreshes the key's TTL (the
-// script's PEXPIREAT): the documented rule allows that, so the lock is
-// held, not refused with a permission error while its key blocks the name
-// for a TTL.
+// its token and finds the key its own, which refreshes the key's TTL with
+// what the documented rule allows (SET of the same value; it was
+// PEXPIREAT, which the rule lacks), so the lock is held, not refused with
+// a permission error while its key blocks the name for a TTL.
 func TestACLRetriedAcquire(t *testing.T) {
 	srv := redisserver.Start(t)
 	admin := srv.Client(t)

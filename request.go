@@ -59,7 +59,9 @@ func (e *Election) RequestTransfer(ctx context.Context, to string) (Leader, erro
 	}
 	q := e.request(lease.Request{ID: rand.Text(), Fence: from.Fence, To: to})
 	if err := q.Send(ctx, q.Request, e.s.cfg.TTL); err != nil {
-		_, _ = q.Withdraw(ctx) // it may have been stored all the same
+		if _, werr := q.Withdraw(ctx); werr != nil { // it may have been stored all the same
+			return Leader{}, q.Errorf("%w; cannot withdraw it (it expires within the TTL): %w", err, werr)
+		}
 		if ctx.Err() != nil {
 			return Leader{}, q.Errorf("%w; withdrawn: %w", ErrNotTaken, err)
 		}

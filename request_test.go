@@ -470,9 +470,10 @@ func TestRequestDeniedSaidOnce(t *testing.T) {
 }
 
 // A RequestTransfer whose ctx is cancelled while Redis hangs cannot
-// withdraw its request (it expires within its TTL), and still says why it
-// ended: the ctx's error. (It returned the withdraw's timeout alone, so a
-// caller checking for its own cancellation got it wrong.)
+// withdraw its request (it expires within its TTL), and says so, and why it
+// ended: the ctx's error. (While it waited, it returned the withdraw's
+// timeout alone, so a caller checking for its own cancellation got it
+// wrong; while it sent, it said "withdrawn" of a request still stored.)
 func TestRequestTransferCancelledWhileRedisHangs(t *testing.T) {
 	srv := redisserver.Start(t)
 	proxy, err := faultproxy.New(srv.Addr())
@@ -487,7 +488,10 @@ func TestRequestTransferCancelledWhileRedisHangs(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	asked := make(chan error, 1)
 	go func() { _, err := asker.RequestTransfer(ctx, "b"); asked <- err }()
-	for direct.Exists(t.Context(), lease.RequestKey("req-hung")).Val() == 0 {
+	// Stored: the request's reply may still be on its way, so the ctx ends
+	// either while RequestTransfer waits or while it sends; both withdraw.
+	for deadline := time.Now().Add(5 * time.Second); direct.Exists(t.Context(), lease.RequestKey("req-hung")).Val() == 0; {
+		require.False(t, time.Now().After(deadline), "the request was not stored")
 		runtimeYield()
 	}
 	proxy.Blackhole(faultproxy.Both)
