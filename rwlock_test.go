@@ -541,6 +541,7 @@ func TestRWLockRefusesForeignData(t *testing.T) {
 			{"form", func(set string) { c.ZAdd(ctx, set, redis.Z{Score: 1, Member: "not ours"}) }, "member or score"},
 			{"role", func(set string) { c.ZAdd(ctx, set, redis.Z{Score: 1, Member: "tok\n1\nx"}) }, "member or score"},
 			{"intent", func(set string) { c.ZAdd(ctx, set, redis.Z{Score: 1, Member: "tok\n5\ni"}) }, "member or score"},
+			{"leading zero", func(set string) { c.ZAdd(ctx, set, redis.Z{Score: 1, Member: "tok\n05\nr"}) }, "member or score"},
 		}
 		for _, tc := range cases {
 			rw := mustRW(t, s, "foreign-"+tc.name)

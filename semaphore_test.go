@@ -237,6 +237,7 @@ func TestSemaphoreRefusesForeignData(t *testing.T) {
 			{"inf", func(set, _ string) { c.ZAdd(ctx, set, redis.Z{Score: math.Inf(1), Member: "tok\n1\n"}) }, "member or score"},
 			{"far", func(set, _ string) { c.ZAdd(ctx, set, redis.Z{Score: far, Member: "tok\n1\n"}) }, "member or score"},
 			{"form", func(set, _ string) { c.ZAdd(ctx, set, redis.Z{Score: 1, Member: "not ours"}) }, "member or score"},
+			{"leading zero", func(set, _ string) { c.ZAdd(ctx, set, redis.Z{Score: 1, Member: "tok\n01\n"}) }, "member or score"},
 			{"limit", func(_, limit string) { c.Set(ctx, limit, "many", 0) }, "limit key"},
 		}
 		for _, tc := range cases {

@@ -46,7 +46,7 @@ local by, byEnd = {}, {}
 for i = 1, #all, 2 do
   local m, e = all[i], tonumber(all[i + 1])
   local tok, f, r = string.match(m, '^([^\n]+)\n(%d+)\n([rwi])')
-  if not tok or not e or e < 0 or e > far or (r == 'i') ~= (f == '0') then
+  if not tok or string.find(f, '^0.') or not e or e < 0 or e > far or (r == 'i') ~= (f == '0') then
     return redis.error_reply('ERR redisleader: rwlock key ' .. KEYS[1] .. ' holds a member or score this package did not write; it was left unchanged')
   end
   if e <= now then

@@ -51,7 +51,7 @@ local mine, fence, passed, live, first, firstEnd = nil, nil, {}, 0, nil, nil
 for i = 1, #all, 2 do
   local m, e = all[i], tonumber(all[i + 1])
   local tok, f = string.match(m, '^([^\n]+)\n(%d+)\n')
-  if not tok or not e or e < 0 or e > far then
+  if not tok or string.find(f, '^0.') or not e or e < 0 or e > far then
     return redis.error_reply('ERR redisleader: semaphore key ' .. KEYS[1] .. ' holds a member or score this package did not write; it was left unchanged')
   end
   if e <= now then
