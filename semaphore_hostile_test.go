@@ -10,6 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisleader/redisleader/internal/redisserver"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // semaphore_hostile_test.go: a semaphore against a server clock that
@@ -100,6 +102,29 @@ func TestSemaphoreForgedLiveMember(t *testing.T) {
 	if got, err := c.ZScore(ctx, semKey("forged"), forged.Member.(string)).Result(); err != nil || got != forged.Score {
 		t.Fatalf("the forged member's score: %v, %v; want it unchanged (%v)", got, err, forged.Score)
 	}
+}
+
+// A member forged into the set after a permit was taken, with a lease end
+// of +inf, does not stop the permit's renewals: the set expires at the
+// latest live end. (The renewal wrote its ZADD, then failed on PEXPIREAT
+// "inf", round after round, until the permit was lost at its deadline.)
+func TestSemaphoreRenewalPastForgedInf(t *testing.T) {
+	ctx := context.Background()
+	c := redisserver.Start(t).Client(t)
+	roundOpt, renewed := rounds()
+	s := newSession(t, c, fastOpts(roundOpt)...)
+	m := mustSemaphore(t, s, "forged-inf", 2)
+	l, err := m.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, c.Do(ctx, "ZADD", semKey("forged-inf"), "+inf", "forged-token\n7\nintruder").Err())
+	for range 4 { // the first report may be of a round before the forgery
+		require.False(t, waitRound(t, renewed, 2*time.Second), "a renewal failed")
+	}
+	require.True(t, l.Held(), "%v", l.Err())
+	ttl, err := c.PTTL(ctx, semKey("forged-inf")).Result()
+	require.NoError(t, err)
+	assert.True(t, ttl > 0 && ttl <= time.Minute, "the set expires with the live leases: %v", ttl)
+	require.NoError(t, l.Release(ctx))
 }
 
 // A forward jump of the server's clock past a holder's lease end (here:

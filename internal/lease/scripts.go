@@ -53,7 +53,7 @@ var (
 	RequestSend      = build("request_send", "655d047c4b7e5e368898cfac67258c1b9c148736", "guard")
 	RequestTake      = build("request_take", "556a4e9f176d1e8ab5417528e2483379aa72c290", "guard")
 	SemAcquire       = build("sem_acquire", "15313a9ff0bbe5f9ef8ebfb4cf27273c96072b9c", "guard", "typed", "fence", "readfence")
-	SemRenew         = build("sem_renew", "6e6adbe29ca4bc9435f1b230613b95583a10f97c", "guard")
+	SemRenew         = build("sem_renew", "a6db79f73ae2947a8ef2b6dc7f7cf4b241467101", "guard", "live")
 	SemRelease       = build("sem_release", "fa1ab2e32bfa4b997a2f10bcc9411d3fe5ee92a1", "guard")
 	SemHolders       = build("sem_holders", "66826630dcd5392856045227f2dda9250cfd1e96", "guard")
 	SemLimit         = build("sem_limit", "90b5ab8866136c3a621466849a4591c8ba07f40b", "guard", "typed")

@@ -235,7 +235,8 @@ local function own()
 end
 -- ==== piece live ====
 -- For the scripts of fair mode and of priorities (prelude.lua's pieces
--- queue and cand), whose sorted sets hold lease ends in server ms:
+-- queue and cand) and for sem_renew, whose sorted sets hold lease ends in
+-- server ms:
 -- live(e, now) tells whether a lease end e (a score, or nil) is live at
 -- now; passed, or further than far, two of the longest TTLs (48 h: not
 -- ours, a forged one), it is not.
