@@ -409,7 +409,14 @@ func s8AmbiguousAcquire(t *testing.T) {
 	}
 	h.check(misclassified == 0, "%d lost replies reported as ErrLocked", misclassified)
 	h.note("misclassified", "%d", misclassified)
-	denied, err := admin.Do(ctx, "acl", "log").Slice()
+	log, err := admin.Do(ctx, "acl", "log").Slice()
+	var denied []any
+	for _, e := range log {
+		if m, ok := e.(map[any]any); ok && (m["object"] == "delifeq" || m["object"] == "delex") {
+			continue // the native release's probe, which a rule without the command refuses once per session (docs/operations.md, ACL)
+		}
+		denied = append(denied, e)
+	}
 	h.check(err == nil && len(denied) == 0, "the server denied the documented user %d times (%v): %v", len(denied), err, denied)
 	h.note("denied", "%d", len(denied))
 	h.finish(false)
